@@ -1,0 +1,28 @@
+# Shared by scripts/main.sh and scripts/test.sh: installs what the build
+# needs (Debian 12, as root) and configures + builds tdist into $BUILD_DIR.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+# Debian packages the build and the tests need; keep docs/building.md in step.
+PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev)
+
+install_packages() {
+  local missing=()
+  for pkg in "${PACKAGES[@]}" "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  echo "tdist: installing ${missing[*]}" >&2
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+configure_and_build() {
+  local extra=()
+  [ -n "${TDIST_SANITIZE:-}" ] && extra+=("-DTDIST_SANITIZE=$TDIST_SANITIZE")
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "${extra[@]}" >/dev/null
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+}

@@ -1,0 +1,201 @@
+#include "tdist/rendezvous.h"
+
+#include <cctype>
+
+#include "common/env.h"
+#include "tdist/errors.h"
+#include "tdist/file_store.h"
+#include "tdist/logging.h"
+#include "tdist/tcp_store.h"
+
+namespace tdist {
+namespace {
+
+std::string percent_decode(const std::string& text, const std::string& url) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      throw DistInvalidArgument("init_method '" + url + "': bad percent escape at position " + std::to_string(i));
+    }
+    out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+    i += 2;
+  }
+  return out;
+}
+
+int int_param(const std::string& value, const std::string& name, const std::string& url, int min) {
+  return static_cast<int>(parse_int(value, "init_method '" + url + "': query parameter " + name, min, INT32_MAX));
+}
+
+// Fills rank/world_size left at -1 from the environment variable `name`.
+int from_env_if_unset(int value, const char* env_name, const char* param, int min) {
+  if (value >= 0) return value;
+  auto env = env_int(env_name, min, INT32_MAX);
+  if (!env) {
+    throw DistInvalidArgument(std::string("env:// rendezvous: ") + param +
+                              " was not given and environment variable " + env_name + " is not set");
+  }
+  return static_cast<int>(*env);
+}
+
+void check_rank(const std::string& where, int rank, int world_size) {
+  if (world_size <= 0) {
+    throw DistInvalidArgument(where + ": world_size must be positive, got " + std::to_string(world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    throw DistInvalidArgument(where + ": rank must be in [0, " + std::to_string(world_size) + "), got " +
+                              std::to_string(rank));
+  }
+}
+
+std::shared_ptr<Store> tcp_store_for(const std::string& host, int port, int rank, int world_size,
+                                     Store::Duration timeout) {
+  TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(port);
+  options.world_size = world_size;
+  options.is_master = rank == 0;
+  options.timeout = timeout;
+  options.wait_for_workers = true;
+  // Several process groups of one process may rendezvous on the same port.
+  options.multi_tenant = true;
+  TDIST_LOG(INFO) << "rendezvous: rank " << rank << " of " << world_size << (rank == 0 ? " hosting" : " joining")
+                  << " TCPStore at " << host << ":" << port;
+  return std::make_shared<TCPStore>(host, options);
+}
+
+}  // namespace
+
+InitMethodUrl parse_init_method(const std::string& init_method) {
+  InitMethodUrl url;
+  auto sep = init_method.find("://");
+  if (sep == std::string::npos) {
+    throw DistInvalidArgument("init_method '" + init_method +
+                              "' is not a URL; expected env://, tcp://host:port or file:///path");
+  }
+  url.scheme = init_method.substr(0, sep);
+  for (auto& c : url.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string rest = init_method.substr(sep + 3);
+  std::string query;
+  if (auto q = rest.find('?'); q != std::string::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  size_t start = 0;
+  while (start <= query.size() && !query.empty()) {
+    size_t end = query.find('&', start);
+    if (end == std::string::npos) end = query.size();
+    std::string item = query.substr(start, end - start);
+    if (!item.empty()) {
+      auto eq = item.find('=');
+      std::string name = item.substr(0, eq);
+      std::string value = eq == std::string::npos ? "" : percent_decode(item.substr(eq + 1), init_method);
+      if (name == "rank") {
+        url.rank = int_param(value, name, init_method, 0);
+      } else if (name == "world_size") {
+        url.world_size = int_param(value, name, init_method, 1);
+      } else {
+        throw DistInvalidArgument("init_method '" + init_method + "': unknown query parameter '" + name +
+                                  "' (known: rank, world_size)");
+      }
+    }
+    start = end + 1;
+  }
+
+  if (url.scheme == "env") {
+    if (!rest.empty()) {
+      throw DistInvalidArgument("init_method '" + init_method +
+                                "': env:// takes no address; set MASTER_ADDR and MASTER_PORT instead");
+    }
+  } else if (url.scheme == "tcp") {
+    if (!rest.empty() && rest.back() == '/') rest.pop_back();
+    std::string port_text;
+    if (!rest.empty() && rest.front() == '[') {
+      auto close = rest.find(']');
+      if (close == std::string::npos) {
+        throw DistInvalidArgument("init_method '" + init_method + "': unclosed '[' in IPv6 address");
+      }
+      url.host = rest.substr(1, close - 1);
+      if (close + 1 >= rest.size() || rest[close + 1] != ':') {
+        throw DistInvalidArgument("init_method '" + init_method + "': expected tcp://[ipv6]:port");
+      }
+      port_text = rest.substr(close + 2);
+    } else {
+      auto colon = rest.rfind(':');
+      if (colon == std::string::npos || rest.find(':') != colon) {
+        throw DistInvalidArgument("init_method '" + init_method +
+                                  "': expected tcp://host:port (write IPv6 addresses as tcp://[addr]:port)");
+      }
+      url.host = rest.substr(0, colon);
+      port_text = rest.substr(colon + 1);
+    }
+    if (url.host.empty()) throw DistInvalidArgument("init_method '" + init_method + "': the host is empty");
+    url.port = static_cast<int>(parse_int(port_text, "init_method '" + init_method + "': port", 1, 65535));
+  } else if (url.scheme == "file") {
+    url.path = percent_decode(rest, init_method);
+    if (url.path.empty() || url.path.front() != '/') {
+      throw DistInvalidArgument("init_method '" + init_method +
+                                "': expected file:///absolute/path (three slashes, then the path)");
+    }
+  } else {
+    throw DistInvalidArgument("init_method '" + init_method + "': unknown scheme '" + url.scheme +
+                              "'; expected env://, tcp:// or file://");
+  }
+  return url;
+}
+
+RendezvousResult rendezvous(const std::string& init_method, int rank, int world_size, Store::Duration timeout) {
+  InitMethodUrl url = parse_init_method(init_method);
+  if (rank < 0) rank = url.rank;
+  if (world_size < 0) world_size = url.world_size;
+  RendezvousResult result;
+  if (url.scheme == "env") {
+    rank = from_env_if_unset(rank, "RANK", "rank", 0);
+    world_size = from_env_if_unset(world_size, "WORLD_SIZE", "world_size", 1);
+    check_rank("env:// rendezvous", rank, world_size);
+    // The spec makes MASTER_ADDR optional on rank 0, which hosts the store.
+    auto addr = env_string("MASTER_ADDR");
+    if (!addr && rank == 0) addr = "localhost";
+    if (!addr) {
+      throw DistInvalidArgument("env:// rendezvous: environment variable MASTER_ADDR is not set (rank " +
+                                std::to_string(rank) + " needs the address of rank 0)");
+    }
+    auto port = env_int("MASTER_PORT", 1, 65535);
+    if (!port) throw DistInvalidArgument("env:// rendezvous: environment variable MASTER_PORT is not set");
+    std::string host = *addr;
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    result.store = tcp_store_for(host, static_cast<int>(*port), rank, world_size, timeout);
+  } else if (url.scheme == "tcp") {
+    if (rank < 0) throw DistInvalidArgument("tcp:// rendezvous: rank was not given (argument or ?rank=)");
+    if (world_size < 0) {
+      throw DistInvalidArgument("tcp:// rendezvous: world_size was not given (argument or ?world_size=)");
+    }
+    check_rank("tcp:// rendezvous", rank, world_size);
+    result.store = tcp_store_for(url.host, url.port, rank, world_size, timeout);
+  } else {  // file
+    if (rank < 0) throw DistInvalidArgument("file:// rendezvous: rank was not given (argument or ?rank=)");
+    if (world_size < 0) {
+      throw DistInvalidArgument("file:// rendezvous: world_size was not given (argument or ?world_size=)");
+    }
+    check_rank("file:// rendezvous", rank, world_size);
+    result.store = std::make_shared<FileStore>(url.path, world_size);
+    result.store->set_timeout(timeout);
+  }
+  result.rank = rank;
+  result.world_size = world_size;
+  set_log_rank(rank);
+  return result;
+}
+
+RendezvousResult rendezvous(std::shared_ptr<Store> store, int rank, int world_size) {
+  if (!store) throw DistInvalidArgument("rendezvous: the store is null");
+  check_rank("rendezvous with an explicit store", rank, world_size);
+  set_log_rank(rank);
+  return RendezvousResult{std::move(store), rank, world_size};
+}
+
+}  // namespace tdist

@@ -1,0 +1,309 @@
+#include "store/tcp/client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "kv_map.h"
+#include "tdist/errors.h"
+
+namespace tdist {
+namespace {
+
+using tcpstore::Command;
+using tcpstore::Request;
+using tcpstore::Status;
+
+// How long a cancelled wait waits for the server's acknowledgement, and how
+// long the rest of a reply may take once its first bytes arrived. A live
+// server answers both in microseconds; these only bound a sick one.
+constexpr std::chrono::milliseconds kCancelTimeout{5000};
+constexpr std::chrono::milliseconds kFrameGrace{30000};
+constexpr size_t kReadChunk = size_t{1} << 20;
+constexpr size_t kMaxKeysInMessage = 10;
+
+std::string ms_text(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count()) + " ms";
+}
+
+std::string key_list(const std::vector<std::string>& keys) {
+  std::string out = "[";
+  for (size_t i = 0; i < keys.size() && i < kMaxKeysInMessage; ++i) {
+    if (i > 0) out += ", ";
+    out += "'" + keys[i] + "'";
+  }
+  if (keys.size() > kMaxKeysInMessage)
+    out += ", ... " + std::to_string(keys.size() - kMaxKeysInMessage) + " more";
+  return out + "]";
+}
+
+bool is_waiting(Command command) {
+  return command == Command::kGet || command == Command::kWait || command == Command::kWaitCount;
+}
+
+}  // namespace
+
+tcpstore::PayloadReader TCPStoreClient::Reply::payload() const {
+  return tcpstore::PayloadReader(frame.data() + tcpstore::kHeaderBytes,
+                                 frame.size() - tcpstore::kHeaderBytes);
+}
+
+TCPStoreClient::TCPStoreClient(std::string host, uint16_t port, Duration connect_timeout)
+    : host_(std::move(host)),
+      port_(port),
+      address_(format_host_port(host_, port_)),
+      max_frame_bytes_(tcpstore::max_frame_bytes_from_env()) {
+  ConnectOptions options;
+  options.domain = ErrorDomain::kStore;
+  options.what = "TCPStore client";
+  socket_ = connect_with_retry(host_, port_, deadline_after(connect_timeout), options);
+  // A first round trip proves the peer is a store server of our version,
+  // instead of failing later on the first real request.
+  ping(connect_timeout);
+}
+
+TCPStoreClient::~TCPStoreClient() = default;
+
+void TCPStoreClient::fail(const std::string& op, const std::string& why) {
+  throw DistStoreError(op + ": lost the connection to the server at " + address_ + ": " + why);
+}
+
+TCPStoreClient::Reply TCPStoreClient::read_frame(Deadline deadline, uint64_t* id) {
+  Reply reply;
+  reply.frame.resize(4);
+  socket_.recv_all(reply.frame.data(), 4, deadline);
+  uint64_t length = 0;
+  for (int i = 3; i >= 0; --i) length = length << 8 | reply.frame[static_cast<size_t>(i)];
+  // Replies are never larger than the largest request; a bigger length means
+  // the peer is not a store server (or is broken), not a reason to allocate.
+  if (length < tcpstore::kLengthCovered || length > max_frame_bytes_ + 64) {
+    throw DistNetworkError("it sent a frame with a length field of " + std::to_string(length) +
+                           " bytes (limit " + std::to_string(max_frame_bytes_) +
+                           "); is that port a tdist TCPStore server?");
+  }
+  size_t total = 4 + static_cast<size_t>(length);
+  while (reply.frame.size() < total) {
+    size_t have = reply.frame.size();
+    size_t chunk = std::min(kReadChunk, total - have);
+    reply.frame.resize(have + chunk);
+    socket_.recv_all(reply.frame.data() + have, chunk, deadline);
+  }
+  uint8_t status = reply.frame[4];
+  if (status != static_cast<uint8_t>(Status::kOk) && status != static_cast<uint8_t>(Status::kError)) {
+    throw DistNetworkError("it sent a reply with unknown status " + std::to_string(status));
+  }
+  reply.status = static_cast<Status>(status);
+  tcpstore::PayloadReader header(reply.frame.data() + 5, 8);
+  *id = header.u64();
+  return reply;
+}
+
+bool TCPStoreClient::read_reply(uint64_t id, Deadline deadline, Duration timeout, Reply* reply) {
+  for (;;) {
+    if (!socket_.wait_readable(deadline)) return false;
+    uint64_t got = 0;
+    Reply r = read_frame(deadline_after(std::max(timeout, kFrameGrace)), &got);
+    if (got == id) {
+      *reply = std::move(r);
+      return true;
+    }
+    // Otherwise the late reply of a request that timed out earlier: drop it.
+  }
+}
+
+TCPStoreClient::Outcome TCPStoreClient::call(Request request, Duration timeout, const std::string& op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!broken_.empty()) fail(op, "it failed earlier: " + broken_);
+  request.id = ++next_id_;
+  std::vector<uint8_t> frame = tcpstore::encode_request(request);
+  if (frame.size() - 4 > max_frame_bytes_) {
+    throw DistInvalidArgument(op + ": the request takes " + std::to_string(frame.size()) +
+                              " bytes, over the store's limit of " + std::to_string(max_frame_bytes_) +
+                              " bytes per message (TDIST_STORE_MAX_FRAME_BYTES)");
+  }
+  Deadline deadline = deadline_after(timeout);
+  Outcome out;
+  try {
+    socket_.send_all(frame.data(), frame.size(), deadline);
+    requests_sent_.fetch_add(1);
+    if (!read_reply(request.id, deadline, timeout, &out.reply)) {
+      out.timed_out = true;
+      if (!is_waiting(request.command)) return out;
+      // Tell the server to drop the waiter, then read until its answer. The
+      // wait's own reply may still come first if the key arrived just now.
+      Request cancel;
+      cancel.command = Command::kCancelWait;
+      cancel.id = ++next_id_;
+      cancel.target_id = request.id;
+      std::vector<uint8_t> cancel_frame = tcpstore::encode_request(cancel);
+      Deadline cancel_deadline = deadline_after(kCancelTimeout);
+      socket_.send_all(cancel_frame.data(), cancel_frame.size(), cancel_deadline);
+      requests_sent_.fetch_add(1);
+      out.missing = request.keys;
+      bool answered = false;
+      for (;;) {
+        if (!socket_.wait_readable(cancel_deadline)) break;
+        uint64_t got = 0;
+        Reply r = read_frame(deadline_after(kFrameGrace), &got);
+        if (got == request.id) {
+          out.reply = std::move(r);
+          answered = true;
+        } else if (got == cancel.id) {
+          tcpstore::PayloadReader p = r.payload();
+          if (r.status == Status::kOk && p.u8() == 1) {
+            out.missing = p.keys();
+            out.count = p.i64();
+          }
+          break;
+        }
+      }
+      if (!answered) return out;
+      out.timed_out = false;
+    }
+  } catch (const DistTimeoutError& e) {
+    // Part of a frame went out or came in: the stream is out of step.
+    broken_ = e.what();
+    throw DistStoreTimeoutError(op + ": the server at " + address_ +
+                                " stopped in the middle of a message: " + e.what());
+  } catch (const DistNetworkError& e) {
+    broken_ = e.what();
+    fail(op, e.what());
+  }
+  if (out.reply.status == Status::kError) {
+    tcpstore::PayloadReader p = out.reply.payload();
+    std::string message = p.str();
+    throw DistStoreError(p.ok() ? message : op + ": the server at " + address_ + " reported an error");
+  }
+  return out;
+}
+
+void TCPStoreClient::set(const std::string& key, const Bytes& value, Duration timeout) {
+  Request r;
+  r.command = Command::kSet;
+  r.keys = {key};
+  r.value = value;
+  std::string op = "TCPStore set('" + key + "')";
+  if (call(std::move(r), timeout, op).timed_out) {
+    throw DistStoreTimeoutError(op + ": no reply from the server at " + address_ + " within " +
+                                ms_text(timeout));
+  }
+}
+
+Bytes TCPStoreClient::get(const std::string& key, Duration timeout) {
+  Request r;
+  r.command = Command::kGet;
+  r.keys = {key};
+  Outcome out = call(std::move(r), timeout, "TCPStore get('" + key + "')");
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(
+        wait_timeout_message("TCPStore", "get", {key}, timeout, "(server " + address_ + ")"));
+  }
+  return out.reply.payload().rest();
+}
+
+int64_t TCPStoreClient::add(const std::string& key, int64_t amount, Duration timeout) {
+  Request r;
+  r.command = Command::kAdd;
+  r.keys = {key};
+  r.amount = amount;
+  std::string op = "TCPStore add('" + key + "')";
+  Outcome out = call(std::move(r), timeout, op);
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(op + ": no reply from the server at " + address_ + " within " +
+                                ms_text(timeout));
+  }
+  return out.reply.payload().i64();
+}
+
+Bytes TCPStoreClient::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired,
+                                  Duration timeout) {
+  Request r;
+  r.command = Command::kCompareSet;
+  r.keys = {key};
+  r.expected = expected;
+  r.value = desired;
+  std::string op = "TCPStore compare_set('" + key + "')";
+  Outcome out = call(std::move(r), timeout, op);
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(op + ": no reply from the server at " + address_ + " within " +
+                                ms_text(timeout));
+  }
+  return out.reply.payload().rest();
+}
+
+bool TCPStoreClient::check(const std::vector<std::string>& keys, Duration timeout) {
+  Request r;
+  r.command = Command::kCheck;
+  r.keys = keys;
+  std::string op = "TCPStore check(" + key_list(keys) + ")";
+  Outcome out = call(std::move(r), timeout, op);
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(op + ": no reply from the server at " + address_ + " within " +
+                                ms_text(timeout));
+  }
+  return out.reply.payload().u8() != 0;
+}
+
+void TCPStoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
+  Request r;
+  r.command = Command::kWait;
+  r.keys = keys;
+  Outcome out = call(std::move(r), timeout, "TCPStore wait(" + key_list(keys) + ")");
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(
+        wait_timeout_message("TCPStore", "wait", out.missing, timeout, "(server " + address_ + ")"));
+  }
+}
+
+bool TCPStoreClient::wait_count(const std::string& key, int64_t target, Duration timeout, int64_t* count) {
+  Request r;
+  r.command = Command::kWaitCount;
+  r.keys = {key};
+  r.amount = target;
+  Outcome out = call(std::move(r), timeout, "TCPStore wait for counter '" + key + "'");
+  *count = out.timed_out ? out.count : out.reply.payload().i64();
+  return !out.timed_out;
+}
+
+int64_t TCPStoreClient::num_keys(Duration timeout) {
+  Request r;
+  r.command = Command::kNumKeys;
+  std::string op = "TCPStore num_keys()";
+  Outcome out = call(std::move(r), timeout, op);
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(op + ": no reply from the server at " + address_ + " within " +
+                                ms_text(timeout));
+  }
+  return out.reply.payload().i64();
+}
+
+bool TCPStoreClient::delete_key(const std::string& key, Duration timeout) {
+  Request r;
+  r.command = Command::kDeleteKey;
+  r.keys = {key};
+  std::string op = "TCPStore delete_key('" + key + "')";
+  Outcome out = call(std::move(r), timeout, op);
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(op + ": no reply from the server at " + address_ + " within " +
+                                ms_text(timeout));
+  }
+  return out.reply.payload().u8() != 0;
+}
+
+void TCPStoreClient::ping(Duration timeout) {
+  Request r;
+  r.command = Command::kPing;
+  std::string op = "TCPStore client connecting to " + address_;
+  Outcome out = call(std::move(r), timeout, op);
+  if (out.timed_out) {
+    throw DistStoreTimeoutError(op + ": connected, but no reply to the first request within " +
+                                ms_text(timeout) + "; is that port a tdist TCPStore server?");
+  }
+  tcpstore::PayloadReader p = out.reply.payload();
+  uint32_t version = p.u32();
+  if (!p.ok() || version != tcpstore::kProtocolVersion) {
+    throw DistStoreError(op + ": the server speaks protocol version " + std::to_string(version) +
+                         ", this client " + std::to_string(tcpstore::kProtocolVersion));
+  }
+}
+
+}  // namespace tdist

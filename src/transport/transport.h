@@ -1,0 +1,104 @@
+#pragma once
+
+// The transport interface: tagged, ordered point-to-point messages between the
+// ranks of one group, with asynchronous completion. Algorithms depend only on
+// this file; each transport (tcp/, later shm/) implements it with the same
+// file set: context (connect the group), pair (one peer), request.
+//
+// Matching: a message from rank s with tag t completes the oldest posted
+// receive for (s, t), or the oldest any-source receive for t; messages from
+// one sender with one tag are matched in the order they were sent. A message
+// that arrives before its receive is posted waits in an unexpected queue;
+// otherwise it is read straight into the receiver's buffer.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tdist::transport {
+
+using Clock = std::chrono::steady_clock;
+
+/// Source rank of a receive that accepts any sender.
+constexpr int kAnySource = -1;
+
+/// Completion of one send or receive. Thread-safe.
+class Request {
+ public:
+  Request(int peer, uint64_t tag, size_t nbytes) : peer_(peer), tag_(tag), nbytes_(nbytes) {}
+  virtual ~Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  /// Blocks until the request completes and rethrows its error, if any.
+  /// Returns false if `deadline` passed first (the request stays pending).
+  bool wait_until(Clock::time_point deadline);
+  /// True once completed, successfully or not.
+  bool done() const;
+  /// The error it failed with, or null.
+  std::exception_ptr error() const;
+
+  /// For receives: the rank the message came from (resolves kAnySource) and
+  /// its size. Valid after completion.
+  int source() const;
+  size_t received_bytes() const;
+  /// The peer and tag it was posted with, for error messages.
+  int peer() const { return peer_; }
+  uint64_t tag() const { return tag_; }
+  /// Size of the send, or capacity of the receive.
+  size_t nbytes() const { return nbytes_; }
+
+  // Called by transports.
+  void complete(int source, size_t received_bytes);
+  void fail(std::exception_ptr error);
+
+ private:
+  const int peer_;
+  const uint64_t tag_;
+  const size_t nbytes_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  int source_ = -1;
+  size_t received_bytes_ = 0;
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+/// A connected group of `size()` ranks.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "tcp", "shm", ...
+  virtual const char* name() const = 0;
+
+  /// Sends `nbytes` from `data` to `dst`; `data` must stay valid and unchanged
+  /// until the request completes. Sending to oneself is allowed.
+  virtual RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) = 0;
+  /// Receives into `data` (capacity `nbytes`) from `src` or kAnySource. A
+  /// message longer than the capacity fails the request with DistBackendError
+  /// naming both sizes; a shorter one completes with received_bytes() < nbytes.
+  virtual RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) = 0;
+  /// Receives a message whose size is not known in advance into `out`.
+  virtual RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) = 0;
+
+  /// Fails every pending and future request with `error` (e.g. the group was
+  /// aborted or destroyed).
+  virtual void abort(std::exception_ptr error) = 0;
+  /// True if `peer` is known to be dead or disconnected.
+  virtual bool peer_failed(int peer) const = 0;
+};
+
+}  // namespace tdist::transport

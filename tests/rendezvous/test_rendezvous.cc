@@ -1,0 +1,185 @@
+// Rendezvous end to end: every init_method, ranks as threads and processes.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "multirank.h"
+#include "tdist/errors.h"
+#include "tdist/rendezvous.h"
+#include "tdist/tcp_store.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool ipv6_loopback_works() {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_loopback;
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+// Each rank checks what rendezvous gave it and that the store is shared.
+void check_shared_store(const RendezvousResult& r, int rank, int n) {
+  if (r.rank != rank || r.world_size != n) {
+    throw std::runtime_error("got rank " + std::to_string(r.rank) + " of " + std::to_string(r.world_size));
+  }
+  r.store->set("hello/" + std::to_string(rank), std::to_string(rank));
+  for (int peer = 0; peer < n; ++peer) {
+    if (to_string(r.store->get("hello/" + std::to_string(peer))) != std::to_string(peer)) {
+      throw std::runtime_error("wrong value from rank " + std::to_string(peer));
+    }
+  }
+  exit_barrier(*r.store, rank, n);
+}
+
+class RendezvousRanks : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(RendezvousRanks, TcpIpv4WithRankAndWorldSizeArguments) {
+  std::string url = "tcp://127.0.0.1:" + std::to_string(pick_free_port());
+  EXPECT_EQ(run_ranks(mode(), n(), [&](int rank) { check_shared_store(rendezvous(url, rank, n(), 30s), rank, n()); }),
+            "");
+}
+
+TEST_P(RendezvousRanks, TcpIpv6WithQueryParameters) {
+  if (!ipv6_loopback_works()) GTEST_SKIP() << "no IPv6 loopback here";
+  int port = pick_free_port();
+  EXPECT_EQ(run_ranks(mode(), n(),
+                      [&](int rank) {
+                        std::string url = "tcp://[::1]:" + std::to_string(port) + "?rank=" + std::to_string(rank) +
+                                          "&world_size=" + std::to_string(n());
+                        check_shared_store(rendezvous(url, -1, -1, 30s), rank, n());
+                      }),
+            "");
+}
+
+TEST_P(RendezvousRanks, TcpHostName) {
+  std::string url = "tcp://localhost:" + std::to_string(pick_free_port());
+  EXPECT_EQ(run_ranks(mode(), n(), [&](int rank) { check_shared_store(rendezvous(url, rank, n(), 30s), rank, n()); }),
+            "");
+}
+
+TEST_P(RendezvousRanks, File) {
+  std::string path = temp_path("rdzv");
+  EXPECT_EQ(run_ranks(mode(), n(),
+                      [&](int rank) { check_shared_store(rendezvous("file://" + path, rank, n(), 30s), rank, n()); }),
+            "");
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "the file outlived its users";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, RendezvousRanks,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 3, 5, 8)),
+                         [](const auto& p) {
+                           return std::string(mode_name(std::get<0>(p.param))) + "_" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
+
+// env:// reads process-wide variables, so its ranks are processes.
+class EnvRendezvous : public ::testing::TestWithParam<int> {};
+
+TEST_P(EnvRendezvous, ReadsMasterAddrPortRankWorldSize) {
+  int n = GetParam();
+  int port = pick_free_port();
+  EXPECT_EQ(describe_failures(run_forked(n,
+                       [&](int rank) {
+                         setenv("MASTER_ADDR", "127.0.0.1", 1);
+                         setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+                         setenv("RANK", std::to_string(rank).c_str(), 1);
+                         setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+                         check_shared_store(rendezvous("env://", -1, -1, 30s), rank, n);
+                       })),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, EnvRendezvous, ::testing::Values(1, 2, 3, 5, 8));
+
+// Runs `body` in a child with exactly the given environment variables set
+// (among the four rendezvous ones) and returns the error it raised.
+std::string env_error(const std::vector<std::pair<const char*, const char*>>& vars, int rank = -1,
+                      int world_size = -1) {
+  auto outcomes = run_forked(1, [&](int) {
+    for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
+    for (auto [name, value] : vars) setenv(name, value, 1);
+    try {
+      rendezvous("env://", rank, world_size, 2s);
+    } catch (const DistInvalidArgument& e) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("wrong error type: ") + e.what());
+    }
+    throw std::runtime_error("no error");
+  });
+  return outcomes[0].error;
+}
+
+TEST(EnvRendezvousErrors, MissingOrInvalidVariablesAreNamed) {
+  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}}).find("RANK is not set"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"RANK", "0"}}).find("WORLD_SIZE is not set"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}).find("MASTER_PORT is not set"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_PORT", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("MASTER_ADDR is not set"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})
+                .find("MASTER_PORT must be between 1 and 65535, got 99999"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "one"}, {"WORLD_SIZE", "2"}})
+                .find("RANK must be an integer, got 'one'"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "2"}, {"WORLD_SIZE", "2"}})
+                .find("rank must be in [0, 2), got 2"),
+            std::string::npos);
+  // Arguments win over the environment: rank 5 of 2 comes from the argument.
+  EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}, 5)
+                .find("got 5"),
+            std::string::npos);
+}
+
+TEST(RendezvousErrors, TcpAndFileNeedRankAndWorldSize) {
+  EXPECT_THROW(rendezvous("tcp://127.0.0.1:1", -1, 2), DistInvalidArgument);
+  EXPECT_THROW(rendezvous("tcp://127.0.0.1:1", 0, -1), DistInvalidArgument);
+  EXPECT_THROW(rendezvous("file:///tmp/x", -1, 2), DistInvalidArgument);
+  EXPECT_THROW(rendezvous("tcp://127.0.0.1:1", 3, 2), DistInvalidArgument);
+}
+
+TEST(RendezvousErrors, AnUnreachableMasterIsAStoreTimeoutNamingHostAndPort) {
+  int port = pick_free_port();  // nobody listens there
+  try {
+    rendezvous("tcp://127.0.0.1:" + std::to_string(port), 1, 2, 300ms);
+    FAIL() << "rendezvous with no master returned";
+  } catch (const DistStoreTimeoutError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("127.0.0.1"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(port)), std::string::npos) << what;
+  }
+}
+
+TEST(RendezvousExplicitStore, ValidatesRankAndWorldSize) {
+  auto store = std::make_shared<HashStore>();
+  auto r = rendezvous(store, 1, 3);
+  EXPECT_EQ(r.store, store);
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.world_size, 3);
+  EXPECT_THROW(rendezvous(std::shared_ptr<Store>(), 0, 1), DistInvalidArgument);
+  EXPECT_THROW(rendezvous(store, 3, 3), DistInvalidArgument);
+  EXPECT_THROW(rendezvous(store, -1, 3), DistInvalidArgument);
+  EXPECT_THROW(rendezvous(store, 0, 0), DistInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tdist::testing
