@@ -1,0 +1,53 @@
+#include "transport/transport.h"
+
+namespace tdist::transport {
+
+bool Request::wait_until(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool Request::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::exception_ptr Request::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+int Request::source() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return source_;
+}
+
+size_t Request::received_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return received_bytes_;
+}
+
+void Request::complete(int source, size_t received_bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    source_ = source;
+    received_bytes_ = received_bytes;
+  }
+  done_cv_.notify_all();
+}
+
+void Request::fail(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    error_ = std::move(error);
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace tdist::transport

@@ -1,0 +1,143 @@
+#pragma once
+
+// The TCP transport: one connection per pair of ranks, non-blocking sockets
+// driven by one epoll thread per transport. Messages are a 16-byte header
+// (tag, size) and the payload, written with writev straight from the sender's
+// buffer and read straight into the posted receive's buffer when one is
+// waiting, so large messages cross without extra copies.
+
+#include <atomic>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/socket.h"
+#include "tdist/store.h"
+#include "transport/transport.h"
+
+namespace tdist::transport {
+
+/// How a TCP transport finds and reaches its peers.
+struct TcpOptions {
+  /// Bound on connection setup.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// Network interface to use; empty: TDIST_SOCKET_IFNAME, then
+  /// GLOO_SOCKET_IFNAME, then the interface that reaches `reach_host`.
+  std::string ifname;
+  /// A host every rank can reach (the TCPStore master); the local address
+  /// used to reach it is the one advertised. Empty: loopback.
+  std::string reach_host;
+};
+
+/// Publishes this rank's address in `store` (keys "tcp/addr/<rank>"),
+/// connects to every other rank and returns the transport. Raises
+/// DistNetworkError naming the rank it could not reach.
+std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const TcpOptions& options);
+
+/// The address to advertise for this rank, following TcpOptions' rules.
+std::string choose_tcp_address(const TcpOptions& options);
+
+namespace tcp {
+
+struct Header {
+  uint64_t tag;
+  uint64_t size;
+};
+
+// A receive posted before its message arrived.
+struct RecvOp {
+  int src;
+  uint64_t tag;
+  void* data;
+  size_t capacity;
+  std::shared_ptr<std::vector<uint8_t>> bytes;  // set for irecv_bytes
+  RequestPtr request;
+};
+
+// A message that arrived (or is arriving) before its receive was posted.
+struct Incoming {
+  int src;
+  uint64_t tag;
+  std::vector<uint8_t> data;
+  bool complete = false;
+  std::optional<RecvOp> claimed;  // a receive posted while it was arriving
+};
+
+struct SendOp {
+  RequestPtr request;
+  Header header;
+  const uint8_t* data;
+  size_t size;
+  size_t sent = 0;  // counts header bytes first, then payload
+};
+
+// One peer: its socket, queued sends and the state of the message being read.
+struct Pair {
+  int peer = -1;
+  Socket socket;
+  std::string address;
+  bool closed = false;       // no more traffic either way
+  bool said_goodbye = false; // closed on purpose, not crashed
+  std::exception_ptr error;  // why it closed
+  std::deque<SendOp> sends;
+  bool polling_out = false;
+  // Reading.
+  Header header{};
+  size_t header_got = 0;
+  bool in_payload = false;
+  size_t payload_got = 0;
+  uint8_t* target = nullptr;
+  std::optional<RecvOp> direct;                     // filling a posted receive
+  std::list<Incoming>::iterator incoming;           // or an unexpected message
+  bool to_incoming = false;
+  std::vector<uint8_t> overflow;                    // a message too big for its receive
+};
+
+}  // namespace tcp
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(int rank, int size, std::vector<Socket> sockets, std::vector<std::string> addresses);
+  ~TcpTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "tcp"; }
+  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) override;
+  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) override;
+  RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override;
+  void abort(std::exception_ptr error) override;
+  bool peer_failed(int peer) const override;
+
+ private:
+  RequestPtr post_recv(tcp::RecvOp op);
+  void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
+  void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
+  bool write_some(tcp::Pair& pair);  // true when the queue drained
+  void update_polling(tcp::Pair& pair);
+  void read_some(tcp::Pair& pair);
+  void start_payload(tcp::Pair& pair);
+  void finish_payload(tcp::Pair& pair);
+  void close_pair(tcp::Pair& pair, std::exception_ptr error, bool crashed);
+  std::exception_ptr closed_error(const tcp::Pair& pair, const char* what) const;
+  void loop();
+
+  const int rank_;
+  const int size_;
+  mutable std::mutex mutex_;  // guards everything below
+  std::vector<tcp::Pair> pairs_;
+  std::list<tcp::RecvOp> posted_;
+  std::list<tcp::Incoming> unexpected_;
+  std::exception_ptr aborted_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace tdist::transport

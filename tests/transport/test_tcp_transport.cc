@@ -1,0 +1,238 @@
+// The TCP transport: matching, ordering, sizes, and what a dead peer does.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "multirank.h"
+#include "tdist/errors.h"
+#include "tdist/file_store.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::kAnySource;
+using transport::Transport;
+
+auto deadline(std::chrono::milliseconds ms = 30s) { return transport::Clock::now() + ms; }
+
+void wait_ok(const transport::RequestPtr& request) {
+  if (!request->wait_until(deadline())) throw std::runtime_error("request timed out");
+}
+
+// Runs fn on n ranks, each with a connected TCP transport.
+std::string with_transport(Mode mode, int n, const std::function<void(Transport&, int)>& fn) {
+  auto hash = std::make_shared<HashStore>();
+  std::string path = temp_path("transport");
+  return run_ranks(mode, n, [&](int rank) {
+    std::unique_ptr<Store> file;
+    Store* store = hash.get();
+    if (mode == Mode::kProcesses) {
+      file = std::make_unique<FileStore>(path, n);
+      store = file.get();
+    }
+    transport::TcpOptions options;
+    options.timeout = 30s;
+    auto t = transport::connect_tcp(*store, rank, n, options);
+    fn(*t, rank);
+    // Keep every transport alive until all ranks are done with theirs.
+    if (store->add("finished", 1) == n) store->set("all_finished", "1");
+    store->wait({"all_finished"});
+  });
+}
+
+class TcpTransportTest : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(TcpTransportTest, EveryPairExchangesMessagesInBothDirections) {
+  EXPECT_EQ(with_transport(mode(), n(),
+                           [&](Transport& t, int rank) {
+                             std::vector<int64_t> out(static_cast<size_t>(n())), in(static_cast<size_t>(n()), -1);
+                             std::vector<transport::RequestPtr> requests;
+                             for (int peer = 0; peer < n(); ++peer) {
+                               out[static_cast<size_t>(peer)] = rank * 100 + peer;
+                               requests.push_back(t.irecv(peer, 7, &in[static_cast<size_t>(peer)], 8));
+                               requests.push_back(t.isend(peer, 7, &out[static_cast<size_t>(peer)], 8));
+                             }
+                             for (auto& r : requests) wait_ok(r);
+                             for (int peer = 0; peer < n(); ++peer) {
+                               if (in[static_cast<size_t>(peer)] != peer * 100 + rank) {
+                                 throw std::runtime_error("wrong value from rank " + std::to_string(peer));
+                               }
+                             }
+                           }),
+            "");
+}
+
+TEST_P(TcpTransportTest, SameTagMessagesArriveInOrderAndTagsDoNotMix) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(with_transport(mode(), n(),
+                           [&](Transport& t, int rank) {
+                             constexpr int kCount = 50;
+                             if (rank == 1) {
+                               std::vector<int> values(kCount * 2);
+                               std::vector<transport::RequestPtr> sends;
+                               for (int i = 0; i < kCount; ++i) {
+                                 values[static_cast<size_t>(i)] = i;
+                                 values[static_cast<size_t>(kCount + i)] = 1000 + i;
+                                 sends.push_back(t.isend(0, 1, &values[static_cast<size_t>(i)], 4));
+                                 sends.push_back(t.isend(0, 2, &values[static_cast<size_t>(kCount + i)], 4));
+                               }
+                               for (auto& r : sends) wait_ok(r);
+                             } else if (rank == 0) {
+                               // Receive tag 2 first: tag 1 messages wait as unexpected.
+                               for (int tag : {2, 1}) {
+                                 for (int i = 0; i < kCount; ++i) {
+                                   int v = -1;
+                                   wait_ok(t.irecv(1, static_cast<uint64_t>(tag), &v, 4));
+                                   int want = tag == 1 ? i : 1000 + i;
+                                   if (v != want) {
+                                     throw std::runtime_error("tag " + std::to_string(tag) + " message " +
+                                                              std::to_string(i) + " is " + std::to_string(v));
+                                   }
+                                 }
+                               }
+                             }
+                           }),
+            "");
+}
+
+TEST_P(TcpTransportTest, AnySourceReceiveReportsTheSender) {
+  EXPECT_EQ(with_transport(mode(), n(),
+                           [&](Transport& t, int rank) {
+                             if (rank != 0) {
+                               int v = rank * 3;
+                               wait_ok(t.isend(0, 9, &v, 4));
+                               return;
+                             }
+                             std::vector<int> seen(static_cast<size_t>(n()), 0);
+                             for (int i = 1; i < n(); ++i) {
+                               int v = -1;
+                               auto r = t.irecv(kAnySource, 9, &v, 4);
+                               wait_ok(r);
+                               if (v != r->source() * 3) throw std::runtime_error("value does not match sender");
+                               seen[static_cast<size_t>(r->source())]++;
+                             }
+                             for (int peer = 1; peer < n(); ++peer) {
+                               if (seen[static_cast<size_t>(peer)] != 1) throw std::runtime_error("sender seen twice");
+                             }
+                           }),
+            "");
+}
+
+TEST_P(TcpTransportTest, LargeMessagesArriveIntactInARing) {
+  EXPECT_EQ(with_transport(mode(), n(),
+                           [&](Transport& t, int rank) {
+                             const size_t count = (size_t{8} << 20) / 4 + 3;  // 8 MiB and a bit
+                             std::vector<uint32_t> out(count), in(count);
+                             for (size_t i = 0; i < count; ++i) out[i] = static_cast<uint32_t>(i * 2654435761u + rank);
+                             int next = (rank + 1) % n();
+                             int prev = (rank + n() - 1) % n();
+                             auto r = t.irecv(prev, 3, in.data(), count * 4);
+                             auto s = t.isend(next, 3, out.data(), count * 4);
+                             wait_ok(s);
+                             wait_ok(r);
+                             for (size_t i = 0; i < count; ++i) {
+                               if (in[i] != static_cast<uint32_t>(i * 2654435761u + prev)) {
+                                 throw std::runtime_error("byte mismatch at element " + std::to_string(i));
+                               }
+                             }
+                           }),
+            "");
+}
+
+TEST_P(TcpTransportTest, SizesUnknownInAdvanceAndTooSmallBuffers) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(with_transport(mode(), n(),
+                           [&](Transport& t, int rank) {
+                             if (rank == 1) {
+                               std::string a = "hello, rank 0";
+                               std::vector<uint8_t> big(100, 7);
+                               wait_ok(t.isend(0, 1, a.data(), a.size()));
+                               wait_ok(t.isend(0, 2, big.data(), big.size()));
+                               wait_ok(t.isend(0, 3, nullptr, 0));
+                             } else if (rank == 0) {
+                               auto bytes = std::make_shared<std::vector<uint8_t>>();
+                               wait_ok(t.irecv_bytes(1, 1, bytes));
+                               if (std::string(bytes->begin(), bytes->end()) != "hello, rank 0") {
+                                 throw std::runtime_error("irecv_bytes got the wrong bytes");
+                               }
+                               uint8_t small[10];
+                               try {
+                                 wait_ok(t.irecv(1, 2, small, sizeof(small)));
+                                 throw std::runtime_error("a 100-byte message fit a 10-byte buffer");
+                               } catch (const DistBackendError& e) {
+                                 if (std::string(e.what()).find("100 bytes") == std::string::npos) throw;
+                               }
+                               auto r = t.irecv(1, 3, small, sizeof(small));
+                               wait_ok(r);
+                               if (r->received_bytes() != 0) throw std::runtime_error("empty message not empty");
+                             }
+                           }),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TcpTransportTest,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 3, 5, 8)),
+                         [](const auto& p) {
+                           return std::string(mode_name(std::get<0>(p.param))) + "_" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
+
+TEST(TcpTransportFailure, AKilledPeerFailsPendingAndFutureOperationsNamingIt) {
+  constexpr int kRanks = 3;
+  std::string path = temp_path("killed");
+  auto outcomes = run_forked(
+      kRanks,
+      [&](int rank) {
+        FileStore store(path, kRanks);
+        transport::TcpOptions options;
+        options.timeout = 30s;
+        auto t = transport::connect_tcp(store, rank, kRanks, options);
+        if (store.add("connected", 1) == kRanks) store.set("connected_all", "1");
+        store.wait({"connected_all"}, 30s);
+        if (rank == 2) raise(SIGKILL);
+        std::vector<uint8_t> buffer(1 << 20);
+        auto pending = t->irecv(2, 1, buffer.data(), buffer.size());
+        try {
+          // The deadline only guards against a hang; the error must come
+          // from the closed connection.
+          if (!pending->wait_until(deadline(20s))) throw std::runtime_error("no error within 20 s");
+          throw std::runtime_error("receive from a killed rank completed");
+        } catch (const DistNetworkError& e) {
+          if (std::string(e.what()).find("rank 2") == std::string::npos) throw;
+        }
+        auto later = t->isend(2, 1, buffer.data(), 16);
+        try {
+          later->wait_until(deadline(5s));
+          throw std::runtime_error("send to a killed rank completed");
+        } catch (const DistNetworkError& e) {
+          if (std::string(e.what()).find("rank 2") == std::string::npos) throw;
+        }
+        if (!t->peer_failed(2)) throw std::runtime_error("peer_failed(2) is false");
+        // Ranks 0 and 1 still talk to each other.
+        int v = rank;
+        int w = -1;
+        auto r = t->irecv(1 - rank, 5, &w, 4);
+        wait_ok(t->isend(1 - rank, 5, &v, 4));
+        wait_ok(r);
+        if (w != 1 - rank) throw std::runtime_error("survivors cannot talk");
+      },
+      60s);
+  EXPECT_TRUE(outcomes[0].ok) << describe_failures(outcomes);
+  EXPECT_TRUE(outcomes[1].ok) << describe_failures(outcomes);
+  EXPECT_EQ(outcomes[2].signal, SIGKILL);
+  unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace tdist::testing
