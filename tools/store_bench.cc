@@ -1,10 +1,12 @@
-// store_bench: throughput of a TCPStore server under N client threads for
+// tdist-store-bench: throughput of a TCPStore server under N client threads for
 // set/get/add mixes, and the time for many clients to connect and meet at a
 // rendezvous (add to a counter, wait for the gate the last one opens).
 //
-//     store_bench [--clients N] [--seconds S] [--value-bytes B] [--rendezvous R]
+//     tdist-store-bench [--clients N] [--seconds S] [--value-bytes B] [--rendezvous R]
 
 #include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -31,31 +33,21 @@ struct Args {
   int rendezvous = 1000;
 };
 
-void usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--clients N] [--seconds S] [--value-bytes B] [--rendezvous R]\n", argv0);
-  std::exit(2);
-}
-
+// CLI11 (Debian's libcli11-dev) rather than hand parsing: --help, range
+// checks and error messages for free.
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) usage(argv[0]);
-      return argv[++i];
-    };
-    if (std::strcmp(argv[i], "--clients") == 0) {
-      args.clients = std::atoi(next());
-    } else if (std::strcmp(argv[i], "--seconds") == 0) {
-      args.seconds = std::atof(next());
-    } else if (std::strcmp(argv[i], "--value-bytes") == 0) {
-      args.value_bytes = static_cast<size_t>(std::atoll(next()));
-    } else if (std::strcmp(argv[i], "--rendezvous") == 0) {
-      args.rendezvous = std::atoi(next());
-    } else {
-      usage(argv[0]);
-    }
+  CLI::App app{"tdist-store-bench: TCPStore throughput and rendezvous time"};
+  app.add_option("--clients", args.clients, "client threads for the throughput mixes")->check(CLI::Range(1, 10000));
+  app.add_option("--seconds", args.seconds, "duration of each mix")->check(CLI::PositiveNumber);
+  app.add_option("--value-bytes", args.value_bytes, "size of each value");
+  app.add_option("--rendezvous", args.rendezvous, "clients that connect and meet at a rendezvous (0: skip)")
+      ->check(CLI::Range(0, 100000));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
   }
-  if (args.clients < 1 || args.seconds <= 0 || args.rendezvous < 0) usage(argv[0]);
   return args;
 }
 

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -39,9 +40,9 @@ enum class DType : uint8_t {
 
 /// Every DType, in declaration order.
 inline constexpr std::array<DType, 12> kAllDTypes = {
-    DType::kBool,    DType::kUInt8,    DType::kInt8,    DType::kInt16,
-    DType::kInt32,   DType::kInt64,    DType::kFloat16, DType::kBFloat16,
-    DType::kFloat32, DType::kFloat64,  DType::kComplex64, DType::kComplex128,
+    DType::kBool,    DType::kUInt8,   DType::kInt8,      DType::kInt16,
+    DType::kInt32,   DType::kInt64,   DType::kFloat16,   DType::kBFloat16,
+    DType::kFloat32, DType::kFloat64, DType::kComplex64, DType::kComplex128,
 };
 
 /// Bytes per element (1 for bool, 8 for complex64, ...). Raises
@@ -65,61 +66,53 @@ bool is_complex(DType dtype);
 /// uint8, int8, int16, int32, int64, and bool if `include_bool`.
 bool is_integral(DType dtype, bool include_bool);
 
-/// The C++ type that holds one element of each DType (specialised below).
-template <DType D>
-struct DTypeCppType;
-
-template <> struct DTypeCppType<DType::kBool> { using type = bool; };
-template <> struct DTypeCppType<DType::kUInt8> { using type = uint8_t; };
-template <> struct DTypeCppType<DType::kInt8> { using type = int8_t; };
-template <> struct DTypeCppType<DType::kInt16> { using type = int16_t; };
-template <> struct DTypeCppType<DType::kInt32> { using type = int32_t; };
-template <> struct DTypeCppType<DType::kInt64> { using type = int64_t; };
-template <> struct DTypeCppType<DType::kFloat16> { using type = Half; };
-template <> struct DTypeCppType<DType::kBFloat16> { using type = BFloat16; };
-template <> struct DTypeCppType<DType::kFloat32> { using type = float; };
-template <> struct DTypeCppType<DType::kFloat64> { using type = double; };
-template <> struct DTypeCppType<DType::kComplex64> { using type = std::complex<float>; };
-template <> struct DTypeCppType<DType::kComplex128> { using type = std::complex<double>; };
-
-/// The C++ element type of `D`, e.g. `cpp_type_t<DType::kFloat16>` is Half.
-template <DType D>
-using cpp_type_t = typename DTypeCppType<D>::type;
-
 namespace detail {
 
-template <typename T>
-struct DTypeOf {};
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kInt8; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::kInt16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBFloat16; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct DTypeOf<std::complex<float>> {
-  static constexpr DType value = DType::kComplex64;
-};
-template <> struct DTypeOf<std::complex<double>> {
-  static constexpr DType value = DType::kComplex128;
-};
+/// The C++ type of each DType's elements, in enum order.
+using ElementTypes = std::tuple<bool, uint8_t, int8_t, int16_t, int32_t, int64_t, Half, BFloat16, float,
+                                double, std::complex<float>, std::complex<double>>;
+static_assert(std::tuple_size_v<ElementTypes> == kAllDTypes.size());
+
+/// The position of T in ElementTypes, or the tuple size if T is not there.
+template <typename T, size_t I = 0>
+constexpr size_t element_type_index() {
+  if constexpr (I == std::tuple_size_v<ElementTypes>) {
+    return I;
+  } else if constexpr (std::is_same_v<T, std::tuple_element_t<I, ElementTypes>>) {
+    return I;
+  } else {
+    return element_type_index<T, I + 1>();
+  }
+}
 
 /// Raises DistInvalidArgument for a DType value outside the enum.
 [[noreturn]] void throw_invalid_dtype(DType dtype);
 
 }  // namespace detail
 
-/// A C++ type that is the element type of some DType (unqualified).
+/// The C++ element type of `D`, e.g. `cpp_type_t<DType::kFloat16>` is Half.
+template <DType D>
+using cpp_type_t = std::tuple_element_t<static_cast<size_t>(D), detail::ElementTypes>;
+
+namespace detail {
 template <typename T>
-concept ElementType = requires { detail::DTypeOf<T>::value; };
+inline constexpr bool kIsElementType = element_type_index<T>() < std::tuple_size_v<ElementTypes>;
+
+template <DType D, typename F>
+constexpr decltype(auto) call_with_type(F&& fn) {
+  return std::forward<F>(fn)(std::type_identity<cpp_type_t<D>>{});
+}
+}  // namespace detail
+
+/// A C++ type that is the element type of some DType (unqualified: `const
+/// float` is not one).
+template <typename T>
+concept ElementType = detail::kIsElementType<T>;
 
 /// The DType whose elements are `T`, e.g. `dtype_of<int32_t>()` is kInt32.
 template <ElementType T>
 constexpr DType dtype_of() noexcept {
-  return detail::DTypeOf<T>::value;
+  return static_cast<DType>(detail::element_type_index<T>());
 }
 
 /// Calls `fn(std::type_identity<T>{})` with T the C++ element type of
@@ -128,20 +121,30 @@ constexpr DType dtype_of() noexcept {
 template <typename F>
 constexpr decltype(auto) dispatch_dtype(DType dtype, F&& fn) {
   switch (dtype) {
-    case DType::kBool: return std::forward<F>(fn)(std::type_identity<bool>{});
-    case DType::kUInt8: return std::forward<F>(fn)(std::type_identity<uint8_t>{});
-    case DType::kInt8: return std::forward<F>(fn)(std::type_identity<int8_t>{});
-    case DType::kInt16: return std::forward<F>(fn)(std::type_identity<int16_t>{});
-    case DType::kInt32: return std::forward<F>(fn)(std::type_identity<int32_t>{});
-    case DType::kInt64: return std::forward<F>(fn)(std::type_identity<int64_t>{});
-    case DType::kFloat16: return std::forward<F>(fn)(std::type_identity<Half>{});
-    case DType::kBFloat16: return std::forward<F>(fn)(std::type_identity<BFloat16>{});
-    case DType::kFloat32: return std::forward<F>(fn)(std::type_identity<float>{});
-    case DType::kFloat64: return std::forward<F>(fn)(std::type_identity<double>{});
+    case DType::kBool:
+      return detail::call_with_type<DType::kBool>(std::forward<F>(fn));
+    case DType::kUInt8:
+      return detail::call_with_type<DType::kUInt8>(std::forward<F>(fn));
+    case DType::kInt8:
+      return detail::call_with_type<DType::kInt8>(std::forward<F>(fn));
+    case DType::kInt16:
+      return detail::call_with_type<DType::kInt16>(std::forward<F>(fn));
+    case DType::kInt32:
+      return detail::call_with_type<DType::kInt32>(std::forward<F>(fn));
+    case DType::kInt64:
+      return detail::call_with_type<DType::kInt64>(std::forward<F>(fn));
+    case DType::kFloat16:
+      return detail::call_with_type<DType::kFloat16>(std::forward<F>(fn));
+    case DType::kBFloat16:
+      return detail::call_with_type<DType::kBFloat16>(std::forward<F>(fn));
+    case DType::kFloat32:
+      return detail::call_with_type<DType::kFloat32>(std::forward<F>(fn));
+    case DType::kFloat64:
+      return detail::call_with_type<DType::kFloat64>(std::forward<F>(fn));
     case DType::kComplex64:
-      return std::forward<F>(fn)(std::type_identity<std::complex<float>>{});
+      return detail::call_with_type<DType::kComplex64>(std::forward<F>(fn));
     case DType::kComplex128:
-      return std::forward<F>(fn)(std::type_identity<std::complex<double>>{});
+      return detail::call_with_type<DType::kComplex128>(std::forward<F>(fn));
   }
   detail::throw_invalid_dtype(dtype);
 }

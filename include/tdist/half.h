@@ -45,8 +45,7 @@ constexpr uint16_t float_to_half_bits(float value) noexcept {
   // Subnormal results are multiples of 2^-24, which is the ulp of 0.5f:
   // adding 0.5f makes the FPU round |value| onto that grid (to nearest even),
   // and the low mantissa bits of the sum are the half's bits.
-  const uint32_t subnormal =
-      std::bit_cast<uint32_t>(std::bit_cast<float>(ax) + 0.5f) - 0x3f000000u;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(ax) + 0.5f) - 0x3f000000u;
   // NaN: keep the top payload bits and force the quiet bit, so no NaN can
   // turn into an infinity by losing its low payload bits.
   const uint32_t nan = 0x7e00u | ((ax >> 13) & 0x01ffu);
@@ -117,12 +116,9 @@ struct BFloat16 {
 
   BFloat16() = default;
   /// Rounds `value` to the nearest bfloat16 (ties to even).
-  constexpr explicit BFloat16(float value) noexcept
-      : bits(detail::float_to_bfloat16_bits(value)) {}
+  constexpr explicit BFloat16(float value) noexcept : bits(detail::float_to_bfloat16_bits(value)) {}
   /// The exact value as a float.
-  constexpr explicit operator float() const noexcept {
-    return detail::bfloat16_bits_to_float(bits);
-  }
+  constexpr explicit operator float() const noexcept { return detail::bfloat16_bits_to_float(bits); }
   /// The bfloat16 with bit pattern `raw`.
   static constexpr BFloat16 from_bits(uint16_t raw) noexcept {
     BFloat16 b{};

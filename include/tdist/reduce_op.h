@@ -27,8 +27,10 @@ namespace tdist {
 
 /// A reduction operator: a kind, plus the factor of PREMUL_SUM.
 struct ReduceOp {
-  /// The operator kinds, named as in torch.distributed.ReduceOp.
-  enum Kind { SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, AVG, PREMUL_SUM };
+  /// The operator kinds, named as in torch.distributed.ReduceOp. The fixed
+  /// underlying type makes any int a valid (if unknown) value, so one that
+  /// arrives from bindings can be rejected instead of being undefined.
+  enum Kind : int { SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, AVG, PREMUL_SUM };
 
   Kind kind = SUM;
   /// The factor of PREMUL_SUM; ignored by the other kinds.

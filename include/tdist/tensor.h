@@ -51,8 +51,7 @@ class Tensor {
   /// Wraps a span as a one-dimensional tensor, without copying.
   template <ElementType T>
   static Tensor wrap(std::span<T> data) {
-    return wrap(static_cast<void*>(data.data()), dtype_of<T>(),
-                {static_cast<int64_t>(data.size())});
+    return wrap(static_cast<void*>(data.data()), dtype_of<T>(), {static_cast<int64_t>(data.size())});
   }
 
   /// Wraps a span with the given shape, which must hold data.size() elements.
@@ -174,8 +173,7 @@ class Tensor {
   std::string describe() const;
 
  private:
-  Tensor(std::shared_ptr<void> storage, void* data, DType dtype, std::vector<int64_t> shape,
-         int64_t numel);
+  Tensor(std::shared_ptr<void> storage, void* data, DType dtype, std::vector<int64_t> shape, int64_t numel);
 
   std::shared_ptr<void> storage_;  // owned allocation; null for wrapped memory
   void* data_ = nullptr;

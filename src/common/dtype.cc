@@ -32,15 +32,14 @@ constexpr std::array<DTypeInfo, kAllDTypes.size()> kInfo = {{
 
 template <DType D>
 constexpr bool size_matches() {
-  return kInfo[static_cast<size_t>(D)].size == sizeof(cpp_type_t<D>) &&
-         dtype_of<cpp_type_t<D>>() == D;
+  return kInfo[static_cast<size_t>(D)].size == sizeof(cpp_type_t<D>) && dtype_of<cpp_type_t<D>>() == D;
 }
-static_assert(size_matches<DType::kBool>() && size_matches<DType::kUInt8>() &&
-              size_matches<DType::kInt8>() && size_matches<DType::kInt16>() &&
-              size_matches<DType::kInt32>() && size_matches<DType::kInt64>() &&
-              size_matches<DType::kFloat16>() && size_matches<DType::kBFloat16>() &&
-              size_matches<DType::kFloat32>() && size_matches<DType::kFloat64>() &&
-              size_matches<DType::kComplex64>() && size_matches<DType::kComplex128>());
+static_assert(size_matches<DType::kBool>() && size_matches<DType::kUInt8>() && size_matches<DType::kInt8>() &&
+              size_matches<DType::kInt16>() && size_matches<DType::kInt32>() &&
+              size_matches<DType::kInt64>() && size_matches<DType::kFloat16>() &&
+              size_matches<DType::kBFloat16>() && size_matches<DType::kFloat32>() &&
+              size_matches<DType::kFloat64>() && size_matches<DType::kComplex64>() &&
+              size_matches<DType::kComplex128>());
 
 struct Alias {
   const char* name;
@@ -49,13 +48,15 @@ struct Alias {
 
 // torch's historical names (torch.half, torch.float, ...).
 constexpr Alias kAliases[] = {
-    {"half", DType::kFloat16},    {"float", DType::kFloat32},    {"double", DType::kFloat64},
-    {"short", DType::kInt16},     {"int", DType::kInt32},        {"long", DType::kInt64},
+    {"half", DType::kFloat16},     {"float", DType::kFloat32},      {"double", DType::kFloat64},
+    {"short", DType::kInt16},      {"int", DType::kInt32},          {"long", DType::kInt64},
     {"cfloat", DType::kComplex64}, {"cdouble", DType::kComplex128}, {"byte", DType::kUInt8},
     {"char", DType::kInt8},
 };
 
-bool valid(DType dtype) { return static_cast<size_t>(dtype) < kInfo.size(); }
+bool valid(DType dtype) {
+  return static_cast<size_t>(dtype) < kInfo.size();
+}
 
 bool equals_ignoring_case(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -111,17 +112,22 @@ bool is_floating_point(DType dtype) {
          dtype == DType::kFloat64;
 }
 
-bool is_complex(DType dtype) { return dtype == DType::kComplex64 || dtype == DType::kComplex128; }
+bool is_complex(DType dtype) {
+  return dtype == DType::kComplex64 || dtype == DType::kComplex128;
+}
 
 bool is_integral(DType dtype, bool include_bool) {
   switch (dtype) {
-    case DType::kBool: return include_bool;
+    case DType::kBool:
+      return include_bool;
     case DType::kUInt8:
     case DType::kInt8:
     case DType::kInt16:
     case DType::kInt32:
-    case DType::kInt64: return true;
-    default: return false;
+    case DType::kInt64:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -44,7 +44,9 @@ void float_to_bfloat16(std::span<const float> in, std::span<BFloat16> out) {
   convert("float_to_bfloat16", in, out);
 }
 
-std::ostream& operator<<(std::ostream& os, Half value) { return os << static_cast<float>(value); }
+std::ostream& operator<<(std::ostream& os, Half value) {
+  return os << static_cast<float>(value);
+}
 
 std::ostream& operator<<(std::ostream& os, BFloat16 value) {
   return os << static_cast<float>(value);

@@ -11,8 +11,8 @@
 #include "tdist/half.h"
 
 // Vectorisation, checked with -O3 -fopt-info-vec-optimized and the vect
-// tree dump per instantiation (GCC 12, x86-64 baseline SSE2): accumulate()
-// and combine() vectorise for every valid op on float32, float64, float16,
+// tree dump per instantiation (GCC 12, x86-64 baseline SSE2): accumulate(),
+// accumulate_right() and combine() vectorise for every valid op on float32, float64, float16,
 // bfloat16, int8/16/32, uint8 and bool, complex SUM, and int64 SUM and the
 // bitwise ops (float32 SUM and int32 SUM included, the ones that matter
 // most). int64 MIN/MAX/PRODUCT stay scalar: SSE2 has no 64-bit compare or
@@ -27,8 +27,7 @@ template <typename T>
 constexpr bool kIsHalfLike = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 template <typename T>
-constexpr bool kIsComplex =
-    std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
+constexpr bool kIsComplex = std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
 
 // bool is reduced as bytes (reduce_bool), so it is no integer here.
 template <typename T>
@@ -39,8 +38,7 @@ constexpr bool kIsInteger = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 // unsigned int (a narrower one would promote to signed int, where a product
 // can overflow) and convert back, which C++20 defines as modulo 2^N.
 template <typename T>
-using WrapType =
-    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 template <typename T>
 T wrap_add(T a, T b) {
@@ -92,10 +90,10 @@ struct MinFn {
     } else if constexpr (kIsHalfLike<T>) {
       const float fa = static_cast<float>(a);
       const float fb = static_cast<float>(b);
-      return T::from_bits(static_cast<uint16_t>(
-          detail::select_bits((fa < fb) | (fa != fa), a.bits, b.bits)));
+      return T::from_bits(
+          static_cast<uint16_t>(detail::select_bits((fa < fb) | std::isnan(fa), a.bits, b.bits)));
     } else {
-      return ((a < b) | (a != a)) ? a : b;
+      return ((a < b) | std::isnan(a)) ? a : b;
     }
   }
 };
@@ -108,10 +106,10 @@ struct MaxFn {
     } else if constexpr (kIsHalfLike<T>) {
       const float fa = static_cast<float>(a);
       const float fb = static_cast<float>(b);
-      return T::from_bits(static_cast<uint16_t>(
-          detail::select_bits((fa > fb) | (fa != fa), a.bits, b.bits)));
+      return T::from_bits(
+          static_cast<uint16_t>(detail::select_bits((fa > fb) | std::isnan(fa), a.bits, b.bits)));
     } else {
-      return ((a > b) | (a != a)) ? a : b;
+      return ((a > b) | std::isnan(a)) ? a : b;
     }
   }
 };
@@ -143,15 +141,11 @@ struct BoolOrFn {
 };
 
 struct BoolAndFn {
-  uint8_t operator()(uint8_t a, uint8_t b) const {
-    return static_cast<uint8_t>((a != 0) & (b != 0));
-  }
+  uint8_t operator()(uint8_t a, uint8_t b) const { return static_cast<uint8_t>((a != 0) & (b != 0)); }
 };
 
 struct BoolXorFn {
-  uint8_t operator()(uint8_t a, uint8_t b) const {
-    return static_cast<uint8_t>((a != 0) ^ (b != 0));
-  }
+  uint8_t operator()(uint8_t a, uint8_t b) const { return static_cast<uint8_t>((a != 0) ^ (b != 0)); }
 };
 
 // The hot path of every reducing collective: fold a received chunk into the
@@ -160,6 +154,14 @@ struct BoolXorFn {
 template <typename T, typename Fn>
 void accumulate(T* __restrict dst, const T* __restrict src, size_t n, Fn fn) {
   for (size_t i = 0; i < n; ++i) dst[i] = fn(dst[i], src[i]);
+}
+
+// The same with the operands the other way round, for dst == b: keeping
+// a op b in that order makes MIN/MAX pick the same one of two equal values
+// (signed zeros) or NaNs in every aliasing.
+template <typename T, typename Fn>
+void accumulate_right(T* __restrict dst, const T* __restrict src, size_t n, Fn fn) {
+  for (size_t i = 0; i < n; ++i) dst[i] = fn(src[i], dst[i]);
 }
 
 template <typename T, typename Fn>
@@ -183,9 +185,7 @@ void run_binary(void* dst, const void* a, const void* b, size_t n, Fn fn) {
   } else if (d == x) {
     accumulate(d, y, n, fn);
   } else if (d == y) {
-    // Every operator is commutative (up to which NaN payload or signed zero
-    // MIN/MAX return on ties), so dst == b folds in a.
-    accumulate(d, x, n, fn);
+    accumulate_right(d, x, n, fn);
   } else {
     combine(d, x, y, n, fn);
   }
@@ -197,7 +197,9 @@ void reduce_typed(void* dst, const void* a, const void* b, size_t n, ReduceOp::K
   switch (kind) {
     case ReduceOp::SUM:
     case ReduceOp::AVG:
-    case ReduceOp::PREMUL_SUM: run_binary<T>(dst, a, b, n, SumFn{}); return;
+    case ReduceOp::PREMUL_SUM:
+      run_binary<T>(dst, a, b, n, SumFn{});
+      return;
     case ReduceOp::PRODUCT:
       if constexpr (!kIsComplex<T>) run_binary<T>(dst, a, b, n, ProductFn{});
       return;
@@ -225,13 +227,20 @@ void reduce_bool(void* dst, const void* a, const void* b, size_t n, ReduceOp::Ki
   switch (kind) {
     case ReduceOp::SUM:
     case ReduceOp::MAX:
-    case ReduceOp::BOR: run_binary<uint8_t>(dst, a, b, n, BoolOrFn{}); return;
+    case ReduceOp::BOR:
+      run_binary<uint8_t>(dst, a, b, n, BoolOrFn{});
+      return;
     case ReduceOp::PRODUCT:
     case ReduceOp::MIN:
-    case ReduceOp::BAND: run_binary<uint8_t>(dst, a, b, n, BoolAndFn{}); return;
-    case ReduceOp::BXOR: run_binary<uint8_t>(dst, a, b, n, BoolXorFn{}); return;
+    case ReduceOp::BAND:
+      run_binary<uint8_t>(dst, a, b, n, BoolAndFn{});
+      return;
+    case ReduceOp::BXOR:
+      run_binary<uint8_t>(dst, a, b, n, BoolXorFn{});
+      return;
     case ReduceOp::AVG:
-    case ReduceOp::PREMUL_SUM: return;  // rejected by check_reduce_supported
+    case ReduceOp::PREMUL_SUM:
+      return;  // rejected by check_reduce_supported
   }
 }
 
@@ -298,8 +307,7 @@ void divide(T* __restrict data, size_t n, int world_size) {
 
 }  // namespace
 
-void reduce_into(void* dst, const void* a, const void* b, size_t count, DType dtype,
-                 const ReduceOp& op) {
+void reduce_into(void* dst, const void* a, const void* b, size_t count, DType dtype, const ReduceOp& op) {
   check_reduce_supported(dtype, op, "reduce_into");
   if (count == 0) return;
   if (dtype == DType::kBool) {

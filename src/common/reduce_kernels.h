@@ -21,9 +21,12 @@
 namespace tdist {
 
 /// dst[i] = a[i] op b[i] for i < count. `dst` may be the same pointer as `a`,
-/// `b` or both; other overlaps are not allowed. AVG and PREMUL_SUM sum here.
-void reduce_into(void* dst, const void* a, const void* b, size_t count, DType dtype,
-                 const ReduceOp& op);
+/// `b` or both; other overlaps are not allowed. The operand order is kept
+/// whatever aliases, so MIN/MAX return the same bits in every aliasing
+/// (which signed zero or NaN payload wins); the NaN payload a SUM or PRODUCT
+/// produces is unspecified (the compiler may commute them). AVG and
+/// PREMUL_SUM sum here.
+void reduce_into(void* dst, const void* a, const void* b, size_t count, DType dtype, const ReduceOp& op);
 
 /// For PREMUL_SUM, multiplies data[i] by op.premul_factor (integers: by the
 /// factor truncated toward zero, wrapping on overflow); no-op for other ops.

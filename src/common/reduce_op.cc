@@ -25,25 +25,31 @@ bool factor_fits(double factor) {
 
 bool integer_factor_fits(DType dtype, double factor) {
   switch (dtype) {
-    case DType::kUInt8: return factor_fits<uint8_t>(factor);
-    case DType::kInt8: return factor_fits<int8_t>(factor);
-    case DType::kInt16: return factor_fits<int16_t>(factor);
-    case DType::kInt32: return factor_fits<int32_t>(factor);
-    case DType::kInt64: return factor_fits<int64_t>(factor);
-    default: return true;
+    case DType::kUInt8:
+      return factor_fits<uint8_t>(factor);
+    case DType::kInt8:
+      return factor_fits<int8_t>(factor);
+    case DType::kInt16:
+      return factor_fits<int16_t>(factor);
+    case DType::kInt32:
+      return factor_fits<int32_t>(factor);
+    case DType::kInt64:
+      return factor_fits<int64_t>(factor);
+    default:
+      return true;
   }
 }
 
 // Why `op` is not defined for `dtype`, or null if it is.
 const char* unsupported_reason(DType dtype, const ReduceOp& op) {
   switch (op.kind) {
-    case ReduceOp::SUM: return nullptr;
+    case ReduceOp::SUM:
+      return nullptr;
     case ReduceOp::BAND:
     case ReduceOp::BOR:
     case ReduceOp::BXOR:
-      return is_integral(dtype, /*include_bool=*/true)
-                 ? nullptr
-                 : "bitwise ops need an integer or bool tensor";
+      return is_integral(dtype, /*include_bool=*/true) ? nullptr
+                                                       : "bitwise ops need an integer or bool tensor";
     case ReduceOp::MIN:
     case ReduceOp::MAX:
       return is_complex(dtype) ? "complex numbers are not ordered" : nullptr;
@@ -65,20 +71,31 @@ const char* unsupported_reason(DType dtype, const ReduceOp& op) {
 
 const char* reduce_op_name(ReduceOp::Kind kind) {
   switch (kind) {
-    case ReduceOp::SUM: return "SUM";
-    case ReduceOp::PRODUCT: return "PRODUCT";
-    case ReduceOp::MIN: return "MIN";
-    case ReduceOp::MAX: return "MAX";
-    case ReduceOp::BAND: return "BAND";
-    case ReduceOp::BOR: return "BOR";
-    case ReduceOp::BXOR: return "BXOR";
-    case ReduceOp::AVG: return "AVG";
-    case ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    case ReduceOp::SUM:
+      return "SUM";
+    case ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case ReduceOp::MIN:
+      return "MIN";
+    case ReduceOp::MAX:
+      return "MAX";
+    case ReduceOp::BAND:
+      return "BAND";
+    case ReduceOp::BOR:
+      return "BOR";
+    case ReduceOp::BXOR:
+      return "BXOR";
+    case ReduceOp::AVG:
+      return "AVG";
+    case ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
   }
   return "UNKNOWN";
 }
 
-const char* reduce_op_name(const ReduceOp& op) { return reduce_op_name(op.kind); }
+const char* reduce_op_name(const ReduceOp& op) {
+  return reduce_op_name(op.kind);
+}
 
 bool is_reduce_supported(DType dtype, const ReduceOp& op) {
   return unsupported_reason(dtype, op) == nullptr;

@@ -37,13 +37,12 @@ int64_t checked_numel(const char* function, DType dtype, const std::vector<int64
   for (int64_t size : shape) {
     if (size == 0) return 0;
   }
-  const int64_t limit =
-      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size(dtype));
+  const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size(dtype));
   int64_t numel = 1;
   for (int64_t size : shape) {
     if (numel > limit / size) {
-      throw DistInvalidArgument(std::string(function) + ": shape " + shape_string(shape) +
-                                " of " + dtype_name(dtype) + " is too large");
+      throw DistInvalidArgument(std::string(function) + ": shape " + shape_string(shape) + " of " +
+                                dtype_name(dtype) + " is too large");
     }
     numel *= size;
   }
@@ -59,17 +58,15 @@ size_t alignment_of(DType dtype) {
 namespace detail {
 
 void throw_dtype_mismatch(const char* function, DType requested, DType actual) {
-  throw DistInvalidArgument(std::string(function) + ": requested elements of type " +
-                            dtype_name(requested) + " from a tensor of dtype " +
-                            dtype_name(actual));
+  throw DistInvalidArgument(std::string(function) + ": requested elements of type " + dtype_name(requested) +
+                            " from a tensor of dtype " + dtype_name(actual));
 }
 
 void check_wrap_size(size_t numel, const std::vector<int64_t>& shape) {
   int64_t expected = checked_numel("Tensor::wrap", DType::kUInt8, shape);
   if (static_cast<uint64_t>(expected) != numel) {
-    throw DistInvalidArgument("Tensor: shape " + shape_string(shape) + " holds " +
-                              std::to_string(expected) + " elements but the data has " +
-                              std::to_string(numel));
+    throw DistInvalidArgument("Tensor: shape " + shape_string(shape) + " holds " + std::to_string(expected) +
+                              " elements but the data has " + std::to_string(numel));
   }
 }
 
@@ -79,11 +76,7 @@ Tensor::Tensor() : shape_{0} {}
 
 Tensor::Tensor(std::shared_ptr<void> storage, void* data, DType dtype, std::vector<int64_t> shape,
                int64_t numel)
-    : storage_(std::move(storage)),
-      data_(data),
-      dtype_(dtype),
-      shape_(std::move(shape)),
-      numel_(numel) {}
+    : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)), numel_(numel) {}
 
 Tensor Tensor::wrap(void* data, DType dtype, std::vector<int64_t> shape) {
   const int64_t numel = checked_numel("Tensor::wrap", dtype, shape);
@@ -118,8 +111,8 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
 Tensor Tensor::view(int64_t offset, int64_t count) const {
   if (offset < 0 || count < 0 || offset > numel_ || count > numel_ - offset) {
     throw DistInvalidArgument("Tensor::view: offset " + std::to_string(offset) + " and count " +
-                              std::to_string(count) + " do not fit in numel " +
-                              std::to_string(numel_) + " of " + describe());
+                              std::to_string(count) + " do not fit in numel " + std::to_string(numel_) +
+                              " of " + describe());
   }
   void* start = data_ == nullptr ? nullptr : static_cast<char*>(data_) + offset * element_size();
   return Tensor(storage_, start, dtype_, {count}, count);
@@ -172,8 +165,8 @@ Tensor Tensor::reshape(std::vector<int64_t> shape) const {
   if (has_zero) known = 0;
   if (inferred >= 0) {
     if (known == 0) {
-      throw DistInvalidArgument("Tensor::reshape: cannot infer the -1 in " + shape_string(shape) +
-                                " for " + describe() + " (the other sizes multiply to 0)");
+      throw DistInvalidArgument("Tensor::reshape: cannot infer the -1 in " + shape_string(shape) + " for " +
+                                describe() + " (the other sizes multiply to 0)");
     }
     if (fits && numel_ % known == 0) {
       shape[static_cast<size_t>(inferred)] = numel_ / known;
@@ -189,7 +182,9 @@ Tensor Tensor::reshape(std::vector<int64_t> shape) const {
   return Tensor(storage_, data_, dtype_, std::move(shape), numel_);
 }
 
-Tensor Tensor::flatten() const { return Tensor(storage_, data_, dtype_, {numel_}, numel_); }
+Tensor Tensor::flatten() const {
+  return Tensor(storage_, data_, dtype_, {numel_}, numel_);
+}
 
 Tensor Tensor::clone() const {
   Tensor copy = empty(dtype_, shape_);
@@ -199,8 +194,8 @@ Tensor Tensor::clone() const {
 
 void Tensor::copy_from(const Tensor& src) {
   if (src.dtype_ != dtype_ || src.numel_ != numel_) {
-    throw DistInvalidArgument("Tensor::copy_from: cannot copy " + src.describe() + " into " +
-                              describe() + " (dtype and numel must match)");
+    throw DistInvalidArgument("Tensor::copy_from: cannot copy " + src.describe() + " into " + describe() +
+                              " (dtype and numel must match)");
   }
   // memmove: the caller may copy between overlapping views of one buffer.
   if (nbytes() > 0 && src.data_ != data_) std::memmove(data_, src.data_, nbytes());
@@ -215,6 +210,8 @@ bool Tensor::overlaps(const Tensor& other) const {
   return a < b + other.nbytes() && b < a + nbytes();
 }
 
-std::string Tensor::describe() const { return dtype_name(dtype_) + shape_string(shape_); }
+std::string Tensor::describe() const {
+  return dtype_name(dtype_) + shape_string(shape_);
+}
 
 }  // namespace tdist

@@ -29,6 +29,26 @@ size_t Request::received_bytes() const {
   return received_bytes_;
 }
 
+void Request::on_complete(std::function<void(Request&)> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(*this);
+}
+
+void Request::run_callbacks() {
+  std::vector<std::function<void(Request&)>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    callbacks.swap(callbacks_);
+  }
+  for (auto& callback : callbacks) callback(*this);
+}
+
 void Request::complete(int source, size_t received_bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -38,6 +58,7 @@ void Request::complete(int source, size_t received_bytes) {
     received_bytes_ = received_bytes;
   }
   done_cv_.notify_all();
+  run_callbacks();
 }
 
 void Request::fail(std::exception_ptr error) {
@@ -48,6 +69,7 @@ void Request::fail(std::exception_ptr error) {
     error_ = std::move(error);
   }
   done_cv_.notify_all();
+  run_callbacks();
 }
 
 }  // namespace tdist::transport

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,7 +31,8 @@ constexpr int kAnySource = -1;
 /// Completion of one send or receive. Thread-safe.
 class Request {
  public:
-  Request(int peer, uint64_t tag, size_t nbytes) : peer_(peer), tag_(tag), nbytes_(nbytes) {}
+  enum class Kind { kSend, kRecv };
+  Request(Kind kind, int peer, uint64_t tag, size_t nbytes) : kind_(kind), peer_(peer), tag_(tag), nbytes_(nbytes) {}
   virtual ~Request() = default;
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
@@ -47,17 +49,25 @@ class Request {
   /// its size. Valid after completion.
   int source() const;
   size_t received_bytes() const;
+  Kind kind() const { return kind_; }
   /// The peer and tag it was posted with, for error messages.
   int peer() const { return peer_; }
   uint64_t tag() const { return tag_; }
   /// Size of the send, or capacity of the receive.
   size_t nbytes() const { return nbytes_; }
 
-  // Called by transports.
+  /// Runs `callback` once the request completes (at once if it has). It runs
+  /// on the completing thread, outside any transport lock, so it may post
+  /// new operations.
+  void on_complete(std::function<void(Request&)> callback);
+
+  // Called by transports, never while holding their own locks.
   void complete(int source, size_t received_bytes);
   void fail(std::exception_ptr error);
 
  private:
+  void run_callbacks();
+  const Kind kind_;
   const int peer_;
   const uint64_t tag_;
   const size_t nbytes_;
@@ -67,6 +77,7 @@ class Request {
   std::exception_ptr error_;
   int source_ = -1;
   size_t received_bytes_ = 0;
+  std::vector<std::function<void(Request&)>> callbacks_;
 };
 
 using RequestPtr = std::shared_ptr<Request>;

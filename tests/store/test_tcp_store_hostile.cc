@@ -261,6 +261,21 @@ TEST_F(HostileClient, ClientVanishingWhileItsGetIsParkedIsForgotten) {
   EXPECT_EQ(rejected(), 0u);  // leaving between requests is not an offence
 }
 
+TEST_F(HostileClient, ClientParkingWaitersWithoutEndIsDisconnected) {
+  Memory before = Memory::now();
+  Socket sock = raw();
+  std::vector<uint8_t> gets;
+  for (int i = 0; i < 20000; ++i) {
+    auto f = frame(Command::kGet, static_cast<uint64_t>(i + 1), {"missing/" + std::to_string(i)});
+    gets.insert(gets.end(), f.begin(), f.end());
+  }
+  send_best_effort(sock, gets);
+  read_until_closed(sock);
+  EXPECT_EQ(rejected(), 1u);
+  expect_bounded_growth(before);
+  expect_healthy();
+}
+
 TEST_F(HostileClient, PipelinedAndDribbledFramesAreServedInOrder) {
   Socket sock = raw();
   std::vector<uint8_t> batch;

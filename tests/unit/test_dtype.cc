@@ -87,11 +87,10 @@ TEST(DType, ParseRejectsUnknownNamesListingValidOnes) {
 TEST(DType, Predicates) {
   for (DType d : kAllDTypes) {
     const std::string name = dtype_name(d);
-    const bool fp = name == "float16" || name == "bfloat16" || name == "float32" ||
-                    name == "float64";
+    const bool fp = name == "float16" || name == "bfloat16" || name == "float32" || name == "float64";
     const bool cx = name == "complex64" || name == "complex128";
-    const bool integer = name == "uint8" || name == "int8" || name == "int16" ||
-                         name == "int32" || name == "int64";
+    const bool integer =
+        name == "uint8" || name == "int8" || name == "int16" || name == "int32" || name == "int64";
     EXPECT_EQ(is_floating_point(d), fp) << name;
     EXPECT_EQ(is_complex(d), cx) << name;
     EXPECT_EQ(is_integral(d, false), integer) << name;
@@ -154,13 +153,23 @@ uint16_t ref_round(float value, int mantissa_bits, int min_exponent, uint16_t in
   return static_cast<uint16_t>(sign | std::min<int64_t>(bits, inf_bits));
 }
 
-uint16_t ref_float_to_half(float value) { return ref_round(value, 10, -14, 0x7c00); }
-uint16_t ref_float_to_bfloat16(float value) { return ref_round(value, 7, -126, 0x7f80); }
+uint16_t ref_float_to_half(float value) {
+  return ref_round(value, 10, -14, 0x7c00);
+}
+uint16_t ref_float_to_bfloat16(float value) {
+  return ref_round(value, 7, -126, 0x7f80);
+}
 
-bool is_half_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
-bool is_bf16_nan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
+bool is_half_nan(uint16_t h) {
+  return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
+}
+bool is_bf16_nan(uint16_t b) {
+  return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0;
+}
 
-float float_from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
+float float_from_bits(uint32_t bits) {
+  return std::bit_cast<float>(bits);
+}
 
 // ---- Half -------------------------------------------------------------------
 
@@ -195,8 +204,7 @@ TEST(Half, KnownPatterns) {
 }
 
 TEST(Half, NaNStaysQuietNaN) {
-  for (uint32_t bits : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu,
-                        0x7f802000u}) {
+  for (uint32_t bits : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7f802000u}) {
     const Half h(float_from_bits(bits));
     EXPECT_TRUE(is_half_nan(h.bits)) << std::hex << bits << " -> " << h.bits;
     EXPECT_TRUE(h.bits & 0x0200) << "not quiet: " << std::hex << h.bits;
@@ -235,8 +243,7 @@ TEST(Half, RoundingMatchesReferenceAtEveryTie) {
     const double hi = bits + 1 == 0x7c00 ? 65536.0 : ref_half_to_float(bits + 1);
     const float mid = static_cast<float>((lo + hi) / 2);
     ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2);
-    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f),
-                    static_cast<float>(lo)}) {
+    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f), static_cast<float>(lo)}) {
       ASSERT_EQ(Half(f).bits, ref_float_to_half(f)) << f;
       ASSERT_EQ(Half(-f).bits, ref_float_to_half(-f)) << -f;
     }

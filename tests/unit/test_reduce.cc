@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -22,6 +23,12 @@
 #include "tdist/reduce_op.h"
 
 namespace tdist {
+
+// Readable parameters in gtest output (found by argument-dependent lookup).
+void PrintTo(DType dtype, std::ostream* os) {
+  *os << dtype_name(dtype);
+}
+
 namespace {
 
 using Kind = ReduceOp::Kind;
@@ -42,18 +49,22 @@ bool contains(const std::string& haystack, const std::string& needle) {
 bool spec_valid(DType d, Kind k) {
   const bool is_bool = d == DType::kBool;
   const bool is_complex = d == DType::kComplex64 || d == DType::kComplex128;
-  const bool is_int = d == DType::kUInt8 || d == DType::kInt8 || d == DType::kInt16 ||
-                      d == DType::kInt32 || d == DType::kInt64;
+  const bool is_int = d == DType::kUInt8 || d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 ||
+                      d == DType::kInt64;
   switch (k) {
-    case ReduceOp::SUM: return true;
+    case ReduceOp::SUM:
+      return true;
     case ReduceOp::BAND:
     case ReduceOp::BOR:
-    case ReduceOp::BXOR: return is_int || is_bool;
+    case ReduceOp::BXOR:
+      return is_int || is_bool;
     case ReduceOp::MIN:
     case ReduceOp::MAX:
-    case ReduceOp::PRODUCT: return !is_complex;
+    case ReduceOp::PRODUCT:
+      return !is_complex;
     case ReduceOp::AVG:
-    case ReduceOp::PREMUL_SUM: return !is_bool;
+    case ReduceOp::PREMUL_SUM:
+      return !is_bool;
   }
   return false;
 }
@@ -65,8 +76,7 @@ using Stored = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
 template <typename T>
 constexpr bool kHalfLike = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 template <typename T>
-constexpr bool kComplex =
-    std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
+constexpr bool kComplex = std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>;
 template <typename T>
 constexpr bool kInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
 
@@ -127,32 +137,45 @@ Stored<T> ref_binary(Kind k, Stored<T> a, Stored<T> b) {
     switch (k) {
       case ReduceOp::SUM:
       case ReduceOp::MAX:
-      case ReduceOp::BOR: return x || y;
+      case ReduceOp::BOR:
+        return x || y;
       case ReduceOp::PRODUCT:
       case ReduceOp::MIN:
-      case ReduceOp::BAND: return x && y;
-      case ReduceOp::BXOR: return x != y;
-      default: break;
+      case ReduceOp::BAND:
+        return x && y;
+      case ReduceOp::BXOR:
+        return x != y;
+      default:
+        break;
     }
   } else if constexpr (kInt<T>) {
     switch (k) {
       case ReduceOp::SUM:
       case ReduceOp::AVG:
-      case ReduceOp::PREMUL_SUM: return ref_wrap<T>(as_u64(a) + as_u64(b));
-      case ReduceOp::PRODUCT: return ref_wrap<T>(as_u64(a) * as_u64(b));
-      case ReduceOp::MIN: return std::min(a, b);
-      case ReduceOp::MAX: return std::max(a, b);
-      case ReduceOp::BAND: return static_cast<T>(a & b);
-      case ReduceOp::BOR: return static_cast<T>(a | b);
-      case ReduceOp::BXOR: return static_cast<T>(a ^ b);
+      case ReduceOp::PREMUL_SUM:
+        return ref_wrap<T>(as_u64(a) + as_u64(b));
+      case ReduceOp::PRODUCT:
+        return ref_wrap<T>(as_u64(a) * as_u64(b));
+      case ReduceOp::MIN:
+        return std::min(a, b);
+      case ReduceOp::MAX:
+        return std::max(a, b);
+      case ReduceOp::BAND:
+        return static_cast<T>(a & b);
+      case ReduceOp::BOR:
+        return static_cast<T>(a | b);
+      case ReduceOp::BXOR:
+        return static_cast<T>(a ^ b);
     }
   } else if constexpr (kHalfLike<T>) {
     const float x = ref_decode(a), y = ref_decode(b);
     switch (k) {
       case ReduceOp::SUM:
       case ReduceOp::AVG:
-      case ReduceOp::PREMUL_SUM: return ref_encode<T>(x + y);
-      case ReduceOp::PRODUCT: return ref_encode<T>(x * y);
+      case ReduceOp::PREMUL_SUM:
+        return ref_encode<T>(x + y);
+      case ReduceOp::PRODUCT:
+        return ref_encode<T>(x * y);
       case ReduceOp::MIN:
         if (std::isnan(x)) return a;
         if (std::isnan(y)) return b;
@@ -161,7 +184,8 @@ Stored<T> ref_binary(Kind k, Stored<T> a, Stored<T> b) {
         if (std::isnan(x)) return a;
         if (std::isnan(y)) return b;
         return y > x ? b : a;
-      default: break;
+      default:
+        break;
     }
   } else if constexpr (kComplex<T>) {
     return T(a.real() + b.real(), a.imag() + b.imag());  // only sums are valid
@@ -169,15 +193,18 @@ Stored<T> ref_binary(Kind k, Stored<T> a, Stored<T> b) {
     switch (k) {
       case ReduceOp::SUM:
       case ReduceOp::AVG:
-      case ReduceOp::PREMUL_SUM: return a + b;
-      case ReduceOp::PRODUCT: return a * b;
+      case ReduceOp::PREMUL_SUM:
+        return a + b;
+      case ReduceOp::PRODUCT:
+        return a * b;
       case ReduceOp::MIN:
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
         return std::fmin(a, b);
       case ReduceOp::MAX:
         if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
         return std::fmax(a, b);
-      default: break;
+      default:
+        break;
     }
   }
   ADD_FAILURE() << "reference asked for an invalid pair";
@@ -218,8 +245,7 @@ template <typename T>
 Stored<T> ref_reduce(const ReduceOp& op, Stored<T> a, Stored<T> b) {
   if constexpr (!std::is_same_v<T, bool>) {
     if (op.kind == ReduceOp::PREMUL_SUM) {
-      return ref_binary<T>(ReduceOp::SUM, ref_scale(a, op.premul_factor),
-                           ref_scale(b, op.premul_factor));
+      return ref_binary<T>(ReduceOp::SUM, ref_scale(a, op.premul_factor), ref_scale(b, op.premul_factor));
     }
     if (op.kind == ReduceOp::AVG) {
       return ref_divide(ref_binary<T>(ReduceOp::SUM, a, b), kWorldSize);
@@ -299,9 +325,8 @@ template <typename T>
 void run_valid_case(DType dtype, const ReduceOp& op, size_t count, size_t offset, Alias alias,
                     std::mt19937_64& rng) {
   using S = Stored<T>;
-  SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + reduce_op_name(op) + " count " +
-               std::to_string(count) + " offset " + std::to_string(offset) + " alias " +
-               std::to_string(static_cast<int>(alias)));
+  SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + reduce_op_name(op) + " count " + std::to_string(count) +
+               " offset " + std::to_string(offset) + " alias " + std::to_string(static_cast<int>(alias)));
   constexpr size_t kGuard = 5;
   const size_t total = offset + count + kGuard;
   // Guard elements around the range must come out untouched.
@@ -313,9 +338,7 @@ void run_valid_case(DType dtype, const ReduceOp& op, size_t count, size_t offset
 
   S* a = a_buf.data() + offset;
   S* b = alias == Alias::kAll ? a : b_buf.data() + offset;
-  S* dst = alias == Alias::kNone ? d_buf.data() + offset
-           : alias == Alias::kDstIsB ? b
-                                     : a;
+  S* dst = alias == Alias::kNone ? d_buf.data() + offset : alias == Alias::kDstIsB ? b : a;
   std::vector<S> expected(count);
   for (size_t i = 0; i < count; ++i) expected[i] = ref_reduce<T>(op, a[i], b[i]);
 
@@ -335,16 +358,16 @@ void run_valid_case(DType dtype, const ReduceOp& op, size_t count, size_t offset
   for (size_t i = 0; i < count && reported < 5; ++i) {
     if (!same<T>(expected[i], dst[i])) {
       ADD_FAILURE() << "element " << i << ": a=" << show<T>(a_orig[offset + i])
-                    << " b=" << show<T>((alias == Alias::kAll ? a_orig : b_orig)[offset + i])
-                    << " expected " << show<T>(expected[i]) << " got " << show<T>(dst[i]);
+                    << " b=" << show<T>((alias == Alias::kAll ? a_orig : b_orig)[offset + i]) << " expected "
+                    << show<T>(expected[i]) << " got " << show<T>(dst[i]);
       ++reported;
     }
   }
   // Nothing outside [offset, offset + count) of any buffer changed, and the
   // inputs that are not the destination kept their values (PREMUL_SUM scales
   // its inputs on purpose).
-  auto untouched = [&](const std::vector<S>& now, const std::vector<S>& before, size_t from,
-                       size_t to, const char* name) {
+  auto untouched = [&](const std::vector<S>& now, const std::vector<S>& before, size_t from, size_t to,
+                       const char* name) {
     for (size_t i = from; i < to; ++i) {
       ASSERT_TRUE(same<T>(now[i], before[i]))
           << name << "[" << i << "] changed (range starts at " << offset << ")";
@@ -355,8 +378,8 @@ void run_valid_case(DType dtype, const ReduceOp& op, size_t count, size_t offset
     const std::vector<S>* before;
     const char* name;
   };
-  for (const Buffer& buf : {Buffer{&a_buf, &a_orig, "a"}, Buffer{&b_buf, &b_orig, "b"},
-                            Buffer{&d_buf, &d_orig, "dst"}}) {
+  for (const Buffer& buf :
+       {Buffer{&a_buf, &a_orig, "a"}, Buffer{&b_buf, &b_orig, "b"}, Buffer{&d_buf, &d_orig, "dst"}}) {
     untouched(*buf.now, *buf.before, 0, offset, buf.name);
     untouched(*buf.now, *buf.before, offset + count, total, buf.name);
   }
@@ -388,8 +411,7 @@ TEST_P(ReduceMatrix, MatchesReferenceOrThrows) {
       check_reduce_supported(dtype, op, "all_reduce");
       FAIL() << "check_reduce_supported accepted " << oname << " on " << dname;
     } catch (const DistInvalidArgument& e) {
-      EXPECT_TRUE(contains(e.what(), "all_reduce") && contains(e.what(), oname) &&
-                  contains(e.what(), dname))
+      EXPECT_TRUE(contains(e.what(), "all_reduce") && contains(e.what(), oname) && contains(e.what(), dname))
           << e.what();
       EXPECT_TRUE(contains(e.what(), "(")) << "no reason given: " << e.what();
     }
@@ -400,16 +422,13 @@ TEST_P(ReduceMatrix, MatchesReferenceOrThrows) {
         call();
         ADD_FAILURE() << fn << " accepted " << oname << " on " << dname;
       } catch (const DistInvalidArgument& e) {
-        EXPECT_TRUE(contains(e.what(), fn) && contains(e.what(), oname) &&
-                    contains(e.what(), dname))
+        EXPECT_TRUE(contains(e.what(), fn) && contains(e.what(), oname) && contains(e.what(), dname))
             << e.what();
       }
     };
-    expect_refused([&] { reduce_into(d.data(), a.data(), b.data(), 4, dtype, op); },
-                   "reduce_into");
+    expect_refused([&] { reduce_into(d.data(), a.data(), b.data(), 4, dtype, op); }, "reduce_into");
     expect_refused([&] { premultiply(a.data(), 4, dtype, op); }, "premultiply");
-    expect_refused([&] { premultiply_into(d.data(), a.data(), 4, dtype, op); },
-                   "premultiply_into");
+    expect_refused([&] { premultiply_into(d.data(), a.data(), 4, dtype, op); }, "premultiply_into");
     expect_refused([&] { finalize_reduce(d.data(), 4, dtype, op, 2); }, "finalize_reduce");
     expect_refused([&] { reduce_into(nullptr, nullptr, nullptr, 0, dtype, op); }, "reduce_into");
     EXPECT_EQ(a, std::vector<unsigned char>(64, 0x11));
@@ -438,8 +457,7 @@ TEST_P(ReduceMatrix, MatchesReferenceOrThrows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPairs, ReduceMatrix,
-                         ::testing::Combine(::testing::ValuesIn(kAllDTypes),
-                                            ::testing::ValuesIn(kAllKinds)),
+                         ::testing::Combine(::testing::ValuesIn(kAllDTypes), ::testing::ValuesIn(kAllKinds)),
                          [](const auto& param_info) {
                            return std::string(dtype_name(std::get<0>(param_info.param))) + "_" +
                                   reduce_op_name(std::get<1>(param_info.param));
@@ -456,8 +474,7 @@ TEST(ReduceOp, ConstructionAndNames) {
   EXPECT_EQ(pre.premul_factor, 0.25);
   EXPECT_EQ(ReduceOp(), ReduceOp(ReduceOp::SUM));
   EXPECT_FALSE(pre == ReduceOp::premul_sum(0.5));
-  const char* names[] = {"SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG",
-                         "PREMUL_SUM"};
+  const char* names[] = {"SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "AVG", "PREMUL_SUM"};
   for (size_t i = 0; i < std::size(kAllKinds); ++i) {
     EXPECT_STREQ(reduce_op_name(kAllKinds[i]), names[i]);
   }
@@ -500,8 +517,7 @@ TEST(ReduceOp, IntegerPremulFactorMustFit) {
     check_reduce_supported(DType::kInt8, ReduceOp::premul_sum(300), "reduce");
     FAIL();
   } catch (const DistInvalidArgument& e) {
-    EXPECT_TRUE(contains(e.what(), "PREMUL_SUM") && contains(e.what(), "300") &&
-                contains(e.what(), "int8"))
+    EXPECT_TRUE(contains(e.what(), "PREMUL_SUM") && contains(e.what(), "300") && contains(e.what(), "int8"))
         << e.what();
   }
 }
@@ -510,7 +526,7 @@ TEST(ReduceOp, IntegerPremulFactorMustFit) {
 
 template <typename T>
 std::vector<T> run_reduce(const std::vector<T>& a, const std::vector<T>& b, DType d, ReduceOp op,
-                      int world_size = 1) {
+                          int world_size = 1) {
   std::vector<T> sa = a, sb = b, out(a.size());
   premultiply(sa.data(), sa.size(), d, op);
   premultiply(sb.data(), sb.size(), d, op);
@@ -528,41 +544,40 @@ std::vector<T> tile(std::vector<T> pattern, size_t n = 37) {
 }
 
 TEST(ReduceKernels, IntegerWrapAround) {
-  EXPECT_EQ(run_reduce<int8_t>(tile<int8_t>({127, -128, 100}), tile<int8_t>({1, -1, 100}),
-                           DType::kInt8, ReduceOp::SUM),
+  EXPECT_EQ(run_reduce<int8_t>(tile<int8_t>({127, -128, 100}), tile<int8_t>({1, -1, 100}), DType::kInt8,
+                               ReduceOp::SUM),
             tile<int8_t>({-128, 127, -56}));
-  EXPECT_EQ(run_reduce<int8_t>(tile<int8_t>({16, -128, 11}), tile<int8_t>({16, -1, 13}),
-                           DType::kInt8, ReduceOp::PRODUCT),
+  EXPECT_EQ(run_reduce<int8_t>(tile<int8_t>({16, -128, 11}), tile<int8_t>({16, -1, 13}), DType::kInt8,
+                               ReduceOp::PRODUCT),
             tile<int8_t>({0, -128, -113}));  // 256 -> 0, 128 -> -128, 143 -> -113
-  EXPECT_EQ(run_reduce<uint8_t>(tile<uint8_t>({255, 200, 16}), tile<uint8_t>({1, 100, 16}),
-                            DType::kUInt8, ReduceOp::SUM),
+  EXPECT_EQ(run_reduce<uint8_t>(tile<uint8_t>({255, 200, 16}), tile<uint8_t>({1, 100, 16}), DType::kUInt8,
+                                ReduceOp::SUM),
             tile<uint8_t>({0, 44, 32}));
-  EXPECT_EQ(run_reduce<uint8_t>(tile<uint8_t>({255, 200, 16}), tile<uint8_t>({255, 2, 16}),
-                            DType::kUInt8, ReduceOp::PRODUCT),
+  EXPECT_EQ(run_reduce<uint8_t>(tile<uint8_t>({255, 200, 16}), tile<uint8_t>({255, 2, 16}), DType::kUInt8,
+                                ReduceOp::PRODUCT),
             tile<uint8_t>({1, 144, 0}));
   EXPECT_EQ(run_reduce<int16_t>(tile<int16_t>({32767, 300, -32768}), tile<int16_t>({1, 300, -32768}),
-                            DType::kInt16, ReduceOp::SUM),
+                                DType::kInt16, ReduceOp::SUM),
             tile<int16_t>({-32768, 600, 0}));
   EXPECT_EQ(run_reduce<int16_t>(tile<int16_t>({32767, 300, -32768}), tile<int16_t>({32767, 300, -1}),
-                            DType::kInt16, ReduceOp::PRODUCT),
+                                DType::kInt16, ReduceOp::PRODUCT),
             tile<int16_t>({1, 24464, -32768}));
   const int32_t i32max = std::numeric_limits<int32_t>::max();
   const int32_t i32min = std::numeric_limits<int32_t>::min();
-  EXPECT_EQ(run_reduce<int32_t>(tile<int32_t>({i32max, i32min, 5}), tile<int32_t>({1, -1, 6}),
-                            DType::kInt32, ReduceOp::SUM),
+  EXPECT_EQ(run_reduce<int32_t>(tile<int32_t>({i32max, i32min, 5}), tile<int32_t>({1, -1, 6}), DType::kInt32,
+                                ReduceOp::SUM),
             tile<int32_t>({i32min, i32max, 11}));
   EXPECT_EQ(run_reduce<int32_t>(tile<int32_t>({65536, 46341, i32min}), tile<int32_t>({65536, 46341, -1}),
-                            DType::kInt32, ReduceOp::PRODUCT),
+                                DType::kInt32, ReduceOp::PRODUCT),
             tile<int32_t>({0, -2147479015, i32min}));
   const int64_t i64max = std::numeric_limits<int64_t>::max();
   const int64_t i64min = std::numeric_limits<int64_t>::min();
   const int64_t two62 = int64_t{1} << 62;
   EXPECT_EQ(run_reduce<int64_t>(tile<int64_t>({i64max, i64min, two62}), tile<int64_t>({1, -1, two62}),
-                            DType::kInt64, ReduceOp::SUM),
+                                DType::kInt64, ReduceOp::SUM),
             tile<int64_t>({i64min, i64max, i64min}));
   EXPECT_EQ(run_reduce<int64_t>(tile<int64_t>({int64_t{1} << 32, two62 + 1, i64min}),
-                            tile<int64_t>({int64_t{1} << 32, 4, -1}), DType::kInt64,
-                            ReduceOp::PRODUCT),
+                                tile<int64_t>({int64_t{1} << 32, 4, -1}), DType::kInt64, ReduceOp::PRODUCT),
             tile<int64_t>({0, 4, i64min}));
 }
 
@@ -587,8 +602,7 @@ TEST(ReduceKernels, FloatSpecialValues) {
   check(ReduceOp::MAX, {inf, inf, nan, nan, 3.0f, inf, 2.0f});
 
   // The same through the other floating types.
-  const std::vector<double> da = tile<double>({1.0, NAN, -INFINITY}),
-                            db = tile<double>({NAN, 2.0, 5.0});
+  const std::vector<double> da = tile<double>({1.0, NAN, -INFINITY}), db = tile<double>({NAN, 2.0, 5.0});
   const std::vector<double> dmin = run_reduce(da, db, DType::kFloat64, ReduceOp::MIN);
   const std::vector<double> dmax = run_reduce(da, db, DType::kFloat64, ReduceOp::MAX);
   for (size_t i = 0; i < dmin.size(); ++i) {
@@ -644,8 +658,8 @@ TEST(ReduceKernels, HalfAndBFloat16RoundEachStep) {
   EXPECT_EQ(p[1].bits, 0x0002);
   // bfloat16: 1 + 2^-8 is a tie to 1; 1 + 3*2^-8 a tie to 1 + 2^-6.
   const std::vector<BFloat16> one = tile<BFloat16>({BFloat16::from_bits(0x3f80)});
-  const std::vector<BFloat16> add = tile<BFloat16>(
-      {BFloat16::from_bits(0x3b80) /* 2^-8 */, BFloat16::from_bits(0x3c40) /* 3*2^-8 */});
+  const std::vector<BFloat16> add =
+      tile<BFloat16>({BFloat16::from_bits(0x3b80) /* 2^-8 */, BFloat16::from_bits(0x3c40) /* 3*2^-8 */});
   const std::vector<BFloat16> s = run_reduce(one, add, DType::kBFloat16, ReduceOp::SUM);
   EXPECT_EQ(s[0].bits, 0x3f80);
   EXPECT_EQ(s[1].bits, 0x3f82);
@@ -665,22 +679,20 @@ TEST(ReduceKernels, Average) {
   EXPECT_EQ(run_reduce<double>({1}, {0}, DType::kFloat64, ReduceOp::AVG, 3),
             (std::vector<double>{1.0 / 3.0}));
   const std::vector<Half> h = run_reduce<Half>({Half::from_bits(0x3c00)}, {Half::from_bits(0x4000)},
-                                           DType::kFloat16, ReduceOp::AVG, 2);
+                                               DType::kFloat16, ReduceOp::AVG, 2);
   EXPECT_EQ(h[0].bits, 0x3e00);  // (1 + 2) / 2 = 1.5
   const std::vector<std::complex<float>> c =
       run_reduce<std::complex<float>>({{1, -3}}, {{3, 1}}, DType::kComplex64, ReduceOp::AVG, 4);
   EXPECT_EQ(c[0], std::complex<float>(1.0f, -0.5f));
   // AVG needs a world size; other ops ignore it but still validate it.
   std::vector<float> v(3, 1.0f);
-  EXPECT_THROW(finalize_reduce(v.data(), v.size(), DType::kFloat32, ReduceOp::AVG, 0),
-               DistInvalidArgument);
+  EXPECT_THROW(finalize_reduce(v.data(), v.size(), DType::kFloat32, ReduceOp::AVG, 0), DistInvalidArgument);
   finalize_reduce(v.data(), v.size(), DType::kFloat32, ReduceOp::SUM, 4);
   EXPECT_EQ(v, std::vector<float>(3, 1.0f));
 }
 
 TEST(ReduceKernels, PremulSum) {
-  EXPECT_EQ(run_reduce<int32_t>({3, -3, 1000000}, {4, 5, 1000000}, DType::kInt32,
-                            ReduceOp::premul_sum(2.9)),
+  EXPECT_EQ(run_reduce<int32_t>({3, -3, 1000000}, {4, 5, 1000000}, DType::kInt32, ReduceOp::premul_sum(2.9)),
             (std::vector<int32_t>{14, 4, 4000000}));  // factor truncates to 2
   EXPECT_EQ(run_reduce<int16_t>({3, 20000}, {4, 0}, DType::kInt16, ReduceOp::premul_sum(-1.5)),
             (std::vector<int16_t>{-7, -20000}));
@@ -690,12 +702,12 @@ TEST(ReduceKernels, PremulSum) {
             (std::vector<float>{2, -3}));
   EXPECT_EQ(run_reduce<double>({1}, {2}, DType::kFloat64, ReduceOp::premul_sum(0.1)),
             (std::vector<double>{1 * 0.1 + 2 * 0.1}));
-  const std::vector<BFloat16> bf = run_reduce<BFloat16>(
-      {BFloat16::from_bits(0x4040)}, {BFloat16::from_bits(0x3f80)}, DType::kBFloat16,
-      ReduceOp::premul_sum(0.25));  // 3 * 0.25 + 1 * 0.25 = 1
+  const std::vector<BFloat16> bf =
+      run_reduce<BFloat16>({BFloat16::from_bits(0x4040)}, {BFloat16::from_bits(0x3f80)}, DType::kBFloat16,
+                           ReduceOp::premul_sum(0.25));  // 3 * 0.25 + 1 * 0.25 = 1
   EXPECT_EQ(bf[0].bits, 0x3f80);
-  const std::vector<std::complex<double>> c = run_reduce<std::complex<double>>(
-      {{1, 2}}, {{-3, 4}}, DType::kComplex128, ReduceOp::premul_sum(-2));
+  const std::vector<std::complex<double>> c =
+      run_reduce<std::complex<double>>({{1, 2}}, {{-3, 4}}, DType::kComplex128, ReduceOp::premul_sum(-2));
   EXPECT_EQ(c[0], std::complex<double>(4, -12));
   // premultiply_into copies for other ops and scales for PREMUL_SUM.
   std::vector<int32_t> src = {1, 2, 3}, dst(3);
@@ -707,8 +719,7 @@ TEST(ReduceKernels, PremulSum) {
   premultiply_into(src.data(), src.data(), 3, DType::kInt32, ReduceOp::premul_sum(10));
   EXPECT_EQ(src, (std::vector<int32_t>{10, 20, 30}));
   // A factor the integer type cannot hold is refused, memory untouched.
-  EXPECT_THROW(premultiply(src.data(), 3, DType::kInt32, ReduceOp::premul_sum(1e10)),
-               DistInvalidArgument);
+  EXPECT_THROW(premultiply(src.data(), 3, DType::kInt32, ReduceOp::premul_sum(1e10)), DistInvalidArgument);
   EXPECT_EQ(src, (std::vector<int32_t>{10, 20, 30}));
 }
 
@@ -721,12 +732,54 @@ TEST(ReduceKernels, BoolTreatsAnyNonzeroByteAsTrue) {
   EXPECT_EQ(run_reduce(a, b, DType::kBool, ReduceOp::MIN), tile<uint8_t>({1, 0, 0, 0, 1}));
 }
 
+// dst == a, dst == b and distinct buffers give the same bits: the operand
+// order is kept, which decides which signed zero or NaN payload MIN/MAX
+// return. (SUM and PRODUCT results are exact values whatever the order;
+// only the payload of a NaN they produce is left to the compiler, which
+// may commute their operands, so those are compared as "both NaN".)
+template <typename T, typename Bits, typename IsNan>
+void expect_alias_independent(DType dtype, std::vector<T> a, std::vector<T> b, Bits bits, IsNan is_nan) {
+  for (Kind k : {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
+    std::vector<T> plain(a.size()), into_a = a, into_b = b;
+    reduce_into(plain.data(), a.data(), b.data(), a.size(), dtype, k);
+    reduce_into(into_a.data(), into_a.data(), b.data(), a.size(), dtype, k);
+    reduce_into(into_b.data(), a.data(), into_b.data(), a.size(), dtype, k);
+    const bool exact_bits = k == ReduceOp::MIN || k == ReduceOp::MAX;
+    for (size_t i = 0; i < a.size(); ++i) {
+      for (const T& got : {into_a[i], into_b[i]}) {
+        if (exact_bits || !is_nan(plain[i])) {
+          EXPECT_EQ(bits(plain[i]), bits(got)) << dtype_name(dtype) << " " << reduce_op_name(k) << " " << i;
+        } else {
+          EXPECT_TRUE(is_nan(got)) << dtype_name(dtype) << " " << reduce_op_name(k) << " " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceKernels, AliasingKeepsOperandOrderBitwise) {
+  const float nan1 = std::bit_cast<float>(0x7fc00001u), nan2 = std::bit_cast<float>(0xffc00002u);
+  expect_alias_independent<float>(
+      DType::kFloat32, tile<float>({0.0f, -0.0f, nan1, 1.0f, nan1}),
+      tile<float>({-0.0f, 0.0f, nan2, nan2, 1.0f}), [](float v) { return std::bit_cast<uint32_t>(v); },
+      [](float v) { return std::isnan(v); });
+  const double dnan1 = std::bit_cast<double>(0x7ff8000000000001ull);
+  const double dnan2 = std::bit_cast<double>(0xfff8000000000002ull);
+  expect_alias_independent<double>(
+      DType::kFloat64, tile<double>({0.0, -0.0, dnan1}), tile<double>({-0.0, 0.0, dnan2}),
+      [](double v) { return std::bit_cast<uint64_t>(v); }, [](double v) { return std::isnan(v); });
+  expect_alias_independent<Half>(
+      DType::kFloat16,
+      tile<Half>({Half::from_bits(0x0000), Half::from_bits(0x8000), Half::from_bits(0x7e01)}),
+      tile<Half>({Half::from_bits(0x8000), Half::from_bits(0x0000), Half::from_bits(0xfe02)}),
+      [](Half v) { return v.bits; }, [](Half v) { return (v.bits & 0x7fff) > 0x7c00; });
+}
+
 TEST(ReduceKernels, AliasingAccumulatesLikeAnAllReduce) {
   // Folding four ranks' buffers into the first, as a ring step would.
   std::vector<std::vector<float>> ranks = {{1, 2, 3}, {10, 20, 30}, {100, 200, 300}, {0, 0, 1}};
   for (size_t r = 1; r < ranks.size(); ++r) {
-    reduce_into(ranks[0].data(), ranks[0].data(), ranks[r].data(), 3, DType::kFloat32,
-                ReduceOp::AVG);
+    reduce_into(ranks[0].data(), ranks[0].data(), ranks[r].data(), 3, DType::kFloat32, ReduceOp::AVG);
   }
   finalize_reduce(ranks[0].data(), 3, DType::kFloat32, ReduceOp::AVG, 4);
   EXPECT_EQ(ranks[0], (std::vector<float>{111.0f / 4, 222.0f / 4, 334.0f / 4}));

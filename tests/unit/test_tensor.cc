@@ -25,8 +25,7 @@ void expect_invalid(Fn fn, std::initializer_list<const char*> needles) {
   } catch (const DistInvalidArgument& e) {
     const std::string message = e.what();
     for (const char* needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos) << "\"" << needle << "\" not in: "
-                                                          << message;
+      EXPECT_NE(message.find(needle), std::string::npos) << "\"" << needle << "\" not in: " << message;
     }
   }
 }
@@ -76,9 +75,8 @@ TEST(Tensor, WrapRawPointerChecks) {
   EXPECT_EQ(t.describe(), "float64[2, 2]");
   expect_invalid([] { Tensor::wrap(nullptr, DType::kInt64, {3}); }, {"null"});
   expect_invalid([&] { Tensor::wrap(storage, DType::kInt64, {2, -1}); }, {"negative", "[2, -1]"});
-  expect_invalid(
-      [&] { Tensor::wrap(reinterpret_cast<char*>(storage) + 2, DType::kFloat32, {1}); },
-      {"aligned", "float32"});
+  expect_invalid([&] { Tensor::wrap(reinterpret_cast<char*>(storage) + 2, DType::kFloat32, {1}); },
+                 {"aligned", "float32"});
   // Byte-sized types have no alignment requirement.
   Tensor bytes = Tensor::wrap(reinterpret_cast<char*>(storage) + 3, DType::kUInt8, {5});
   EXPECT_EQ(bytes.nbytes(), 5u);
@@ -178,7 +176,10 @@ TEST(Tensor, ViewIsRangeOfFlattenedElements) {
 TEST(Tensor, ViewBoundsErrorsNameOffsetCountNumel) {
   std::vector<float> values(10);
   Tensor t = Tensor::wrap(values);
-  for (auto [offset, count] : {std::pair<int64_t, int64_t>{8, 3}, {11, 0}, {-1, 2}, {0, -1},
+  for (auto [offset, count] : {std::pair<int64_t, int64_t>{8, 3},
+                               {11, 0},
+                               {-1, 2},
+                               {0, -1},
                                {std::numeric_limits<int64_t>::max(), 2}}) {
     expect_invalid([&] { t.view(offset, count); },
                    {"offset", "count", "numel 10", std::to_string(offset).c_str()});
@@ -234,8 +235,7 @@ TEST(Tensor, CopyFrom) {
   Tensor src = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6});
   dst.copy_from(src);  // shapes may differ, numel matches
   EXPECT_EQ(dst.to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
-  expect_invalid([&] { dst.copy_from(Tensor::zeros(DType::kInt32, {5})); },
-                 {"int32[5]", "int32[2, 3]"});
+  expect_invalid([&] { dst.copy_from(Tensor::zeros(DType::kInt32, {5})); }, {"int32[5]", "int32[2, 3]"});
   expect_invalid([&] { dst.copy_from(Tensor::zeros(DType::kInt64, {6})); }, {"int64[6]"});
   // Overlapping views of one buffer copy like memmove.
   Tensor whole = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4});
@@ -250,8 +250,8 @@ TEST(Tensor, Overlaps) {
   EXPECT_FALSE(t.view(0, 5).overlaps(t.view(5, 5)));  // adjacent
   EXPECT_TRUE(t.view(0, 6).overlaps(t.view(5, 5)));   // one element shared
   EXPECT_TRUE(t.view(5, 5).overlaps(t.view(0, 6)));
-  EXPECT_TRUE(t.view(2, 2).overlaps(t));              // contained
-  EXPECT_FALSE(t.view(3, 0).overlaps(t));             // empty never overlaps
+  EXPECT_TRUE(t.view(2, 2).overlaps(t));   // contained
+  EXPECT_FALSE(t.view(3, 0).overlaps(t));  // empty never overlaps
   // Different dtypes over the same bytes.
   Tensor bytes = Tensor::wrap(reinterpret_cast<uint8_t*>(values.data()) + 39, DType::kUInt8, {1});
   EXPECT_TRUE(bytes.overlaps(t));

@@ -55,10 +55,13 @@ TCPStoreClient::TCPStoreClient(std::string host, uint16_t port, Duration connect
   ConnectOptions options;
   options.domain = ErrorDomain::kStore;
   options.what = "TCPStore client";
-  socket_ = connect_with_retry(host_, port_, deadline_after(connect_timeout), options);
+  Deadline deadline = deadline_after(connect_timeout);
+  socket_ = connect_with_retry(host_, port_, deadline, options);
   // A first round trip proves the peer is a store server of our version,
-  // instead of failing later on the first real request.
-  ping(connect_timeout);
+  // instead of failing later on the first real request. It gets what is left
+  // of the timeout, but at least a second: the connection is up already.
+  auto left = std::chrono::duration_cast<Duration>(deadline - SocketClock::now());
+  ping(std::max(left, Duration(1000)));
 }
 
 TCPStoreClient::~TCPStoreClient() = default;

@@ -14,7 +14,6 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common/socket.h"
@@ -41,6 +40,7 @@ constexpr size_t kReadChunk = size_t{64} << 10;
 constexpr size_t kMaxReadPerEvent = size_t{1} << 20;
 constexpr int kMaxAcceptsPerEvent = 512;
 constexpr int kMaxEvents = 256;
+constexpr size_t kMaxWaitersPerConnection = 10000;
 
 struct Connection {
   uint64_t id = 0;
@@ -580,6 +580,15 @@ bool TCPServer::Impl::try_answer(const Waiter& waiter) {
 }
 
 void TCPServer::Impl::park(Connection& conn, Waiter waiter) {
+  // A well-behaved client waits for one thing at a time; each waiter costs
+  // memory, so a client that parks without end is cut off.
+  if (conn.waiters.size() >= kMaxWaitersPerConnection) {
+    reject(conn, "has more than " + std::to_string(kMaxWaitersPerConnection) + " requests waiting for keys",
+           nullptr);
+    return;
+  }
+  // A reused request id replaces the older waiter instead of orphaning it.
+  if (auto old = conn.waiters.find(waiter.request); old != conn.waiters.end()) remove_waiter(old->second);
   uint64_t id = next_waiter_id++;
   for (const auto& key : waiter.keys) watch(id, key);
   conn.waiters[waiter.request] = id;
@@ -600,8 +609,13 @@ void TCPServer::Impl::notify(const std::string& key) {
   for (uint64_t id : ids) {
     auto wit = waiters.find(id);
     if (wit == waiters.end()) continue;
+    bool answered = try_answer(wit->second);
+    // Answering may have pushed its client over the output limit and so
+    // disconnected it, taking this waiter along: look it up again.
+    wit = waiters.find(id);
+    if (wit == waiters.end()) continue;
     Waiter& waiter = wit->second;
-    if (try_answer(waiter)) {
+    if (answered) {
       if (Connection* conn = find(waiter.connection)) conn->waiters.erase(waiter.request);
       remove_waiter(id);
       continue;

@@ -106,37 +106,44 @@ RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t n
     throw DistInvalidArgument("send: destination rank " + std::to_string(dst) + " is not in [0, " +
                               std::to_string(size_) + ")");
   }
-  auto request = std::make_shared<Request>(dst, tag, nbytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+  auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    post_send(request, dst, tag, static_cast<const uint8_t*>(data), nbytes);
+  }
+  flush();
+  return request;
+}
+
+void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes) {
   if (aborted_) {
-    request->fail(aborted_);
-    return request;
+    failed(request, aborted_);
+    return;
   }
   if (dst == rank_) {
-    deliver_local(rank_, tag, static_cast<const uint8_t*>(data), nbytes);
-    request->complete(rank_, nbytes);
-    return request;
+    deliver_local(rank_, tag, data, nbytes);
+    completed(request, rank_, nbytes);
+    return;
   }
   Pair& pair = pairs_[static_cast<size_t>(dst)];
   if (pair.closed) {
-    request->fail(closed_error(pair, "send to"));
-    return request;
+    failed(request, closed_error(pair, "send to"));
+    return;
   }
-  pair.sends.push_back(SendOp{request, Header{tag, nbytes}, static_cast<const uint8_t*>(data), nbytes});
+  pair.sends.push_back(SendOp{request, Header{tag, nbytes}, data, nbytes});
   // Write at once from this thread when nothing is queued ahead: small
   // messages then leave without waking the loop thread.
   if (pair.sends.size() == 1) write_some(pair);
   update_polling(pair);
-  return request;
 }
 
 RequestPtr TcpTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes) {
-  auto request = std::make_shared<Request>(src, tag, nbytes);
+  auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, nbytes);
   return post_recv(RecvOp{src, tag, data, nbytes, nullptr, request});
 }
 
 RequestPtr TcpTransport::irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) {
-  auto request = std::make_shared<Request>(src, tag, SIZE_MAX);
+  auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, SIZE_MAX);
   return post_recv(RecvOp{src, tag, nullptr, SIZE_MAX, std::move(out), request});
 }
 
@@ -146,10 +153,18 @@ RequestPtr TcpTransport::post_recv(RecvOp op) {
                               std::to_string(size_) + ")");
   }
   RequestPtr request = op.request;
-  std::lock_guard<std::mutex> lock(mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    match_recv(std::move(op));
+  }
+  flush();
+  return request;
+}
+
+void TcpTransport::match_recv(RecvOp op) {
   if (aborted_) {
-    request->fail(aborted_);
-    return request;
+    failed(op.request, aborted_);
+    return;
   }
   // The oldest matching message that came early wins.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
@@ -160,26 +175,50 @@ RequestPtr TcpTransport::post_recv(RecvOp op) {
     } else {
       it->claimed = std::move(op);
     }
-    return request;
+    return;
   }
   if (op.src != kAnySource && pairs_[static_cast<size_t>(op.src)].closed) {
-    request->fail(closed_error(pairs_[static_cast<size_t>(op.src)], "receive from"));
-    return request;
+    failed(op.request, closed_error(pairs_[static_cast<size_t>(op.src)], "receive from"));
+    return;
   }
   posted_.push_back(std::move(op));
-  return request;
+}
+
+void TcpTransport::completed(const RequestPtr& request, int source, size_t bytes) {
+  completions_.push_back(Completion{request, source, bytes, nullptr});
+}
+
+void TcpTransport::failed(const RequestPtr& request, std::exception_ptr error) {
+  completions_.push_back(Completion{request, -1, 0, std::move(error)});
+}
+
+void TcpTransport::flush() {
+  std::vector<Completion> done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done.swap(completions_);
+  }
+  // Outside the lock: waking waiters and running their callbacks may post
+  // new operations on this transport.
+  for (auto& c : done) {
+    if (c.error) {
+      c.request->fail(c.error);
+    } else {
+      c.request->complete(c.source, c.bytes);
+    }
+  }
 }
 
 void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size) {
   if (op.bytes) {
     op.bytes->assign(data, data + size);
   } else if (size > op.capacity) {
-    op.request->fail(too_big(rank_, src, op.tag, size, op.capacity));
+    failed(op.request, too_big(rank_, src, op.tag, size, op.capacity));
     return;
   } else if (size > 0) {
     std::memcpy(op.data, data, size);
   }
-  op.request->complete(src, size);
+  completed(op.request, src, size);
 }
 
 void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size) {
@@ -225,7 +264,7 @@ bool TcpTransport::write_some(Pair& pair) {
       RequestPtr request = op.request;
       size_t size = op.size;
       pair.sends.pop_front();
-      request->complete(rank_, size);
+      completed(request, rank_, size);
     }
   }
   return true;
@@ -280,11 +319,11 @@ void TcpTransport::finish_payload(Pair& pair) {
     RecvOp op = std::move(*pair.direct);
     pair.direct.reset();
     if (!op.bytes && size > op.capacity) {
-      op.request->fail(too_big(rank_, pair.peer, op.tag, size, op.capacity));
+      failed(op.request, too_big(rank_, pair.peer, op.tag, size, op.capacity));
       pair.overflow.clear();
       pair.overflow.shrink_to_fit();
     } else {
-      op.request->complete(pair.peer, size);
+      completed(op.request, pair.peer, size);
     }
     return;
   }
@@ -357,15 +396,15 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pair.socket.fd(), nullptr);
   pair.socket.close();
-  for (auto& op : pair.sends) op.request->fail(error);
+  for (auto& op : pair.sends) failed(op.request, error);
   pair.sends.clear();
   if (pair.direct) {
-    pair.direct->request->fail(error);
+    failed(pair.direct->request, error);
     pair.direct.reset();
   }
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->src == pair.peer && !it->complete) {
-      if (it->claimed) it->claimed->request->fail(error);
+      if (it->claimed) failed(it->claimed->request, error);
       it = unexpected_.erase(it);
     } else {
       ++it;
@@ -376,7 +415,7 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   // waiting on would only end at the timeout.
   for (auto it = posted_.begin(); it != posted_.end();) {
     if (it->src == pair.peer || (crashed && it->src == kAnySource)) {
-      it->request->fail(error);
+      failed(it->request, error);
       it = posted_.erase(it);
     } else {
       ++it;
@@ -387,7 +426,14 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
 }
 
 void TcpTransport::abort(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abort_locked(error);
+  }
+  flush();
+}
+
+void TcpTransport::abort_locked(std::exception_ptr error) {
   if (!aborted_) aborted_ = error;
   for (auto& pair : pairs_) {
     if (pair.peer == rank_) continue;
@@ -397,15 +443,15 @@ void TcpTransport::abort(std::exception_ptr error) {
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pair.socket.fd(), nullptr);
       pair.socket.close();
     }
-    for (auto& op : pair.sends) op.request->fail(error);
+    for (auto& op : pair.sends) failed(op.request, error);
     pair.sends.clear();
-    if (pair.direct) pair.direct->request->fail(error);
+    if (pair.direct) failed(pair.direct->request, error);
     pair.direct.reset();
   }
-  for (auto& op : posted_) op.request->fail(error);
+  for (auto& op : posted_) failed(op.request, error);
   posted_.clear();
   for (auto& message : unexpected_) {
-    if (message.claimed) message.claimed->request->fail(error);
+    if (message.claimed) failed(message.claimed->request, error);
   }
   unexpected_.clear();
 }
@@ -426,14 +472,17 @@ void TcpTransport::loop() {
         (void)!read(wake_fd_, &value, sizeof(value));
         continue;
       }
-      std::lock_guard<std::mutex> lock(mutex_);
-      Pair& pair = pairs_[index];
-      if (pair.closed) continue;
-      if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_some(pair);
-      if (!pair.closed && (events[i].events & EPOLLOUT)) {
-        write_some(pair);
-        update_polling(pair);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        Pair& pair = pairs_[index];
+        if (pair.closed) continue;
+        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_some(pair);
+        if (!pair.closed && (events[i].events & EPOLLOUT)) {
+          write_some(pair);
+          update_polling(pair);
+        }
       }
+      flush();
     }
   }
 }

@@ -115,7 +115,22 @@ class TcpTransport final : public Transport {
   bool peer_failed(int peer) const override;
 
  private:
+  // Completions found under the lock are queued and delivered by flush()
+  // after it is released, so callbacks can post operations.
+  struct Completion {
+    RequestPtr request;
+    int source;
+    size_t bytes;
+    std::exception_ptr error;
+  };
+  void completed(const RequestPtr& request, int source, size_t bytes);
+  void failed(const RequestPtr& request, std::exception_ptr error);
+  void flush();
+
   RequestPtr post_recv(tcp::RecvOp op);
+  void match_recv(tcp::RecvOp op);
+  void post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes);
+  void abort_locked(std::exception_ptr error);
   void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
   void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
   bool write_some(tcp::Pair& pair);  // true when the queue drained
@@ -134,6 +149,7 @@ class TcpTransport final : public Transport {
   std::list<tcp::RecvOp> posted_;
   std::list<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
+  std::vector<Completion> completions_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
