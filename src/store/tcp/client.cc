@@ -56,7 +56,9 @@ TCPStoreClient::TCPStoreClient(std::string host, uint16_t port, Duration connect
   options.domain = ErrorDomain::kStore;
   options.what = "TCPStore client";
   Deadline deadline = deadline_after(connect_timeout);
-  socket_ = connect_with_retry(host_, port_, deadline, options);
+  auto first = std::make_unique<Connection>();
+  first->socket = connect_with_retry(host_, port_, deadline, options);
+  idle_.push_back(std::move(first));
   // A first round trip proves the peer is a store server of our version,
   // instead of failing later on the first real request. It gets what is left
   // of the timeout, but at least a second: the connection is up already.
@@ -70,10 +72,32 @@ void TCPStoreClient::fail(const std::string& op, const std::string& why) {
   throw DistStoreError(op + ": lost the connection to the server at " + address_ + ": " + why);
 }
 
-TCPStoreClient::Reply TCPStoreClient::read_frame(Deadline deadline, uint64_t* id) {
+std::unique_ptr<TCPStoreClient::Connection> TCPStoreClient::acquire(Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      auto c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+  }
+  ConnectOptions options;
+  options.domain = ErrorDomain::kStore;
+  options.what = "TCPStore client";
+  auto c = std::make_unique<Connection>();
+  c->socket = connect_with_retry(host_, port_, deadline, options);
+  return c;
+}
+
+void TCPStoreClient::release(std::unique_ptr<Connection> connection) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(std::move(connection));
+}
+
+TCPStoreClient::Reply TCPStoreClient::read_frame(Connection& c, Deadline deadline, uint64_t* id) {
   Reply reply;
   reply.frame.resize(4);
-  socket_.recv_all(reply.frame.data(), 4, deadline);
+  c.socket.recv_all(reply.frame.data(), 4, deadline);
   uint64_t length = 0;
   for (int i = 3; i >= 0; --i) length = length << 8 | reply.frame[static_cast<size_t>(i)];
   // Replies are never larger than the largest request; a bigger length means
@@ -88,7 +112,7 @@ TCPStoreClient::Reply TCPStoreClient::read_frame(Deadline deadline, uint64_t* id
     size_t have = reply.frame.size();
     size_t chunk = std::min(kReadChunk, total - have);
     reply.frame.resize(have + chunk);
-    socket_.recv_all(reply.frame.data() + have, chunk, deadline);
+    c.socket.recv_all(reply.frame.data() + have, chunk, deadline);
   }
   uint8_t status = reply.frame[4];
   if (status != static_cast<uint8_t>(Status::kOk) && status != static_cast<uint8_t>(Status::kError)) {
@@ -100,11 +124,11 @@ TCPStoreClient::Reply TCPStoreClient::read_frame(Deadline deadline, uint64_t* id
   return reply;
 }
 
-bool TCPStoreClient::read_reply(uint64_t id, Deadline deadline, Duration timeout, Reply* reply) {
+bool TCPStoreClient::read_reply(Connection& c, uint64_t id, Deadline deadline, Duration timeout, Reply* reply) {
   for (;;) {
-    if (!socket_.wait_readable(deadline)) return false;
+    if (!c.socket.wait_readable(deadline)) return false;
     uint64_t got = 0;
-    Reply r = read_frame(deadline_after(std::max(timeout, kFrameGrace)), &got);
+    Reply r = read_frame(c, deadline_after(std::max(timeout, kFrameGrace)), &got);
     if (got == id) {
       *reply = std::move(r);
       return true;
@@ -114,39 +138,44 @@ bool TCPStoreClient::read_reply(uint64_t id, Deadline deadline, Duration timeout
 }
 
 TCPStoreClient::Outcome TCPStoreClient::call(Request request, Duration timeout, const std::string& op) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!broken_.empty()) fail(op, "it failed earlier: " + broken_);
-  request.id = ++next_id_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) fail(op, "it failed earlier: " + broken_);
+  }
+  Deadline deadline = deadline_after(timeout);
+  Outcome out;
+  std::unique_ptr<Connection> c = acquire(deadline);
+  Connection& conn = *c;
+  request.id = ++conn.next_id;
   std::vector<uint8_t> frame = tcpstore::encode_request(request);
   if (frame.size() - 4 > max_frame_bytes_) {
+    release(std::move(c));
     throw DistInvalidArgument(op + ": the request takes " + std::to_string(frame.size()) +
                               " bytes, over the store's limit of " + std::to_string(max_frame_bytes_) +
                               " bytes per message (TDIST_STORE_MAX_FRAME_BYTES)");
   }
-  Deadline deadline = deadline_after(timeout);
-  Outcome out;
   try {
-    socket_.send_all(frame.data(), frame.size(), deadline);
+    conn.socket.send_all(frame.data(), frame.size(), deadline);
     requests_sent_.fetch_add(1);
-    if (!read_reply(request.id, deadline, timeout, &out.reply)) {
+    if (!read_reply(conn, request.id, deadline, timeout, &out.reply)) {
       out.timed_out = true;
-      if (!is_waiting(request.command)) return out;
+      if (!is_waiting(request.command)) return out;  // the connection is dropped: a reply may still come
       // Tell the server to drop the waiter, then read until its answer. The
       // wait's own reply may still come first if the key arrived just now.
       Request cancel;
       cancel.command = Command::kCancelWait;
-      cancel.id = ++next_id_;
+      cancel.id = ++conn.next_id;
       cancel.target_id = request.id;
       std::vector<uint8_t> cancel_frame = tcpstore::encode_request(cancel);
       Deadline cancel_deadline = deadline_after(kCancelTimeout);
-      socket_.send_all(cancel_frame.data(), cancel_frame.size(), cancel_deadline);
+      conn.socket.send_all(cancel_frame.data(), cancel_frame.size(), cancel_deadline);
       requests_sent_.fetch_add(1);
       out.missing = request.keys;
       bool answered = false;
       for (;;) {
-        if (!socket_.wait_readable(cancel_deadline)) break;
+        if (!conn.socket.wait_readable(cancel_deadline)) break;
         uint64_t got = 0;
-        Reply r = read_frame(deadline_after(kFrameGrace), &got);
+        Reply r = read_frame(conn, deadline_after(kFrameGrace), &got);
         if (got == request.id) {
           out.reply = std::move(r);
           answered = true;
@@ -159,18 +188,26 @@ TCPStoreClient::Outcome TCPStoreClient::call(Request request, Duration timeout, 
           break;
         }
       }
-      if (!answered) return out;
+      if (!answered) {
+        release(std::move(c));
+        return out;
+      }
       out.timed_out = false;
     }
   } catch (const DistTimeoutError& e) {
     // Part of a frame went out or came in: the stream is out of step.
+    std::lock_guard<std::mutex> lock(mutex_);
     broken_ = e.what();
     throw DistStoreTimeoutError(op + ": the server at " + address_ +
                                 " stopped in the middle of a message: " + e.what());
   } catch (const DistNetworkError& e) {
-    broken_ = e.what();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      broken_ = e.what();
+    }
     fail(op, e.what());
   }
+  release(std::move(c));
   if (out.reply.status == Status::kError) {
     tcpstore::PayloadReader p = out.reply.payload();
     std::string message = p.str();

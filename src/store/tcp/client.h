@@ -1,8 +1,10 @@
 #pragma once
 
 /// @file client.h
-/// The TCPStore client: one blocking connection to a TCPServer. A mutex makes
-/// one client usable from many threads (requests go one at a time). Every
+/// The TCPStore client: blocking connections to a TCPServer. One client is
+/// usable from many threads: each call takes an idle connection from a small
+/// pool (opening another when all are busy), so a thread parked in get() or
+/// wait() never blocks the others, nor the set() that would wake it. Every
 /// request carries an id that the reply echoes; replies to requests the
 /// client already gave up on are discarded. A GET or WAIT that times out is
 /// cancelled on the server (CANCEL_WAIT) before DistStoreTimeoutError is
@@ -11,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -69,24 +72,33 @@ class TCPStoreClient {
     int64_t count = 0;                 // after a cancelled WAIT_COUNT
   };
 
+  /// One connection and its request-id counter.
+  struct Connection {
+    Socket socket;
+    uint64_t next_id = 0;
+  };
+
+  /// An idle connection, or a new one when all are busy.
+  std::unique_ptr<Connection> acquire(Deadline deadline);
+  void release(std::unique_ptr<Connection> connection);
+
   /// Sends one request and waits for its reply until the timeout; a
   /// waiting request (GET, WAIT, WAIT_COUNT) is cancelled at the timeout and
   /// reported as timed out. Raises on lost connections and error replies.
   Outcome call(tcpstore::Request request, Duration timeout, const std::string& op);
   /// Reads one whole frame; raises DistNetworkError on EOF or garbage.
-  Reply read_frame(Deadline deadline, uint64_t* id);
+  Reply read_frame(Connection& c, Deadline deadline, uint64_t* id);
   /// Reads frames until the one with `id` or the deadline (false).
-  bool read_reply(uint64_t id, Deadline deadline, Duration timeout, Reply* reply);
+  bool read_reply(Connection& c, uint64_t id, Deadline deadline, Duration timeout, Reply* reply);
   [[noreturn]] void fail(const std::string& op, const std::string& why);
 
   std::string host_;
   uint16_t port_;
   std::string address_;
   size_t max_frame_bytes_;
-  std::mutex mutex_;
-  Socket socket_;
-  uint64_t next_id_ = 0;
-  std::string broken_;  // why the connection can no longer be used
+  std::mutex mutex_;  // guards idle_ and broken_
+  std::vector<std::unique_ptr<Connection>> idle_;
+  std::string broken_;  // why the server can no longer be used
   std::atomic<uint64_t> requests_sent_{0};
 };
 

@@ -24,6 +24,31 @@ using tcp::SendOp;
 
 // A zero-byte message with this tag says "I am shutting down on purpose".
 constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
+// "I am giving up on the group, and here is why": the payload is one kind
+// byte (1: a timeout) and the reason's text, so peers can report the real
+// cause instead of a bare disconnect.
+constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
+constexpr size_t kMaxAbortReason = 4096;
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+bool is_timeout(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistTimeoutError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 // Bytes read from one peer before the lock is released and other peers (and
 // threads posting operations) get their turn; epoll is level-triggered, so
 // the rest is picked up on the next round.
@@ -315,6 +340,19 @@ void TcpTransport::finish_payload(Pair& pair) {
   pair.in_payload = false;
   pair.header_got = 0;
   size_t size = pair.header.size;
+  if (pair.reading_abort) {
+    pair.reading_abort = false;
+    bool timeout = size > 0 && pair.overflow[0] == 1;
+    std::string reason(pair.overflow.begin() + (size > 0 ? 1 : 0), pair.overflow.end());
+    std::string message = "rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) +
+                          " aborted the group: " + reason;
+    auto error = timeout ? std::make_exception_ptr(DistNetworkTimeoutError(message))
+                         : std::make_exception_ptr(DistNetworkError(message));
+    if (!aborted_) TDIST_LOG(WARNING) << "tcp transport: " << message;
+    pair.said_goodbye = true;
+    break_locked(error);
+    return;
+  }
   if (pair.direct) {
     RecvOp op = std::move(*pair.direct);
     pair.direct.reset();
@@ -368,7 +406,15 @@ void TcpTransport::read_some(Pair& pair) {
     if (!pair.in_payload) {
       pair.header_got += r.bytes;
       if (pair.header_got < sizeof(Header)) continue;
-      if (pair.header.tag == kGoodbyeTag) {
+      if (pair.header.tag == kAbortTag) {
+        if (pair.header.size > kMaxAbortReason + 1) pair.header.size = 0;  // not ours to trust
+        pair.in_payload = true;
+        pair.payload_got = 0;
+        pair.reading_abort = true;
+        pair.overflow.resize(pair.header.size);
+        pair.target = pair.overflow.data();
+        if (pair.header.size > 0) continue;
+      } else if (pair.header.tag == kGoodbyeTag) {
         pair.said_goodbye = true;
         pair.header_got = 0;
         continue;
@@ -387,7 +433,8 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   if (pair.closed) return;
   pair.closed = true;
   pair.error = error;
-  if (crashed) {
+  // Once the group is broken, later disconnects are consequences, not news.
+  if (crashed && !aborted_) {
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& e) {
@@ -423,14 +470,58 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   }
   pair.in_payload = false;
   pair.header_got = 0;
+  // A crashed peer breaks every collective of the group: fail all pending
+  // and future operations now, naming it, instead of letting ranks that were
+  // waiting on someone else find out at the timeout.
+  if (crashed) break_locked(error);
+}
+
+void TcpTransport::break_locked(std::exception_ptr error) {
+  if (aborted_) return;
+  aborted_ = error;
+  for (auto& pair : pairs_) {
+    if (pair.peer == rank_) continue;
+    for (auto& op : pair.sends) failed(op.request, error);
+    pair.sends.clear();
+    if (pair.direct) {
+      // The rest of this message lands in scratch: the receiver's buffer may
+      // be freed as soon as its request has failed.
+      failed(pair.direct->request, error);
+      pair.direct.reset();
+      pair.overflow.resize(pair.header.size);
+      pair.target = pair.overflow.data();
+    }
+  }
+  for (auto& op : posted_) failed(op.request, error);
+  posted_.clear();
+  for (auto& message : unexpected_) {
+    if (message.claimed) failed(message.claimed->request, error);
+    message.claimed.reset();
+  }
 }
 
 void TcpTransport::abort(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!aborted_) notify_abort(error);
     abort_locked(error);
   }
   flush();
+}
+
+void TcpTransport::notify_abort(const std::exception_ptr& error) {
+  std::string reason = what_of(error).substr(0, kMaxAbortReason);
+  std::string payload(1, is_timeout(error) ? '\1' : '\0');
+  payload += reason;
+  Header header{kAbortTag, payload.size()};
+  for (auto& pair : pairs_) {
+    // A half-written message cannot be interrupted; that peer learns from
+    // the disconnect instead. Best effort: a full socket buffer drops it.
+    if (pair.peer == rank_ || pair.closed || (!pair.sends.empty() && pair.sends.front().sent > 0)) continue;
+    std::string frame(reinterpret_cast<const char*>(&header), sizeof(header));
+    frame += payload;
+    (void)pair.socket.try_send(frame.data(), frame.size());
+  }
 }
 
 void TcpTransport::abort_locked(std::exception_ptr error) {

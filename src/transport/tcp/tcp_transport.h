@@ -96,6 +96,7 @@ struct Pair {
   std::list<Incoming>::iterator incoming;           // or an unexpected message
   bool to_incoming = false;
   std::vector<uint8_t> overflow;                    // a message too big for its receive
+  bool reading_abort = false;                       // the payload is a peer's abort notice
 };
 
 }  // namespace tcp
@@ -131,6 +132,8 @@ class TcpTransport final : public Transport {
   void match_recv(tcp::RecvOp op);
   void post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes);
   void abort_locked(std::exception_ptr error);
+  void break_locked(std::exception_ptr error);
+  void notify_abort(const std::exception_ptr& error);
   void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
   void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
   bool write_some(tcp::Pair& pair);  // true when the queue drained

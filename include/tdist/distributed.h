@@ -1,0 +1,142 @@
+#pragma once
+
+/// @file distributed.h
+/// The functional API, shaped like the spec's torch.distributed module:
+/// init_process_group, groups, and every operation as a free function with an
+/// optional group (nullptr: the default group) and async_op. Ranks passed to
+/// these functions (src, dst, peers) are global ranks, as in torch.
+///
+/// A rank that is not a member of `group` gets what the spec says: get_rank
+/// and get_world_size return -1, operations do nothing and return no work
+/// handle (nullptr).
+///
+/// With async_op=false an operation returns once complete, and returns
+/// nullptr; with async_op=true it returns a Work handle at once.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tdist/process_group.h"
+#include "tdist/reduce_op.h"
+#include "tdist/store.h"
+#include "tdist/tensor.h"
+#include "tdist/work.h"
+
+namespace tdist {
+
+/// The spec's default timeout of process groups of CPU backends.
+constexpr std::chrono::milliseconds kDefaultPgTimeout = std::chrono::minutes(30);
+
+/// Arguments of init_process_group, named as in the spec.
+struct InitProcessGroupOptions {
+  std::string backend = "tdist";
+  /// URL (env://, tcp://, file://); empty: env:// unless `store` is given.
+  std::string init_method;
+  /// An explicit store (with rank and world_size); excludes init_method.
+  std::shared_ptr<Store> store;
+  int world_size = -1;
+  int rank = -1;
+  std::chrono::milliseconds timeout = kDefaultPgTimeout;
+  std::string group_name;
+};
+
+/// Initializes the default process group. Raises DistError if it already is.
+void init_process_group(const InitProcessGroupOptions& options = {});
+/// Destroys `group`, or (nullptr) every group and the default one.
+void destroy_process_group(const Group& group = nullptr);
+bool is_initialized();
+/// This process's rank in `group`; -1 if it is not a member.
+int get_rank(const Group& group = nullptr);
+/// The size of `group`; -1 if this process is not a member.
+int get_world_size(const Group& group = nullptr);
+/// The backend name of `group` ("tdist").
+std::string get_backend(const Group& group = nullptr);
+/// The default group (the spec's group.WORLD).
+Group default_group();
+
+/// Creates a group of the given global ranks (all ranks when empty). Every
+/// rank of the default group must call it, in the same order, unless
+/// use_local_synchronization is true (then only members call it). A
+/// non-member gets a group handle for which it is not a member.
+Group new_group(const std::vector<int>& ranks = {}, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                const std::string& backend = "", bool use_local_synchronization = false);
+/// Translates a global rank to its rank in `group` (-1 if not a member) and back.
+int get_group_rank(const Group& group, int global_rank);
+int get_global_rank(const Group& group, int group_rank);
+std::vector<int> get_process_group_ranks(const Group& group);
+/// True if this process is a member of `group`.
+bool is_member(const Group& group);
+
+// ---- Point to point ----
+void send(const Tensor& tensor, int dst, const Group& group = nullptr, int tag = 0);
+/// Receives into `tensor` from `src` (nullopt: any source); returns the
+/// sender's global rank (-1 for a non-member).
+int recv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr, int tag = 0);
+WorkPtr isend(const Tensor& tensor, int dst, const Group& group = nullptr, int tag = 0);
+WorkPtr irecv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr, int tag = 0);
+
+/// One operation of batch_isend_irecv.
+struct P2POp {
+  enum class Kind { kIsend, kIrecv };
+  Kind op;
+  Tensor tensor;
+  int peer;  // global rank
+  Group group = nullptr;
+  int tag = 0;
+};
+/// Posts every operation and returns their work handles, in order.
+std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list);
+
+// ---- Collectives ----
+WorkPtr broadcast(const Tensor& tensor, int src, const Group& group = nullptr, bool async_op = false);
+WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
+                   bool async_op = false);
+WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
+               bool async_op = false);
+WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group = nullptr,
+                   bool async_op = false);
+WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor, const Group& group = nullptr,
+                               bool async_op = false);
+WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
+                                      const std::vector<int64_t>& output_split_sizes, const Group& group = nullptr,
+                                      bool async_op = false);
+/// gather_list must be given (size = group size) on dst only.
+WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list = {}, int dst = 0,
+               const Group& group = nullptr, bool async_op = false);
+/// scatter_list must be given (size = group size) on src only.
+WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list = {}, int src = 0,
+                const Group& group = nullptr, bool async_op = false);
+WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list,
+                       const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr, bool async_op = false);
+WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op = ReduceOp::SUM,
+                              const Group& group = nullptr, bool async_op = false);
+WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
+                                     const std::vector<int64_t>& input_split_sizes,
+                                     const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
+                                     bool async_op = false);
+WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list, const std::vector<Tensor>& input_tensor_list,
+                   const Group& group = nullptr, bool async_op = false);
+WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
+                          const std::vector<int64_t>& output_split_sizes = {},
+                          const std::vector<int64_t>& input_split_sizes = {}, const Group& group = nullptr,
+                          bool async_op = false);
+WorkPtr barrier(const Group& group = nullptr, bool async_op = false);
+
+// ---- Object collectives on byte strings (the Python layer pickles) ----
+/// On src, object_list holds the objects; elsewhere it is resized and filled.
+void broadcast_object_list(std::vector<Bytes>& object_list, int src = 0, const Group& group = nullptr);
+/// object_list is resized to the group size and filled with every rank's obj.
+void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const Group& group = nullptr);
+/// On dst, *object_gather_list is resized and filled; elsewhere it must be null.
+void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int dst = 0,
+                   const Group& group = nullptr);
+/// On src, scatter_object_input_list has one object per rank; every rank's
+/// scatter_object_output_list gets its one object (resized to 1).
+void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
+                         const std::vector<Bytes>& scatter_object_input_list, int src = 0,
+                         const Group& group = nullptr);
+
+}  // namespace tdist

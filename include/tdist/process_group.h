@@ -1,0 +1,109 @@
+#pragma once
+
+/// @file process_group.h
+/// ProcessGroup: a set of ranks that run collectives together, the seam
+/// between the functional API (distributed.h) and a backend. Ranks here are
+/// group ranks, 0..size()-1. Every operation of the base class fails with
+/// "backend X does not support Y", so a backend implements what it supports,
+/// honestly. tdist's own backend is registered as "tdist".
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdist/reduce_op.h"
+#include "tdist/store.h"
+#include "tdist/tensor.h"
+#include "tdist/work.h"
+
+namespace tdist {
+
+/// Options of a process group.
+struct ProcessGroupOptions {
+  /// Deadline of every operation; the spec's default for CPU backends is 30 minutes.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// The global ranks of the members, in group-rank order (empty: 0..size-1).
+  std::vector<int> global_ranks;
+  /// A host every rank can reach (the store's master), so transports can pick
+  /// the interface that reaches it; empty when unknown.
+  std::string master_host;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size, ProcessGroupOptions options);
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  /// This process's rank in the group.
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// The registered name of the backend ("tdist").
+  virtual std::string backend_name() const = 0;
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  /// Global rank of each group rank.
+  const std::vector<int>& global_ranks() const { return options_.global_ranks; }
+  const ProcessGroupOptions& options() const { return options_; }
+
+  // Collectives. Outputs are written through the tensors' shared storage.
+  virtual WorkPtr broadcast(const Tensor& tensor, int root);
+  virtual WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op);
+  virtual WorkPtr reduce(const Tensor& tensor, int root, const ReduceOp& op);
+  virtual WorkPtr all_gather(const std::vector<Tensor>& outputs, const Tensor& input);
+  /// `output` holds size() * input.numel() elements: concatenated along the
+  /// first dimension, or stacked with a new first dimension of size().
+  virtual WorkPtr all_gather_into_tensor(const Tensor& output, const Tensor& input);
+  /// Rank r contributes output_split_sizes[r] rows (first dimension).
+  virtual WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
+                                                const std::vector<int64_t>& output_split_sizes);
+  virtual WorkPtr gather(const std::vector<Tensor>& outputs, const Tensor& input, int root);
+  virtual WorkPtr scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root);
+  virtual WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, const ReduceOp& op);
+  virtual WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op);
+  /// Rank r receives input_split_sizes[r] rows (first dimension).
+  virtual WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
+                                               const std::vector<int64_t>& input_split_sizes, const ReduceOp& op);
+  virtual WorkPtr all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs);
+  /// Empty split sizes mean equal splits along the first dimension.
+  virtual WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
+                                    const std::vector<int64_t>& output_split_sizes,
+                                    const std::vector<int64_t>& input_split_sizes);
+  virtual WorkPtr barrier();
+
+  // Point to point. `src` may be -1 (any source) for recv.
+  virtual WorkPtr send(const Tensor& tensor, int dst, int tag);
+  virtual WorkPtr recv(const Tensor& tensor, int src, int tag);
+
+ protected:
+  /// Raises DistBackendError "backend X does not support Y".
+  [[noreturn]] void unsupported(const char* op) const;
+
+ private:
+  int rank_;
+  int size_;
+  ProcessGroupOptions options_;
+};
+
+using Group = std::shared_ptr<ProcessGroup>;
+
+/// Creates a backend's process group: (store, rank, size, options).
+using BackendFactory =
+    std::function<Group(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)>;
+
+/// Registers a backend under `name` (compared case-insensitively), as the
+/// spec's Backend.register_backend. Raises DistInvalidArgument if the name is
+/// taken.
+void register_backend(const std::string& name, BackendFactory factory);
+/// The canonical (lower-case) name of a registered backend; raises
+/// DistInvalidArgument listing the registered ones otherwise.
+std::string backend_name(const std::string& name);
+/// Names of the registered backends.
+std::vector<std::string> registered_backends();
+/// Creates a process group with a registered backend.
+Group create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank, int size,
+                           const ProcessGroupOptions& options);
+
+}  // namespace tdist

@@ -1,0 +1,100 @@
+#pragma once
+
+/// @file work.h
+/// Handles of asynchronous operations: Work (what async_op=true returns) and
+/// Future (Work::get_future(), with then() callbacks), as in the spec's
+/// "Synchronous and asynchronous collective operations".
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tdist/tensor.h"
+
+namespace tdist {
+
+/// The result of an asynchronous operation: done or not, its error, its
+/// output tensors. Thread-safe.
+class Future : public std::enable_shared_from_this<Future> {
+ public:
+  Future() = default;
+  Future(const Future&) = delete;
+  Future& operator=(const Future&) = delete;
+
+  /// Blocks until completed; rethrows the error if it failed.
+  void wait();
+  /// Like wait() but gives up at the timeout: false if still pending.
+  bool wait_for(std::chrono::milliseconds timeout);
+  bool completed() const;
+  /// The error it failed with, or null.
+  std::exception_ptr error() const;
+  /// The output tensors; rethrows the error if it failed. Waits first.
+  std::vector<Tensor> value();
+
+  /// Runs `callback` with this future once it completes (at once if it
+  /// already has) and returns a future that completes with the callback's
+  /// result, or with its exception, or with this future's error if this one
+  /// failed (the callback still runs, so it can inspect error()).
+  std::shared_ptr<Future> then(std::function<std::vector<Tensor>(Future&)> callback);
+
+  /// Completes the future (first call wins). Callbacks run on the calling
+  /// thread, after waiters are woken.
+  void set_value(std::vector<Tensor> value);
+  void set_error(std::exception_ptr error);
+
+ private:
+  void finish(std::vector<Tensor> value, std::exception_ptr error);
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<Tensor> value_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+/// A handle to one operation, returned when async_op=true.
+class Work {
+ public:
+  /// `op` names the operation in messages ("all_reduce").
+  explicit Work(std::string op, std::vector<Tensor> outputs = {});
+  virtual ~Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  /// True once finished, successfully or not.
+  bool is_completed() const;
+  /// True if finished without error. Raises DistError if not yet completed.
+  bool is_success() const;
+  /// The error it failed with, or null.
+  std::exception_ptr exception() const;
+  /// Blocks until finished and rethrows its error. With a timeout, raises
+  /// DistTimeoutError naming the op if it is still running then (the
+  /// operation itself keeps its own deadline, the group's timeout).
+  /// Returns true, as the spec's Work.wait does.
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+  /// A future completed with the op's output tensors.
+  std::shared_ptr<Future> get_future() const { return future_; }
+  /// For receives from any source: the rank the message came from
+  /// (group rank), -1 before completion or for other ops.
+  int source_rank() const;
+  const std::string& op() const { return op_; }
+
+  /// Called by the process group when the operation finishes.
+  void finish(std::exception_ptr error, int source_rank = -1);
+
+ private:
+  const std::string op_;
+  std::vector<Tensor> outputs_;
+  std::shared_ptr<Future> future_;
+  mutable std::mutex mutex_;
+  int source_rank_ = -1;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+}  // namespace tdist

@@ -1,0 +1,165 @@
+// Waiting for requests with the call's deadline, and the pipelined reducing
+// exchange that every reducing algorithm is built from.
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "algorithms/algorithms.h"
+#include "algorithms/patterns/chunking.h"
+#include "common/reduce_kernels.h"
+#include "tdist/errors.h"
+
+namespace tdist::algorithms {
+namespace {
+
+using patterns::kNoPeer;
+
+// While waiting on one request, how often the others are checked for an
+// error: a failed send to a dead peer must not wait behind a receive from a
+// live one until the deadline. Completions still wake the waiter at once.
+constexpr auto kErrorPollInterval = std::chrono::milliseconds(50);
+
+std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
+  std::set<int> peers;
+  for (const auto& request : requests) {
+    if (request && !request->done()) peers.insert(request->peer());
+  }
+  std::string who;
+  if (peers.count(transport::kAnySource) != 0) {
+    who = "any rank";
+  } else {
+    who = peers.size() == 1 ? "rank " : "ranks ";
+    bool first = true;
+    for (int peer : peers) {
+      if (!first) who += ", ";
+      who += std::to_string(peer);
+      first = false;
+    }
+  }
+  return ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+         std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
+}
+
+}  // namespace
+
+void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
+  try {
+    size_t next = 0;
+    while (next < requests.size()) {
+      const RequestPtr& request = requests[next];
+      if (!request) {
+        ++next;
+        continue;
+      }
+      const auto until = std::min(ctx.deadline, Clock::now() + kErrorPollInterval);
+      if (request->wait_until(until)) {  // rethrows the request's error
+        ++next;
+        continue;
+      }
+      for (size_t i = next + 1; i < requests.size(); ++i) {
+        if (requests[i] && requests[i]->done() && requests[i]->error()) {
+          std::rethrow_exception(requests[i]->error());
+        }
+      }
+      if (Clock::now() >= ctx.deadline) throw DistTimeoutError(timeout_message(ctx, requests));
+    }
+  } catch (...) {
+    detail::abort_call(ctx, std::current_exception());
+    throw;
+  }
+}
+
+namespace detail {
+
+void wait_one(const CallContext& ctx, const RequestPtr& request) {
+  wait_all(ctx, std::vector<RequestPtr>{request});
+}
+
+void abort_call(const CallContext& ctx, std::exception_ptr error) noexcept {
+  try {
+    ctx.transport.abort(std::move(error));
+  } catch (...) {
+    // Aborting is best effort; the original error is what matters.
+  }
+}
+
+void Combiner::combine(uint8_t* local, uint8_t* received, size_t count, bool received_first) const {
+  if (!received_first) {
+    reduce_into(local, local, received, count, dtype, op);
+    return;
+  }
+  // reduce_into(local, received, local) would compute local op received
+  // (its dst == b path folds `a` into dst), so combine into the received
+  // buffer, which keeps the order, and copy the result over.
+  reduce_into(received, received, local, count, dtype, op);
+  std::memcpy(local, received, count * element_bytes);
+}
+
+void Combiner::finalize(uint8_t* data, size_t count) const {
+  finalize_reduce(data, count, dtype, op, world_size);
+}
+
+void reduce_exchange(const CallContext& ctx, uint32_t step, int to, const uint8_t* send, size_t send_count,
+                     int from, uint8_t* acc, size_t recv_count, bool received_first, const Combiner& combiner) {
+  const size_t seg = segment_elements(combiner.element_bytes);
+  const size_t eb = combiner.element_bytes;
+  const uint64_t tag = ctx.tag(step);
+  const patterns::ElementRange send_range{0, send_count};
+  const patterns::ElementRange recv_range{0, recv_count};
+  const size_t num_sends = to == kNoPeer ? 0 : patterns::segment_count(send_count, seg);
+  const size_t num_recvs = from == kNoPeer ? 0 : patterns::segment_count(recv_count, seg);
+  // Recursive doubling sends the very range it reduces into.
+  const bool same_range = num_sends > 0 && num_recvs > 0 && send == acc;
+
+  std::vector<RequestPtr> sends(num_sends);
+  std::vector<RequestPtr> recvs(num_recvs);
+  const size_t num_slots = std::min(num_recvs, kPipelineDepth);
+  std::vector<uint8_t> slots(num_slots * seg * eb);
+  size_t sends_posted = 0;
+  size_t recvs_posted = 0;
+  auto post_sends = [&](size_t upto) {
+    for (; sends_posted < std::min(upto, num_sends); ++sends_posted) {
+      const auto s = patterns::segment_of(send_range, seg, sends_posted);
+      sends[sends_posted] = ctx.transport.isend(to, tag, send + s.offset * eb, s.length * eb);
+    }
+  };
+  auto slot = [&](size_t k) { return slots.data() + (k % kPipelineDepth) * seg * eb; };
+  auto post_recvs = [&](size_t upto) {
+    for (; recvs_posted < std::min(upto, num_recvs); ++recvs_posted) {
+      const auto s = patterns::segment_of(recv_range, seg, recvs_posted);
+      recvs[recvs_posted] = ctx.transport.irecv(from, tag, slot(recvs_posted), s.length * eb);
+    }
+  };
+
+  if (num_recvs == 0) post_sends(num_sends);
+  for (size_t k = 0; k < num_recvs; ++k) {
+    // Segment k - 1's slot is free again: post up to k + depth - 1, so the
+    // next segments arrive while this one is reduced. Sends run as far ahead,
+    // which keeps both directions of an exchange moving together.
+    post_recvs(k + kPipelineDepth);
+    post_sends(k + kPipelineDepth);
+    wait_one(ctx, recvs[k]);
+    if (same_range) wait_one(ctx, sends[k]);
+    const auto s = patterns::segment_of(recv_range, seg, k);
+    combiner.combine(acc + s.offset * eb, slot(k), s.length, received_first);
+  }
+  post_sends(num_sends);
+  wait_all(ctx, sends);
+}
+
+Bounds balanced_bounds(size_t count, int parts) {
+  Bounds bounds(static_cast<size_t>(parts) + 1);
+  for (int i = 0; i <= parts; ++i) bounds[static_cast<size_t>(i)] = patterns::chunk_offset(count, parts, i);
+  return bounds;
+}
+
+Bounds prefix_bounds(const std::vector<size_t>& sizes) {
+  Bounds bounds(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) bounds[i + 1] = bounds[i] + sizes[i];
+  return bounds;
+}
+
+}  // namespace detail
+}  // namespace tdist::algorithms

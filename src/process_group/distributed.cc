@@ -1,0 +1,476 @@
+#include "tdist/distributed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "tdist/errors.h"
+#include "tdist/logging.h"
+#include "tdist/rendezvous.h"
+#include "tdist/tcp_store.h"
+
+namespace tdist {
+namespace {
+
+// What a process that is not in a group holds for it: it knows the members
+// but takes part in nothing.
+class NonMemberGroup final : public ProcessGroup {
+ public:
+  NonMemberGroup(int size, ProcessGroupOptions options, std::string backend)
+      : ProcessGroup(-1, size, std::move(options)), backend_(std::move(backend)) {}
+  std::string backend_name() const override { return backend_; }
+
+ private:
+  std::string backend_;
+};
+
+struct State {
+  std::mutex mutex;
+  Group world;
+  std::shared_ptr<Store> store;  // prefixed, shared by every group
+  std::string backend;
+  std::chrono::milliseconds timeout{kDefaultPgTimeout};
+  std::string master_host;
+  int new_group_calls = 0;
+  std::map<std::string, int> local_group_calls;
+};
+
+State& state() {
+  static State instance;
+  return instance;
+}
+
+Group world_or_throw() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (!state().world) {
+    throw DistError("Default process group has not been initialized, please make sure to call init_process_group.");
+  }
+  return state().world;
+}
+
+Group resolve(const Group& group) { return group ? group : world_or_throw(); }
+
+int to_group_rank(const Group& g, int global_rank, const char* op, const char* what) {
+  const auto& ranks = g->global_ranks();
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  if (it == ranks.end()) {
+    std::string members;
+    for (int r : ranks) members += (members.empty() ? "" : ", ") + std::to_string(r);
+    throw DistInvalidArgument(std::string(op) + ": " + what + " " + std::to_string(global_rank) +
+                              " is not a member of the group (global ranks " + members + ")");
+  }
+  return static_cast<int>(it - ranks.begin());
+}
+
+WorkPtr finish(const WorkPtr& work, bool async_op) {
+  if (async_op) return work;
+  work->wait();
+  return nullptr;
+}
+
+Tensor bytes_tensor(std::vector<uint8_t>& data) { return Tensor::wrap(data); }
+
+}  // namespace
+
+void init_process_group(const InitProcessGroupOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    if (state().world) {
+      throw DistError("init_process_group: the default process group is already initialized; call "
+                      "destroy_process_group() first");
+    }
+  }
+  std::string backend = backend_name(options.backend);
+  RendezvousResult r;
+  if (options.store) {
+    if (!options.init_method.empty()) {
+      throw DistInvalidArgument("init_process_group: init_method and store are mutually exclusive");
+    }
+    if (options.rank < 0 || options.world_size <= 0) {
+      throw DistInvalidArgument("init_process_group: rank and world_size are required with an explicit store (got "
+                                "rank " + std::to_string(options.rank) + ", world_size " +
+                                std::to_string(options.world_size) + ")");
+    }
+    r = rendezvous(options.store, options.rank, options.world_size);
+  } else {
+    r = rendezvous(options.init_method.empty() ? "env://" : options.init_method, options.rank, options.world_size,
+                   options.timeout);
+  }
+  std::string master_host;
+  if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) master_host = tcp->host();
+  auto store = std::make_shared<PrefixStore>("tdist", r.store);
+  ProcessGroupOptions pg_options;
+  pg_options.timeout = options.timeout;
+  pg_options.master_host = master_host;
+  Group world = create_process_group(backend, std::make_shared<PrefixStore>("default_pg", store), r.rank,
+                                     r.world_size, pg_options);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().world = std::move(world);
+  state().store = std::move(store);
+  state().backend = backend;
+  state().timeout = options.timeout;
+  state().master_host = master_host;
+  state().new_group_calls = 0;
+  state().local_group_calls.clear();
+}
+
+void destroy_process_group(const Group& group) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (group && group != state().world) return;  // the handle's owner frees it
+  state().world.reset();
+  state().store.reset();
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().world != nullptr;
+}
+
+Group default_group() { return world_or_throw(); }
+
+bool is_member(const Group& group) { return resolve(group)->rank() >= 0; }
+
+int get_rank(const Group& group) { return resolve(group)->rank(); }
+
+int get_world_size(const Group& group) {
+  Group g = resolve(group);
+  return g->rank() >= 0 ? g->size() : -1;
+}
+
+std::string get_backend(const Group& group) { return resolve(group)->backend_name(); }
+
+Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
+                const std::string& backend, bool use_local_synchronization) {
+  Group world = world_or_throw();
+  int world_size = world->size();
+  std::vector<int> members = ranks;
+  if (members.empty()) {
+    for (int r = 0; r < world_size; ++r) members.push_back(r);
+  }
+  std::vector<int> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= world_size) {
+      throw DistInvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " is not in [0, " +
+                                std::to_string(world_size) + ")");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      throw DistInvalidArgument("new_group: rank " + std::to_string(sorted[i]) + " is listed twice");
+    }
+  }
+  // Group rank order is ascending global rank, as in torch.
+  members = sorted;
+  std::string key;
+  for (int r : members) key += std::to_string(r) + ",";
+  std::string name;
+  std::shared_ptr<Store> base;
+  std::string chosen_backend;
+  ProcessGroupOptions options;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    // Every caller numbers its groups the same way: all ranks count every
+    // new_group call, or with local synchronization, members count the calls
+    // for this member list.
+    if (use_local_synchronization) {
+      name = "group_local/" + key + "/" + std::to_string(state().local_group_calls[key]++);
+    } else {
+      name = "group/" + std::to_string(state().new_group_calls++);
+    }
+    base = state().store;
+    chosen_backend = backend.empty() ? state().backend : backend_name(backend);
+    options.timeout = timeout.value_or(state().timeout);
+    options.master_host = state().master_host;
+  }
+  options.global_ranks = members;
+  int me = world->rank();
+  auto it = std::find(members.begin(), members.end(), me);
+  if (it == members.end()) {
+    if (use_local_synchronization) {
+      throw DistInvalidArgument("new_group: with use_local_synchronization=true only members call new_group; rank " +
+                                std::to_string(me) + " is not in the group");
+    }
+    return std::make_shared<NonMemberGroup>(static_cast<int>(members.size()), options, chosen_backend);
+  }
+  int group_rank = static_cast<int>(it - members.begin());
+  return create_process_group(chosen_backend, std::make_shared<PrefixStore>(name, base), group_rank,
+                              static_cast<int>(members.size()), options);
+}
+
+int get_group_rank(const Group& group, int global_rank) {
+  const auto& ranks = resolve(group)->global_ranks();
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+}
+
+int get_global_rank(const Group& group, int group_rank) {
+  const auto& ranks = resolve(group)->global_ranks();
+  if (group_rank < 0 || group_rank >= static_cast<int>(ranks.size())) {
+    throw DistInvalidArgument("get_global_rank: group rank " + std::to_string(group_rank) + " is not in [0, " +
+                              std::to_string(ranks.size()) + ")");
+  }
+  return ranks[static_cast<size_t>(group_rank)];
+}
+
+std::vector<int> get_process_group_ranks(const Group& group) { return resolve(group)->global_ranks(); }
+
+// ---- Point to point ----
+
+WorkPtr isend(const Tensor& tensor, int dst, const Group& group, int tag) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return g->send(tensor, to_group_rank(g, dst, "send", "dst"), tag);
+}
+
+WorkPtr irecv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return g->recv(tensor, src ? to_group_rank(g, *src, "recv", "src") : -1, tag);
+}
+
+void send(const Tensor& tensor, int dst, const Group& group, int tag) {
+  if (auto work = isend(tensor, dst, group, tag)) work->wait();
+}
+
+int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
+  Group g = resolve(group);
+  auto work = irecv(tensor, src, g, tag);
+  if (!work) return -1;
+  work->wait();
+  return get_global_rank(g, work->source_rank());
+}
+
+std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
+  std::vector<WorkPtr> works;
+  works.reserve(p2p_op_list.size());
+  for (const auto& op : p2p_op_list) {
+    works.push_back(op.op == P2POp::Kind::kIsend ? isend(op.tensor, op.peer, op.group, op.tag)
+                                                 : irecv(op.tensor, op.peer, op.group, op.tag));
+  }
+  return works;
+}
+
+// ---- Collectives ----
+
+WorkPtr broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->broadcast(tensor, to_group_rank(g, src, "broadcast", "src")), async_op);
+}
+
+WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op, const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->all_reduce(tensor, op), async_op);
+}
+
+WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->reduce(tensor, to_group_rank(g, dst, "reduce", "dst"), op), async_op);
+}
+
+WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->all_gather(tensor_list, tensor), async_op);
+}
+
+WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor, const Group& group,
+                               bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->all_gather_into_tensor(output_tensor, input_tensor), async_op);
+}
+
+WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
+                                      const std::vector<int64_t>& output_split_sizes, const Group& group,
+                                      bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->all_gather_into_tensor_uneven(output, input, output_split_sizes), async_op);
+}
+
+WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int dst, const Group& group,
+               bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->gather(gather_list, tensor, to_group_rank(g, dst, "gather", "dst")), async_op);
+}
+
+WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, int src, const Group& group,
+                bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->scatter(tensor, scatter_list, to_group_rank(g, src, "scatter", "src")), async_op);
+}
+
+WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list, const ReduceOp& op,
+                       const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->reduce_scatter(output, input_list, op), async_op);
+}
+
+WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op, const Group& group,
+                              bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->reduce_scatter_tensor(output, input, op), async_op);
+}
+
+WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
+                                     const std::vector<int64_t>& input_split_sizes, const ReduceOp& op,
+                                     const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->reduce_scatter_tensor_uneven(output, input, input_split_sizes, op), async_op);
+}
+
+WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list, const std::vector<Tensor>& input_tensor_list,
+                   const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->all_to_all(output_tensor_list, input_tensor_list), async_op);
+}
+
+WorkPtr all_to_all_single(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes,
+                          const std::vector<int64_t>& input_split_sizes, const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->all_to_all_single(output, input, output_split_sizes, input_split_sizes), async_op);
+}
+
+WorkPtr barrier(const Group& group, bool async_op) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return nullptr;
+  return finish(g->barrier(), async_op);
+}
+
+// ---- Object collectives ----
+// Objects travel as bytes: first their sizes, then the bytes themselves,
+// padded to the largest where the underlying collective needs equal blocks.
+
+void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group& group) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return;
+  std::vector<int64_t> sizes(object_list.size(), 0);
+  bool is_src = get_global_rank(g, g->rank()) == src;
+  if (is_src) {
+    for (size_t i = 0; i < object_list.size(); ++i) sizes[i] = static_cast<int64_t>(object_list[i].size());
+  }
+  broadcast(Tensor::wrap(sizes), src, g);
+  size_t total = 0;
+  for (int64_t s : sizes) total += static_cast<size_t>(s);
+  std::vector<uint8_t> data(total);
+  if (is_src) {
+    size_t offset = 0;
+    for (const auto& obj : object_list) {
+      if (!obj.empty()) std::memcpy(data.data() + offset, obj.data(), obj.size());
+      offset += obj.size();
+    }
+  }
+  broadcast(bytes_tensor(data), src, g);
+  if (!is_src) {
+    size_t offset = 0;
+    for (size_t i = 0; i < object_list.size(); ++i) {
+      auto n = static_cast<size_t>(sizes[i]);
+      object_list[i].assign(data.begin() + static_cast<std::ptrdiff_t>(offset),
+                            data.begin() + static_cast<std::ptrdiff_t>(offset + n));
+      offset += n;
+    }
+  }
+}
+
+void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const Group& group) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return;
+  int n = g->size();
+  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
+  std::vector<int64_t> mine{static_cast<int64_t>(obj.size())};
+  all_gather_into_tensor(Tensor::wrap(sizes), Tensor::wrap(mine), g);
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  std::vector<uint8_t> data(static_cast<size_t>(total));
+  std::vector<uint8_t> input(obj.begin(), obj.end());
+  all_gather_into_tensor_uneven(bytes_tensor(data), bytes_tensor(input), sizes, g);
+  object_list.assign(static_cast<size_t>(n), Bytes{});
+  size_t offset = 0;
+  for (int r = 0; r < n; ++r) {
+    auto s = static_cast<size_t>(sizes[static_cast<size_t>(r)]);
+    object_list[static_cast<size_t>(r)].assign(data.begin() + static_cast<std::ptrdiff_t>(offset),
+                                               data.begin() + static_cast<std::ptrdiff_t>(offset + s));
+    offset += s;
+  }
+}
+
+void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int dst, const Group& group) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return;
+  bool is_dst = get_global_rank(g, g->rank()) == dst;
+  if (is_dst && object_gather_list == nullptr) {
+    throw DistInvalidArgument("gather_object: object_gather_list is required on dst " + std::to_string(dst));
+  }
+  if (!is_dst && object_gather_list != nullptr) {
+    throw DistInvalidArgument("gather_object: object_gather_list must be null on ranks other than dst " +
+                              std::to_string(dst));
+  }
+  int n = g->size();
+  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
+  std::vector<int64_t> mine{static_cast<int64_t>(obj.size())};
+  all_gather_into_tensor(Tensor::wrap(sizes), Tensor::wrap(mine), g);
+  int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<uint8_t> input(static_cast<size_t>(largest), 0);
+  if (!obj.empty()) std::memcpy(input.data(), obj.data(), obj.size());
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<Tensor> gather_list;
+  if (is_dst) {
+    blocks.assign(static_cast<size_t>(n), std::vector<uint8_t>(static_cast<size_t>(largest)));
+    for (auto& b : blocks) gather_list.push_back(bytes_tensor(b));
+  }
+  gather(bytes_tensor(input), gather_list, dst, g);
+  if (is_dst) {
+    object_gather_list->assign(static_cast<size_t>(n), Bytes{});
+    for (int r = 0; r < n; ++r) {
+      auto& b = blocks[static_cast<size_t>(r)];
+      (*object_gather_list)[static_cast<size_t>(r)].assign(
+          b.begin(), b.begin() + static_cast<std::ptrdiff_t>(sizes[static_cast<size_t>(r)]));
+    }
+  }
+}
+
+void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
+                         const std::vector<Bytes>& scatter_object_input_list, int src, const Group& group) {
+  Group g = resolve(group);
+  if (g->rank() < 0) return;
+  int n = g->size();
+  bool is_src = get_global_rank(g, g->rank()) == src;
+  if (is_src && scatter_object_input_list.size() != static_cast<size_t>(n)) {
+    throw DistInvalidArgument("scatter_object_list: scatter_object_input_list has " +
+                              std::to_string(scatter_object_input_list.size()) + " objects but the group has " +
+                              std::to_string(n) + " ranks");
+  }
+  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
+  if (is_src) {
+    for (int r = 0; r < n; ++r) {
+      sizes[static_cast<size_t>(r)] = static_cast<int64_t>(scatter_object_input_list[static_cast<size_t>(r)].size());
+    }
+  }
+  broadcast(Tensor::wrap(sizes), src, g);
+  int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<Tensor> scatter_list;
+  if (is_src) {
+    for (const auto& obj : scatter_object_input_list) {
+      blocks.emplace_back(static_cast<size_t>(largest), 0);
+      if (!obj.empty()) std::memcpy(blocks.back().data(), obj.data(), obj.size());
+    }
+    for (auto& b : blocks) scatter_list.push_back(bytes_tensor(b));
+  }
+  std::vector<uint8_t> output(static_cast<size_t>(largest));
+  scatter(bytes_tensor(output), scatter_list, src, g);
+  auto mine = static_cast<size_t>(sizes[static_cast<size_t>(g->rank())]);
+  scatter_object_output_list.assign(1, Bytes(output.begin(), output.begin() + static_cast<std::ptrdiff_t>(mine)));
+}
+
+}  // namespace tdist

@@ -1,0 +1,404 @@
+#include "tdist_backend.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "tdist/errors.h"
+#include "tdist/logging.h"
+#include "transport/tcp/tcp_transport.h"
+#include "validate.h"
+
+namespace tdist {
+namespace {
+
+namespace algo = algorithms;
+
+// Point-to-point tags have the top bit set; collective tags never do.
+uint64_t p2p_tag(int tag) { return (uint64_t{1} << 63) | static_cast<uint32_t>(tag); }
+
+size_t to_size(int64_t v) { return static_cast<size_t>(v); }
+
+// True if the tensors lie back to back in memory in list order, so a
+// collective can write them as one buffer without staging.
+bool back_to_back(const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return true;
+  const auto* base = static_cast<const uint8_t*>(tensors[0].data());
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    if (t.nbytes() > 0 && static_cast<const uint8_t*>(t.data()) != base + offset) return false;
+    offset += t.nbytes();
+  }
+  return true;
+}
+
+std::vector<size_t> nbytes_of(const std::vector<Tensor>& tensors) {
+  std::vector<size_t> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(t.nbytes());
+  return out;
+}
+
+// One contiguous buffer standing for a list of tensors: the tensors' own
+// memory when they are back to back, else a staging buffer.
+struct Blocks {
+  std::vector<Tensor> tensors;
+  std::vector<uint8_t> staging;
+  uint8_t* base = nullptr;
+
+  explicit Blocks(std::vector<Tensor> list) : tensors(std::move(list)) {
+    if (back_to_back(tensors) && !tensors.empty()) {
+      base = static_cast<uint8_t*>(tensors[0].data());
+    } else {
+      size_t total = 0;
+      for (const auto& t : tensors) total += t.nbytes();
+      staging.resize(total);
+      base = staging.data();
+    }
+  }
+  bool staged() const { return !staging.empty(); }
+  void copy_in() {
+    if (!staged()) return;
+    size_t offset = 0;
+    for (const auto& t : tensors) {
+      if (t.nbytes() > 0) std::memcpy(base + offset, t.data(), t.nbytes());
+      offset += t.nbytes();
+    }
+  }
+  void copy_out() {
+    if (!staged()) return;
+    size_t offset = 0;
+    for (const auto& t : tensors) {
+      if (t.nbytes() > 0) std::memcpy(t.data(), base + offset, t.nbytes());
+      offset += t.nbytes();
+    }
+  }
+};
+
+std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
+  std::vector<size_t> offsets(bytes.size(), 0);
+  for (size_t i = 1; i < bytes.size(); ++i) offsets[i] = offsets[i - 1] + bytes[i - 1];
+  return offsets;
+}
+
+}  // namespace
+
+Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+  return std::make_shared<ProcessGroupTdist>(std::move(store), rank, size, options);
+}
+
+ProcessGroupTdist::ProcessGroupTdist(std::shared_ptr<Store> store, int rank, int size,
+                                     const ProcessGroupOptions& options)
+    : ProcessGroup(rank, size, options) {
+  if (!store) throw DistInvalidArgument("ProcessGroupTdist: the store is null");
+  if (size <= 0 || rank < 0 || rank >= size) {
+    throw DistInvalidArgument("ProcessGroupTdist: rank " + std::to_string(rank) + " is not in [0, " +
+                              std::to_string(size) + ")");
+  }
+  transport::TcpOptions tcp;
+  tcp.timeout = options.timeout;
+  tcp.reach_host = options.master_host;
+  transport_ = transport::connect_tcp(*store, rank, size, tcp);
+  worker_ = std::thread([this] { run(); });
+}
+
+ProcessGroupTdist::~ProcessGroupTdist() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  // Queued work that never ran fails; so does anything still in flight.
+  for (auto& task : queue_) {
+    task.work->finish(std::make_exception_ptr(
+        DistError(task.op + ": the process group was destroyed before the operation ran")));
+  }
+}
+
+WorkPtr ProcessGroupTdist::enqueue(std::string op, std::vector<Tensor> outputs, Body body) {
+  auto work = std::make_shared<Work>(op, std::move(outputs));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) throw DistError(op + ": the process group is being destroyed");
+    queue_.push_back(Task{std::move(op), next_seq_++, work, std::move(body)});
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void ProcessGroupTdist::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    algo::CallContext ctx{*transport_, task.op, task.seq, algo::Clock::now() + timeout(), timeout()};
+    std::exception_ptr error;
+    try {
+      task.body(ctx);
+    } catch (...) {
+      error = std::current_exception();
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        TDIST_LOG(DEBUG) << task.op << " (call #" << task.seq << ") failed: " << e.what();
+      }
+    }
+    task.work->finish(error);
+  }
+}
+
+WorkPtr ProcessGroupTdist::broadcast(const Tensor& tensor, int root) {
+  validate::rank_in_group("broadcast", "src", root, size());
+  return enqueue("broadcast", {tensor}, [tensor, root](const algo::CallContext& ctx) {
+    algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
+  });
+}
+
+WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) {
+  validate::reduce_op("all_reduce", tensor, op);
+  return enqueue("all_reduce", {tensor}, [tensor, op](const algo::CallContext& ctx) {
+    algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
+  });
+}
+
+WorkPtr ProcessGroupTdist::reduce(const Tensor& tensor, int root, const ReduceOp& op) {
+  validate::rank_in_group("reduce", "dst", root, size());
+  validate::reduce_op("reduce", tensor, op);
+  return enqueue("reduce", {tensor}, [tensor, root, op](const algo::CallContext& ctx) {
+    // Non-root ranks keep their input intact (the algorithm may use the
+    // buffer it is given as scratch).
+    Tensor buffer = ctx.rank() == root ? tensor : tensor.clone();
+    algo::reduce(ctx, buffer.data(), to_size(buffer.numel()), buffer.dtype(), op, root);
+  });
+}
+
+WorkPtr ProcessGroupTdist::all_gather(const std::vector<Tensor>& outputs, const Tensor& input) {
+  validate::list_length("all_gather", "tensor_list", outputs.size(), size());
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    validate::same_dtype("all_gather", "tensor_list entry", outputs[r], input.dtype());
+    validate::no_overlap("all_gather", "tensor_list entry", outputs[r], "tensor", input);
+  }
+  validate::numel_equals("all_gather", "this rank's tensor_list entry", outputs[to_size(rank())], input.numel());
+  return enqueue("all_gather", outputs, [outputs, input](const algo::CallContext& ctx) {
+    Blocks blocks(outputs);
+    auto bytes = nbytes_of(outputs);
+    algo::all_gather(ctx, input.data(), blocks.base, bytes);
+    blocks.copy_out();
+  });
+}
+
+WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Tensor& input) {
+  validate::gathered_shape("all_gather_into_tensor", "output_tensor", output, "input_tensor", input, size());
+  size_t block = input.nbytes();
+  const auto* slot = static_cast<const uint8_t*>(output.data()) + block * to_size(rank());
+  bool in_place = block > 0 && input.data() == slot;
+  if (!in_place) validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
+  return enqueue("all_gather_into_tensor", {output}, [output, input, block](const algo::CallContext& ctx) {
+    algo::all_gather(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
+  });
+}
+
+WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
+                                                         const std::vector<int64_t>& output_split_sizes) {
+  const char* op = "all_gather_into_tensor_uneven";
+  validate::same_dtype(op, "output", output, input.dtype());
+  int64_t row = validate::row_elements(op, "output", output);
+  validate::split_sizes(op, "output_split_sizes", output_split_sizes, size(), output.shape()[0]);
+  validate::numel_equals(op, "input (output_split_sizes[rank] rows)", input,
+                         output_split_sizes[to_size(rank())] * row);
+  std::vector<size_t> bytes;
+  for (int64_t rows : output_split_sizes) bytes.push_back(to_size(rows * row) * output.element_size());
+  const auto* slot = static_cast<const uint8_t*>(output.data()) + offsets_of(bytes)[to_size(rank())];
+  if (!(input.nbytes() > 0 && input.data() == slot)) validate::no_overlap(op, "output", output, "input", input);
+  return enqueue(op, {output}, [output, input, bytes](const algo::CallContext& ctx) {
+    algo::all_gather(ctx, input.data(), output.data(), bytes);
+  });
+}
+
+WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
+  validate::rank_in_group("gather", "dst", root, size());
+  if (rank() == root) {
+    validate::list_length("gather", "gather_list", outputs.size(), size());
+    for (const auto& t : outputs) {
+      validate::same_dtype("gather", "gather_list entry", t, input.dtype());
+      validate::numel_equals("gather", "gather_list entry", t, input.numel());
+      validate::no_overlap("gather", "gather_list entry", t, "tensor", input);
+    }
+  } else if (!outputs.empty()) {
+    throw DistInvalidArgument("gather: gather_list must be empty on ranks other than dst " + std::to_string(root) +
+                              " (got " + std::to_string(outputs.size()) + " tensors on rank " +
+                              std::to_string(rank()) + ")");
+  }
+  std::vector<size_t> bytes(to_size(size()), input.nbytes());
+  return enqueue("gather", outputs, [outputs, input, bytes, root](const algo::CallContext& ctx) {
+    if (ctx.rank() != root) {
+      algo::gather(ctx, input.data(), nullptr, bytes, root);
+      return;
+    }
+    Blocks blocks(outputs);
+    algo::gather(ctx, input.data(), blocks.base, bytes, root);
+    blocks.copy_out();
+  });
+}
+
+WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
+  validate::rank_in_group("scatter", "src", root, size());
+  if (rank() == root) {
+    validate::list_length("scatter", "scatter_list", inputs.size(), size());
+    for (const auto& t : inputs) {
+      validate::same_dtype("scatter", "scatter_list entry", t, output.dtype());
+      validate::numel_equals("scatter", "scatter_list entry", t, output.numel());
+      validate::no_overlap("scatter", "scatter_list entry", t, "tensor", output);
+    }
+  } else if (!inputs.empty()) {
+    throw DistInvalidArgument("scatter: scatter_list must be empty on ranks other than src " + std::to_string(root) +
+                              " (got " + std::to_string(inputs.size()) + " tensors on rank " +
+                              std::to_string(rank()) + ")");
+  }
+  std::vector<size_t> bytes(to_size(size()), output.nbytes());
+  return enqueue("scatter", {output}, [output, inputs, bytes, root](const algo::CallContext& ctx) {
+    if (ctx.rank() != root) {
+      algo::scatter(ctx, nullptr, output.data(), bytes, root);
+      return;
+    }
+    Blocks blocks(inputs);
+    blocks.copy_in();
+    algo::scatter(ctx, blocks.base, output.data(), bytes, root);
+  });
+}
+
+WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                          const ReduceOp& op) {
+  validate::list_length("reduce_scatter", "input_list", inputs.size(), size());
+  validate::reduce_op("reduce_scatter", output, op);
+  for (const auto& t : inputs) {
+    validate::same_dtype("reduce_scatter", "input_list entry", t, output.dtype());
+    validate::no_overlap("reduce_scatter", "input_list entry", t, "output", output);
+  }
+  validate::numel_equals("reduce_scatter", "output (this rank's input_list entry)", output,
+                         inputs[to_size(rank())].numel());
+  std::vector<size_t> counts;
+  for (const auto& t : inputs) counts.push_back(to_size(t.numel()));
+  return enqueue("reduce_scatter", {output}, [output, inputs, counts, op](const algo::CallContext& ctx) {
+    Blocks blocks(inputs);
+    blocks.copy_in();
+    algo::reduce_scatter(ctx, blocks.base, output.data(), counts, output.dtype(), op);
+  });
+}
+
+WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op) {
+  validate::gathered_shape("reduce_scatter_tensor", "input", input, "output", output, size());
+  validate::reduce_op("reduce_scatter_tensor", output, op);
+  validate::no_overlap("reduce_scatter_tensor", "input", input, "output", output);
+  std::vector<size_t> counts(to_size(size()), to_size(output.numel()));
+  return enqueue("reduce_scatter_tensor", {output}, [output, input, counts, op](const algo::CallContext& ctx) {
+    algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
+  });
+}
+
+WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
+                                                        const std::vector<int64_t>& input_split_sizes,
+                                                        const ReduceOp& op) {
+  const char* name = "reduce_scatter_tensor_uneven";
+  validate::same_dtype(name, "output", output, input.dtype());
+  validate::reduce_op(name, output, op);
+  int64_t row = validate::row_elements(name, "input", input);
+  validate::split_sizes(name, "input_split_sizes", input_split_sizes, size(), input.shape()[0]);
+  validate::numel_equals(name, "output (input_split_sizes[rank] rows)", output,
+                         input_split_sizes[to_size(rank())] * row);
+  validate::no_overlap(name, "input", input, "output", output);
+  std::vector<size_t> counts;
+  for (int64_t rows : input_split_sizes) counts.push_back(to_size(rows * row));
+  return enqueue(name, {output}, [output, input, counts, op](const algo::CallContext& ctx) {
+    algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
+  });
+}
+
+WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) {
+  validate::list_length("all_to_all", "output_tensor_list", outputs.size(), size());
+  validate::list_length("all_to_all", "input_tensor_list", inputs.size(), size());
+  for (size_t r = 0; r < inputs.size(); ++r) {
+    validate::same_dtype("all_to_all", "input_tensor_list entry", inputs[r], inputs[0].dtype());
+    validate::same_dtype("all_to_all", "output_tensor_list entry", outputs[r], inputs[0].dtype());
+    for (const auto& out : outputs) validate::no_overlap("all_to_all", "an output", out, "an input", inputs[r]);
+  }
+  return enqueue("all_to_all", outputs, [outputs, inputs](const algo::CallContext& ctx) {
+    Blocks in(inputs);
+    in.copy_in();
+    Blocks out(outputs);
+    auto send_bytes = nbytes_of(inputs);
+    auto recv_bytes = nbytes_of(outputs);
+    algo::all_to_all(ctx, in.base, send_bytes, offsets_of(send_bytes), out.base, recv_bytes, offsets_of(recv_bytes));
+    out.copy_out();
+  });
+}
+
+WorkPtr ProcessGroupTdist::all_to_all_single(const Tensor& output, const Tensor& input,
+                                             const std::vector<int64_t>& output_split_sizes,
+                                             const std::vector<int64_t>& input_split_sizes) {
+  const char* op = "all_to_all_single";
+  validate::same_dtype(op, "output", output, input.dtype());
+  validate::no_overlap(op, "output", output, "input", input);
+  auto splits_to_bytes = [&](const Tensor& t, const std::vector<int64_t>& splits, const char* what) {
+    std::vector<size_t> bytes;
+    if (t.numel() == 0 && splits.empty()) return std::vector<size_t>(to_size(size()), 0);
+    int64_t row = validate::row_elements(op, what, t);
+    if (splits.empty()) {
+      if (t.shape()[0] % size() != 0) {
+        throw DistInvalidArgument(std::string(op) + ": " + what + " has " + std::to_string(t.shape()[0]) +
+                                  " rows, not divisible by the group size " + std::to_string(size()) +
+                                  "; pass split sizes");
+      }
+      return std::vector<size_t>(to_size(size()), to_size(t.shape()[0] / size() * row) * t.element_size());
+    }
+    validate::split_sizes(op, what, splits, size(), t.shape()[0]);
+    for (int64_t rows : splits) bytes.push_back(to_size(rows * row) * t.element_size());
+    return bytes;
+  };
+  auto send_bytes = splits_to_bytes(input, input_split_sizes, "input_split_sizes");
+  auto recv_bytes = splits_to_bytes(output, output_split_sizes, "output_split_sizes");
+  return enqueue(op, {output}, [output, input, send_bytes, recv_bytes](const algo::CallContext& ctx) {
+    algo::all_to_all(ctx, input.data(), send_bytes, offsets_of(send_bytes), output.data(), recv_bytes,
+                     offsets_of(recv_bytes));
+  });
+}
+
+WorkPtr ProcessGroupTdist::barrier() {
+  return enqueue("barrier", {}, [](const algo::CallContext& ctx) { algo::barrier(ctx); });
+}
+
+WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
+  validate::rank_in_group("send", "dst", dst, size());
+  if (dst == rank()) {
+    throw DistInvalidArgument("send: dst " + std::to_string(dst) + " is this rank; a rank cannot send to itself");
+  }
+  auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor});
+  auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes());
+  // The callback keeps the tensor (and so the bytes being sent) alive.
+  request->on_complete([work, tensor](transport::Request& r) { work->finish(r.error()); });
+  return work;
+}
+
+WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
+  if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
+  auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor});
+  auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes());
+  size_t expected = tensor.nbytes();
+  request->on_complete([work, tensor, expected](transport::Request& r) {
+    std::exception_ptr error = r.error();
+    if (!error && r.received_bytes() != expected) {
+      error = std::make_exception_ptr(DistInvalidArgument(
+          "recv: the tensor has " + std::to_string(expected) + " bytes but rank " + std::to_string(r.source()) +
+          " sent " + std::to_string(r.received_bytes()) + " (send and recv tensors must match)"));
+    }
+    work->finish(error, error ? -1 : r.source());
+  });
+  return work;
+}
+
+}  // namespace tdist

@@ -1,0 +1,121 @@
+#include "tdist/work.h"
+
+#include "tdist/errors.h"
+
+namespace tdist {
+
+void Future::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Future::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
+                                                               : std::chrono::steady_clock::now() + timeout;
+  if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool Future::completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::exception_ptr Future::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+std::vector<Tensor> Future::value() {
+  wait();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return value_;
+}
+
+std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)> callback) {
+  auto next = std::make_shared<Future>();
+  auto self = shared_from_this();
+  auto run = [self, next, callback = std::move(callback)] {
+    try {
+      auto result = callback(*self);
+      if (auto error = self->error()) {
+        next->set_error(error);
+      } else {
+        next->set_value(std::move(result));
+      }
+    } catch (...) {
+      next->set_error(std::current_exception());
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(run));
+      return next;
+    }
+  }
+  run();
+  return next;
+}
+
+void Future::set_value(std::vector<Tensor> value) { finish(std::move(value), nullptr); }
+
+void Future::set_error(std::exception_ptr error) { finish({}, std::move(error)); }
+
+void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    value_ = std::move(value);
+    error_ = std::move(error);
+    callbacks.swap(callbacks_);
+  }
+  done_cv_.notify_all();
+  for (auto& callback : callbacks) callback();
+}
+
+Work::Work(std::string op, std::vector<Tensor> outputs)
+    : op_(std::move(op)), outputs_(std::move(outputs)), future_(std::make_shared<Future>()) {}
+
+bool Work::is_completed() const { return future_->completed(); }
+
+bool Work::is_success() const {
+  if (!future_->completed()) {
+    throw DistError(op_ + ": is_success() called before the operation completed; call wait() or is_completed()");
+  }
+  return future_->error() == nullptr;
+}
+
+std::exception_ptr Work::exception() const { return future_->error(); }
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  if (!future_->wait_for(timeout)) {
+    throw DistTimeoutError(op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
+                           " ms; the operation is still running");
+  }
+  return true;
+}
+
+int Work::source_rank() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return source_rank_;
+}
+
+void Work::finish(std::exception_ptr error, int source_rank) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    source_rank_ = source_rank;
+  }
+  if (error) {
+    future_->set_error(std::move(error));
+  } else {
+    future_->set_value(outputs_);
+  }
+}
+
+}  // namespace tdist

@@ -1,0 +1,33 @@
+#pragma once
+
+// Helpers of the process-group tests: groups on N ranks (threads or forked
+// processes), and tensors of any dtype filled from exact small numbers so a
+// reference can be computed in int64/double arithmetic, apart from tdist.
+
+#include <functional>
+#include <string>
+
+#include "multirank.h"
+#include "tdist/process_group.h"
+#include "tdist/tensor.h"
+
+namespace tdist::testing {
+
+/// Runs fn(group, rank) on n ranks, each with a "tdist" process group over a
+/// shared store (HashStore for threads, FileStore for processes).
+std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&, int)>& fn,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+/// A tensor of `dtype` with element i set to value(i) (real part; complex
+/// elements get imaginary part -value(i)).
+Tensor make_tensor(DType dtype, int64_t count, const std::function<double(int64_t)>& value);
+/// Element i as a double (real part) and, for complex, its imaginary part.
+double real_at(const Tensor& t, int64_t i);
+double imag_at(const Tensor& t, int64_t i);
+/// Writes value v (and -v as imaginary part) into element i.
+void set_at(const Tensor& t, int64_t i, double v);
+
+/// Throws std::runtime_error with `what` if !ok.
+void check(bool ok, const std::string& what);
+
+}  // namespace tdist::testing

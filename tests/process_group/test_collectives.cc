@@ -1,0 +1,425 @@
+// Every collective of the tdist backend against references computed here,
+// over world sizes 1-8, ranks as threads and as processes, counts 0, 1, odd
+// and large, every dtype and every valid reduce op.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "pg_harness.h"
+#include "tdist/errors.h"
+
+namespace tdist::testing {
+namespace {
+
+using Kind = ReduceOp::Kind;
+
+const std::vector<Kind> kAllOps = {Kind::SUM, Kind::PRODUCT, Kind::MIN,        Kind::MAX, Kind::BAND,
+                                   Kind::BOR, Kind::BXOR,    Kind::PREMUL_SUM, Kind::AVG};
+
+ReduceOp make_op(Kind kind) { return kind == Kind::PREMUL_SUM ? ReduceOp::premul_sum(2.0) : ReduceOp(kind); }
+
+bool is_bitwise(Kind k) { return k == Kind::BAND || k == Kind::BOR || k == Kind::BXOR; }
+
+// The value rank r contributes at element i: small integers, exact in every
+// dtype; bool and bitwise ops get their own ranges.
+double contribution(DType dtype, Kind op, int r, int64_t i) {
+  if (dtype == DType::kBool) return static_cast<double>((r + i) % 2);
+  if (is_bitwise(op)) return static_cast<double>((r * 7 + i * 3) % 16);
+  if (op == Kind::PRODUCT) return 1 + static_cast<double>((r + i) % 2);
+  return 1 + static_cast<double>((r + i) % 3);
+}
+
+// op over n contributions, in the arithmetic the dtype defines.
+double reference(DType dtype, Kind op, int n, int64_t i) {
+  if (dtype == DType::kBool) {
+    bool any = false;
+    bool all = true;
+    bool parity = false;
+    for (int r = 0; r < n; ++r) {
+      bool v = contribution(dtype, op, r, i) != 0;
+      any = any || v;
+      all = all && v;
+      parity = parity != v;
+    }
+    if (op == Kind::SUM || op == Kind::MAX || op == Kind::BOR) return any;
+    if (op == Kind::BXOR) return parity;
+    return all;
+  }
+  std::vector<double> v;
+  for (int r = 0; r < n; ++r) v.push_back(contribution(dtype, op, r, i));
+  if (is_integral(dtype, false)) {
+    int64_t acc = op == Kind::PRODUCT ? 1 : (op == Kind::BAND ? -1 : 0);
+    if (op == Kind::MIN) acc = INT64_MAX;
+    if (op == Kind::MAX) acc = INT64_MIN;
+    for (double d : v) {
+      auto x = static_cast<int64_t>(d);
+      switch (op) {
+        case Kind::SUM: case Kind::AVG: acc += x; break;
+        case Kind::PREMUL_SUM: acc += 2 * x; break;
+        case Kind::PRODUCT: acc *= x; break;
+        case Kind::MIN: acc = std::min(acc, x); break;
+        case Kind::MAX: acc = std::max(acc, x); break;
+        case Kind::BAND: acc &= x; break;
+        case Kind::BOR: acc |= x; break;
+        case Kind::BXOR: acc ^= x; break;
+      }
+    }
+    if (op == Kind::AVG) acc /= n;
+    return static_cast<double>(acc);
+  }
+  double acc = op == Kind::PRODUCT ? 1 : 0;
+  if (op == Kind::MIN) acc = INFINITY;
+  if (op == Kind::MAX) acc = -INFINITY;
+  for (double x : v) {
+    switch (op) {
+      case Kind::SUM: case Kind::AVG: acc += x; break;
+      case Kind::PREMUL_SUM: acc += 2 * x; break;
+      case Kind::PRODUCT: acc *= x; break;
+      case Kind::MIN: acc = std::min(acc, x); break;
+      case Kind::MAX: acc = std::max(acc, x); break;
+      default: break;
+    }
+  }
+  if (op == Kind::AVG) {
+    // float32 and the 16-bit types divide in float, float64 in double.
+    if (dtype == DType::kFloat64 || dtype == DType::kComplex128) return acc / n;
+    return static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
+  }
+  return acc;
+}
+
+void expect_reduced(const Tensor& got, Kind op, int n, const std::string& what) {
+  Tensor want = make_tensor(got.dtype(), got.numel(), [&](int64_t i) { return reference(got.dtype(), op, n, i); });
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    check(real_at(got, i) == real_at(want, i) && imag_at(got, i) == imag_at(want, i),
+          what + ": element " + std::to_string(i) + " is " + std::to_string(real_at(got, i)) + "+" +
+              std::to_string(imag_at(got, i)) + "i, expected " + std::to_string(real_at(want, i)) + "+" +
+              std::to_string(imag_at(want, i)) + "i");
+  }
+}
+
+std::string label(const char* op, DType dtype, Kind kind, int64_t count) {
+  return std::string(op) + " " + dtype_name(dtype) + " " + reduce_op_name(kind) + " count " + std::to_string(count);
+}
+
+class Collectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(Collectives, AllReduceEveryDtypeAndReduceOp) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          for (DType dtype : kAllDTypes) {
+                            for (Kind kind : kAllOps) {
+                              if (!is_reduce_supported(dtype, make_op(kind))) continue;
+                              for (int64_t count : {0, 1, 7, 33}) {
+                                Tensor t = make_tensor(dtype, count,
+                                                       [&](int64_t i) { return contribution(dtype, kind, rank, i); });
+                                pg.all_reduce(t, make_op(kind))->wait();
+                                expect_reduced(t, kind, pg.size(), label("all_reduce", dtype, kind, count));
+                              }
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, AllReduceLargeFloat32IsExactAndBitwiseIdentical) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int64_t count = 1 << 20;
+                          std::vector<float> data(count);
+                          for (int64_t i = 0; i < count; ++i) data[i] = static_cast<float>((i % 7) + rank);
+                          Tensor t = Tensor::wrap(data);
+                          pg.all_reduce(t, ReduceOp::SUM)->wait();
+                          float base = static_cast<float>(pg.size() * (pg.size() - 1) / 2);
+                          for (int64_t i = 0; i < count; ++i) {
+                            check(data[i] == static_cast<float>(i % 7) * pg.size() + base,
+                                  "element " + std::to_string(i) + " is " + std::to_string(data[i]));
+                          }
+                          // Sums whose value depends on the order of additions:
+                          // every rank must still hold the same bits.
+                          std::vector<float> odd(1001);
+                          for (size_t i = 0; i < odd.size(); ++i) {
+                            odd[i] = (rank + i) % 3 == 0 ? 1e8f : ((rank + i) % 3 == 1 ? 1.0f : -1e8f + 3.0f);
+                          }
+                          Tensor o = Tensor::wrap(odd);
+                          pg.all_reduce(o, ReduceOp::SUM)->wait();
+                          Tensor all = Tensor::empty(DType::kFloat32, {pg.size(), 1001});
+                          pg.all_gather_into_tensor(all, o)->wait();
+                          const auto* bits = static_cast<const uint32_t*>(all.data());
+                          for (int r = 1; r < pg.size(); ++r) {
+                            check(std::memcmp(bits, bits + r * 1001, 1001 * 4) == 0,
+                                  "all_reduce results differ between rank 0 and rank " + std::to_string(r));
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          for (int root = 0; root < pg.size(); ++root) {
+                            for (int64_t count : {0, 1, 7, 300001}) {
+                              Tensor t = make_tensor(DType::kInt32, count, [&](int64_t i) {
+                                return rank == root ? static_cast<double>(i * 3 + root) : -1.0;
+                              });
+                              pg.broadcast(t, root)->wait();
+                              for (int64_t i = 0; i < count; ++i) {
+                                check(real_at(t, i) == static_cast<double>(i * 3 + root),
+                                      "broadcast root " + std::to_string(root) + " element " + std::to_string(i));
+                              }
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          for (int root = 0; root < pg.size(); ++root) {
+                            for (Kind kind : {Kind::SUM, Kind::MAX, Kind::AVG}) {
+                              for (int64_t count : {0, 1, 7, 100003}) {
+                                Tensor t = make_tensor(DType::kFloat64, count, [&](int64_t i) {
+                                  return contribution(DType::kFloat64, kind, rank, i);
+                                });
+                                Tensor before = t.clone();
+                                pg.reduce(t, root, make_op(kind))->wait();
+                                if (rank == root) {
+                                  expect_reduced(t, kind, pg.size(), label("reduce", DType::kFloat64, kind, count));
+                                } else {
+                                  check(std::memcmp(t.data(), before.data(), t.nbytes()) == 0,
+                                        "reduce changed a non-root input");
+                                }
+                              }
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, AllGatherListWithDifferentSizesPerRank) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          auto size_of = [](int r) { return static_cast<int64_t>(r % 3 == 0 ? r + 1 : 2 * r); };
+                          Tensor in = make_tensor(DType::kInt16, size_of(rank), [&](int64_t i) { return rank * 100 + i; });
+                          std::vector<Tensor> outs;
+                          for (int r = 0; r < pg.size(); ++r) outs.push_back(Tensor::zeros(DType::kInt16, {size_of(r)}));
+                          pg.all_gather(outs, in)->wait();
+                          for (int r = 0; r < pg.size(); ++r) {
+                            for (int64_t i = 0; i < size_of(r); ++i) {
+                              check(real_at(outs[static_cast<size_t>(r)], i) == r * 100 + i,
+                                    "all_gather block " + std::to_string(r) + " element " + std::to_string(i));
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, AllGatherIntoTensorConcatenatedStackedInPlaceAndUneven) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          for (int64_t count : {0, 1, 5, 200001}) {
+                            Tensor in = make_tensor(DType::kFloat32, count, [&](int64_t i) { return rank + i * 0.5; });
+                            Tensor concat = Tensor::zeros(DType::kFloat32, {p * count});
+                            pg.all_gather_into_tensor(concat, in)->wait();
+                            Tensor stacked = Tensor::zeros(DType::kFloat32, {p, count});
+                            pg.all_gather_into_tensor(stacked, in)->wait();
+                            // In place: the input is this rank's slot of the output.
+                            Tensor inplace = Tensor::zeros(DType::kFloat32, {p * count});
+                            Tensor slot = inplace.view(rank * count, count);
+                            slot.copy_from(in);
+                            pg.all_gather_into_tensor(inplace, slot)->wait();
+                            for (int r = 0; r < p; ++r) {
+                              for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 97)) {
+                                double want = r + i * 0.5;
+                                check(real_at(concat, r * count + i) == want && real_at(stacked, r * count + i) == want &&
+                                          real_at(inplace, r * count + i) == want,
+                                      "all_gather_into_tensor rank block " + std::to_string(r));
+                              }
+                            }
+                          }
+                          // Uneven: rank r contributes r rows of 3.
+                          std::vector<int64_t> splits;
+                          int64_t rows = 0;
+                          for (int r = 0; r < p; ++r) {
+                            splits.push_back(r);
+                            rows += r;
+                          }
+                          Tensor in = make_tensor(DType::kInt64, rank * 3, [&](int64_t i) { return rank * 1000 + i; });
+                          in = in.reshape({rank, 3});
+                          Tensor out = Tensor::zeros(DType::kInt64, {rows, 3});
+                          pg.all_gather_into_tensor_uneven(out, in, splits)->wait();
+                          int64_t at = 0;
+                          for (int r = 0; r < p; ++r) {
+                            for (int64_t i = 0; i < r * 3; ++i) {
+                              check(real_at(out, at++) == r * 1000 + i, "uneven all_gather block " + std::to_string(r));
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          for (int root = 0; root < p; ++root) {
+                            for (int64_t count : {0, 1, 9, 70001}) {
+                              Tensor in = make_tensor(DType::kUInt8, count, [&](int64_t i) { return (rank * 31 + i) % 256; });
+                              std::vector<Tensor> list;
+                              if (rank == root) {
+                                for (int r = 0; r < p; ++r) list.push_back(Tensor::zeros(DType::kUInt8, {count}));
+                              }
+                              pg.gather(list, in, root)->wait();
+                              if (rank == root) {
+                                for (int r = 0; r < p; ++r) {
+                                  for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 101)) {
+                                    check(real_at(list[static_cast<size_t>(r)], i) == (r * 31 + i) % 256,
+                                          "gather block " + std::to_string(r));
+                                  }
+                                }
+                              }
+                              std::vector<Tensor> sources;
+                              if (rank == root) {
+                                for (int r = 0; r < p; ++r) {
+                                  sources.push_back(make_tensor(DType::kUInt8, count, [&](int64_t i) { return (r + 7 * i) % 256; }));
+                                }
+                              }
+                              Tensor out = Tensor::zeros(DType::kUInt8, {count});
+                              pg.scatter(out, sources, root)->wait();
+                              for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 101)) {
+                                check(real_at(out, i) == (rank + 7 * i) % 256, "scatter element " + std::to_string(i));
+                              }
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, ReduceScatterListTensorAndUneven) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          for (Kind kind : {Kind::SUM, Kind::MIN, Kind::AVG, Kind::PREMUL_SUM}) {
+                            for (int64_t count : {0, 1, 7, 150001}) {
+                              // Block r holds element values indexed from r * count.
+                              Tensor in = make_tensor(DType::kFloat64, p * count, [&](int64_t i) {
+                                return contribution(DType::kFloat64, kind, rank, i);
+                              });
+                              Tensor out = Tensor::zeros(DType::kFloat64, {count});
+                              pg.reduce_scatter_tensor(out, in, make_op(kind))->wait();
+                              for (int64_t i = 0; i < count; ++i) {
+                                check(real_at(out, i) == reference(DType::kFloat64, kind, p, rank * count + i),
+                                      label("reduce_scatter_tensor", DType::kFloat64, kind, count) + " element " +
+                                          std::to_string(i));
+                              }
+                            }
+                          }
+                          // List form with a different size per destination.
+                          std::vector<Tensor> inputs;
+                          for (int r = 0; r < p; ++r) {
+                            inputs.push_back(make_tensor(DType::kInt32, r + 2, [&](int64_t i) { return rank + i + r; }));
+                          }
+                          Tensor out = Tensor::zeros(DType::kInt32, {rank + 2});
+                          pg.reduce_scatter(out, inputs, ReduceOp::SUM)->wait();
+                          for (int64_t i = 0; i < rank + 2; ++i) {
+                            check(real_at(out, i) == p * (i + rank) + p * (p - 1) / 2, "reduce_scatter list element");
+                          }
+                          // Uneven tensor form: rank r gets r + 1 rows of 2.
+                          std::vector<int64_t> splits;
+                          int64_t rows = 0;
+                          for (int r = 0; r < p; ++r) {
+                            splits.push_back(r + 1);
+                            rows += r + 1;
+                          }
+                          Tensor uin = make_tensor(DType::kInt64, rows * 2, [&](int64_t i) { return i + rank; }).reshape({rows, 2});
+                          Tensor uout = Tensor::zeros(DType::kInt64, {rank + 1, 2});
+                          pg.reduce_scatter_tensor_uneven(uout, uin, splits, ReduceOp::SUM)->wait();
+                          int64_t first = 0;
+                          for (int r = 0; r < rank; ++r) first += (r + 1) * 2;
+                          for (int64_t i = 0; i < (rank + 1) * 2; ++i) {
+                            check(real_at(uout, i) == p * (first + i) + p * (p - 1) / 2, "uneven reduce_scatter");
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          // Lists: rank s sends s + d + 1 elements to d.
+                          std::vector<Tensor> ins;
+                          std::vector<Tensor> outs;
+                          for (int d = 0; d < p; ++d) {
+                            ins.push_back(make_tensor(DType::kFloat32, rank + d + 1, [&](int64_t i) { return rank * 100 + d * 10 + i; }));
+                            outs.push_back(Tensor::zeros(DType::kFloat32, {d + rank + 1}));
+                          }
+                          pg.all_to_all(outs, ins)->wait();
+                          for (int s = 0; s < p; ++s) {
+                            for (int64_t i = 0; i < s + rank + 1; ++i) {
+                              check(real_at(outs[static_cast<size_t>(s)], i) == s * 100 + rank * 10 + i,
+                                    "all_to_all block from rank " + std::to_string(s));
+                            }
+                          }
+                          // Single, equal splits: two rows of 3 per peer.
+                          Tensor in = make_tensor(DType::kInt32, p * 6, [&](int64_t i) { return rank * 1000 + i; }).reshape({p * 2, 3});
+                          Tensor out = Tensor::zeros(DType::kInt32, {p * 2, 3});
+                          pg.all_to_all_single(out, in, {}, {})->wait();
+                          for (int s = 0; s < p; ++s) {
+                            for (int64_t i = 0; i < 6; ++i) {
+                              check(real_at(out, s * 6 + i) == s * 1000 + rank * 6 + i, "all_to_all_single equal");
+                            }
+                          }
+                          // Single, unequal: rank s sends (s + d) % 3 rows to d.
+                          std::vector<int64_t> in_splits, out_splits;
+                          int64_t in_rows = 0, out_rows = 0;
+                          for (int d = 0; d < p; ++d) {
+                            in_splits.push_back((rank + d) % 3);
+                            out_splits.push_back((d + rank) % 3);
+                            in_rows += (rank + d) % 3;
+                            out_rows += (d + rank) % 3;
+                          }
+                          Tensor uin = make_tensor(DType::kInt32, in_rows * 2, [&](int64_t i) { return rank * 1000 + i; }).reshape({in_rows, 2});
+                          Tensor uout = Tensor::zeros(DType::kInt32, {out_rows, 2});
+                          pg.all_to_all_single(uout, uin, out_splits, in_splits)->wait();
+                          int64_t at = 0;
+                          for (int s = 0; s < p; ++s) {
+                            int64_t first = 0;  // where block `rank` starts in s's input
+                            for (int d = 0; d < rank; ++d) first += ((s + d) % 3) * 2;
+                            for (int64_t i = 0; i < ((s + rank) % 3) * 2; ++i) {
+                              check(real_at(uout, at++) == s * 1000 + first + i, "all_to_all_single unequal from rank " + std::to_string(s));
+                            }
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Collectives, BarrierCompletesOnEveryRank) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int) {
+                          for (int i = 0; i < 5; ++i) pg.barrier()->wait();
+                        }),
+            "");
+}
+
+std::vector<std::tuple<Mode, int>> world_cases() {
+  std::vector<std::tuple<Mode, int>> out;
+  for (int n : {1, 2, 3, 4, 5, 8}) out.emplace_back(Mode::kThreads, n);
+  for (int n : {2, 3, 5}) out.emplace_back(Mode::kProcesses, n);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Collectives, ::testing::ValuesIn(world_cases()), [](const auto& p) {
+  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
+});
+
+}  // namespace
+}  // namespace tdist::testing

@@ -1,0 +1,120 @@
+// Bad arguments are rejected before anything is sent; a killed peer or a
+// rank that never arrives gives an error naming it, never a hang.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "pg_harness.h"
+#include "tdist/errors.h"
+#include "tdist/file_store.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+void expect_invalid(const std::function<void()>& call, const std::string& needle) {
+  try {
+    call();
+    throw std::runtime_error("accepted; expected an error containing '" + needle + "'");
+  } catch (const DistInvalidArgument& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos,
+          "error '" + std::string(e.what()) + "' does not contain '" + needle + "'");
+  }
+}
+
+TEST(PgErrors, ArgumentsAreCheckedBeforeAnyCommunication) {
+  // Every call below is invalid on rank 0 alone; rank 1 does nothing, so a
+  // call that reached the network would hang until the deadline instead.
+  EXPECT_EQ(with_groups(Mode::kThreads, 2,
+                        [&](ProcessGroup& pg, int rank) {
+                          if (rank != 0) return;
+                          Tensor f = Tensor::zeros(DType::kFloat32, {4});
+                          Tensor i = Tensor::zeros(DType::kInt32, {4});
+                          expect_invalid([&] { pg.all_reduce(f, ReduceOp::BAND); }, "BAND");
+                          expect_invalid([&] { pg.all_reduce(Tensor::zeros(DType::kComplex64, {2}), ReduceOp::MAX); },
+                                         "complex64");
+                          expect_invalid([&] { pg.broadcast(f, 2); }, "src 2 is not a rank of the group");
+                          expect_invalid([&] { pg.reduce(f, -1, ReduceOp::SUM); }, "dst -1");
+                          expect_invalid([&] { pg.send(f, 0, 0); }, "cannot send to itself");
+                          expect_invalid([&] { pg.send(f, 5, 0); }, "dst 5");
+                          expect_invalid([&] { pg.all_gather({f}, f); }, "tensor_list has 1 tensors but the group has 2");
+                          expect_invalid([&] { pg.all_gather({Tensor::zeros(DType::kFloat32, {4}), i}, f); }, "int32");
+                          expect_invalid([&] { pg.all_gather({Tensor::zeros(DType::kFloat32, {3}), f.view(0, 1)}, f); },
+                                         "share memory");
+                          expect_invalid([&] { pg.all_gather_into_tensor(Tensor::zeros(DType::kFloat32, {7}), f); },
+                                         "concatenated along dim 0 or stacked");
+                          expect_invalid([&] { pg.reduce_scatter_tensor(f, Tensor::zeros(DType::kFloat32, {9}), ReduceOp::SUM); },
+                                         "concatenated along dim 0 or stacked");
+                          expect_invalid([&] { pg.gather({f, f}, f, 1); }, "gather_list must be empty");
+                          expect_invalid([&] { pg.scatter(f, {f}, 0); }, "scatter_list has 1 tensors");
+                          expect_invalid([&] { pg.all_to_all_single(f, Tensor::zeros(DType::kFloat32, {3}), {}, {}); },
+                                         "not divisible by the group size 2");
+                          expect_invalid([&] { pg.all_to_all_single(f, i, {}, {}); }, "int32");
+                          expect_invalid(
+                              [&] { pg.all_gather_into_tensor_uneven(Tensor::zeros(DType::kFloat32, {5}), f, {1, 3}); },
+                              "sum to 4 but the tensor has 5 rows");
+                          expect_invalid([&] { pg.reduce_scatter_tensor_uneven(f, Tensor::zeros(DType::kFloat32, {8}), {4, -4}, ReduceOp::SUM); },
+                                         "is negative");
+                        }),
+            "");
+}
+
+TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
+  EXPECT_EQ(with_groups(
+                Mode::kThreads, 3,
+                [&](ProcessGroup& pg, int rank) {
+                  Tensor t = Tensor::zeros(DType::kFloat32, {16});
+                  pg.barrier()->wait();  // call #0 everywhere
+                  if (rank == 2) return;  // rank 2 skips call #1
+                  try {
+                    pg.all_reduce(t, ReduceOp::SUM)->wait();
+                    throw std::runtime_error("all_reduce completed without rank 2");
+                  } catch (const DistTimeoutError& e) {
+                    std::string what = e.what();
+                    check(what.find("all_reduce") != std::string::npos, "op not named: " + what);
+                    check(what.find("#1") != std::string::npos, "sequence number not named: " + what);
+                    check(what.find("rank 2") != std::string::npos || rank == 0 || rank == 1,
+                          "missing peer not named: " + what);
+                  }
+                },
+                1500ms),
+            "");
+}
+
+TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
+  constexpr int kRanks = 4;
+  std::string path = temp_path("kill");
+  auto outcomes = run_forked(
+      kRanks,
+      [&](int rank) {
+        auto store = std::make_shared<FileStore>(path, kRanks);
+        ProcessGroupOptions options;
+        options.timeout = 60s;  // the error must come from the dead peer, not the timeout
+        auto pg = create_process_group("tdist", store, rank, kRanks, options);
+        std::vector<float> data(size_t{16} << 20, 1.0f);  // 64 MiB
+        Tensor t = Tensor::wrap(data);
+        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes
+        auto work = pg->all_reduce(t, ReduceOp::SUM);
+        if (rank == 2) raise(SIGKILL);
+        try {
+          work->wait();
+          throw std::runtime_error("all_reduce completed although rank 2 was killed");
+        } catch (const DistNetworkError& e) {
+          check(std::string(e.what()).find("rank 2") != std::string::npos, std::string("not named: ") + e.what());
+        }
+      },
+      50s);
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == 2) {
+      EXPECT_EQ(outcomes[2].signal, SIGKILL);
+    } else {
+      EXPECT_TRUE(outcomes[static_cast<size_t>(r)].ok) << describe_failures(outcomes);
+    }
+  }
+  unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace tdist::testing

@@ -1,0 +1,125 @@
+// Point-to-point operations and async work handles of the tdist backend.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "pg_harness.h"
+#include "tdist/errors.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class P2P : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(P2P, RingOfSendAndRecvWithTags) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          int p = pg.size();
+                          if (p == 1) return;
+                          int next = (rank + 1) % p;
+                          int prev = (rank + p - 1) % p;
+                          // Two tags in flight; the receiver takes them in the other order.
+                          Tensor a = make_tensor(DType::kFloat64, 1000, [&](int64_t i) { return rank + i; });
+                          Tensor b = make_tensor(DType::kFloat64, 3, [&](int64_t) { return -rank; });
+                          auto sa = pg.send(a, next, 1);
+                          auto sb = pg.send(b, next, 2);
+                          Tensor rb = Tensor::zeros(DType::kFloat64, {3});
+                          Tensor ra = Tensor::zeros(DType::kFloat64, {1000});
+                          pg.recv(rb, prev, 2)->wait();
+                          pg.recv(ra, prev, 1)->wait();
+                          sa->wait();
+                          sb->wait();
+                          check(real_at(rb, 2) == -prev && real_at(ra, 999) == prev + 999, "tagged messages mixed up");
+                        }),
+            "");
+}
+
+TEST_P(P2P, AnySourceReceiveReportsTheSender) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          if (rank != 0) {
+                            pg.send(make_tensor(DType::kInt32, 1, [&](int64_t) { return rank * 10; }), 0, 0)->wait();
+                            return;
+                          }
+                          std::vector<int> seen(static_cast<size_t>(pg.size()), 0);
+                          for (int i = 1; i < pg.size(); ++i) {
+                            Tensor t = Tensor::zeros(DType::kInt32, {1});
+                            auto work = pg.recv(t, -1, 0);
+                            work->wait();
+                            int src = work->source_rank();
+                            check(src > 0 && src < pg.size() && real_at(t, 0) == src * 10, "any-source sender");
+                            seen[static_cast<size_t>(src)]++;
+                          }
+                          for (int r = 1; r < pg.size(); ++r) check(seen[static_cast<size_t>(r)] == 1, "sender seen twice");
+                        }),
+            "");
+}
+
+TEST_P(P2P, AsyncCollectivesCompleteInOrderWithFutures) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          std::vector<Tensor> tensors;
+                          std::vector<WorkPtr> works;
+                          for (int i = 0; i < 10; ++i) {
+                            tensors.push_back(make_tensor(DType::kInt64, 100, [&](int64_t j) { return rank + i + j; }));
+                            works.push_back(pg.all_reduce(tensors.back(), ReduceOp::SUM));
+                          }
+                          std::atomic<int> callbacks{0};
+                          auto chained = works.back()->get_future()->then([&](Future& f) {
+                            callbacks++;
+                            return f.value();
+                          });
+                          for (size_t i = 0; i < works.size(); ++i) {
+                            check(works[i]->wait(), "wait returned false");
+                            check(works[i]->is_completed() && works[i]->is_success() && !works[i]->exception(),
+                                  "work state after wait");
+                          }
+                          auto value = chained->value();
+                          check(callbacks == 1 && value.size() == 1, "then() ran once with the output tensor");
+                          int p = pg.size();
+                          for (int i = 0; i < 10; ++i) {
+                            check(real_at(tensors[static_cast<size_t>(i)], 5) == p * (i + 5) + p * (p - 1) / 2,
+                                  "async all_reduce " + std::to_string(i));
+                          }
+                        }),
+            "");
+}
+
+TEST_P(P2P, ASizeMismatchOnRecvIsAnError) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          if (rank == 0) pg.send(Tensor::zeros(DType::kFloat32, {4}), 1, 0)->wait();
+                          if (rank == 1) {
+                            Tensor t = Tensor::zeros(DType::kFloat32, {8});
+                            try {
+                              pg.recv(t, 0, 0)->wait();
+                              throw std::runtime_error("a 16-byte message filled a 32-byte tensor silently");
+                            } catch (const DistError& e) {
+                              check(std::string(e.what()).find("16") != std::string::npos, e.what());
+                            }
+                          }
+                        }),
+            "");
+}
+
+std::vector<std::tuple<Mode, int>> cases() {
+  std::vector<std::tuple<Mode, int>> out;
+  for (int n : {1, 2, 3, 5, 8}) out.emplace_back(Mode::kThreads, n);
+  for (int n : {2, 4}) out.emplace_back(Mode::kProcesses, n);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, P2P, ::testing::ValuesIn(cases()), [](const auto& p) {
+  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
+});
+
+}  // namespace
+}  // namespace tdist::testing
