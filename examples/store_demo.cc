@@ -46,8 +46,8 @@ int worker(int timeout_s) {
   store.set("who/" + std::to_string(r.rank), std::string(host) + " pid " + std::to_string(getpid()));
 
   // Every rank proposes itself; compare_set lets exactly one win.
-  std::string leader = tdist::to_string(
-      store.compare_set("leader", tdist::Bytes{}, tdist::to_bytes(std::to_string(r.rank))));
+  std::string leader =
+      tdist::to_string(store.compare_set("leader", tdist::Bytes{}, tdist::to_bytes(std::to_string(r.rank))));
 
   // A sum through a counter: ranks add rank+1.
   store.add("sum", r.rank + 1);
@@ -59,11 +59,13 @@ int worker(int timeout_s) {
     std::printf("tdist store demo: %d processes met through env:// rendezvous in %.1f ms\n", r.world_size,
                 rendezvous_ms);
     for (int peer = 0; peer < r.world_size; ++peer) {
-      std::printf("  rank %d: %s\n", peer, tdist::to_string(store.get("who/" + std::to_string(peer))).c_str());
+      std::printf("  rank %d: %s\n", peer,
+                  tdist::to_string(store.get("who/" + std::to_string(peer))).c_str());
     }
     std::printf("  leader elected by compare_set: rank %s\n", leader.c_str());
-    std::printf("  sum of rank+1 over all ranks via add(): %lld (expected %lld) %s\n", static_cast<long long>(sum),
-                static_cast<long long>(expected), sum == expected ? "OK" : "WRONG");
+    std::printf("  sum of rank+1 over all ranks via add(): %lld (expected %lld) %s\n",
+                static_cast<long long>(sum), static_cast<long long>(expected),
+                sum == expected ? "OK" : "WRONG");
     std::printf("  keys in the store: %lld\n", static_cast<long long>(store.num_keys()));
     std::fflush(stdout);
   }
@@ -101,10 +103,10 @@ int launch(const char* self, int nproc, int timeout_s) {
       return 1;
     }
     if (pid == 0) {
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("RANK", std::to_string(rank).c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
       std::string timeout = std::to_string(timeout_s);
       execl(self, self, "--timeout", timeout.c_str(), static_cast<char*>(nullptr));
       std::perror("exec");
@@ -134,8 +136,10 @@ int main(int argc, char** argv) {
   CLI::App app{"tdist-store-demo: processes meet through env:// rendezvous and share a TCPStore"};
   int nproc = 4;
   int timeout_s = 60;
-  app.add_option("--nproc", nproc, "number of processes to start when RANK is not set")->check(CLI::Range(1, 1024));
-  app.add_option("--timeout", timeout_s, "rendezvous and store timeout in seconds")->check(CLI::Range(1, 3600));
+  app.add_option("--nproc", nproc, "number of processes to start when RANK is not set")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--timeout", timeout_s, "rendezvous and store timeout in seconds")
+      ->check(CLI::Range(1, 3600));
   CLI11_PARSE(app, argc, argv);
   try {
     if (std::getenv("RANK") != nullptr) return worker(timeout_s);  // NOLINT(concurrency-mt-unsafe)

@@ -38,7 +38,8 @@ struct Args {
 Args parse(int argc, char** argv) {
   Args args;
   CLI::App app{"tdist-store-bench: TCPStore throughput and rendezvous time"};
-  app.add_option("--clients", args.clients, "client threads for the throughput mixes")->check(CLI::Range(1, 10000));
+  app.add_option("--clients", args.clients, "client threads for the throughput mixes")
+      ->check(CLI::Range(1, 10000));
   app.add_option("--seconds", args.seconds, "duration of each mix")->check(CLI::PositiveNumber);
   app.add_option("--value-bytes", args.value_bytes, "size of each value");
   app.add_option("--rendezvous", args.rendezvous, "clients that connect and meet at a rendezvous (0: skip)")

@@ -61,7 +61,8 @@ Group default_group();
 /// rank of the default group must call it, in the same order, unless
 /// use_local_synchronization is true (then only members call it). A
 /// non-member gets a group handle for which it is not a member.
-Group new_group(const std::vector<int>& ranks = {}, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+Group new_group(const std::vector<int>& ranks = {},
+                std::optional<std::chrono::milliseconds> timeout = std::nullopt,
                 const std::string& backend = "", bool use_local_synchronization = false);
 /// Translates a global rank to its rank in `group` (-1 if not a member) and back.
 int get_group_rank(const Group& group, int global_rank);
@@ -74,9 +75,11 @@ bool is_member(const Group& group);
 void send(const Tensor& tensor, int dst, const Group& group = nullptr, int tag = 0);
 /// Receives into `tensor` from `src` (nullopt: any source); returns the
 /// sender's global rank (-1 for a non-member).
-int recv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr, int tag = 0);
+int recv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr,
+         int tag = 0);
 WorkPtr isend(const Tensor& tensor, int dst, const Group& group = nullptr, int tag = 0);
-WorkPtr irecv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr, int tag = 0);
+WorkPtr irecv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr,
+              int tag = 0);
 
 /// One operation of batch_isend_irecv.
 struct P2POp {
@@ -94,15 +97,15 @@ std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list);
 WorkPtr broadcast(const Tensor& tensor, int src, const Group& group = nullptr, bool async_op = false);
 WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
                    bool async_op = false);
-WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
-               bool async_op = false);
+WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op = ReduceOp::SUM,
+               const Group& group = nullptr, bool async_op = false);
 WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group = nullptr,
                    bool async_op = false);
-WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor, const Group& group = nullptr,
-                               bool async_op = false);
+WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor,
+                               const Group& group = nullptr, bool async_op = false);
 WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
-                                      const std::vector<int64_t>& output_split_sizes, const Group& group = nullptr,
-                                      bool async_op = false);
+                                      const std::vector<int64_t>& output_split_sizes,
+                                      const Group& group = nullptr, bool async_op = false);
 /// gather_list must be given (size = group size) on dst only.
 WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list = {}, int dst = 0,
                const Group& group = nullptr, bool async_op = false);
@@ -110,15 +113,17 @@ WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list = {}
 WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list = {}, int src = 0,
                 const Group& group = nullptr, bool async_op = false);
 WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list,
-                       const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr, bool async_op = false);
+                       const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
+                       bool async_op = false);
 WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op = ReduceOp::SUM,
                               const Group& group = nullptr, bool async_op = false);
 WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
                                      const std::vector<int64_t>& input_split_sizes,
                                      const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
                                      bool async_op = false);
-WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list, const std::vector<Tensor>& input_tensor_list,
-                   const Group& group = nullptr, bool async_op = false);
+WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
+                   const std::vector<Tensor>& input_tensor_list, const Group& group = nullptr,
+                   bool async_op = false);
 WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
                           const std::vector<int64_t>& output_split_sizes = {},
                           const std::vector<int64_t>& input_split_sizes = {}, const Group& group = nullptr,

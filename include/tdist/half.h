@@ -127,8 +127,8 @@ struct BFloat16 {
   }
 };
 
-static_assert(sizeof(Half) == 2 && alignof(Half) == 2);
-static_assert(sizeof(BFloat16) == 2 && alignof(BFloat16) == 2);
+static_assert(sizeof(Half) == 2 && alignof(Half) == 2);          // NOLINT(misc-redundant-expression)
+static_assert(sizeof(BFloat16) == 2 && alignof(BFloat16) == 2);  // NOLINT(misc-redundant-expression)
 
 /// Converts arrays; the spans must have the same size (else
 /// DistInvalidArgument).

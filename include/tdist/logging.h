@@ -24,13 +24,14 @@ void set_log_level(LogLevel level);
 void reload_log_level_from_env();
 /// Computes the level a given environment would give; exposed for tests.
 /// Null pointers stand for unset variables.
-LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level,
-                        const char* torch_debug);
+LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, const char* torch_debug);
 /// The rank printed on each line; -1 (the default, until rendezvous sets it)
 /// prints the RANK environment variable if there is one, else "?".
 void set_log_rank(int rank);
 /// True if a message at `level` would be printed.
-inline bool log_enabled(LogLevel level) { return level >= log_level(); }
+inline bool log_enabled(LogLevel level) {
+  return level >= log_level();
+}
 /// "ERROR", "WARNING", ...
 const char* log_level_name(LogLevel level);
 
@@ -48,16 +49,24 @@ class LogLine {
   LogLevel level_;
   std::ostringstream stream_;
 };
+/// Turns the streamed line into void for TDIST_LOG's conditional.
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
 }  // namespace detail
 
 }  // namespace tdist
 
 /// Streams one log line at the given level (ERROR, WARNING, INFO, DEBUG,
 /// TRACE); the arguments are not evaluated when the level is off.
-#define TDIST_LOG(LEVEL)                                                   \
-  if (!::tdist::log_enabled(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL)) { \
-  } else                                                                   \
-    ::tdist::detail::LogLine(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL, __FILE__, __LINE__).stream()
+/// An expression, not a statement, so it is safe as the body of an unbraced
+/// if: `&` binds looser than `<<`, so the whole line is streamed first.
+// NOLINTNEXTLINE(bugprone-macro-parentheses): the caller's << must follow
+#define TDIST_LOG(LEVEL)                                                  \
+  !::tdist::log_enabled(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL)       \
+      ? (void)0                                                           \
+      : ::tdist::detail::LogVoidify() &                                   \
+            ::tdist::detail::LogLine(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL, __FILE__, __LINE__).stream()
 
 #define TDIST_LOG_LEVEL_ERROR kError
 #define TDIST_LOG_LEVEL_WARNING kWarning

@@ -65,7 +65,8 @@ class ProcessGroup {
   virtual WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op);
   /// Rank r receives input_split_sizes[r] rows (first dimension).
   virtual WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
-                                               const std::vector<int64_t>& input_split_sizes, const ReduceOp& op);
+                                               const std::vector<int64_t>& input_split_sizes,
+                                               const ReduceOp& op);
   virtual WorkPtr all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs);
   /// Empty split sizes mean equal splits along the first dimension.
   virtual WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
@@ -90,8 +91,8 @@ class ProcessGroup {
 using Group = std::shared_ptr<ProcessGroup>;
 
 /// Creates a backend's process group: (store, rank, size, options).
-using BackendFactory =
-    std::function<Group(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)>;
+using BackendFactory = std::function<Group(std::shared_ptr<Store> store, int rank, int size,
+                                           const ProcessGroupOptions& options)>;
 
 /// Registers a backend under `name` (compared case-insensitively), as the
 /// spec's Backend.register_backend. Raises DistInvalidArgument if the name is

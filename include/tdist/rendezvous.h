@@ -41,12 +41,12 @@ RendezvousResult rendezvous(std::shared_ptr<Store> store, int rank, int world_si
 
 /// The parts of an init_method URL; exposed for tests.
 struct InitMethodUrl {
-  std::string scheme;  // "env", "tcp", "file"
-  std::string host;    // without brackets, for tcp://
-  int port = -1;       // for tcp://
-  std::string path;    // for file://
-  int rank = -1;       // from ?rank=
-  int world_size = -1; // from ?world_size=
+  std::string scheme;   // "env", "tcp", "file"
+  std::string host;     // without brackets, for tcp://
+  int port = -1;        // for tcp://
+  std::string path;     // for file://
+  int rank = -1;        // from ?rank=
+  int world_size = -1;  // from ?world_size=
 };
 
 /// Splits an init_method URL; raises DistInvalidArgument saying what is wrong.

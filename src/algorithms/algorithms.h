@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,9 @@ struct CallContext {
   int size() const { return transport.size(); }
   /// The tag of step `step` of this call. Collective tags have the top bit
   /// clear; point-to-point tags (the process group's) have it set.
-  uint64_t tag(uint32_t step = 0) const { return ((seq & ((uint64_t{1} << 39) - 1)) << 24) | (step & 0xffffff); }
+  uint64_t tag(uint32_t step = 0) const {
+    return ((seq & ((uint64_t{1} << 39) - 1)) << 24) | (step & 0xffffff);
+  }
 };
 
 /// Waits for every request. Rethrows the first error (a DistNetworkError
@@ -134,6 +137,13 @@ constexpr size_t segment_elements(size_t element_bytes) {
   return element_bytes >= kSegmentBytes ? 1 : kSegmentBytes / element_bytes;
 }
 
+/// Scratch memory, left uninitialized (a std::vector would zero it first, a
+/// wasted pass over buffers that are about to be overwritten).
+using Scratch = std::unique_ptr<uint8_t[]>;
+inline Scratch make_scratch(size_t bytes) {
+  return std::make_unique_for_overwrite<uint8_t[]>(bytes);
+}
+
 /// wait_all of one request.
 void wait_one(const CallContext& ctx, const RequestPtr& request);
 
@@ -187,7 +197,8 @@ struct Combiner {
 /// overwritten only after it was sent. Both sides cut the range into the
 /// same segments, all under tag ctx.tag(step).
 void reduce_exchange(const CallContext& ctx, uint32_t step, int to, const uint8_t* send, size_t send_count,
-                     int from, uint8_t* acc, size_t recv_count, bool received_first, const Combiner& combiner);
+                     int from, uint8_t* acc, size_t recv_count, bool received_first,
+                     const Combiner& combiner);
 
 /// Element offsets of chunks: chunk i is [bounds[i], bounds[i + 1]).
 using Bounds = std::vector<size_t>;
@@ -220,8 +231,8 @@ void ring_reduce_scatter(const CallContext& ctx, uint32_t first_step, const uint
 /// neighbours. This rank's block is sent from `own` (out's block may be
 /// filled by the caller at any time, or be `own`). Segments are forwarded as
 /// soon as they arrive. Uses steps [first_step, first_step + p - 1).
-void ring_all_gather(const CallContext& ctx, uint32_t first_step, int me, int p, int next, int prev, uint8_t* out,
-                     const Bounds& byte_bounds, const uint8_t* own);
+void ring_all_gather(const CallContext& ctx, uint32_t first_step, int me, int p, int next, int prev,
+                     uint8_t* out, const Bounds& byte_bounds, const uint8_t* own);
 
 }  // namespace detail
 

@@ -29,8 +29,8 @@ struct ForwardItem {
 
 }  // namespace
 
-void ring_all_gather(const CallContext& ctx, uint32_t first_step, int me, int p, int next, int prev, uint8_t* out,
-                     const Bounds& byte_bounds, const uint8_t* own) {
+void ring_all_gather(const CallContext& ctx, uint32_t first_step, int me, int p, int next, int prev,
+                     uint8_t* out, const Bounds& byte_bounds, const uint8_t* own) {
   const int num_steps = patterns::ring_all_gather_num_steps(p);
   auto block = [&](int b) {
     const size_t begin = byte_bounds[static_cast<size_t>(b)];
@@ -119,21 +119,22 @@ void bruck(const CallContext& ctx, const uint8_t* in, uint8_t* out, const Bounds
     const int owner = patterns::bruck_block_owner(rank, p, i);
     rotated[static_cast<size_t>(i) + 1] = rotated[static_cast<size_t>(i)] + bytes_of(bounds, {owner, 1});
   }
-  std::vector<uint8_t> tmp(rotated.back());
-  if (rotated[1] > 0) std::memcpy(tmp.data(), in, rotated[1]);
+  const detail::Scratch tmp = detail::make_scratch(rotated.back());
+  if (rotated[1] > 0) std::memcpy(tmp.get(), in, rotated[1]);
   for (int k = 0; k < patterns::bruck_num_steps(p); ++k) {
     const patterns::Step step = patterns::bruck_all_gather_step(rank, p, k);
     const uint64_t tag = ctx.tag(static_cast<uint32_t>(k));
-    wait_all(ctx, {detail::post_recv(ctx, step.recv_from, tag, block_at(tmp.data(), rotated, step.recv_chunks),
-                                     bytes_of(rotated, step.recv_chunks)),
-                   detail::post_send(ctx, step.send_to, tag, block_at(tmp.data(), rotated, step.send_chunks),
-                                     bytes_of(rotated, step.send_chunks))});
+    wait_all(ctx,
+             {detail::post_recv(ctx, step.recv_from, tag, block_at(tmp.get(), rotated, step.recv_chunks),
+                                bytes_of(rotated, step.recv_chunks)),
+              detail::post_send(ctx, step.send_to, tag, block_at(tmp.get(), rotated, step.send_chunks),
+                                bytes_of(rotated, step.send_chunks))});
   }
   for (int i = 1; i < p; ++i) {
     const size_t n = bytes_of(rotated, {i, 1});
     if (n > 0) {
       std::memcpy(out + bounds[static_cast<size_t>(patterns::bruck_block_owner(rank, p, i))],
-                  tmp.data() + rotated[static_cast<size_t>(i)], n);
+                  tmp.get() + rotated[static_cast<size_t>(i)], n);
     }
   }
 }
@@ -166,8 +167,8 @@ void all_gather(const CallContext& ctx, const void* in, void* out, const std::ve
         break;
       case AllGatherAlgo::kRing:
       case AllGatherAlgo::kAuto:
-        detail::ring_all_gather(ctx, 0, rank, p, patterns::ring_next(rank, p), patterns::ring_prev(rank, p), out8,
-                                bounds, own);
+        detail::ring_all_gather(ctx, 0, rank, p, patterns::ring_next(rank, p), patterns::ring_prev(rank, p),
+                                out8, bounds, own);
         break;
     }
   });

@@ -39,17 +39,18 @@ void recursive_doubling(const CallContext& ctx, uint8_t* data, size_t count, con
     if (step.sends()) {
       detail::reduce_exchange(ctx, 0, step.send_to, data, count, kNoPeer, nullptr, 0, false, combiner);
     } else if (step.receives()) {
-      detail::reduce_exchange(ctx, 0, kNoPeer, nullptr, 0, step.recv_from, data, count, /*received_first=*/true,
-                              combiner);
+      detail::reduce_exchange(ctx, 0, kNoPeer, nullptr, 0, step.recv_from, data, count,
+                              /*received_first=*/true, combiner);
     }
   }
   const bool extra = patterns::fold_role(rank, p) == patterns::FoldRole::kExtra;
   if (!extra) {
     for (int s = 0; s < core_steps; ++s) {
       const patterns::Step step = patterns::recursive_doubling_all_reduce_core_step(rank, p, s);
-      const bool received_first = patterns::fold_virtual_rank(step.recv_from, p) < patterns::fold_virtual_rank(rank, p);
-      detail::reduce_exchange(ctx, 1 + static_cast<uint32_t>(s), step.send_to, data, count, step.recv_from, data,
-                              count, received_first, combiner);
+      const bool received_first =
+          patterns::fold_virtual_rank(step.recv_from, p) < patterns::fold_virtual_rank(rank, p);
+      detail::reduce_exchange(ctx, 1 + static_cast<uint32_t>(s), step.send_to, data, count, step.recv_from,
+                              data, count, received_first, combiner);
     }
     combiner.finalize(data, count);
   }
@@ -84,8 +85,9 @@ void rabenseifner(const CallContext& ctx, uint8_t* data, size_t count, const Com
     const patterns::Step step = patterns::recursive_doubling_all_gather_core_step(rank, p, s, layout);
     if (step.idle()) continue;
     const uint64_t tag = ctx.tag(step_number);
-    wait_all(ctx, {detail::post_recv(ctx, step.recv_from, tag, at(step.recv_chunks), bytes_of(step.recv_chunks)),
-                   detail::post_send(ctx, step.send_to, tag, at(step.send_chunks), bytes_of(step.send_chunks))});
+    wait_all(ctx,
+             {detail::post_recv(ctx, step.recv_from, tag, at(step.recv_chunks), bytes_of(step.recv_chunks)),
+              detail::post_send(ctx, step.send_to, tag, at(step.send_chunks), bytes_of(step.send_chunks))});
   }
   const patterns::Step step = patterns::fold_out_step(rank, p, ChunkRange{0, pof2});
   const uint64_t tag = ctx.tag(step_number);

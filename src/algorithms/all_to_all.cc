@@ -88,20 +88,22 @@ void all_to_all(const CallContext& ctx, const void* in, const std::vector<size_t
                 const std::vector<size_t>& recv_offsets, AllToAllAlgo algo) {
   const int p = ctx.size();
   const auto n = static_cast<size_t>(p);
-  if (send_bytes.size() != n || send_offsets.size() != n || recv_bytes.size() != n || recv_offsets.size() != n) {
+  if (send_bytes.size() != n || send_offsets.size() != n || recv_bytes.size() != n ||
+      recv_offsets.size() != n) {
     throw DistInvalidArgument(ctx.op + ": expected " + std::to_string(p) +
                               " sizes and offsets for sending and receiving");
   }
   const auto me = static_cast<size_t>(ctx.rank());
   if (send_bytes[me] != recv_bytes[me]) {
     throw DistInvalidArgument(ctx.op + ": rank " + std::to_string(ctx.rank()) + " sends itself " +
-                              std::to_string(send_bytes[me]) + " bytes but expects " + std::to_string(recv_bytes[me]));
+                              std::to_string(send_bytes[me]) + " bytes but expects " +
+                              std::to_string(recv_bytes[me]));
   }
   size_t total = 0;
   for (size_t b : send_bytes) total += b;
   algo = resolve_algo(algo, total, p);
-  const Blocks blocks{static_cast<const uint8_t*>(in), send_bytes, send_offsets, static_cast<uint8_t*>(out),
-                      recv_bytes, recv_offsets};
+  const Blocks blocks{static_cast<const uint8_t*>(in), send_bytes, send_offsets,
+                      static_cast<uint8_t*>(out),      recv_bytes, recv_offsets};
   if (send_bytes[me] > 0) {
     std::memcpy(blocks.out + recv_offsets[me], blocks.in + send_offsets[me], send_bytes[me]);
   }

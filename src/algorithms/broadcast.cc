@@ -55,7 +55,9 @@ void scatter_all_gather(const CallContext& ctx, uint8_t* data, size_t nbytes, in
   const int p = ctx.size();
   const int rank = ctx.rank();
   const Bounds bounds = detail::balanced_bounds(nbytes, p);
-  auto range_at = [&](patterns::ChunkRange chunks) { return data + bounds[static_cast<size_t>(chunks.first)]; };
+  auto range_at = [&](patterns::ChunkRange chunks) {
+    return data + bounds[static_cast<size_t>(chunks.first)];
+  };
   auto range_bytes = [&](patterns::ChunkRange chunks) {
     return bounds[static_cast<size_t>(chunks.end())] - bounds[static_cast<size_t>(chunks.first)];
   };
@@ -67,7 +69,8 @@ void scatter_all_gather(const CallContext& ctx, uint8_t* data, size_t nbytes, in
   }
   std::vector<RequestPtr> sends;
   for (const patterns::TreeChild& child : patterns::binomial_children(rank, root, p)) {
-    sends.push_back(detail::post_send(ctx, child.rank, tag, range_at(child.subtree), range_bytes(child.subtree)));
+    sends.push_back(
+        detail::post_send(ctx, child.rank, tag, range_at(child.subtree), range_bytes(child.subtree)));
   }
   wait_all(ctx, sends);
 

@@ -70,8 +70,8 @@ std::vector<Piece> root_pieces(const Layout& layout, ChunkRange subtree, int roo
   return pieces;
 }
 
-void binomial_gather(const CallContext& ctx, const uint8_t* in, uint8_t* out, const std::vector<size_t>& bytes,
-                     int root) {
+void binomial_gather(const CallContext& ctx, const uint8_t* in, uint8_t* out,
+                     const std::vector<size_t>& bytes, int root) {
   const int p = ctx.size();
   const int rank = ctx.rank();
   const uint64_t tag = ctx.tag(0);
@@ -91,19 +91,20 @@ void binomial_gather(const CallContext& ctx, const uint8_t* in, uint8_t* out, co
   }
   const ChunkRange subtree = patterns::binomial_subtree(rank, root, p);
   const size_t base = layout.relative[static_cast<size_t>(subtree.first)];
-  std::vector<uint8_t> staging;
+  detail::Scratch staging;
   const uint8_t* payload = in;  // a leaf sends its block as it is
   if (!children.empty()) {
-    staging.resize(Layout::span(layout.relative, subtree));
-    copy(staging.data(), in, own);
+    staging = detail::make_scratch(Layout::span(layout.relative, subtree));
+    copy(staging.get(), in, own);
     for (const patterns::TreeChild& child : children) {
-      requests.push_back(detail::post_recv(ctx, child.rank, tag,
-                                           staging.data() + layout.relative[static_cast<size_t>(child.subtree.first)] - base,
-                                           Layout::span(layout.relative, child.subtree)));
+      requests.push_back(
+          detail::post_recv(ctx, child.rank, tag,
+                            staging.get() + layout.relative[static_cast<size_t>(child.subtree.first)] - base,
+                            Layout::span(layout.relative, child.subtree)));
     }
     wait_all(ctx, requests);
     requests.clear();
-    payload = staging.data();
+    payload = staging.get();
   }
   const int parent = patterns::binomial_parent(rank, root, p);
   if (parent == root) {
@@ -116,8 +117,8 @@ void binomial_gather(const CallContext& ctx, const uint8_t* in, uint8_t* out, co
   wait_all(ctx, requests);
 }
 
-void binomial_scatter(const CallContext& ctx, const uint8_t* in, uint8_t* out, const std::vector<size_t>& bytes,
-                      int root) {
+void binomial_scatter(const CallContext& ctx, const uint8_t* in, uint8_t* out,
+                      const std::vector<size_t>& bytes, int root) {
   const int p = ctx.size();
   const int rank = ctx.rank();
   const uint64_t tag = ctx.tag(0);
@@ -137,11 +138,11 @@ void binomial_scatter(const CallContext& ctx, const uint8_t* in, uint8_t* out, c
   }
   const ChunkRange subtree = patterns::binomial_subtree(rank, root, p);
   const size_t base = layout.relative[static_cast<size_t>(subtree.first)];
-  std::vector<uint8_t> staging;
+  detail::Scratch staging;
   uint8_t* landing = out;  // a leaf receives its block in place
   if (!children.empty()) {
-    staging.resize(Layout::span(layout.relative, subtree));
-    landing = staging.data();
+    staging = detail::make_scratch(Layout::span(layout.relative, subtree));
+    landing = staging.get();
   }
   const int parent = patterns::binomial_parent(rank, root, p);
   if (parent == root) {
@@ -155,11 +156,12 @@ void binomial_scatter(const CallContext& ctx, const uint8_t* in, uint8_t* out, c
   if (children.empty()) return;
   requests.clear();
   for (const patterns::TreeChild& child : children) {
-    requests.push_back(detail::post_send(ctx, child.rank, tag,
-                                         staging.data() + layout.relative[static_cast<size_t>(child.subtree.first)] - base,
-                                         Layout::span(layout.relative, child.subtree)));
+    requests.push_back(
+        detail::post_send(ctx, child.rank, tag,
+                          staging.get() + layout.relative[static_cast<size_t>(child.subtree.first)] - base,
+                          Layout::span(layout.relative, child.subtree)));
   }
-  copy(out, staging.data(), own);
+  copy(out, staging.get(), own);
   wait_all(ctx, requests);
 }
 
@@ -176,8 +178,8 @@ void linear_gather(const CallContext& ctx, const uint8_t* in, uint8_t* out, cons
   std::vector<RequestPtr> requests;
   for (int i = 1; i < p; ++i) {
     const int src = (rank + i) % p;
-    requests.push_back(
-        detail::post_recv(ctx, src, tag, out + bounds[static_cast<size_t>(src)], bytes[static_cast<size_t>(src)]));
+    requests.push_back(detail::post_recv(ctx, src, tag, out + bounds[static_cast<size_t>(src)],
+                                         bytes[static_cast<size_t>(src)]));
   }
   copy(out + bounds[static_cast<size_t>(rank)], in, bytes[static_cast<size_t>(rank)]);
   wait_all(ctx, requests);
@@ -196,8 +198,8 @@ void linear_scatter(const CallContext& ctx, const uint8_t* in, uint8_t* out, con
   std::vector<RequestPtr> requests;
   for (int i = 1; i < p; ++i) {
     const int dst = (rank + i) % p;
-    requests.push_back(
-        detail::post_send(ctx, dst, tag, in + bounds[static_cast<size_t>(dst)], bytes[static_cast<size_t>(dst)]));
+    requests.push_back(detail::post_send(ctx, dst, tag, in + bounds[static_cast<size_t>(dst)],
+                                         bytes[static_cast<size_t>(dst)]));
   }
   copy(out, in + bounds[static_cast<size_t>(rank)], bytes[static_cast<size_t>(rank)]);
   wait_all(ctx, requests);

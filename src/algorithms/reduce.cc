@@ -37,8 +37,8 @@ void binomial(const CallContext& ctx, uint8_t* data, size_t count, int root, con
   // Items are (segment, child), segment-major; one slot per item in flight.
   const size_t num_items = num_segments * num_children;
   const size_t num_slots = std::min(num_items, detail::kPipelineDepth * num_children);
-  std::vector<uint8_t> slots(num_slots * seg * eb);
-  auto slot = [&](size_t item) { return slots.data() + (item % num_slots) * seg * eb; };
+  const detail::Scratch slots = detail::make_scratch(num_slots * seg * eb);
+  auto slot = [&](size_t item) { return slots.get() + (item % num_slots) * seg * eb; };
   std::vector<RequestPtr> recvs(num_items);
   size_t posted = 0;
   std::vector<RequestPtr> sends;
@@ -49,7 +49,8 @@ void binomial(const CallContext& ctx, uint8_t* data, size_t count, int root, con
       // The slot of item - 1 is free: post up to item + num_slots - 1.
       for (; posted < std::min(item + num_slots, num_items); ++posted) {
         const patterns::ElementRange r = patterns::segment_of(whole, seg, posted / num_children);
-        recvs[posted] = ctx.transport.irecv(children[posted % num_children].rank, tag, slot(posted), r.length * eb);
+        recvs[posted] =
+            ctx.transport.irecv(children[posted % num_children].rank, tag, slot(posted), r.length * eb);
       }
       detail::wait_one(ctx, recvs[item]);
       combiner.combine(data + s.offset * eb, slot(item), s.length, /*received_first=*/false);
@@ -66,7 +67,8 @@ void binomial(const CallContext& ctx, uint8_t* data, size_t count, int root, con
 // Recursive halving leaves virtual rank v with chunk v of pof2 (finalized
 // by it); a binomial gather over the virtual ranks brings the chunks to the
 // root, or to its proxy if the root is an extra, which then hands them on.
-void reduce_scatter_gather(const CallContext& ctx, uint8_t* data, size_t count, int root, const Combiner& combiner) {
+void reduce_scatter_gather(const CallContext& ctx, uint8_t* data, size_t count, int root,
+                           const Combiner& combiner) {
   const int p = ctx.size();
   const int rank = ctx.rank();
   const size_t eb = combiner.element_bytes;
@@ -78,7 +80,8 @@ void reduce_scatter_gather(const CallContext& ctx, uint8_t* data, size_t count, 
   };
 
   detail::halving_reduce_scatter(ctx, 0, data, bounds, /*per_rank=*/false, combiner);
-  const ChunkRange owned = patterns::recursive_halving_owned_chunks(rank, p, patterns::FoldLayout::kPerVirtualRank);
+  const ChunkRange owned =
+      patterns::recursive_halving_owned_chunks(rank, p, patterns::FoldLayout::kPerVirtualRank);
   combiner.finalize(at(owned), bytes_of(owned) / eb);
 
   const bool root_is_extra = patterns::fold_role(root, p) == patterns::FoldRole::kExtra;
@@ -94,15 +97,15 @@ void reduce_scatter_gather(const CallContext& ctx, uint8_t* data, size_t count, 
     // The step names chunks relative to vroot; a range that wraps past the
     // last chunk is two ranges of the buffer, moved as two messages.
     std::vector<RequestPtr> requests;
-    for (const ChunkRange part : patterns::binomial_absolute_chunks(step.sends() ? step.send_chunks : step.recv_chunks,
-                                                                    vroot, pof2)) {
+    for (const ChunkRange part : patterns::binomial_absolute_chunks(
+             step.sends() ? step.send_chunks : step.recv_chunks, vroot, pof2)) {
       if (part.empty()) continue;
       if (step.sends()) {
         requests.push_back(
             detail::post_send(ctx, patterns::fold_real_rank(step.send_to, p), tag, at(part), bytes_of(part)));
       } else {
-        requests.push_back(
-            detail::post_recv(ctx, patterns::fold_real_rank(step.recv_from, p), tag, at(part), bytes_of(part)));
+        requests.push_back(detail::post_recv(ctx, patterns::fold_real_rank(step.recv_from, p), tag, at(part),
+                                             bytes_of(part)));
       }
     }
     wait_all(ctx, requests);

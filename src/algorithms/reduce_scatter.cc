@@ -33,11 +33,11 @@ ElementRange chunk_elements(const Bounds& bounds, ChunkRange chunks) {
 class SlotPool {
  public:
   SlotPool(const CallContext& ctx, size_t count, size_t slot_bytes)
-      : ctx_(ctx), slot_bytes_(slot_bytes), memory_(count * slot_bytes) {
+      : ctx_(ctx), slot_bytes_(slot_bytes), memory_(make_scratch(count * slot_bytes)) {
     for (size_t i = 0; i < count; ++i) free_.push_back(i);
   }
 
-  uint8_t* data(size_t slot) { return memory_.data() + slot * slot_bytes_; }
+  uint8_t* data(size_t slot) { return memory_.get() + slot * slot_bytes_; }
 
   size_t take() {
     if (free_.empty()) {
@@ -58,7 +58,7 @@ class SlotPool {
  private:
   const CallContext& ctx_;
   size_t slot_bytes_;
-  std::vector<uint8_t> memory_;
+  Scratch memory_;
   std::vector<size_t> free_;
   std::deque<std::pair<size_t, RequestPtr>> held_;
 };
@@ -95,7 +95,7 @@ void ring_reduce_scatter(const CallContext& ctx, uint32_t first_step, const uint
   // Depth slots for receives in flight, two more so that partial results
   // waiting for their send do not stall the receives.
   SlotPool pool(ctx, kPipelineDepth + 2, seg * eb);
-  std::vector<uint8_t> scaled(premultiply_in ? seg * eb : 0);
+  const Scratch scaled = make_scratch(premultiply_in ? seg * eb : 0);
   std::vector<RequestPtr> sends;
 
   // Step 0 sends this rank's own contribution to block rank - 1.
@@ -128,16 +128,16 @@ void ring_reduce_scatter(const CallContext& ctx, uint32_t first_step, const uint
     uint8_t* partial = pool.data(slot);
     const uint8_t* local = in + item.elements.offset * eb;
     if (premultiply_in) {
-      premultiply_into(scaled.data(), local, item.elements.length, combiner.dtype, combiner.op);
-      local = scaled.data();
+      premultiply_into(scaled.get(), local, item.elements.length, combiner.dtype, combiner.op);
+      local = scaled.get();
     }
     // Each block is combined along one chain, the partial of the ranks
     // before this one first, and only its owner's result is distributed, so
     // every rank ends with the same bits.
     reduce_into(partial, partial, local, item.elements.length, combiner.dtype, combiner.op);
     if (item.step + 1 < num_steps) {
-      sends.push_back(ctx.transport.isend(next, ctx.tag(first_step + static_cast<uint32_t>(item.step) + 1), partial,
-                                          item.elements.length * eb));
+      sends.push_back(ctx.transport.isend(next, ctx.tag(first_step + static_cast<uint32_t>(item.step) + 1),
+                                          partial, item.elements.length * eb));
       pool.give_back_after(slot, sends.back());
     } else {
       uint8_t* result = out + (item.elements.offset - bounds[static_cast<size_t>(rank)]) * eb;
@@ -168,8 +168,8 @@ void halving_reduce_scatter(const CallContext& ctx, uint32_t first_step, uint8_t
     if (step.sends()) {
       reduce_exchange(ctx, first_step, step.send_to, acc, total, kNoPeer, nullptr, 0, false, combiner);
     } else if (step.receives()) {
-      reduce_exchange(ctx, first_step, kNoPeer, nullptr, 0, step.recv_from, acc, total, /*received_first=*/true,
-                      combiner);
+      reduce_exchange(ctx, first_step, kNoPeer, nullptr, 0, step.recv_from, acc, total,
+                      /*received_first=*/true, combiner);
     }
   }
   for (int s = 0; s < patterns::recursive_halving_num_core_steps(p); ++s) {
@@ -178,9 +178,11 @@ void halving_reduce_scatter(const CallContext& ctx, uint32_t first_step, uint8_t
     const ElementRange send = chunk_elements(bounds, step.send_chunks);
     const ElementRange recv = chunk_elements(bounds, step.recv_chunks);
     // The partial of the lower virtual rank goes first, whoever combines.
-    const bool received_first = patterns::fold_virtual_rank(step.recv_from, p) < patterns::fold_virtual_rank(rank, p);
+    const bool received_first =
+        patterns::fold_virtual_rank(step.recv_from, p) < patterns::fold_virtual_rank(rank, p);
     reduce_exchange(ctx, first_step + 1 + static_cast<uint32_t>(s), step.send_to, acc + send.offset * eb,
-                    send.length, step.recv_from, acc + recv.offset * eb, recv.length, received_first, combiner);
+                    send.length, step.recv_from, acc + recv.offset * eb, recv.length, received_first,
+                    combiner);
   }
 }
 
@@ -199,25 +201,29 @@ void recursive_halving(const CallContext& ctx, const uint8_t* in, uint8_t* out, 
   const int rank = ctx.rank();
   const size_t eb = combiner.element_bytes;
   const size_t total = bounds.back();
-  std::vector<uint8_t> acc(total * eb);
-  premultiply_into(acc.data(), in, total, combiner.dtype, combiner.op);
-  detail::halving_reduce_scatter(ctx, 0, acc.data(), bounds, /*per_rank=*/true, combiner);
+  const detail::Scratch acc = detail::make_scratch(total * eb);
+  premultiply_into(acc.get(), in, total, combiner.dtype, combiner.op);
+  detail::halving_reduce_scatter(ctx, 0, acc.get(), bounds, /*per_rank=*/true, combiner);
 
-  const patterns::ChunkRange owned = patterns::recursive_halving_owned_chunks(rank, p, patterns::FoldLayout::kPerRank);
+  const patterns::ChunkRange owned =
+      patterns::recursive_halving_owned_chunks(rank, p, patterns::FoldLayout::kPerRank);
   const size_t owned_begin = bounds[static_cast<size_t>(owned.first)];
-  combiner.finalize(acc.data() + owned_begin * eb, bounds[static_cast<size_t>(owned.end())] - owned_begin);
+  combiner.finalize(acc.get() + owned_begin * eb, bounds[static_cast<size_t>(owned.end())] - owned_begin);
 
-  auto block_bytes = [&](int r) { return (bounds[static_cast<size_t>(r) + 1] - bounds[static_cast<size_t>(r)]) * eb; };
+  auto block_bytes = [&](int r) {
+    return (bounds[static_cast<size_t>(r) + 1] - bounds[static_cast<size_t>(r)]) * eb;
+  };
   const uint64_t tag = ctx.tag(detail::halving_num_steps(p));
   const patterns::Step step = patterns::fold_out_step(rank, p, patterns::ChunkRange{rank & ~1, 1});
   if (step.sends()) {
-    wait_all(ctx, {detail::post_send(ctx, step.send_to, tag, acc.data() + bounds[static_cast<size_t>(step.send_to)] * eb,
+    wait_all(ctx, {detail::post_send(ctx, step.send_to, tag,
+                                     acc.get() + bounds[static_cast<size_t>(step.send_to)] * eb,
                                      block_bytes(step.send_to))});
   }
   if (step.receives()) {
     wait_all(ctx, {detail::post_recv(ctx, step.recv_from, tag, out, block_bytes(rank))});
   } else {
-    std::memcpy(out, acc.data() + bounds[static_cast<size_t>(rank)] * eb, block_bytes(rank));
+    std::memcpy(out, acc.get() + bounds[static_cast<size_t>(rank)] * eb, block_bytes(rank));
   }
 }
 

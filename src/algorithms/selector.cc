@@ -11,22 +11,22 @@
 
 namespace tdist::algorithms {
 
-// Measured on the development host with the TCP transport over loopback
-// (2 cores, ranks as processes, tools of this repository's benchmark
-// harness; figures are medians and rounded):
-// - alpha: half the round trip of an 8-byte ping-pong, ~25 us;
-// - overhead: per message of a burst of 64-byte messages, ~4 us;
-// - beta: a 16 MiB transfer at ~2.5 GB/s, 0.4 ns per byte;
-// - gamma: reduce_into float32 SUM on 256 KiB segments, ~8 GB/s;
-// - delta: memcpy of 256 KiB, ~12 GB/s.
-// Only ratios matter for the choice: alpha/beta ~ 60 KB is the size below
+// Measured on the development host (2 shared cores, TCP over loopback, two
+// ranks as processes; medians of repeated runs, rounded) with this
+// library's transport and kernels:
+// - alpha: half the round trip of an 8-byte ping-pong, 30 us;
+// - overhead: per message of a burst of 64 64-byte messages, 5 us;
+// - beta: a 16 MiB transfer at ~1.2 GB/s, 0.8 ns per byte;
+// - gamma: reduce_into float32 SUM on 256 KiB blocks, ~14 GB/s;
+// - delta: memcpy of 256 KiB, ~25 GB/s.
+// Only ratios matter for the choice: alpha/beta ~ 37 KB is the size below
 // which saving a message beats saving a pass over the data.
 const CostModel kCostModel{
-    /*alpha=*/25e-6,
-    /*overhead=*/4e-6,
-    /*beta=*/0.4e-9,
-    /*gamma=*/0.12e-9,
-    /*delta=*/0.08e-9,
+    /*alpha=*/30e-6,
+    /*overhead=*/5e-6,
+    /*beta=*/0.8e-9,
+    /*gamma=*/0.07e-9,
+    /*delta=*/0.04e-9,
 };
 
 namespace {
@@ -42,8 +42,11 @@ struct Shape {
 
 Shape shape(size_t bytes, int p) {
   const int q = patterns::pow2_floor(p);
-  return Shape{static_cast<double>(bytes), static_cast<double>(p), static_cast<double>(q),
-               static_cast<double>(patterns::ceil_log2(p)), static_cast<double>(patterns::floor_log2(p)),
+  return Shape{static_cast<double>(bytes),
+               static_cast<double>(p),
+               static_cast<double>(q),
+               static_cast<double>(patterns::ceil_log2(p)),
+               static_cast<double>(patterns::floor_log2(p)),
                patterns::is_pow2(p) ? 0.0 : 1.0};
 }
 
@@ -190,8 +193,8 @@ double modelled_cost(AllReduceAlgo algo, size_t bytes, int p, const CostModel& m
       // Every step moves and reduces the whole buffer.
       return (s.lgq + 2 * s.fold) * (m.alpha + s.n * m.beta) + (s.lgq + s.fold) * s.n * m.gamma;
     case AllReduceAlgo::kRabenseifner:
-      return (2 * s.lgq + 2 * s.fold) * m.alpha + 2 * spread(s.q) * s.n * m.beta + spread(s.q) * s.n * m.gamma +
-             s.fold * (2 * s.n * m.beta + s.n * m.gamma);
+      return (2 * s.lgq + 2 * s.fold) * m.alpha + 2 * spread(s.q) * s.n * m.beta +
+             spread(s.q) * s.n * m.gamma + s.fold * (2 * s.n * m.beta + s.n * m.gamma);
     case AllReduceAlgo::kRing:
       return 2 * (s.p - 1) * m.alpha + 2 * spread(s.p) * s.n * m.beta + spread(s.p) * s.n * m.gamma;
     case AllReduceAlgo::kAuto:
@@ -222,8 +225,8 @@ double modelled_cost(ReduceAlgo algo, size_t bytes, int p, const CostModel& m) {
       return s.lg * (m.alpha + s.n * (m.beta + m.gamma));
     case ReduceAlgo::kReduceScatterGather:
       // Rabenseifner's reduce: recursive halving, then a binomial gather.
-      return (2 * s.lgq + 2 * s.fold) * m.alpha + 2 * spread(s.q) * s.n * m.beta + spread(s.q) * s.n * m.gamma +
-             s.fold * s.n * (2 * m.beta + m.gamma);
+      return (2 * s.lgq + 2 * s.fold) * m.alpha + 2 * spread(s.q) * s.n * m.beta +
+             spread(s.q) * s.n * m.gamma + s.fold * s.n * (2 * m.beta + m.gamma);
     case ReduceAlgo::kAuto:
       break;
   }
@@ -235,7 +238,8 @@ double modelled_cost(AllGatherAlgo algo, size_t bytes, int p, const CostModel& m
   switch (algo) {
     case AllGatherAlgo::kRecursiveDoubling:
       // The fold sends one block in and the whole result back out.
-      return (s.lgq + 2 * s.fold) * m.alpha + spread(s.q) * s.n * m.beta + s.fold * (s.n / s.p + s.n) * m.beta;
+      return (s.lgq + 2 * s.fold) * m.alpha + spread(s.q) * s.n * m.beta +
+             s.fold * (s.n / s.p + s.n) * m.beta;
     case AllGatherAlgo::kBruck:
       // Plus the copy into the rotated buffer and the one back out.
       return s.lg * m.alpha + spread(s.p) * s.n * m.beta + 2 * s.n * m.delta;
@@ -293,8 +297,9 @@ double modelled_cost(ReduceScatterAlgo algo, size_t bytes, int p, const CostMode
 // ---- Selection ----
 
 AllReduceAlgo select_all_reduce(size_t bytes, int p) {
-  return cheapest(std::array{AllReduceAlgo::kRecursiveDoubling, AllReduceAlgo::kRabenseifner, AllReduceAlgo::kRing},
-                  bytes, p);
+  return cheapest(
+      std::array{AllReduceAlgo::kRecursiveDoubling, AllReduceAlgo::kRabenseifner, AllReduceAlgo::kRing},
+      bytes, p);
 }
 
 BroadcastAlgo select_broadcast(size_t bytes, int p) {
@@ -358,8 +363,8 @@ Algo parse_algo(std::string_view name) {
     if (!valid.empty()) valid += ", ";
     valid += entry.first;
   }
-  throw DistInvalidArgument(std::string(Names<Algo>::kEnv) + ": unknown " + Names<Algo>::kOp + " algorithm '" +
-                            std::string(name) + "'; valid names: " + valid);
+  throw DistInvalidArgument(std::string(Names<Algo>::kEnv) + ": unknown " + Names<Algo>::kOp +
+                            " algorithm '" + std::string(name) + "'; valid names: " + valid);
 }
 
 template <typename Algo>
@@ -371,9 +376,9 @@ std::optional<Algo> env_algo() {
   return algo;
 }
 
-#define TDIST_INSTANTIATE_ALGO(Algo)                 \
-  template const char* algo_name<Algo>(Algo);        \
-  template const char* algo_env_var<Algo>();         \
+#define TDIST_INSTANTIATE_ALGO(Algo)                \
+  template const char* algo_name<Algo>(Algo);       \
+  template const char* algo_env_var<Algo>();        \
   template Algo parse_algo<Algo>(std::string_view); \
   template std::optional<Algo> env_algo<Algo>();
 

@@ -7,7 +7,7 @@
 // group makes the same one. It minimises the alpha-beta-gamma cost of each
 // algorithm (Hockney's model as used by Thakur, Rabenseifner & Gropp 2005,
 // "Optimization of Collective Communication Operations in MPICH"; the
-// formulas are in selector.cc and docs: /work/shared/notes/performance.md),
+// formulas are in selector.cc),
 // except for all-to-all, where the model ignores what decides the matter
 // (contention of p - 1 concurrent transfers) and MPICH's threshold is used.
 //
@@ -41,8 +41,8 @@ struct CostModel {
   double delta;
 };
 
-/// Measured on the development host (2 cores, TCP over loopback, 4 ranks):
-/// see kCostModel's definition in selector.cc for the figures.
+/// Measured on the development host (TCP over loopback); selector.cc has
+/// the figures and how they were taken.
 extern const CostModel kCostModel;
 
 /// Modelled time of each algorithm for `bytes` (the whole buffer; for

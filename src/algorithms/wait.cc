@@ -102,7 +102,8 @@ void Combiner::finalize(uint8_t* data, size_t count) const {
 }
 
 void reduce_exchange(const CallContext& ctx, uint32_t step, int to, const uint8_t* send, size_t send_count,
-                     int from, uint8_t* acc, size_t recv_count, bool received_first, const Combiner& combiner) {
+                     int from, uint8_t* acc, size_t recv_count, bool received_first,
+                     const Combiner& combiner) {
   const size_t seg = segment_elements(combiner.element_bytes);
   const size_t eb = combiner.element_bytes;
   const uint64_t tag = ctx.tag(step);
@@ -115,8 +116,9 @@ void reduce_exchange(const CallContext& ctx, uint32_t step, int to, const uint8_
 
   std::vector<RequestPtr> sends(num_sends);
   std::vector<RequestPtr> recvs(num_recvs);
-  const size_t num_slots = std::min(num_recvs, kPipelineDepth);
-  std::vector<uint8_t> slots(num_slots * seg * eb);
+  // Slots only as large as the data, so small exchanges stay cheap.
+  const size_t slot_bytes = std::min(seg, recv_count) * eb;
+  const Scratch slots = make_scratch(std::min(num_recvs, kPipelineDepth) * slot_bytes);
   size_t sends_posted = 0;
   size_t recvs_posted = 0;
   auto post_sends = [&](size_t upto) {
@@ -125,7 +127,7 @@ void reduce_exchange(const CallContext& ctx, uint32_t step, int to, const uint8_
       sends[sends_posted] = ctx.transport.isend(to, tag, send + s.offset * eb, s.length * eb);
     }
   };
-  auto slot = [&](size_t k) { return slots.data() + (k % kPipelineDepth) * seg * eb; };
+  auto slot = [&](size_t k) { return slots.get() + (k % kPipelineDepth) * slot_bytes; };
   auto post_recvs = [&](size_t upto) {
     for (; recvs_posted < std::min(upto, num_recvs); ++recvs_posted) {
       const auto s = patterns::segment_of(recv_range, seg, recvs_posted);

@@ -36,7 +36,9 @@ int parse_level(const char* text) {
   return -1;
 }
 
-bool is_set(const char* value) { return value != nullptr && *value != '\0'; }
+bool is_set(const char* value) {
+  return value != nullptr && *value != '\0';
+}
 
 const char* getenv_once(const char* name) {
   return std::getenv(name);  // NOLINT(concurrency-mt-unsafe): tdist never calls setenv
@@ -48,7 +50,8 @@ LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, co
   if (is_set(tdist_level)) {
     int level = parse_level(tdist_level);
     if (level >= 0) return static_cast<LogLevel>(level);
-    std::fprintf(stderr, "[tdist] ignoring TDIST_LOG_LEVEL='%s': expected ERROR, WARNING, INFO, DEBUG or TRACE\n",
+    std::fprintf(stderr,
+                 "[tdist] ignoring TDIST_LOG_LEVEL='%s': expected ERROR, WARNING, INFO, DEBUG or TRACE\n",
                  tdist_level);
   }
   if (is_set(torch_cpp_level)) {
@@ -74,22 +77,31 @@ LogLevel log_level() {
   return static_cast<LogLevel>(level);
 }
 
-void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+void set_log_level(LogLevel level) {
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+}
 
 void reload_log_level_from_env() {
   set_log_level(log_level_from(getenv_once("TDIST_LOG_LEVEL"), getenv_once("TORCH_CPP_LOG_LEVEL"),
                                getenv_once("TORCH_DISTRIBUTED_DEBUG")));
 }
 
-void set_log_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
+void set_log_rank(int rank) {
+  g_rank.store(rank, std::memory_order_relaxed);
+}
 
 const char* log_level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return "TRACE";
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarning: return "WARNING";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kTrace:
+      return "TRACE";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarning:
+      return "WARNING";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "?";
 }

@@ -44,12 +44,15 @@ State& state() {
 Group world_or_throw() {
   std::lock_guard<std::mutex> lock(state().mutex);
   if (!state().world) {
-    throw DistError("Default process group has not been initialized, please make sure to call init_process_group.");
+    throw DistError(
+        "Default process group has not been initialized, please make sure to call init_process_group.");
   }
   return state().world;
 }
 
-Group resolve(const Group& group) { return group ? group : world_or_throw(); }
+Group resolve(const Group& group) {
+  return group ? group : world_or_throw();
+}
 
 int to_group_rank(const Group& g, int global_rank, const char* op, const char* what) {
   const auto& ranks = g->global_ranks();
@@ -69,7 +72,9 @@ WorkPtr finish(const WorkPtr& work, bool async_op) {
   return nullptr;
 }
 
-Tensor bytes_tensor(std::vector<uint8_t>& data) { return Tensor::wrap(data); }
+Tensor bytes_tensor(std::vector<uint8_t>& data) {
+  return Tensor::wrap(data);
+}
 
 }  // namespace
 
@@ -77,8 +82,9 @@ void init_process_group(const InitProcessGroupOptions& options) {
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     if (state().world) {
-      throw DistError("init_process_group: the default process group is already initialized; call "
-                      "destroy_process_group() first");
+      throw DistError(
+          "init_process_group: the default process group is already initialized; call "
+          "destroy_process_group() first");
     }
   }
   std::string backend = backend_name(options.backend);
@@ -88,14 +94,15 @@ void init_process_group(const InitProcessGroupOptions& options) {
       throw DistInvalidArgument("init_process_group: init_method and store are mutually exclusive");
     }
     if (options.rank < 0 || options.world_size <= 0) {
-      throw DistInvalidArgument("init_process_group: rank and world_size are required with an explicit store (got "
-                                "rank " + std::to_string(options.rank) + ", world_size " +
-                                std::to_string(options.world_size) + ")");
+      throw DistInvalidArgument(
+          "init_process_group: rank and world_size are required with an explicit store (got "
+          "rank " +
+          std::to_string(options.rank) + ", world_size " + std::to_string(options.world_size) + ")");
     }
     r = rendezvous(options.store, options.rank, options.world_size);
   } else {
-    r = rendezvous(options.init_method.empty() ? "env://" : options.init_method, options.rank, options.world_size,
-                   options.timeout);
+    r = rendezvous(options.init_method.empty() ? "env://" : options.init_method, options.rank,
+                   options.world_size, options.timeout);
   }
   std::string master_host;
   if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) master_host = tcp->host();
@@ -127,18 +134,26 @@ bool is_initialized() {
   return state().world != nullptr;
 }
 
-Group default_group() { return world_or_throw(); }
+Group default_group() {
+  return world_or_throw();
+}
 
-bool is_member(const Group& group) { return resolve(group)->rank() >= 0; }
+bool is_member(const Group& group) {
+  return resolve(group)->rank() >= 0;
+}
 
-int get_rank(const Group& group) { return resolve(group)->rank(); }
+int get_rank(const Group& group) {
+  return resolve(group)->rank();
+}
 
 int get_world_size(const Group& group) {
   Group g = resolve(group);
   return g->rank() >= 0 ? g->size() : -1;
 }
 
-std::string get_backend(const Group& group) { return resolve(group)->backend_name(); }
+std::string get_backend(const Group& group) {
+  return resolve(group)->backend_name();
+}
 
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                 const std::string& backend, bool use_local_synchronization) {
@@ -187,8 +202,9 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   auto it = std::find(members.begin(), members.end(), me);
   if (it == members.end()) {
     if (use_local_synchronization) {
-      throw DistInvalidArgument("new_group: with use_local_synchronization=true only members call new_group; rank " +
-                                std::to_string(me) + " is not in the group");
+      throw DistInvalidArgument(
+          "new_group: with use_local_synchronization=true only members call new_group; rank " +
+          std::to_string(me) + " is not in the group");
     }
     return std::make_shared<NonMemberGroup>(static_cast<int>(members.size()), options, chosen_backend);
   }
@@ -206,13 +222,15 @@ int get_group_rank(const Group& group, int global_rank) {
 int get_global_rank(const Group& group, int group_rank) {
   const auto& ranks = resolve(group)->global_ranks();
   if (group_rank < 0 || group_rank >= static_cast<int>(ranks.size())) {
-    throw DistInvalidArgument("get_global_rank: group rank " + std::to_string(group_rank) + " is not in [0, " +
-                              std::to_string(ranks.size()) + ")");
+    throw DistInvalidArgument("get_global_rank: group rank " + std::to_string(group_rank) +
+                              " is not in [0, " + std::to_string(ranks.size()) + ")");
   }
   return ranks[static_cast<size_t>(group_rank)];
 }
 
-std::vector<int> get_process_group_ranks(const Group& group) { return resolve(group)->global_ranks(); }
+std::vector<int> get_process_group_ranks(const Group& group) {
+  return resolve(group)->global_ranks();
+}
 
 // ---- Point to point ----
 
@@ -270,7 +288,8 @@ WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& g
   return finish(g->reduce(tensor, to_group_rank(g, dst, "reduce", "dst"), op), async_op);
 }
 
-WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group, bool async_op) {
+WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group,
+                   bool async_op) {
   Group g = resolve(group);
   if (g->rank() < 0) return nullptr;
   return finish(g->all_gather(tensor_list, tensor), async_op);
@@ -312,8 +331,8 @@ WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_li
   return finish(g->reduce_scatter(output, input_list, op), async_op);
 }
 
-WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op, const Group& group,
-                              bool async_op) {
+WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op,
+                              const Group& group, bool async_op) {
   Group g = resolve(group);
   if (g->rank() < 0) return nullptr;
   return finish(g->reduce_scatter_tensor(output, input, op), async_op);
@@ -327,14 +346,15 @@ WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
   return finish(g->reduce_scatter_tensor_uneven(output, input, input_split_sizes, op), async_op);
 }
 
-WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list, const std::vector<Tensor>& input_tensor_list,
-                   const Group& group, bool async_op) {
+WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
+                   const std::vector<Tensor>& input_tensor_list, const Group& group, bool async_op) {
   Group g = resolve(group);
   if (g->rank() < 0) return nullptr;
   return finish(g->all_to_all(output_tensor_list, input_tensor_list), async_op);
 }
 
-WorkPtr all_to_all_single(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes,
+WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
+                          const std::vector<int64_t>& output_split_sizes,
                           const std::vector<int64_t>& input_split_sizes, const Group& group, bool async_op) {
   Group g = resolve(group);
   if (g->rank() < 0) return nullptr;
@@ -447,13 +467,14 @@ void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
   bool is_src = get_global_rank(g, g->rank()) == src;
   if (is_src && scatter_object_input_list.size() != static_cast<size_t>(n)) {
     throw DistInvalidArgument("scatter_object_list: scatter_object_input_list has " +
-                              std::to_string(scatter_object_input_list.size()) + " objects but the group has " +
-                              std::to_string(n) + " ranks");
+                              std::to_string(scatter_object_input_list.size()) +
+                              " objects but the group has " + std::to_string(n) + " ranks");
   }
   std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
   if (is_src) {
     for (int r = 0; r < n; ++r) {
-      sizes[static_cast<size_t>(r)] = static_cast<int64_t>(scatter_object_input_list[static_cast<size_t>(r)].size());
+      sizes[static_cast<size_t>(r)] =
+          static_cast<int64_t>(scatter_object_input_list[static_cast<size_t>(r)].size());
     }
   }
   broadcast(Tensor::wrap(sizes), src, g);
@@ -470,7 +491,8 @@ void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
   std::vector<uint8_t> output(static_cast<size_t>(largest));
   scatter(bytes_tensor(output), scatter_list, src, g);
   auto mine = static_cast<size_t>(sizes[static_cast<size_t>(g->rank())]);
-  scatter_object_output_list.assign(1, Bytes(output.begin(), output.begin() + static_cast<std::ptrdiff_t>(mine)));
+  scatter_object_output_list.assign(
+      1, Bytes(output.begin(), output.begin() + static_cast<std::ptrdiff_t>(mine)));
 }
 
 }  // namespace tdist

@@ -50,18 +50,31 @@ void ProcessGroup::unsupported(const char* op) const {
   throw DistBackendError("backend " + backend_name() + " does not support " + op);
 }
 
-WorkPtr ProcessGroup::broadcast(const Tensor&, int) { unsupported("broadcast"); }
-WorkPtr ProcessGroup::all_reduce(const Tensor&, const ReduceOp&) { unsupported("all_reduce"); }
-WorkPtr ProcessGroup::reduce(const Tensor&, int, const ReduceOp&) { unsupported("reduce"); }
-WorkPtr ProcessGroup::all_gather(const std::vector<Tensor>&, const Tensor&) { unsupported("all_gather"); }
+WorkPtr ProcessGroup::broadcast(const Tensor&, int) {
+  unsupported("broadcast");
+}
+WorkPtr ProcessGroup::all_reduce(const Tensor&, const ReduceOp&) {
+  unsupported("all_reduce");
+}
+WorkPtr ProcessGroup::reduce(const Tensor&, int, const ReduceOp&) {
+  unsupported("reduce");
+}
+WorkPtr ProcessGroup::all_gather(const std::vector<Tensor>&, const Tensor&) {
+  unsupported("all_gather");
+}
 WorkPtr ProcessGroup::all_gather_into_tensor(const Tensor&, const Tensor&) {
   unsupported("all_gather_into_tensor");
 }
-WorkPtr ProcessGroup::all_gather_into_tensor_uneven(const Tensor&, const Tensor&, const std::vector<int64_t>&) {
+WorkPtr ProcessGroup::all_gather_into_tensor_uneven(const Tensor&, const Tensor&,
+                                                    const std::vector<int64_t>&) {
   unsupported("all_gather_into_tensor_uneven");
 }
-WorkPtr ProcessGroup::gather(const std::vector<Tensor>&, const Tensor&, int) { unsupported("gather"); }
-WorkPtr ProcessGroup::scatter(const Tensor&, const std::vector<Tensor>&, int) { unsupported("scatter"); }
+WorkPtr ProcessGroup::gather(const std::vector<Tensor>&, const Tensor&, int) {
+  unsupported("gather");
+}
+WorkPtr ProcessGroup::scatter(const Tensor&, const std::vector<Tensor>&, int) {
+  unsupported("scatter");
+}
 WorkPtr ProcessGroup::reduce_scatter(const Tensor&, const std::vector<Tensor>&, const ReduceOp&) {
   unsupported("reduce_scatter");
 }
@@ -79,9 +92,15 @@ WorkPtr ProcessGroup::all_to_all_single(const Tensor&, const Tensor&, const std:
                                         const std::vector<int64_t>&) {
   unsupported("all_to_all_single");
 }
-WorkPtr ProcessGroup::barrier() { unsupported("barrier"); }
-WorkPtr ProcessGroup::send(const Tensor&, int, int) { unsupported("send"); }
-WorkPtr ProcessGroup::recv(const Tensor&, int, int) { unsupported("recv"); }
+WorkPtr ProcessGroup::barrier() {
+  unsupported("barrier");
+}
+WorkPtr ProcessGroup::send(const Tensor&, int, int) {
+  unsupported("send");
+}
+WorkPtr ProcessGroup::recv(const Tensor&, int, int) {
+  unsupported("recv");
+}
 
 void register_backend(const std::string& name, BackendFactory factory) {
   std::string key = lower(name);

@@ -14,9 +14,13 @@ namespace {
 namespace algo = algorithms;
 
 // Point-to-point tags have the top bit set; collective tags never do.
-uint64_t p2p_tag(int tag) { return (uint64_t{1} << 63) | static_cast<uint32_t>(tag); }
+uint64_t p2p_tag(int tag) {
+  return (uint64_t{1} << 63) | static_cast<uint32_t>(tag);
+}
 
-size_t to_size(int64_t v) { return static_cast<size_t>(v); }
+size_t to_size(int64_t v) {
+  return static_cast<size_t>(v);
+}
 
 // True if the tensors lie back to back in memory in list order, so a
 // collective can write them as one buffer without staging.
@@ -82,11 +86,12 @@ std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
 
 }  // namespace
 
-Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size,
+                               const ProcessGroupOptions& options) {
   return std::make_shared<ProcessGroupTdist>(std::move(store), rank, size, options);
 }
 
-ProcessGroupTdist::ProcessGroupTdist(std::shared_ptr<Store> store, int rank, int size,
+ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int rank, int size,
                                      const ProcessGroupOptions& options)
     : ProcessGroup(rank, size, options) {
   if (!store) throw DistInvalidArgument("ProcessGroupTdist: the store is null");
@@ -183,7 +188,8 @@ WorkPtr ProcessGroupTdist::all_gather(const std::vector<Tensor>& outputs, const 
     validate::same_dtype("all_gather", "tensor_list entry", outputs[r], input.dtype());
     validate::no_overlap("all_gather", "tensor_list entry", outputs[r], "tensor", input);
   }
-  validate::numel_equals("all_gather", "this rank's tensor_list entry", outputs[to_size(rank())], input.numel());
+  validate::numel_equals("all_gather", "this rank's tensor_list entry", outputs[to_size(rank())],
+                         input.numel());
   return enqueue("all_gather", outputs, [outputs, input](const algo::CallContext& ctx) {
     Blocks blocks(outputs);
     auto bytes = nbytes_of(outputs);
@@ -197,7 +203,8 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Te
   size_t block = input.nbytes();
   const auto* slot = static_cast<const uint8_t*>(output.data()) + block * to_size(rank());
   bool in_place = block > 0 && input.data() == slot;
-  if (!in_place) validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
+  if (!in_place)
+    validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
   return enqueue("all_gather_into_tensor", {output}, [output, input, block](const algo::CallContext& ctx) {
     algo::all_gather(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
   });
@@ -212,9 +219,11 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, c
   validate::numel_equals(op, "input (output_split_sizes[rank] rows)", input,
                          output_split_sizes[to_size(rank())] * row);
   std::vector<size_t> bytes;
+  bytes.reserve(output_split_sizes.size());
   for (int64_t rows : output_split_sizes) bytes.push_back(to_size(rows * row) * output.element_size());
   const auto* slot = static_cast<const uint8_t*>(output.data()) + offsets_of(bytes)[to_size(rank())];
-  if (!(input.nbytes() > 0 && input.data() == slot)) validate::no_overlap(op, "output", output, "input", input);
+  if (!(input.nbytes() > 0 && input.data() == slot))
+    validate::no_overlap(op, "output", output, "input", input);
   return enqueue(op, {output}, [output, input, bytes](const algo::CallContext& ctx) {
     algo::all_gather(ctx, input.data(), output.data(), bytes);
   });
@@ -230,9 +239,9 @@ WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tens
       validate::no_overlap("gather", "gather_list entry", t, "tensor", input);
     }
   } else if (!outputs.empty()) {
-    throw DistInvalidArgument("gather: gather_list must be empty on ranks other than dst " + std::to_string(root) +
-                              " (got " + std::to_string(outputs.size()) + " tensors on rank " +
-                              std::to_string(rank()) + ")");
+    throw DistInvalidArgument("gather: gather_list must be empty on ranks other than dst " +
+                              std::to_string(root) + " (got " + std::to_string(outputs.size()) +
+                              " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), input.nbytes());
   return enqueue("gather", outputs, [outputs, input, bytes, root](const algo::CallContext& ctx) {
@@ -256,9 +265,9 @@ WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tenso
       validate::no_overlap("scatter", "scatter_list entry", t, "tensor", output);
     }
   } else if (!inputs.empty()) {
-    throw DistInvalidArgument("scatter: scatter_list must be empty on ranks other than src " + std::to_string(root) +
-                              " (got " + std::to_string(inputs.size()) + " tensors on rank " +
-                              std::to_string(rank()) + ")");
+    throw DistInvalidArgument("scatter: scatter_list must be empty on ranks other than src " +
+                              std::to_string(root) + " (got " + std::to_string(inputs.size()) +
+                              " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), output.nbytes());
   return enqueue("scatter", {output}, [output, inputs, bytes, root](const algo::CallContext& ctx) {
@@ -283,6 +292,7 @@ WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vecto
   validate::numel_equals("reduce_scatter", "output (this rank's input_list entry)", output,
                          inputs[to_size(rank())].numel());
   std::vector<size_t> counts;
+  counts.reserve(inputs.size());
   for (const auto& t : inputs) counts.push_back(to_size(t.numel()));
   return enqueue("reduce_scatter", {output}, [output, inputs, counts, op](const algo::CallContext& ctx) {
     Blocks blocks(inputs);
@@ -291,14 +301,16 @@ WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vecto
   });
 }
 
-WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op) {
+WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
+                                                 const ReduceOp& op) {
   validate::gathered_shape("reduce_scatter_tensor", "input", input, "output", output, size());
   validate::reduce_op("reduce_scatter_tensor", output, op);
   validate::no_overlap("reduce_scatter_tensor", "input", input, "output", output);
   std::vector<size_t> counts(to_size(size()), to_size(output.numel()));
-  return enqueue("reduce_scatter_tensor", {output}, [output, input, counts, op](const algo::CallContext& ctx) {
-    algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
-  });
+  return enqueue("reduce_scatter_tensor", {output},
+                 [output, input, counts, op](const algo::CallContext& ctx) {
+                   algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
+                 });
 }
 
 WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
@@ -313,6 +325,7 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, co
                          input_split_sizes[to_size(rank())] * row);
   validate::no_overlap(name, "input", input, "output", output);
   std::vector<size_t> counts;
+  counts.reserve(input_split_sizes.size());
   for (int64_t rows : input_split_sizes) counts.push_back(to_size(rows * row));
   return enqueue(name, {output}, [output, input, counts, op](const algo::CallContext& ctx) {
     algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
@@ -325,7 +338,8 @@ WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const 
   for (size_t r = 0; r < inputs.size(); ++r) {
     validate::same_dtype("all_to_all", "input_tensor_list entry", inputs[r], inputs[0].dtype());
     validate::same_dtype("all_to_all", "output_tensor_list entry", outputs[r], inputs[0].dtype());
-    for (const auto& out : outputs) validate::no_overlap("all_to_all", "an output", out, "an input", inputs[r]);
+    for (const auto& out : outputs)
+      validate::no_overlap("all_to_all", "an output", out, "an input", inputs[r]);
   }
   return enqueue("all_to_all", outputs, [outputs, inputs](const algo::CallContext& ctx) {
     Blocks in(inputs);
@@ -333,7 +347,8 @@ WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const 
     Blocks out(outputs);
     auto send_bytes = nbytes_of(inputs);
     auto recv_bytes = nbytes_of(outputs);
-    algo::all_to_all(ctx, in.base, send_bytes, offsets_of(send_bytes), out.base, recv_bytes, offsets_of(recv_bytes));
+    algo::all_to_all(ctx, in.base, send_bytes, offsets_of(send_bytes), out.base, recv_bytes,
+                     offsets_of(recv_bytes));
     out.copy_out();
   });
 }
@@ -357,6 +372,7 @@ WorkPtr ProcessGroupTdist::all_to_all_single(const Tensor& output, const Tensor&
       return std::vector<size_t>(to_size(size()), to_size(t.shape()[0] / size() * row) * t.element_size());
     }
     validate::split_sizes(op, what, splits, size(), t.shape()[0]);
+    bytes.reserve(splits.size());
     for (int64_t rows : splits) bytes.push_back(to_size(rows * row) * t.element_size());
     return bytes;
   };
@@ -375,7 +391,8 @@ WorkPtr ProcessGroupTdist::barrier() {
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   validate::rank_in_group("send", "dst", dst, size());
   if (dst == rank()) {
-    throw DistInvalidArgument("send: dst " + std::to_string(dst) + " is this rank; a rank cannot send to itself");
+    throw DistInvalidArgument("send: dst " + std::to_string(dst) +
+                              " is this rank; a rank cannot send to itself");
   }
   auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor});
   auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes());
@@ -392,9 +409,10 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   request->on_complete([work, tensor, expected](transport::Request& r) {
     std::exception_ptr error = r.error();
     if (!error && r.received_bytes() != expected) {
-      error = std::make_exception_ptr(DistInvalidArgument(
-          "recv: the tensor has " + std::to_string(expected) + " bytes but rank " + std::to_string(r.source()) +
-          " sent " + std::to_string(r.received_bytes()) + " (send and recv tensors must match)"));
+      error = std::make_exception_ptr(DistInvalidArgument("recv: the tensor has " + std::to_string(expected) +
+                                                          " bytes but rank " + std::to_string(r.source()) +
+                                                          " sent " + std::to_string(r.received_bytes()) +
+                                                          " (send and recv tensors must match)"));
     }
     work->finish(error, error ? -1 : r.source());
   });

@@ -20,7 +20,7 @@ namespace tdist {
 
 class ProcessGroupTdist final : public ProcessGroup {
  public:
-  ProcessGroupTdist(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
+  ProcessGroupTdist(const std::shared_ptr<Store>& store, int rank, int size, const ProcessGroupOptions& options);
   ~ProcessGroupTdist() override;
 
   std::string backend_name() const override { return "tdist"; }
@@ -34,12 +34,15 @@ class ProcessGroupTdist final : public ProcessGroup {
                                         const std::vector<int64_t>& output_split_sizes) override;
   WorkPtr gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) override;
   WorkPtr scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) override;
-  WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, const ReduceOp& op) override;
+  WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                         const ReduceOp& op) override;
   WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op) override;
   WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
-                                       const std::vector<int64_t>& input_split_sizes, const ReduceOp& op) override;
+                                       const std::vector<int64_t>& input_split_sizes,
+                                       const ReduceOp& op) override;
   WorkPtr all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) override;
-  WorkPtr all_to_all_single(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes,
+  WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
+                            const std::vector<int64_t>& output_split_sizes,
                             const std::vector<int64_t>& input_split_sizes) override;
   WorkPtr barrier() override;
   WorkPtr send(const Tensor& tensor, int dst, int tag) override;

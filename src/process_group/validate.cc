@@ -50,19 +50,21 @@ void gathered_shape(const char* op, const char* output_name, const Tensor& outpu
   same_dtype(op, output_name, output, input.dtype());
   const auto& in = input.shape();
   const auto& out = output.shape();
-  bool stacked = out.size() == in.size() + 1 && out[0] == size && std::equal(in.begin(), in.end(), out.begin() + 1);
+  bool stacked =
+      out.size() == in.size() + 1 && out[0] == size && std::equal(in.begin(), in.end(), out.begin() + 1);
   bool concatenated = !in.empty() && out.size() == in.size() && out[0] == in[0] * size &&
                       std::equal(in.begin() + 1, in.end(), out.begin() + 1);
   if (in.empty() && out.size() == 1 && out[0] == size) stacked = true;
   if (!stacked && !concatenated) {
-    throw DistInvalidArgument(std::string(op) + ": " + output_name + " has shape " + shape_text(out) + " but " +
-                              input_name + " has shape " + shape_text(in) + "; expected " + output_name +
-                              " to be " + std::to_string(size) + " " + input_name +
+    throw DistInvalidArgument(std::string(op) + ": " + output_name + " has shape " + shape_text(out) +
+                              " but " + input_name + " has shape " + shape_text(in) + "; expected " +
+                              output_name + " to be " + std::to_string(size) + " " + input_name +
                               "s concatenated along dim 0 or stacked in a new dim 0");
   }
 }
 
-void split_sizes(const char* op, const char* what, const std::vector<int64_t>& splits, int size, int64_t rows) {
+void split_sizes(const char* op, const char* what, const std::vector<int64_t>& splits, int size,
+                 int64_t rows) {
   if (splits.size() != static_cast<size_t>(size)) {
     throw DistInvalidArgument(std::string(op) + ": " + what + " has " + std::to_string(splits.size()) +
                               " entries but the group has " + std::to_string(size) + " ranks");

@@ -21,7 +21,8 @@ void reduce_op(const char* op, const Tensor& tensor, const ReduceOp& reduce);
 void gathered_shape(const char* op, const char* output_name, const Tensor& output, const char* input_name,
                     const Tensor& input, int size);
 /// Split sizes along dim 0: `size` entries, non-negative, summing to rows.
-void split_sizes(const char* op, const char* what, const std::vector<int64_t>& splits, int size, int64_t rows);
+void split_sizes(const char* op, const char* what, const std::vector<int64_t>& splits, int size,
+                 int64_t rows);
 /// Bytes of one row (dim-0 slice) of a tensor; raises for a 0-dim tensor.
 int64_t row_elements(const char* op, const char* what, const Tensor& tensor);
 /// No two tensors may share memory, except `allowed_alias` pairs found by the caller.

@@ -13,7 +13,7 @@ void Future::wait() {
 bool Future::wait_for(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
-                                                               : std::chrono::steady_clock::now() + timeout;
+                                                              : std::chrono::steady_clock::now() + timeout;
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
   if (error_) std::rethrow_exception(error_);
   return true;
@@ -61,9 +61,13 @@ std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)>
   return next;
 }
 
-void Future::set_value(std::vector<Tensor> value) { finish(std::move(value), nullptr); }
+void Future::set_value(std::vector<Tensor> value) {
+  finish(std::move(value), nullptr);
+}
 
-void Future::set_error(std::exception_ptr error) { finish({}, std::move(error)); }
+void Future::set_error(std::exception_ptr error) {
+  finish({}, std::move(error));
+}
 
 void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
   std::vector<std::function<void()>> callbacks;
@@ -82,16 +86,21 @@ void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
 Work::Work(std::string op, std::vector<Tensor> outputs)
     : op_(std::move(op)), outputs_(std::move(outputs)), future_(std::make_shared<Future>()) {}
 
-bool Work::is_completed() const { return future_->completed(); }
+bool Work::is_completed() const {
+  return future_->completed();
+}
 
 bool Work::is_success() const {
   if (!future_->completed()) {
-    throw DistError(op_ + ": is_success() called before the operation completed; call wait() or is_completed()");
+    throw DistError(op_ +
+                    ": is_success() called before the operation completed; call wait() or is_completed()");
   }
   return future_->error() == nullptr;
 }
 
-std::exception_ptr Work::exception() const { return future_->error(); }
+std::exception_ptr Work::exception() const {
+  return future_->error();
+}
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   if (!future_->wait_for(timeout)) {

@@ -20,7 +20,8 @@ std::string percent_decode(const std::string& text, const std::string& url) {
     }
     if (i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
         !std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-      throw DistInvalidArgument("init_method '" + url + "': bad percent escape at position " + std::to_string(i));
+      throw DistInvalidArgument("init_method '" + url + "': bad percent escape at position " +
+                                std::to_string(i));
     }
     out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
     i += 2;
@@ -29,7 +30,8 @@ std::string percent_decode(const std::string& text, const std::string& url) {
 }
 
 int int_param(const std::string& value, const std::string& name, const std::string& url, int min) {
-  return static_cast<int>(parse_int(value, "init_method '" + url + "': query parameter " + name, min, INT32_MAX));
+  return static_cast<int>(
+      parse_int(value, "init_method '" + url + "': query parameter " + name, min, INT32_MAX));
 }
 
 // Fills rank/world_size left at -1 from the environment variable `name`.
@@ -63,8 +65,8 @@ std::shared_ptr<Store> tcp_store_for(const std::string& host, int port, int rank
   options.wait_for_workers = true;
   // Several process groups of one process may rendezvous on the same port.
   options.multi_tenant = true;
-  TDIST_LOG(INFO) << "rendezvous: rank " << rank << " of " << world_size << (rank == 0 ? " hosting" : " joining")
-                  << " TCPStore at " << host << ":" << port;
+  TDIST_LOG(INFO) << "rendezvous: rank " << rank << " of " << world_size
+                  << (rank == 0 ? " hosting" : " joining") << " TCPStore at " << host << ":" << port;
   return std::make_shared<TCPStore>(host, options);
 }
 
@@ -148,7 +150,8 @@ InitMethodUrl parse_init_method(const std::string& init_method) {
   return url;
 }
 
-RendezvousResult rendezvous(const std::string& init_method, int rank, int world_size, Store::Duration timeout) {
+RendezvousResult rendezvous(const std::string& init_method, int rank, int world_size,
+                            Store::Duration timeout) {
   InitMethodUrl url = parse_init_method(init_method);
   if (rank < 0) rank = url.rank;
   if (world_size < 0) world_size = url.world_size;

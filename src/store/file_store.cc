@@ -36,8 +36,12 @@ constexpr const char* kInternalPrefix = "__tdist_filestore/";
 const std::string kUsersKey = std::string(kInternalPrefix) + "users";
 const std::string kDoneKey = std::string(kInternalPrefix) + "done";
 
-void append_u32(std::string& out, uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
-void append_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+void append_u32(std::string& out, uint32_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+void append_u64(std::string& out, uint64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
 
 }  // namespace
 
@@ -69,8 +73,8 @@ struct FileStore::State {
     struct stat st {};
     if (fstat(fd, &st) != 0) throw DistStoreError("FileStore " + path + ": fstat: " + errno_text(errno));
     if (st.st_size < position) {
-      throw DistStoreError("FileStore " + path + ": the file shrank from " + std::to_string(position) + " to " +
-                           std::to_string(st.st_size) +
+      throw DistStoreError("FileStore " + path + ": the file shrank from " + std::to_string(position) +
+                           " to " + std::to_string(st.st_size) +
                            " bytes; another job deleted or truncated it while this store was using it");
     }
     if (st.st_size == position) return;
@@ -176,7 +180,8 @@ struct FileStore::State {
 FileStore::FileStore(std::string file_name, int world_size)
     : path_(std::move(file_name)), world_size_(world_size), state_(std::make_unique<State>()) {
   if (path_.empty()) throw DistInvalidArgument("FileStore: file_name is empty");
-  if (world_size == 0) throw DistInvalidArgument("FileStore " + path_ + ": world_size must be positive or -1, got 0");
+  if (world_size == 0)
+    throw DistInvalidArgument("FileStore " + path_ + ": world_size must be positive or -1, got 0");
   state_->fd = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (state_->fd < 0) throw DistStoreError("FileStore: cannot open " + path_ + ": " + errno_text(errno));
   try {
@@ -260,7 +265,8 @@ int64_t FileStore::num_keys() {
   std::lock_guard<std::mutex> guard(state_->mutex);
   State::Lock lock(path_, state_->fd, LOCK_SH);
   state_->refresh(path_);
-  return state_->map.size() - (state_->map.contains(kUsersKey) ? 1 : 0) - (state_->map.contains(kDoneKey) ? 1 : 0);
+  return state_->map.size() - (state_->map.contains(kUsersKey) ? 1 : 0) -
+         (state_->map.contains(kDoneKey) ? 1 : 0);
 }
 
 bool FileStore::delete_key(const std::string& key) {

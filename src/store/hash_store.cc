@@ -62,7 +62,8 @@ bool HashStore::check(const std::vector<std::string>& keys) {
 void HashStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (!state_->changed.wait_for(lock, timeout, [&] { return state_->map.contains_all(keys); })) {
-    throw DistStoreTimeoutError(wait_timeout_message("HashStore", "wait", state_->map.missing(keys), timeout));
+    throw DistStoreTimeoutError(
+        wait_timeout_message("HashStore", "wait", state_->map.missing(keys), timeout));
   }
 }
 

@@ -4,9 +4,13 @@
 
 namespace tdist {
 
-Bytes to_bytes(std::string_view text) { return Bytes(text.begin(), text.end()); }
+Bytes to_bytes(std::string_view text) {
+  return Bytes(text.begin(), text.end());
+}
 
-std::string to_string(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::string to_string(const Bytes& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
 
 void KvMap::set(const std::string& key, Bytes value) {
   Entry& entry = entries_[key];

@@ -4,17 +4,27 @@
 namespace tdist {
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> store)
-    : Store(store ? store->timeout() : kDefaultTimeout), prefix_(std::move(prefix)), store_(std::move(store)) {
+    : Store(store ? store->timeout() : kDefaultTimeout),
+      prefix_(std::move(prefix)),
+      store_(std::move(store)) {
   if (!store_) throw DistInvalidArgument("PrefixStore: the underlying store is null");
 }
 
-std::string PrefixStore::prefixed(const std::string& key) const { return prefix_ + "/" + key; }
+std::string PrefixStore::prefixed(const std::string& key) const {
+  return prefix_ + "/" + key;
+}
 
-void PrefixStore::set(const std::string& key, const Bytes& value) { store_->set(prefixed(key), value); }
+void PrefixStore::set(const std::string& key, const Bytes& value) {
+  store_->set(prefixed(key), value);
+}
 
-Bytes PrefixStore::get(const std::string& key) { return store_->get(prefixed(key)); }
+Bytes PrefixStore::get(const std::string& key) {
+  return store_->get(prefixed(key));
+}
 
-int64_t PrefixStore::add(const std::string& key, int64_t amount) { return store_->add(prefixed(key), amount); }
+int64_t PrefixStore::add(const std::string& key, int64_t amount) {
+  return store_->add(prefixed(key), amount);
+}
 
 Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   return store_->compare_set(prefixed(key), expected, desired);
@@ -34,9 +44,13 @@ void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   store_->wait(full, timeout);
 }
 
-int64_t PrefixStore::num_keys() { return store_->num_keys(); }
+int64_t PrefixStore::num_keys() {
+  return store_->num_keys();
+}
 
-bool PrefixStore::delete_key(const std::string& key) { return store_->delete_key(prefixed(key)); }
+bool PrefixStore::delete_key(const std::string& key) {
+  return store_->delete_key(prefixed(key));
+}
 
 void PrefixStore::set_timeout(Duration timeout) {
   Store::set_timeout(timeout);

@@ -32,7 +32,8 @@ constexpr int kAnySource = -1;
 class Request {
  public:
   enum class Kind { kSend, kRecv };
-  Request(Kind kind, int peer, uint64_t tag, size_t nbytes) : kind_(kind), peer_(peer), tag_(tag), nbytes_(nbytes) {}
+  Request(Kind kind, int peer, uint64_t tag, size_t nbytes)
+      : kind_(kind), peer_(peer), tag_(tag), nbytes_(nbytes) {}
   virtual ~Request() = default;
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;

@@ -19,7 +19,8 @@ constexpr AllReduceAlgo kAlgos[] = {AllReduceAlgo::kRecursiveDoubling, AllReduce
 void check_all_reduce(Group& g, AllReduceAlgo algo, DType dtype, const ReduceOp& op, size_t count) {
   std::vector<uint8_t> data = contribution(dtype, op, g.rank(), g.size(), count);
   algorithms::all_reduce(g.call("all_reduce"), data.data(), count, dtype, op, algo);
-  const std::string diff = first_difference(data, reference_reduce(dtype, op, g.size(), count), element_size(dtype));
+  const std::string diff =
+      first_difference(data, reference_reduce(dtype, op, g.size(), count), element_size(dtype));
   check(diff.empty(), std::string("all_reduce ") + algorithms::algo_name(algo) + " " + describe(dtype, op) +
                           " count " + std::to_string(count) + ": " + diff);
 }
@@ -31,7 +32,8 @@ TEST_P(AllReduceTest, EveryDTypeAndOpWithEveryAlgorithm) {
                        [](Group& g) {
                          for (AllReduceAlgo algo : kAlgos) {
                            for (DType dtype : kAllDTypes) {
-                             for (const ReduceOp& op : ops_for(dtype)) check_all_reduce(g, algo, dtype, op, 7);
+                             for (const ReduceOp& op : ops_for(dtype))
+                               check_all_reduce(g, algo, dtype, op, 7);
                            }
                          }
                        }),
@@ -89,9 +91,12 @@ float sensitive_value(ReduceOp::Kind kind, int rank, size_t i) {
       std::memcpy(&nan, &nan_bits, sizeof(nan));
       return nan;
     }
-    case 1: return 0.0f;
-    case 2: return -0.0f;
-    default: return static_cast<float>(i % 5);
+    case 1:
+      return 0.0f;
+    case 2:
+      return -0.0f;
+    default:
+      return static_cast<float>(i % 5);
   }
 }
 
@@ -114,9 +119,10 @@ TEST_P(AllReduceIdentityTest, Float32ResultIsBitwiseIdenticalOnEveryRank) {
                            for (size_t count : counts) {
                              for (const ReduceOp& op : ops) {
                                std::vector<float> data(count);
-                               for (size_t i = 0; i < count; ++i) data[i] = sensitive_value(op.kind, g.rank(), i);
-                               algorithms::all_reduce(g.call("all_reduce"), data.data(), count, DType::kFloat32, op,
-                                                      algo);
+                               for (size_t i = 0; i < count; ++i)
+                                 data[i] = sensitive_value(op.kind, g.rank(), i);
+                               algorithms::all_reduce(g.call("all_reduce"), data.data(), count,
+                                                      DType::kFloat32, op, algo);
                                auto& slot = results[c++][static_cast<size_t>(g.rank())];
                                slot.resize(count * sizeof(float));
                                std::memcpy(slot.data(), data.data(), slot.size());
@@ -131,8 +137,8 @@ TEST_P(AllReduceIdentityTest, Float32ResultIsBitwiseIdenticalOnEveryRank) {
       for (const ReduceOp& op : ops) {
         for (int r = 1; r < p; ++r) {
           EXPECT_EQ(first_difference(results[c][static_cast<size_t>(r)], results[c][0], sizeof(float)), "")
-              << algorithms::algo_name(algo) << " " << reduce_op_name(op) << " count " << count << ": rank " << r
-              << " vs rank 0";
+              << algorithms::algo_name(algo) << " " << reduce_op_name(op) << " count " << count << ": rank "
+              << r << " vs rank 0";
         }
         ++c;
       }

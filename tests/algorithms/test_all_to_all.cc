@@ -15,11 +15,16 @@ constexpr AllToAllAlgo kAlgos[] = {AllToAllAlgo::kPairwise, AllToAllAlgo::kLinea
 // Bytes rank `src` sends rank `dst` under layout `kind`.
 size_t block_bytes(int kind, int src, int dst, int p) {
   switch (kind) {
-    case 0: return 0;
-    case 1: return 1;
-    case 2: return 7;
-    case 3: return static_cast<size_t>((src * 3 + dst * 5) % 4) * 11;  // some empty
-    default: return (src + dst) % p == 0 ? 300'000 : 5;                 // a few multi-segment blocks
+    case 0:
+      return 0;
+    case 1:
+      return 1;
+    case 2:
+      return 7;
+    case 3:
+      return static_cast<size_t>((src * 3 + dst * 5) % 4) * 11;  // some empty
+    default:
+      return (src + dst) % p == 0 ? 300'000 : 5;  // a few multi-segment blocks
   }
 }
 
@@ -74,7 +79,8 @@ TEST_P(AllToAllTest, EveryLayoutWithEveryAlgorithm) {
                            for (int kind = 0; kind < 5; ++kind) check_all_to_all(g, algo, kind);
                          }
                          // The algorithms interoperate: ranks may choose differently.
-                         check_all_to_all(g, g.rank() % 2 == 0 ? AllToAllAlgo::kLinear : AllToAllAlgo::kPairwise, 3);
+                         check_all_to_all(
+                             g, g.rank() % 2 == 0 ? AllToAllAlgo::kLinear : AllToAllAlgo::kPairwise, 3);
                        }),
             "");
 }
@@ -87,17 +93,17 @@ TEST(AllToAllErrors, ASplitTheRanksDisagreeOnIsReported) {
                          // Rank 1 sends 4 bytes where rank 0 expects 8; rank 0 sends as expected.
                          std::vector<uint8_t> in(16, 1), out(16, 0);
                          const std::vector<size_t> offsets{0, 8};
-                         const std::vector<size_t> send = g.rank() == 0 ? std::vector<size_t>{8, 8}
-                                                                        : std::vector<size_t>{4, 8};
+                         const std::vector<size_t> send =
+                             g.rank() == 0 ? std::vector<size_t>{8, 8} : std::vector<size_t>{4, 8};
                          const std::vector<size_t> recv{8, 8};
                          if (g.rank() == 1) {
-                           algorithms::all_to_all(g.call("all_to_all"), in.data(), send, offsets, out.data(), recv,
-                                                  offsets, AllToAllAlgo::kLinear);
+                           algorithms::all_to_all(g.call("all_to_all"), in.data(), send, offsets, out.data(),
+                                                  recv, offsets, AllToAllAlgo::kLinear);
                            return;
                          }
                          try {
-                           algorithms::all_to_all(g.call("all_to_all"), in.data(), send, offsets, out.data(), recv,
-                                                  offsets, AllToAllAlgo::kLinear);
+                           algorithms::all_to_all(g.call("all_to_all"), in.data(), send, offsets, out.data(),
+                                                  recv, offsets, AllToAllAlgo::kLinear);
                          } catch (const DistInvalidArgument& e) {
                            check(std::string(e.what()).find("expected 8 bytes from rank 1 but it sent 4") !=
                                      std::string::npos,

@@ -17,8 +17,8 @@ namespace {
 class SharedCounters {
  public:
   explicit SharedCounters(size_t n) : n_(n) {
-    void* memory = mmap(nullptr, n * sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                        -1, 0);
+    void* memory = mmap(nullptr, n * sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) throw std::runtime_error("mmap failed");
     counters_ = static_cast<std::atomic<int>*>(memory);
     for (size_t i = 0; i < n; ++i) new (&counters_[i]) std::atomic<int>(0);
@@ -44,9 +44,9 @@ TEST_P(BarrierTest, NoRankLeavesBeforeEveryRankHasEntered) {
                            entered[round].fetch_add(1);
                            algorithms::barrier(g.call("barrier"), algorithms::BarrierAlgo::kDissemination);
                            const int seen = entered[round].load();
-                           check(seen == g.size(), "barrier round " + std::to_string(round) + ": left after only " +
-                                                       std::to_string(seen) + " of " + std::to_string(g.size()) +
-                                                       " ranks entered");
+                           check(seen == g.size(), "barrier round " + std::to_string(round) +
+                                                       ": left after only " + std::to_string(seen) + " of " +
+                                                       std::to_string(g.size()) + " ranks entered");
                          }
                        }),
             "");
@@ -55,49 +55,52 @@ TEST_P(BarrierTest, NoRankLeavesBeforeEveryRankHasEntered) {
 INSTANTIATE_TEST_SUITE_P(Groups, BarrierTest, ::testing::ValuesIn(group_params()), group_param_name);
 
 TEST(CollectiveErrors, TimeoutNamesOpCallTimeoutAndPendingRankThenTheGroupIsAborted) {
-  EXPECT_EQ(with_group(Mode::kThreads, 2,
-                       [](Group& g) {
-                         if (g.rank() == 1) return;  // never joins the call
-                         float data[3] = {1, 2, 3};
-                         try {
-                           algorithms::all_reduce(g.call("all_reduce", 300ms), data, 3, DType::kFloat32,
-                                                  ReduceOp::SUM, algorithms::AllReduceAlgo::kRecursiveDoubling);
-                           throw std::runtime_error("no timeout");
-                         } catch (const DistTimeoutError& e) {
-                           check(std::string(e.what()) ==
-                                     "all_reduce (call #1 in this group): timed out after 300 ms waiting for rank 1",
-                                 std::string("unexpected message: ") + e.what());
-                         }
-                         // The transport was aborted, so nothing pending can write into freed buffers and
-                         // later calls fail at once with the same error.
-                         try {
-                           algorithms::barrier(g.call("barrier"));
-                           throw std::runtime_error("the group still works after a timeout");
-                         } catch (const DistTimeoutError& e) {
-                           check(std::string(e.what()).find("timed out after 300 ms") != std::string::npos,
-                                 std::string("unexpected message: ") + e.what());
-                         }
-                       }),
+  EXPECT_EQ(with_group(
+                Mode::kThreads, 2,
+                [](Group& g) {
+                  if (g.rank() == 1) return;  // never joins the call
+                  float data[3] = {1, 2, 3};
+                  try {
+                    algorithms::all_reduce(g.call("all_reduce", 300ms), data, 3, DType::kFloat32,
+                                           ReduceOp::SUM, algorithms::AllReduceAlgo::kRecursiveDoubling);
+                    throw std::runtime_error("no timeout");
+                  } catch (const DistTimeoutError& e) {
+                    check(std::string(e.what()) ==
+                              "all_reduce (call #1 in this group): timed out after 300 ms waiting for rank 1",
+                          std::string("unexpected message: ") + e.what());
+                  }
+                  // The transport was aborted, so nothing pending can write into freed buffers and
+                  // later calls fail at once with the same error.
+                  try {
+                    algorithms::barrier(g.call("barrier"));
+                    throw std::runtime_error("the group still works after a timeout");
+                  } catch (const DistTimeoutError& e) {
+                    check(std::string(e.what()).find("timed out after 300 ms") != std::string::npos,
+                          std::string("unexpected message: ") + e.what());
+                  }
+                }),
             "");
 }
 
 TEST(CollectiveErrors, TimeoutListsEveryPendingRank) {
-  EXPECT_EQ(with_group(Mode::kThreads, 4,
-                       [](Group& g) {
-                         if (g.rank() != 0) return;
-                         std::vector<uint8_t> out(8);
-                         uint8_t in = 1;
-                         try {
-                           algorithms::gather(g.call("gather", 200ms), &in, out.data(), {1, 1, 1, 1}, 0,
-                                              algorithms::GatherAlgo::kLinear);
-                           throw std::runtime_error("no timeout");
-                         } catch (const DistTimeoutError& e) {
-                           check(std::string(e.what()) ==
-                                     "gather (call #1 in this group): timed out after 200 ms waiting for ranks 1, 2, 3",
-                                 std::string("unexpected message: ") + e.what());
-                         }
-                       }),
-            "");
+  EXPECT_EQ(
+      with_group(
+          Mode::kThreads, 4,
+          [](Group& g) {
+            if (g.rank() != 0) return;
+            std::vector<uint8_t> out(8);
+            uint8_t in = 1;
+            try {
+              algorithms::gather(g.call("gather", 200ms), &in, out.data(), {1, 1, 1, 1}, 0,
+                                 algorithms::GatherAlgo::kLinear);
+              throw std::runtime_error("no timeout");
+            } catch (const DistTimeoutError& e) {
+              check(std::string(e.what()) ==
+                        "gather (call #1 in this group): timed out after 200 ms waiting for ranks 1, 2, 3",
+                    std::string("unexpected message: ") + e.what());
+            }
+          }),
+      "");
 }
 
 // A peer that dies mid-job: the survivors get the transport's
@@ -105,30 +108,32 @@ TEST(CollectiveErrors, TimeoutListsEveryPendingRank) {
 TEST(CollectiveErrors, APeerThatDiesRaisesTheTransportsNetworkError) {
   constexpr int kRanks = 3;
   const std::string path = temp_path("algorithms_dead_peer");
-  EXPECT_EQ(run_ranks(Mode::kProcesses, kRanks,
-                      [&](int rank) {
-                        FileStore store(path, kRanks);
-                        transport::TcpOptions options;
-                        options.timeout = 30s;
-                        auto t = transport::connect_tcp(store, rank, kRanks, options);
-                        if (rank == 2) _exit(0);  // dies without a goodbye
-                        Group g(*t);
-                        std::vector<float> data(1000, 1.0f);
-                        try {
-                          algorithms::all_reduce(g.call("all_reduce", 30s), data.data(), data.size(),
-                                                 DType::kFloat32, ReduceOp::SUM, algorithms::AllReduceAlgo::kRing);
-                          throw std::runtime_error("no error although rank 2 died");
-                        } catch (const DistTimeoutError& e) {
-                          throw std::runtime_error(std::string("timed out instead of a network error: ") + e.what());
-                        } catch (const DistNetworkError& e) {
-                          const std::string what = e.what();
-                          // The transport's messages start with the reporting rank.
-                          check(what.rfind("rank " + std::to_string(rank) + ": ", 0) == 0,
-                                "not the transport's message: " + what);
-                        }
-                      },
-                      60s),
-            "");
+  EXPECT_EQ(
+      run_ranks(
+          Mode::kProcesses, kRanks,
+          [&](int rank) {
+            FileStore store(path, kRanks);
+            transport::TcpOptions options;
+            options.timeout = 30s;
+            auto t = transport::connect_tcp(store, rank, kRanks, options);
+            if (rank == 2) _exit(0);  // dies without a goodbye
+            Group g(*t);
+            std::vector<float> data(1000, 1.0f);
+            try {
+              algorithms::all_reduce(g.call("all_reduce", 30s), data.data(), data.size(), DType::kFloat32,
+                                     ReduceOp::SUM, algorithms::AllReduceAlgo::kRing);
+              throw std::runtime_error("no error although rank 2 died");
+            } catch (const DistTimeoutError& e) {
+              throw std::runtime_error(std::string("timed out instead of a network error: ") + e.what());
+            } catch (const DistNetworkError& e) {
+              const std::string what = e.what();
+              // The transport's messages start with the reporting rank.
+              check(what.rfind("rank " + std::to_string(rank) + ": ", 0) == 0,
+                    "not the transport's message: " + what);
+            }
+          },
+          60s),
+      "");
 }
 
 }  // namespace

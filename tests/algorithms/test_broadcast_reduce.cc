@@ -14,10 +14,12 @@ constexpr ReduceAlgo kReduceAlgos[] = {ReduceAlgo::kBinomial, ReduceAlgo::kReduc
 
 void check_broadcast(Group& g, BroadcastAlgo algo, int root, size_t nbytes) {
   // Non-roots start with garbage that must be overwritten.
-  std::vector<uint8_t> data = g.rank() == root ? pattern_block(root, nbytes) : pattern_block(g.rank() + 100, nbytes);
+  std::vector<uint8_t> data =
+      g.rank() == root ? pattern_block(root, nbytes) : pattern_block(g.rank() + 100, nbytes);
   algorithms::broadcast(g.call("broadcast"), data.data(), nbytes, root, algo);
-  check(data == pattern_block(root, nbytes), std::string("broadcast ") + algorithms::algo_name(algo) + " root " +
-                                                 std::to_string(root) + " bytes " + std::to_string(nbytes) + ": " +
+  check(data == pattern_block(root, nbytes), std::string("broadcast ") + algorithms::algo_name(algo) +
+                                                 " root " + std::to_string(root) + " bytes " +
+                                                 std::to_string(nbytes) + ": " +
                                                  first_difference(data, pattern_block(root, nbytes), 1));
 }
 
@@ -25,9 +27,10 @@ void check_reduce(Group& g, ReduceAlgo algo, int root, DType dtype, const Reduce
   std::vector<uint8_t> data = contribution(dtype, op, g.rank(), g.size(), count);
   algorithms::reduce(g.call("reduce"), data.data(), count, dtype, op, root, algo);
   if (g.rank() != root) return;  // other buffers are scratch
-  const std::string diff = first_difference(data, reference_reduce(dtype, op, g.size(), count), element_size(dtype));
-  check(diff.empty(), std::string("reduce ") + algorithms::algo_name(algo) + " root " + std::to_string(root) + " " +
-                          describe(dtype, op) + " count " + std::to_string(count) + ": " + diff);
+  const std::string diff =
+      first_difference(data, reference_reduce(dtype, op, g.size(), count), element_size(dtype));
+  check(diff.empty(), std::string("reduce ") + algorithms::algo_name(algo) + " root " + std::to_string(root) +
+                          " " + describe(dtype, op) + " count " + std::to_string(count) + ": " + diff);
 }
 
 using BroadcastTest = GroupTest;
@@ -37,7 +40,8 @@ TEST_P(BroadcastTest, EveryRootAndSizeWithEveryAlgorithm) {
                        [](Group& g) {
                          for (BroadcastAlgo algo : kBroadcastAlgos) {
                            for (int root = 0; root < g.size(); ++root) {
-                             for (size_t count : small_counts(g.size())) check_broadcast(g, algo, root, count);
+                             for (size_t count : small_counts(g.size()))
+                               check_broadcast(g, algo, root, count);
                              check_broadcast(g, algo, root, 4099);  // not a multiple of anything
                            }
                          }

@@ -25,7 +25,8 @@ std::vector<std::vector<size_t>> layouts(int p) {
   std::vector<std::vector<size_t>> out;
   for (size_t count : small_counts(p)) out.emplace_back(static_cast<size_t>(p), count);
   std::vector<size_t> uneven(static_cast<size_t>(p));
-  for (int r = 0; r < p; ++r) uneven[static_cast<size_t>(r)] = r % 3 == 1 ? 0 : static_cast<size_t>(r + 1) * 5 + 3;
+  for (int r = 0; r < p; ++r)
+    uneven[static_cast<size_t>(r)] = r % 3 == 1 ? 0 : static_cast<size_t>(r + 1) * 5 + 3;
   out.push_back(uneven);
   std::vector<size_t> skewed(static_cast<size_t>(p), 3);
   skewed[static_cast<size_t>(p / 2)] = 600'001;
@@ -37,7 +38,8 @@ std::vector<std::vector<size_t>> layouts(int p) {
 std::vector<size_t> large_layout(int p) {
   std::vector<size_t> bytes(static_cast<size_t>(p));
   const size_t share = kLargeCount / static_cast<size_t>(p);
-  for (int r = 0; r < p; ++r) bytes[static_cast<size_t>(r)] = (share + static_cast<size_t>(r) * 13) * sizeof(float);
+  for (int r = 0; r < p; ++r)
+    bytes[static_cast<size_t>(r)] = (share + static_cast<size_t>(r) * 13) * sizeof(float);
   return bytes;
 }
 
@@ -59,7 +61,8 @@ std::string sizes_text(const std::vector<size_t>& bytes) {
 void check_all_gather(Group& g, AllGatherAlgo algo, const std::vector<size_t>& bytes, bool in_place) {
   const size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
   const auto me = static_cast<size_t>(g.rank());
-  const size_t offset = std::accumulate(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(me), size_t{0});
+  const size_t offset =
+      std::accumulate(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(me), size_t{0});
   std::vector<uint8_t> out(total, 0xee);
   std::vector<uint8_t> in = pattern_block(g.rank(), bytes[me]);
   const void* src = in.data();
@@ -69,8 +72,8 @@ void check_all_gather(Group& g, AllGatherAlgo algo, const std::vector<size_t>& b
   }
   algorithms::all_gather(g.call("all_gather"), src, out.data(), bytes, algo);
   check(out == concatenation(bytes), std::string("all_gather ") + algorithms::algo_name(algo) +
-                                         (in_place ? " in place" : "") + " sizes " + sizes_text(bytes) + ": " +
-                                         first_difference(out, concatenation(bytes), 1));
+                                         (in_place ? " in place" : "") + " sizes " + sizes_text(bytes) +
+                                         ": " + first_difference(out, concatenation(bytes), 1));
 }
 
 void check_gather(Group& g, GatherAlgo algo, int root, const std::vector<size_t>& bytes) {
@@ -87,7 +90,8 @@ void check_gather(Group& g, GatherAlgo algo, int root, const std::vector<size_t>
 void check_scatter(Group& g, ScatterAlgo algo, int root, const std::vector<size_t>& bytes) {
   const std::vector<uint8_t> in = g.rank() == root ? concatenation(bytes) : std::vector<uint8_t>{};
   std::vector<uint8_t> out(bytes[static_cast<size_t>(g.rank())], 0xee);
-  algorithms::scatter(g.call("scatter"), g.rank() == root ? in.data() : nullptr, out.data(), bytes, root, algo);
+  algorithms::scatter(g.call("scatter"), g.rank() == root ? in.data() : nullptr, out.data(), bytes, root,
+                      algo);
   const std::vector<uint8_t> want = pattern_block(g.rank(), out.size());
   check(out == want, std::string("scatter ") + algorithms::algo_name(algo) + " root " + std::to_string(root) +
                          " sizes " + sizes_text(bytes) + ": " + first_difference(out, want, 1));

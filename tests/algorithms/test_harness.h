@@ -63,7 +63,8 @@ using GroupFn = std::function<void(Group&)>;
 /// Runs fn on n ranks, each with its own connected TCP transport, and keeps
 /// every transport alive until all ranks are done. Returns run_ranks'
 /// description of failures ("" if none).
-inline std::string with_group(Mode mode, int n, const GroupFn& fn, std::chrono::milliseconds deadline = 240s) {
+inline std::string with_group(Mode mode, int n, const GroupFn& fn,
+                              std::chrono::milliseconds deadline = 240s) {
   auto hash = std::make_shared<HashStore>();
   const std::string path = temp_path("algorithms");
   return run_ranks(
@@ -131,7 +132,8 @@ inline constexpr size_t kLargeCount = 1'000'003;
 
 /// `count` elements of `dtype`, element i holding value(i) converted to the
 /// type (complex: value - 2·value·i; bool: value != 0).
-inline std::vector<uint8_t> make_buffer(DType dtype, size_t count, const std::function<double(size_t)>& value) {
+inline std::vector<uint8_t> make_buffer(DType dtype, size_t count,
+                                        const std::function<double(size_t)>& value) {
   std::vector<uint8_t> bytes(count * element_size(dtype));
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -144,7 +146,8 @@ inline std::vector<uint8_t> make_buffer(DType dtype, size_t count, const std::fu
         x = static_cast<T>(static_cast<int64_t>(v));
       } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
         x = T(static_cast<float>(v));
-      } else if constexpr (std::is_same_v<T, std::complex<float>> || std::is_same_v<T, std::complex<double>>) {
+      } else if constexpr (std::is_same_v<T, std::complex<float>> ||
+                           std::is_same_v<T, std::complex<double>>) {
         using R = typename T::value_type;
         x = T(static_cast<R>(v), static_cast<R>(-2 * v));
       } else {
@@ -197,9 +200,19 @@ inline std::vector<uint8_t> reference_reduce(DType dtype, const ReduceOp& op, in
         for (int r = 1; r < p; ++r) {
           const bool x = in(r, i);
           switch (op.kind) {
-            case ReduceOp::SUM: case ReduceOp::MAX: case ReduceOp::BOR: acc = acc || x; break;
-            case ReduceOp::PRODUCT: case ReduceOp::MIN: case ReduceOp::BAND: acc = acc && x; break;
-            default: acc = acc != x; break;
+            case ReduceOp::SUM:
+            case ReduceOp::MAX:
+            case ReduceOp::BOR:
+              acc = acc || x;
+              break;
+            case ReduceOp::PRODUCT:
+            case ReduceOp::MIN:
+            case ReduceOp::BAND:
+              acc = acc && x;
+              break;
+            default:
+              acc = acc != x;
+              break;
           }
         }
         result = acc;
@@ -219,14 +232,31 @@ inline std::vector<uint8_t> reference_reduce(DType dtype, const ReduceOp& op, in
           hi = std::max(hi, x);
         }
         switch (op.kind) {
-          case ReduceOp::SUM: case ReduceOp::PREMUL_SUM: result = static_cast<T>(sum); break;
-          case ReduceOp::PRODUCT: result = static_cast<T>(product); break;
-          case ReduceOp::MIN: result = static_cast<T>(lo); break;
-          case ReduceOp::MAX: result = static_cast<T>(hi); break;
-          case ReduceOp::BAND: result = static_cast<T>(band); break;
-          case ReduceOp::BOR: result = static_cast<T>(bor); break;
-          case ReduceOp::BXOR: result = static_cast<T>(bxor); break;
-          case ReduceOp::AVG: result = static_cast<T>(static_cast<int64_t>(static_cast<T>(sum)) / p); break;
+          case ReduceOp::SUM:
+          case ReduceOp::PREMUL_SUM:
+            result = static_cast<T>(sum);
+            break;
+          case ReduceOp::PRODUCT:
+            result = static_cast<T>(product);
+            break;
+          case ReduceOp::MIN:
+            result = static_cast<T>(lo);
+            break;
+          case ReduceOp::MAX:
+            result = static_cast<T>(hi);
+            break;
+          case ReduceOp::BAND:
+            result = static_cast<T>(band);
+            break;
+          case ReduceOp::BOR:
+            result = static_cast<T>(bor);
+            break;
+          case ReduceOp::BXOR:
+            result = static_cast<T>(bxor);
+            break;
+          case ReduceOp::AVG:
+            result = static_cast<T>(static_cast<int64_t>(static_cast<T>(sum)) / p);
+            break;
         }
       } else {
         // Floating and complex: real and imaginary parts in double.

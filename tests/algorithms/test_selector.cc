@@ -30,18 +30,21 @@ TEST(Selector, BroadcastAndReduceSwitchToTheBandwidthAlgorithmsWhenLarge) {
     EXPECT_EQ(select_broadcast(kSmall, p), BroadcastAlgo::kBinomial) << p;
     EXPECT_EQ(select_reduce(kSmall, p), ReduceAlgo::kBinomial) << p;
   }
-  for (int p : {4, 5, 8, 16, 64}) {
+  for (int p : {4, 5, 8, 16, 33, 64})
     EXPECT_EQ(select_broadcast(kLarge, p), BroadcastAlgo::kScatterAllGather) << p;
-    EXPECT_EQ(select_reduce(kLarge, p), ReduceAlgo::kReduceScatterGather) << p;
-  }
+  // Not for 5 ranks: the fold moves the whole buffer in and out, while the
+  // tree's root only hears from 3 children.
+  for (int p : {4, 8, 16, 33, 64}) EXPECT_EQ(select_reduce(kLarge, p), ReduceAlgo::kReduceScatterGather) << p;
+  EXPECT_EQ(select_reduce(kLarge, 5), ReduceAlgo::kBinomial);
 }
 
 TEST(Selector, AllGatherUsesLogarithmicAlgorithmsWhenSmallAndTheRingWhenLargeAndNotAPowerOfTwo) {
-  for (int p : {2, 4, 8, 16, 64}) EXPECT_EQ(select_all_gather(kSmall, p), AllGatherAlgo::kRecursiveDoubling) << p;
-  for (int p : {3, 5, 7, 33}) {
-    EXPECT_EQ(select_all_gather(kSmall, p), AllGatherAlgo::kBruck) << p;
-    EXPECT_EQ(select_all_gather(kLarge, p), AllGatherAlgo::kRing) << p;
-  }
+  for (int p : {2, 4, 8, 16, 64})
+    EXPECT_EQ(select_all_gather(kSmall, p), AllGatherAlgo::kRecursiveDoubling) << p;
+  for (int p : {5, 7, 33}) EXPECT_EQ(select_all_gather(kSmall, p), AllGatherAlgo::kBruck) << p;
+  // Three ranks: the ring takes as many steps as Bruck and needs no copies.
+  EXPECT_EQ(select_all_gather(kSmall, 3), AllGatherAlgo::kRing);
+  for (int p : {3, 5, 7, 33}) EXPECT_EQ(select_all_gather(kLarge, p), AllGatherAlgo::kRing) << p;
 }
 
 TEST(Selector, GatherAndScatterUseTheTreeForManySmallBlocksAndLinearForLargeOnes) {
@@ -54,7 +57,12 @@ TEST(Selector, GatherAndScatterUseTheTreeForManySmallBlocksAndLinearForLargeOnes
 }
 
 TEST(Selector, ReduceScatterUsesRecursiveHalvingWhenSmallAndTheRingWhenLarge) {
-  for (int p : kSizes) EXPECT_EQ(select_reduce_scatter(kSmall * p, p), ReduceScatterAlgo::kRecursiveHalving) << p;
+  for (int p : {4, 7, 8, 16, 33, 64}) {
+    EXPECT_EQ(select_reduce_scatter(kSmall * p, p), ReduceScatterAlgo::kRecursiveHalving) << p;
+  }
+  // With 2, 3 or 5 ranks the ring has no more steps than halving plus its
+  // fold, and needs no working copy.
+  for (int p : {2, 3, 5}) EXPECT_EQ(select_reduce_scatter(kSmall * p, p), ReduceScatterAlgo::kRing) << p;
   for (int p : {3, 5, 7, 33}) EXPECT_EQ(select_reduce_scatter(kLarge, p), ReduceScatterAlgo::kRing) << p;
 }
 
@@ -68,7 +76,8 @@ TEST(Selector, ChoicesAreTheModelsCheapestAndNeverAuto) {
   for (int p : kSizes) {
     for (size_t bytes = 1; bytes <= kLarge; bytes *= 4) {
       const AllReduceAlgo ar = select_all_reduce(bytes, p);
-      for (AllReduceAlgo other : {AllReduceAlgo::kRecursiveDoubling, AllReduceAlgo::kRing, AllReduceAlgo::kRabenseifner}) {
+      for (AllReduceAlgo other :
+           {AllReduceAlgo::kRecursiveDoubling, AllReduceAlgo::kRing, AllReduceAlgo::kRabenseifner}) {
         EXPECT_LE(modelled_cost(ar, bytes, p), modelled_cost(other, bytes, p)) << bytes << " " << p;
       }
       EXPECT_NE(select_broadcast(bytes, p), BroadcastAlgo::kAuto);
@@ -135,9 +144,10 @@ TEST_F(EnvOverride, AnUnknownNameIsAnErrorListingTheValidOnes) {
     resolve_algo(AllReduceAlgo::kAuto, kSmall, 4);
     FAIL() << "no error";
   } catch (const DistInvalidArgument& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "TDIST_ALGO_ALL_REDUCE: unknown all_reduce algorithm 'bruck'; valid names: auto, recursive_doubling, "
-              "ring, rabenseifner");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "TDIST_ALGO_ALL_REDUCE: unknown all_reduce algorithm 'bruck'; valid names: auto, recursive_doubling, "
+        "ring, rabenseifner");
   }
   setenv("TDIST_ALGO_ALL_GATHER", "ring ", 1);
   EXPECT_THROW(resolve_algo(AllGatherAlgo::kAuto, kSmall, 4), DistInvalidArgument);

@@ -7,7 +7,9 @@
 namespace tdist {
 namespace {
 
-TEST(LogLevel, DefaultIsWarning) { EXPECT_EQ(log_level_from(nullptr, nullptr, nullptr), LogLevel::kWarning); }
+TEST(LogLevel, DefaultIsWarning) {
+  EXPECT_EQ(log_level_from(nullptr, nullptr, nullptr), LogLevel::kWarning);
+}
 
 TEST(LogLevel, TdistLogLevelNamesEveryLevel) {
   EXPECT_EQ(log_level_from("ERROR", nullptr, nullptr), LogLevel::kError);
@@ -44,7 +46,8 @@ TEST(Logging, LinesCarryTimestampLevelRankAndPid) {
   std::string err = ::testing::internal::GetCapturedStderr();
   set_log_rank(-1);
   reload_log_level_from_env();
-  std::regex line(R"(\[tdist \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO rank 3 pid \d+ test_logging\.cc:\d+\] hello 42\n)");
+  std::regex line(
+      R"(\[tdist \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO rank 3 pid \d+ test_logging\.cc:\d+\] hello 42\n)");
   EXPECT_TRUE(std::regex_match(err, line)) << err;
 }
 

@@ -21,7 +21,8 @@ std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&
         store->set_timeout(timeout + std::chrono::seconds(20));
         ProcessGroupOptions options;
         options.timeout = timeout;
-        auto group = create_process_group("tdist", std::make_shared<PrefixStore>("pg", store), rank, n, options);
+        auto group =
+            create_process_group("tdist", std::make_shared<PrefixStore>("pg", store), rank, n, options);
         fn(*group, rank);
         // Nobody tears down its connections while others still use them.
         if (store->add("pg_done", 1) == n) store->set("pg_all_done", "1");

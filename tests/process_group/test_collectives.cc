@@ -18,9 +18,13 @@ using Kind = ReduceOp::Kind;
 const std::vector<Kind> kAllOps = {Kind::SUM, Kind::PRODUCT, Kind::MIN,        Kind::MAX, Kind::BAND,
                                    Kind::BOR, Kind::BXOR,    Kind::PREMUL_SUM, Kind::AVG};
 
-ReduceOp make_op(Kind kind) { return kind == Kind::PREMUL_SUM ? ReduceOp::premul_sum(2.0) : ReduceOp(kind); }
+ReduceOp make_op(Kind kind) {
+  return kind == Kind::PREMUL_SUM ? ReduceOp::premul_sum(2.0) : ReduceOp(kind);
+}
 
-bool is_bitwise(Kind k) { return k == Kind::BAND || k == Kind::BOR || k == Kind::BXOR; }
+bool is_bitwise(Kind k) {
+  return k == Kind::BAND || k == Kind::BOR || k == Kind::BXOR;
+}
 
 // The value rank r contributes at element i: small integers, exact in every
 // dtype; bool and bitwise ops get their own ranges.
@@ -56,14 +60,31 @@ double reference(DType dtype, Kind op, int n, int64_t i) {
     for (double d : v) {
       auto x = static_cast<int64_t>(d);
       switch (op) {
-        case Kind::SUM: case Kind::AVG: acc += x; break;
-        case Kind::PREMUL_SUM: acc += 2 * x; break;
-        case Kind::PRODUCT: acc *= x; break;
-        case Kind::MIN: acc = std::min(acc, x); break;
-        case Kind::MAX: acc = std::max(acc, x); break;
-        case Kind::BAND: acc &= x; break;
-        case Kind::BOR: acc |= x; break;
-        case Kind::BXOR: acc ^= x; break;
+        case Kind::SUM:
+        case Kind::AVG:
+          acc += x;
+          break;
+        case Kind::PREMUL_SUM:
+          acc += 2 * x;
+          break;
+        case Kind::PRODUCT:
+          acc *= x;
+          break;
+        case Kind::MIN:
+          acc = std::min(acc, x);
+          break;
+        case Kind::MAX:
+          acc = std::max(acc, x);
+          break;
+        case Kind::BAND:
+          acc &= x;
+          break;
+        case Kind::BOR:
+          acc |= x;
+          break;
+        case Kind::BXOR:
+          acc ^= x;
+          break;
       }
     }
     if (op == Kind::AVG) acc /= n;
@@ -74,12 +95,24 @@ double reference(DType dtype, Kind op, int n, int64_t i) {
   if (op == Kind::MAX) acc = -INFINITY;
   for (double x : v) {
     switch (op) {
-      case Kind::SUM: case Kind::AVG: acc += x; break;
-      case Kind::PREMUL_SUM: acc += 2 * x; break;
-      case Kind::PRODUCT: acc *= x; break;
-      case Kind::MIN: acc = std::min(acc, x); break;
-      case Kind::MAX: acc = std::max(acc, x); break;
-      default: break;
+      case Kind::SUM:
+      case Kind::AVG:
+        acc += x;
+        break;
+      case Kind::PREMUL_SUM:
+        acc += 2 * x;
+        break;
+      case Kind::PRODUCT:
+        acc *= x;
+        break;
+      case Kind::MIN:
+        acc = std::min(acc, x);
+        break;
+      case Kind::MAX:
+        acc = std::max(acc, x);
+        break;
+      default:
+        break;
     }
   }
   if (op == Kind::AVG) {
@@ -91,7 +124,8 @@ double reference(DType dtype, Kind op, int n, int64_t i) {
 }
 
 void expect_reduced(const Tensor& got, Kind op, int n, const std::string& what) {
-  Tensor want = make_tensor(got.dtype(), got.numel(), [&](int64_t i) { return reference(got.dtype(), op, n, i); });
+  Tensor want =
+      make_tensor(got.dtype(), got.numel(), [&](int64_t i) { return reference(got.dtype(), op, n, i); });
   for (int64_t i = 0; i < got.numel(); ++i) {
     check(real_at(got, i) == real_at(want, i) && imag_at(got, i) == imag_at(want, i),
           what + ": element " + std::to_string(i) + " is " + std::to_string(real_at(got, i)) + "+" +
@@ -101,7 +135,8 @@ void expect_reduced(const Tensor& got, Kind op, int n, const std::string& what) 
 }
 
 std::string label(const char* op, DType dtype, Kind kind, int64_t count) {
-  return std::string(op) + " " + dtype_name(dtype) + " " + reduce_op_name(kind) + " count " + std::to_string(count);
+  return std::string(op) + " " + dtype_name(dtype) + " " + reduce_op_name(kind) + " count " +
+         std::to_string(count);
 }
 
 class Collectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {
@@ -117,8 +152,9 @@ TEST_P(Collectives, AllReduceEveryDtypeAndReduceOp) {
                             for (Kind kind : kAllOps) {
                               if (!is_reduce_supported(dtype, make_op(kind))) continue;
                               for (int64_t count : {0, 1, 7, 33}) {
-                                Tensor t = make_tensor(dtype, count,
-                                                       [&](int64_t i) { return contribution(dtype, kind, rank, i); });
+                                Tensor t = make_tensor(dtype, count, [&](int64_t i) {
+                                  return contribution(dtype, kind, rank, i);
+                                });
                                 pg.all_reduce(t, make_op(kind))->wait();
                                 expect_reduced(t, kind, pg.size(), label("all_reduce", dtype, kind, count));
                               }
@@ -161,22 +197,23 @@ TEST_P(Collectives, AllReduceLargeFloat32IsExactAndBitwiseIdentical) {
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          for (int root = 0; root < pg.size(); ++root) {
-                            for (int64_t count : {0, 1, 7, 300001}) {
-                              Tensor t = make_tensor(DType::kInt32, count, [&](int64_t i) {
-                                return rank == root ? static_cast<double>(i * 3 + root) : -1.0;
-                              });
-                              pg.broadcast(t, root)->wait();
-                              for (int64_t i = 0; i < count; ++i) {
-                                check(real_at(t, i) == static_cast<double>(i * 3 + root),
-                                      "broadcast root " + std::to_string(root) + " element " + std::to_string(i));
-                              }
-                            }
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(mode(), n(),
+                  [&](ProcessGroup& pg, int rank) {
+                    for (int root = 0; root < pg.size(); ++root) {
+                      for (int64_t count : {0, 1, 7, 300001}) {
+                        Tensor t = make_tensor(DType::kInt32, count, [&](int64_t i) {
+                          return rank == root ? static_cast<double>(i * 3 + root) : -1.0;
+                        });
+                        pg.broadcast(t, root)->wait();
+                        for (int64_t i = 0; i < count; ++i) {
+                          check(real_at(t, i) == static_cast<double>(i * 3 + root),
+                                "broadcast root " + std::to_string(root) + " element " + std::to_string(i));
+                        }
+                      }
+                    }
+                  }),
+      "");
 }
 
 TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
@@ -191,7 +228,8 @@ TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
                                 Tensor before = t.clone();
                                 pg.reduce(t, root, make_op(kind))->wait();
                                 if (rank == root) {
-                                  expect_reduced(t, kind, pg.size(), label("reduce", DType::kFloat64, kind, count));
+                                  expect_reduced(t, kind, pg.size(),
+                                                 label("reduce", DType::kFloat64, kind, count));
                                 } else {
                                   check(std::memcmp(t.data(), before.data(), t.nbytes()) == 0,
                                         "reduce changed a non-root input");
@@ -204,66 +242,71 @@ TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
 }
 
 TEST_P(Collectives, AllGatherListWithDifferentSizesPerRank) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          auto size_of = [](int r) { return static_cast<int64_t>(r % 3 == 0 ? r + 1 : 2 * r); };
-                          Tensor in = make_tensor(DType::kInt16, size_of(rank), [&](int64_t i) { return rank * 100 + i; });
-                          std::vector<Tensor> outs;
-                          for (int r = 0; r < pg.size(); ++r) outs.push_back(Tensor::zeros(DType::kInt16, {size_of(r)}));
-                          pg.all_gather(outs, in)->wait();
-                          for (int r = 0; r < pg.size(); ++r) {
-                            for (int64_t i = 0; i < size_of(r); ++i) {
-                              check(real_at(outs[static_cast<size_t>(r)], i) == r * 100 + i,
-                                    "all_gather block " + std::to_string(r) + " element " + std::to_string(i));
-                            }
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(mode(), n(),
+                  [&](ProcessGroup& pg, int rank) {
+                    auto size_of = [](int r) { return static_cast<int64_t>(r % 3 == 0 ? r + 1 : 2 * r); };
+                    Tensor in =
+                        make_tensor(DType::kInt16, size_of(rank), [&](int64_t i) { return rank * 100 + i; });
+                    std::vector<Tensor> outs;
+                    for (int r = 0; r < pg.size(); ++r)
+                      outs.push_back(Tensor::zeros(DType::kInt16, {size_of(r)}));
+                    pg.all_gather(outs, in)->wait();
+                    for (int r = 0; r < pg.size(); ++r) {
+                      for (int64_t i = 0; i < size_of(r); ++i) {
+                        check(real_at(outs[static_cast<size_t>(r)], i) == r * 100 + i,
+                              "all_gather block " + std::to_string(r) + " element " + std::to_string(i));
+                      }
+                    }
+                  }),
+      "");
 }
 
 TEST_P(Collectives, AllGatherIntoTensorConcatenatedStackedInPlaceAndUneven) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          const int p = pg.size();
-                          for (int64_t count : {0, 1, 5, 200001}) {
-                            Tensor in = make_tensor(DType::kFloat32, count, [&](int64_t i) { return rank + i * 0.5; });
-                            Tensor concat = Tensor::zeros(DType::kFloat32, {p * count});
-                            pg.all_gather_into_tensor(concat, in)->wait();
-                            Tensor stacked = Tensor::zeros(DType::kFloat32, {p, count});
-                            pg.all_gather_into_tensor(stacked, in)->wait();
-                            // In place: the input is this rank's slot of the output.
-                            Tensor inplace = Tensor::zeros(DType::kFloat32, {p * count});
-                            Tensor slot = inplace.view(rank * count, count);
-                            slot.copy_from(in);
-                            pg.all_gather_into_tensor(inplace, slot)->wait();
-                            for (int r = 0; r < p; ++r) {
-                              for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 97)) {
-                                double want = r + i * 0.5;
-                                check(real_at(concat, r * count + i) == want && real_at(stacked, r * count + i) == want &&
-                                          real_at(inplace, r * count + i) == want,
-                                      "all_gather_into_tensor rank block " + std::to_string(r));
-                              }
-                            }
-                          }
-                          // Uneven: rank r contributes r rows of 3.
-                          std::vector<int64_t> splits;
-                          int64_t rows = 0;
-                          for (int r = 0; r < p; ++r) {
-                            splits.push_back(r);
-                            rows += r;
-                          }
-                          Tensor in = make_tensor(DType::kInt64, rank * 3, [&](int64_t i) { return rank * 1000 + i; });
-                          in = in.reshape({rank, 3});
-                          Tensor out = Tensor::zeros(DType::kInt64, {rows, 3});
-                          pg.all_gather_into_tensor_uneven(out, in, splits)->wait();
-                          int64_t at = 0;
-                          for (int r = 0; r < p; ++r) {
-                            for (int64_t i = 0; i < r * 3; ++i) {
-                              check(real_at(out, at++) == r * 1000 + i, "uneven all_gather block " + std::to_string(r));
-                            }
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(
+          mode(), n(),
+          [&](ProcessGroup& pg, int rank) {
+            const int p = pg.size();
+            for (int64_t count : {0, 1, 5, 200001}) {
+              Tensor in = make_tensor(DType::kFloat32, count, [&](int64_t i) { return rank + i * 0.5; });
+              Tensor concat = Tensor::zeros(DType::kFloat32, {p * count});
+              pg.all_gather_into_tensor(concat, in)->wait();
+              Tensor stacked = Tensor::zeros(DType::kFloat32, {p, count});
+              pg.all_gather_into_tensor(stacked, in)->wait();
+              // In place: the input is this rank's slot of the output.
+              Tensor inplace = Tensor::zeros(DType::kFloat32, {p * count});
+              Tensor slot = inplace.view(rank * count, count);
+              slot.copy_from(in);
+              pg.all_gather_into_tensor(inplace, slot)->wait();
+              for (int r = 0; r < p; ++r) {
+                for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 97)) {
+                  double want = r + i * 0.5;
+                  check(real_at(concat, r * count + i) == want && real_at(stacked, r * count + i) == want &&
+                            real_at(inplace, r * count + i) == want,
+                        "all_gather_into_tensor rank block " + std::to_string(r));
+                }
+              }
+            }
+            // Uneven: rank r contributes r rows of 3.
+            std::vector<int64_t> splits;
+            int64_t rows = 0;
+            for (int r = 0; r < p; ++r) {
+              splits.push_back(r);
+              rows += r;
+            }
+            Tensor in = make_tensor(DType::kInt64, rank * 3, [&](int64_t i) { return rank * 1000 + i; });
+            in = in.reshape({rank, 3});
+            Tensor out = Tensor::zeros(DType::kInt64, {rows, 3});
+            pg.all_gather_into_tensor_uneven(out, in, splits)->wait();
+            int64_t at = 0;
+            for (int r = 0; r < p; ++r) {
+              for (int64_t i = 0; i < r * 3; ++i) {
+                check(real_at(out, at++) == r * 1000 + i, "uneven all_gather block " + std::to_string(r));
+              }
+            }
+          }),
+      "");
 }
 
 TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
@@ -272,10 +315,12 @@ TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
                           const int p = pg.size();
                           for (int root = 0; root < p; ++root) {
                             for (int64_t count : {0, 1, 9, 70001}) {
-                              Tensor in = make_tensor(DType::kUInt8, count, [&](int64_t i) { return (rank * 31 + i) % 256; });
+                              Tensor in = make_tensor(DType::kUInt8, count,
+                                                      [&](int64_t i) { return (rank * 31 + i) % 256; });
                               std::vector<Tensor> list;
                               if (rank == root) {
-                                for (int r = 0; r < p; ++r) list.push_back(Tensor::zeros(DType::kUInt8, {count}));
+                                for (int r = 0; r < p; ++r)
+                                  list.push_back(Tensor::zeros(DType::kUInt8, {count}));
                               }
                               pg.gather(list, in, root)->wait();
                               if (rank == root) {
@@ -289,13 +334,15 @@ TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
                               std::vector<Tensor> sources;
                               if (rank == root) {
                                 for (int r = 0; r < p; ++r) {
-                                  sources.push_back(make_tensor(DType::kUInt8, count, [&](int64_t i) { return (r + 7 * i) % 256; }));
+                                  sources.push_back(make_tensor(
+                                      DType::kUInt8, count, [&](int64_t i) { return (r + 7 * i) % 256; }));
                                 }
                               }
                               Tensor out = Tensor::zeros(DType::kUInt8, {count});
                               pg.scatter(out, sources, root)->wait();
                               for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 101)) {
-                                check(real_at(out, i) == (rank + 7 * i) % 256, "scatter element " + std::to_string(i));
+                                check(real_at(out, i) == (rank + 7 * i) % 256,
+                                      "scatter element " + std::to_string(i));
                               }
                             }
                           }
@@ -304,51 +351,54 @@ TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
 }
 
 TEST_P(Collectives, ReduceScatterListTensorAndUneven) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          const int p = pg.size();
-                          for (Kind kind : {Kind::SUM, Kind::MIN, Kind::AVG, Kind::PREMUL_SUM}) {
-                            for (int64_t count : {0, 1, 7, 150001}) {
-                              // Block r holds element values indexed from r * count.
-                              Tensor in = make_tensor(DType::kFloat64, p * count, [&](int64_t i) {
-                                return contribution(DType::kFloat64, kind, rank, i);
-                              });
-                              Tensor out = Tensor::zeros(DType::kFloat64, {count});
-                              pg.reduce_scatter_tensor(out, in, make_op(kind))->wait();
-                              for (int64_t i = 0; i < count; ++i) {
-                                check(real_at(out, i) == reference(DType::kFloat64, kind, p, rank * count + i),
-                                      label("reduce_scatter_tensor", DType::kFloat64, kind, count) + " element " +
-                                          std::to_string(i));
-                              }
-                            }
-                          }
-                          // List form with a different size per destination.
-                          std::vector<Tensor> inputs;
-                          for (int r = 0; r < p; ++r) {
-                            inputs.push_back(make_tensor(DType::kInt32, r + 2, [&](int64_t i) { return rank + i + r; }));
-                          }
-                          Tensor out = Tensor::zeros(DType::kInt32, {rank + 2});
-                          pg.reduce_scatter(out, inputs, ReduceOp::SUM)->wait();
-                          for (int64_t i = 0; i < rank + 2; ++i) {
-                            check(real_at(out, i) == p * (i + rank) + p * (p - 1) / 2, "reduce_scatter list element");
-                          }
-                          // Uneven tensor form: rank r gets r + 1 rows of 2.
-                          std::vector<int64_t> splits;
-                          int64_t rows = 0;
-                          for (int r = 0; r < p; ++r) {
-                            splits.push_back(r + 1);
-                            rows += r + 1;
-                          }
-                          Tensor uin = make_tensor(DType::kInt64, rows * 2, [&](int64_t i) { return i + rank; }).reshape({rows, 2});
-                          Tensor uout = Tensor::zeros(DType::kInt64, {rank + 1, 2});
-                          pg.reduce_scatter_tensor_uneven(uout, uin, splits, ReduceOp::SUM)->wait();
-                          int64_t first = 0;
-                          for (int r = 0; r < rank; ++r) first += (r + 1) * 2;
-                          for (int64_t i = 0; i < (rank + 1) * 2; ++i) {
-                            check(real_at(uout, i) == p * (first + i) + p * (p - 1) / 2, "uneven reduce_scatter");
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(
+          mode(), n(),
+          [&](ProcessGroup& pg, int rank) {
+            const int p = pg.size();
+            for (Kind kind : {Kind::SUM, Kind::MIN, Kind::AVG, Kind::PREMUL_SUM}) {
+              for (int64_t count : {0, 1, 7, 150001}) {
+                // Block r holds element values indexed from r * count.
+                Tensor in = make_tensor(DType::kFloat64, p * count, [&](int64_t i) {
+                  return contribution(DType::kFloat64, kind, rank, i);
+                });
+                Tensor out = Tensor::zeros(DType::kFloat64, {count});
+                pg.reduce_scatter_tensor(out, in, make_op(kind))->wait();
+                for (int64_t i = 0; i < count; ++i) {
+                  check(real_at(out, i) == reference(DType::kFloat64, kind, p, rank * count + i),
+                        label("reduce_scatter_tensor", DType::kFloat64, kind, count) + " element " +
+                            std::to_string(i));
+                }
+              }
+            }
+            // List form with a different size per destination.
+            std::vector<Tensor> inputs;
+            for (int r = 0; r < p; ++r) {
+              inputs.push_back(make_tensor(DType::kInt32, r + 2, [&](int64_t i) { return rank + i + r; }));
+            }
+            Tensor out = Tensor::zeros(DType::kInt32, {rank + 2});
+            pg.reduce_scatter(out, inputs, ReduceOp::SUM)->wait();
+            for (int64_t i = 0; i < rank + 2; ++i) {
+              check(real_at(out, i) == p * (i + rank) + p * (p - 1) / 2, "reduce_scatter list element");
+            }
+            // Uneven tensor form: rank r gets r + 1 rows of 2.
+            std::vector<int64_t> splits;
+            int64_t rows = 0;
+            for (int r = 0; r < p; ++r) {
+              splits.push_back(r + 1);
+              rows += r + 1;
+            }
+            Tensor uin =
+                make_tensor(DType::kInt64, rows * 2, [&](int64_t i) { return i + rank; }).reshape({rows, 2});
+            Tensor uout = Tensor::zeros(DType::kInt64, {rank + 1, 2});
+            pg.reduce_scatter_tensor_uneven(uout, uin, splits, ReduceOp::SUM)->wait();
+            int64_t first = 0;
+            for (int r = 0; r < rank; ++r) first += (r + 1) * 2;
+            for (int64_t i = 0; i < (rank + 1) * 2; ++i) {
+              check(real_at(uout, i) == p * (first + i) + p * (p - 1) / 2, "uneven reduce_scatter");
+            }
+          }),
+      "");
 }
 
 TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
@@ -359,7 +409,8 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                           std::vector<Tensor> ins;
                           std::vector<Tensor> outs;
                           for (int d = 0; d < p; ++d) {
-                            ins.push_back(make_tensor(DType::kFloat32, rank + d + 1, [&](int64_t i) { return rank * 100 + d * 10 + i; }));
+                            ins.push_back(make_tensor(DType::kFloat32, rank + d + 1,
+                                                      [&](int64_t i) { return rank * 100 + d * 10 + i; }));
                             outs.push_back(Tensor::zeros(DType::kFloat32, {d + rank + 1}));
                           }
                           pg.all_to_all(outs, ins)->wait();
@@ -370,12 +421,15 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                             }
                           }
                           // Single, equal splits: two rows of 3 per peer.
-                          Tensor in = make_tensor(DType::kInt32, p * 6, [&](int64_t i) { return rank * 1000 + i; }).reshape({p * 2, 3});
+                          Tensor in = make_tensor(DType::kInt32, p * 6, [&](int64_t i) {
+                                        return rank * 1000 + i;
+                                      }).reshape({p * 2, 3});
                           Tensor out = Tensor::zeros(DType::kInt32, {p * 2, 3});
                           pg.all_to_all_single(out, in, {}, {})->wait();
                           for (int s = 0; s < p; ++s) {
                             for (int64_t i = 0; i < 6; ++i) {
-                              check(real_at(out, s * 6 + i) == s * 1000 + rank * 6 + i, "all_to_all_single equal");
+                              check(real_at(out, s * 6 + i) == s * 1000 + rank * 6 + i,
+                                    "all_to_all_single equal");
                             }
                           }
                           // Single, unequal: rank s sends (s + d) % 3 rows to d.
@@ -387,7 +441,9 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                             in_rows += (rank + d) % 3;
                             out_rows += (d + rank) % 3;
                           }
-                          Tensor uin = make_tensor(DType::kInt32, in_rows * 2, [&](int64_t i) { return rank * 1000 + i; }).reshape({in_rows, 2});
+                          Tensor uin = make_tensor(DType::kInt32, in_rows * 2, [&](int64_t i) {
+                                         return rank * 1000 + i;
+                                       }).reshape({in_rows, 2});
                           Tensor uout = Tensor::zeros(DType::kInt32, {out_rows, 2});
                           pg.all_to_all_single(uout, uin, out_splits, in_splits)->wait();
                           int64_t at = 0;
@@ -395,7 +451,8 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                             int64_t first = 0;  // where block `rank` starts in s's input
                             for (int d = 0; d < rank; ++d) first += ((s + d) % 3) * 2;
                             for (int64_t i = 0; i < ((s + rank) % 3) * 2; ++i) {
-                              check(real_at(uout, at++) == s * 1000 + first + i, "all_to_all_single unequal from rank " + std::to_string(s));
+                              check(real_at(uout, at++) == s * 1000 + first + i,
+                                    "all_to_all_single unequal from rank " + std::to_string(s));
                             }
                           }
                         }),

@@ -27,38 +27,50 @@ void expect_invalid(const std::function<void()>& call, const std::string& needle
 TEST(PgErrors, ArgumentsAreCheckedBeforeAnyCommunication) {
   // Every call below is invalid on rank 0 alone; rank 1 does nothing, so a
   // call that reached the network would hang until the deadline instead.
-  EXPECT_EQ(with_groups(Mode::kThreads, 2,
-                        [&](ProcessGroup& pg, int rank) {
-                          if (rank != 0) return;
-                          Tensor f = Tensor::zeros(DType::kFloat32, {4});
-                          Tensor i = Tensor::zeros(DType::kInt32, {4});
-                          expect_invalid([&] { pg.all_reduce(f, ReduceOp::BAND); }, "BAND");
-                          expect_invalid([&] { pg.all_reduce(Tensor::zeros(DType::kComplex64, {2}), ReduceOp::MAX); },
-                                         "complex64");
-                          expect_invalid([&] { pg.broadcast(f, 2); }, "src 2 is not a rank of the group");
-                          expect_invalid([&] { pg.reduce(f, -1, ReduceOp::SUM); }, "dst -1");
-                          expect_invalid([&] { pg.send(f, 0, 0); }, "cannot send to itself");
-                          expect_invalid([&] { pg.send(f, 5, 0); }, "dst 5");
-                          expect_invalid([&] { pg.all_gather({f}, f); }, "tensor_list has 1 tensors but the group has 2");
-                          expect_invalid([&] { pg.all_gather({Tensor::zeros(DType::kFloat32, {4}), i}, f); }, "int32");
-                          expect_invalid([&] { pg.all_gather({Tensor::zeros(DType::kFloat32, {3}), f.view(0, 1)}, f); },
-                                         "share memory");
-                          expect_invalid([&] { pg.all_gather_into_tensor(Tensor::zeros(DType::kFloat32, {7}), f); },
-                                         "concatenated along dim 0 or stacked");
-                          expect_invalid([&] { pg.reduce_scatter_tensor(f, Tensor::zeros(DType::kFloat32, {9}), ReduceOp::SUM); },
-                                         "concatenated along dim 0 or stacked");
-                          expect_invalid([&] { pg.gather({f, f}, f, 1); }, "gather_list must be empty");
-                          expect_invalid([&] { pg.scatter(f, {f}, 0); }, "scatter_list has 1 tensors");
-                          expect_invalid([&] { pg.all_to_all_single(f, Tensor::zeros(DType::kFloat32, {3}), {}, {}); },
-                                         "not divisible by the group size 2");
-                          expect_invalid([&] { pg.all_to_all_single(f, i, {}, {}); }, "int32");
-                          expect_invalid(
-                              [&] { pg.all_gather_into_tensor_uneven(Tensor::zeros(DType::kFloat32, {5}), f, {1, 3}); },
-                              "sum to 4 but the tensor has 5 rows");
-                          expect_invalid([&] { pg.reduce_scatter_tensor_uneven(f, Tensor::zeros(DType::kFloat32, {8}), {4, -4}, ReduceOp::SUM); },
-                                         "is negative");
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(
+          Mode::kThreads, 2,
+          [&](ProcessGroup& pg, int rank) {
+            if (rank != 0) return;
+            Tensor f = Tensor::zeros(DType::kFloat32, {4});
+            Tensor i = Tensor::zeros(DType::kInt32, {4});
+            expect_invalid([&] { pg.all_reduce(f, ReduceOp::BAND); }, "BAND");
+            expect_invalid([&] { pg.all_reduce(Tensor::zeros(DType::kComplex64, {2}), ReduceOp::MAX); },
+                           "complex64");
+            expect_invalid([&] { pg.broadcast(f, 2); }, "src 2 is not a rank of the group");
+            expect_invalid([&] { pg.reduce(f, -1, ReduceOp::SUM); }, "dst -1");
+            expect_invalid([&] { pg.send(f, 0, 0); }, "cannot send to itself");
+            expect_invalid([&] { pg.send(f, 5, 0); }, "dst 5");
+            expect_invalid([&] { pg.all_gather({f}, f); }, "tensor_list has 1 tensors but the group has 2");
+            expect_invalid([&] { pg.all_gather({Tensor::zeros(DType::kFloat32, {4}), i}, f); }, "int32");
+            expect_invalid(
+                [&] {
+                  pg.all_gather({Tensor::zeros(DType::kFloat32, {3}), f.view(0, 1)}, f);
+                },
+                "share memory");
+            expect_invalid([&] { pg.all_gather_into_tensor(Tensor::zeros(DType::kFloat32, {7}), f); },
+                           "concatenated along dim 0 or stacked");
+            expect_invalid(
+                [&] { pg.reduce_scatter_tensor(f, Tensor::zeros(DType::kFloat32, {9}), ReduceOp::SUM); },
+                "concatenated along dim 0 or stacked");
+            expect_invalid([&] { pg.gather({f, f}, f, 1); }, "gather_list must be empty");
+            expect_invalid([&] { pg.scatter(f, {f}, 0); }, "scatter_list has 1 tensors");
+            expect_invalid([&] { pg.all_to_all_single(f, Tensor::zeros(DType::kFloat32, {3}), {}, {}); },
+                           "not divisible by the group size 2");
+            expect_invalid([&] { pg.all_to_all_single(f, i, {}, {}); }, "int32");
+            expect_invalid(
+                [&] {
+                  pg.all_gather_into_tensor_uneven(Tensor::zeros(DType::kFloat32, {5}), f, {1, 3});
+                },
+                "sum to 4 but the tensor has 5 rows");
+            expect_invalid(
+                [&] {
+                  pg.reduce_scatter_tensor_uneven(f, Tensor::zeros(DType::kFloat32, {8}), {4, -4},
+                                                  ReduceOp::SUM);
+                },
+                "is negative");
+          }),
+      "");
 }
 
 TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
@@ -66,7 +78,7 @@ TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
                 Mode::kThreads, 3,
                 [&](ProcessGroup& pg, int rank) {
                   Tensor t = Tensor::zeros(DType::kFloat32, {16});
-                  pg.barrier()->wait();  // call #0 everywhere
+                  pg.barrier()->wait();   // call #0 everywhere
                   if (rank == 2) return;  // rank 2 skips call #1
                   try {
                     pg.all_reduce(t, ReduceOp::SUM)->wait();
@@ -102,7 +114,8 @@ TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
           work->wait();
           throw std::runtime_error("all_reduce completed although rank 2 was killed");
         } catch (const DistNetworkError& e) {
-          check(std::string(e.what()).find("rank 2") != std::string::npos, std::string("not named: ") + e.what());
+          check(std::string(e.what()).find("rank 2") != std::string::npos,
+                std::string("not named: ") + e.what());
         }
       },
       50s);

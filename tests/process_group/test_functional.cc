@@ -55,223 +55,242 @@ class SpecPrograms : public ::testing::TestWithParam<int> {};
 // rank's lines through the store-free object collectives and checks them.
 TEST_P(SpecPrograms, ElevenPrimitivesPrintTheExpectedResults) {
   int n = GetParam();
-  EXPECT_EQ(with_env_init(n, [&](int rank) {
-              std::vector<std::string> lines;
-              int ws = get_world_size();
-              check(get_rank() == rank && ws == n && get_backend() == "tdist" && is_initialized(), "init state");
-              // send / recv
-              Tensor tensor = Tensor::from_vector<int64_t>({1, 2, 3});
-              if (get_rank() == 0) send(tensor, 1);
-              if (get_rank() == 1) {
-                Tensor recv_tensor = Tensor::zeros(DType::kInt64, {3});
-                recv(recv_tensor, 0);
-                lines.push_back(fmt(recv_tensor));
-              }
-              // broadcast
-              Tensor b = Tensor::from_vector<int64_t>({0});
-              if (get_rank() == 0) static_cast<int64_t*>(b.data())[0] += 1;
-              broadcast(b, 0);
-              lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(b));
-              // all_reduce
-              Tensor a = Tensor::from_vector<int64_t>({get_rank() + 1});
-              all_reduce(a, ReduceOp::SUM);
-              lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(a));
-              // reduce
-              Tensor r = Tensor::from_vector<int64_t>({get_rank() + 1});
-              reduce(r, 0, ReduceOp::SUM);
-              if (get_rank() == 0) lines.push_back("Reduced result: " + fmt(r));
-              // all_gather
-              Tensor g = Tensor::from_vector<int64_t>({get_rank()});
-              std::vector<Tensor> gather_list;
-              for (int i = 0; i < ws; ++i) gather_list.push_back(Tensor::zeros(DType::kInt64, {1}));
-              all_gather(gather_list, g);
-              lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(gather_list));
-              // gather
-              std::vector<Tensor> gathered;
-              if (get_rank() == 0) {
-                for (int i = 0; i < ws; ++i) gathered.push_back(Tensor::zeros(DType::kInt64, {1}));
-              }
-              gather(g, gathered, 0);
-              if (get_rank() == 0) lines.push_back("Gathered result: " + fmt(gathered));
-              // scatter
-              std::vector<Tensor> scatter_list;
-              if (get_rank() == 0) {
-                for (int i = 0; i < ws; ++i) scatter_list.push_back(Tensor::from_vector<int64_t>({i}));
-              }
-              Tensor s = Tensor::zeros(DType::kInt64, {1});
-              scatter(s, scatter_list, 0);
-              lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(s));
-              // reduce_scatter
-              std::vector<Tensor> input;
-              for (int i = 0; i < ws; ++i) input.push_back(Tensor::from_vector<int64_t>({get_rank() + 1}));
-              Tensor output = Tensor::zeros(DType::kInt64, {1});
-              reduce_scatter(output, input, ReduceOp::SUM);
-              lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(output));
-              // all_to_all (the spec passes whole tensors: all_to_all_single)
-              Tensor in = Tensor::from_vector<int32_t>(std::vector<int32_t>(static_cast<size_t>(ws), get_rank()));
-              Tensor out = Tensor::zeros(DType::kInt32, {ws});
-              all_to_all_single(out, in);
-              lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(out));
-              // barrier
-              lines.push_back("Rank " + std::to_string(rank) + " reached barrier.");
-              barrier();
-              lines.push_back("Rank " + std::to_string(rank) + " passed barrier.");
+  EXPECT_EQ(with_env_init(
+                n,
+                [&](int rank) {
+                  std::vector<std::string> lines;
+                  int ws = get_world_size();
+                  check(get_rank() == rank && ws == n && get_backend() == "tdist" && is_initialized(),
+                        "init state");
+                  // send / recv
+                  Tensor tensor = Tensor::from_vector<int64_t>({1, 2, 3});
+                  if (get_rank() == 0) send(tensor, 1);
+                  if (get_rank() == 1) {
+                    Tensor recv_tensor = Tensor::zeros(DType::kInt64, {3});
+                    recv(recv_tensor, 0);
+                    lines.push_back(fmt(recv_tensor));
+                  }
+                  // broadcast
+                  Tensor b = Tensor::from_vector<int64_t>({0});
+                  if (get_rank() == 0) static_cast<int64_t*>(b.data())[0] += 1;
+                  broadcast(b, 0);
+                  lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(b));
+                  // all_reduce
+                  Tensor a = Tensor::from_vector<int64_t>({get_rank() + 1});
+                  all_reduce(a, ReduceOp::SUM);
+                  lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(a));
+                  // reduce
+                  Tensor r = Tensor::from_vector<int64_t>({get_rank() + 1});
+                  reduce(r, 0, ReduceOp::SUM);
+                  if (get_rank() == 0) lines.push_back("Reduced result: " + fmt(r));
+                  // all_gather
+                  Tensor g = Tensor::from_vector<int64_t>({get_rank()});
+                  std::vector<Tensor> gather_list;
+                  for (int i = 0; i < ws; ++i) gather_list.push_back(Tensor::zeros(DType::kInt64, {1}));
+                  all_gather(gather_list, g);
+                  lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(gather_list));
+                  // gather
+                  std::vector<Tensor> gathered;
+                  if (get_rank() == 0) {
+                    for (int i = 0; i < ws; ++i) gathered.push_back(Tensor::zeros(DType::kInt64, {1}));
+                  }
+                  gather(g, gathered, 0);
+                  if (get_rank() == 0) lines.push_back("Gathered result: " + fmt(gathered));
+                  // scatter
+                  std::vector<Tensor> scatter_list;
+                  if (get_rank() == 0) {
+                    for (int i = 0; i < ws; ++i) scatter_list.push_back(Tensor::from_vector<int64_t>({i}));
+                  }
+                  Tensor s = Tensor::zeros(DType::kInt64, {1});
+                  scatter(s, scatter_list, 0);
+                  lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(s));
+                  // reduce_scatter
+                  std::vector<Tensor> input;
+                  for (int i = 0; i < ws; ++i)
+                    input.push_back(Tensor::from_vector<int64_t>({get_rank() + 1}));
+                  Tensor output = Tensor::zeros(DType::kInt64, {1});
+                  reduce_scatter(output, input, ReduceOp::SUM);
+                  lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(output));
+                  // all_to_all (the spec passes whole tensors: all_to_all_single)
+                  Tensor in =
+                      Tensor::from_vector<int32_t>(std::vector<int32_t>(static_cast<size_t>(ws), get_rank()));
+                  Tensor out = Tensor::zeros(DType::kInt32, {ws});
+                  all_to_all_single(out, in);
+                  lines.push_back("Rank " + std::to_string(rank) + ": " + fmt(out));
+                  // barrier
+                  lines.push_back("Rank " + std::to_string(rank) + " reached barrier.");
+                  barrier();
+                  lines.push_back("Rank " + std::to_string(rank) + " passed barrier.");
 
-              // What the spec's programs print, computed here.
-              int sum = ws * (ws + 1) / 2;
-              std::string iota;
-              for (int i = 0; i < ws; ++i) iota += (i ? ", " : "") + std::to_string(i);
-              std::string lists;
-              for (int i = 0; i < ws; ++i) lists += (i ? ", " : "") + std::string("[") + std::to_string(i) + "]";
-              std::vector<std::string> want;
-              std::string me = "Rank " + std::to_string(rank) + ": ";
-              if (rank == 1) want.push_back("[1, 2, 3]");
-              want.push_back(me + "[1]");
-              want.push_back(me + "[" + std::to_string(sum) + "]");
-              if (rank == 0) want.push_back("Reduced result: [" + std::to_string(sum) + "]");
-              want.push_back(me + "[" + lists + "]");
-              if (rank == 0) want.push_back("Gathered result: [" + lists + "]");
-              want.push_back(me + "[" + std::to_string(rank) + "]");
-              want.push_back(me + "[" + std::to_string(sum) + "]");
-              want.push_back(me + "[" + iota + "]");
-              want.push_back("Rank " + std::to_string(rank) + " reached barrier.");
-              want.push_back("Rank " + std::to_string(rank) + " passed barrier.");
-              for (size_t i = 0; i < std::max(lines.size(), want.size()); ++i) {
-                std::string got_line = i < lines.size() ? lines[i] : "<missing>";
-                std::string want_line = i < want.size() ? want[i] : "<nothing>";
-                check(got_line == want_line, "line " + std::to_string(i) + ": got '" + got_line + "', expected '" +
-                                                 want_line + "'");
-              }
-            }),
+                  // What the spec's programs print, computed here.
+                  int sum = ws * (ws + 1) / 2;
+                  std::string iota;
+                  for (int i = 0; i < ws; ++i) iota += (i ? ", " : "") + std::to_string(i);
+                  std::string lists;
+                  for (int i = 0; i < ws; ++i)
+                    lists += (i ? ", " : "") + std::string("[") + std::to_string(i) + "]";
+                  std::vector<std::string> want;
+                  std::string me = "Rank " + std::to_string(rank) + ": ";
+                  if (rank == 1) want.push_back("[1, 2, 3]");
+                  want.push_back(me + "[1]");
+                  want.push_back(me + "[" + std::to_string(sum) + "]");
+                  if (rank == 0) want.push_back("Reduced result: [" + std::to_string(sum) + "]");
+                  want.push_back(me + "[" + lists + "]");
+                  if (rank == 0) want.push_back("Gathered result: [" + lists + "]");
+                  want.push_back(me + "[" + std::to_string(rank) + "]");
+                  want.push_back(me + "[" + std::to_string(sum) + "]");
+                  want.push_back(me + "[" + iota + "]");
+                  want.push_back("Rank " + std::to_string(rank) + " reached barrier.");
+                  want.push_back("Rank " + std::to_string(rank) + " passed barrier.");
+                  for (size_t i = 0; i < std::max(lines.size(), want.size()); ++i) {
+                    std::string got_line = i < lines.size() ? lines[i] : "<missing>";
+                    std::string want_line = i < want.size() ? want[i] : "<nothing>";
+                    check(got_line == want_line, "line " + std::to_string(i) + ": got '" + got_line +
+                                                     "', expected '" + want_line + "'");
+                  }
+                }),
             "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SpecPrograms, ::testing::Values(2, 4));
 
 TEST(Functional, GroupsOverlapAndNonMembersGetWhatTheSpecSays) {
-  EXPECT_EQ(with_env_init(5, [&](int rank) {
-              Group evens = new_group({0, 2, 4});
-              Group low = new_group({0, 1, 2});  // overlaps evens in 0 and 2
-              Group all = new_group();
-              bool in_evens = rank % 2 == 0;
-              bool in_low = rank <= 2;
-              check(get_rank(evens) == (in_evens ? rank / 2 : -1), "get_rank(evens)");
-              check(get_world_size(evens) == (in_evens ? 3 : -1), "get_world_size(evens)");
-              check(get_process_group_ranks(evens) == std::vector<int>{0, 2, 4}, "ranks of evens");
-              check(get_group_rank(evens, 4) == 2 && get_group_rank(evens, 1) == -1, "get_group_rank");
-              check(get_global_rank(evens, 1) == 2, "get_global_rank");
-              check(is_member(evens) == in_evens, "is_member");
-              // Interleave collectives on the groups in a per-group consistent order.
-              for (int round = 0; round < 3; ++round) {
-                Tensor e = Tensor::from_vector<int32_t>({rank});
-                WorkPtr w = all_reduce(e, ReduceOp::SUM, evens, /*async_op=*/true);
-                check(in_evens == (w != nullptr), "non-member gets no work handle");
-                Tensor l = Tensor::from_vector<int32_t>({rank + 10});
-                all_reduce(l, ReduceOp::SUM, low);
-                if (w) w->wait();
-                if (in_evens) check(real_at(e, 0) == 6, "evens sum");
-                if (!in_evens) check(real_at(e, 0) == rank, "a non-member's tensor is untouched");
-                if (in_low) check(real_at(l, 0) == 33, "low sum");
-                Tensor t = Tensor::from_vector<int32_t>({1});
-                all_reduce(t, ReduceOp::SUM, all);
-                check(real_at(t, 0) == 5, "all sum");
-              }
-              // Ranks passed to ops are global ranks.
-              Tensor b = Tensor::from_vector<int32_t>({rank == 4 ? 44 : 0});
-              broadcast(b, 4, evens);
-              if (in_evens) check(real_at(b, 0) == 44, "broadcast from global rank 4 in evens");
-              if (rank == 0) {
-                try {
-                  broadcast(b, 1, evens);
-                  throw std::runtime_error("broadcast from a non-member src accepted");
-                } catch (const DistInvalidArgument& e) {
-                  check(std::string(e.what()).find("not a member") != std::string::npos, e.what());
-                }
-              }
-              // Subgroup point to point with any-source receive returns the global rank.
-              if (rank == 4) send(Tensor::from_vector<int32_t>({7}), 0, evens);
-              if (rank == 0) {
-                Tensor t = Tensor::zeros(DType::kInt32, {1});
-                check(recv(t, std::nullopt, evens) == 4 && real_at(t, 0) == 7, "any-source recv in a subgroup");
-              }
-            }),
+  EXPECT_EQ(with_env_init(
+                5,
+                [&](int rank) {
+                  Group evens = new_group({0, 2, 4});
+                  Group low = new_group({0, 1, 2});  // overlaps evens in 0 and 2
+                  Group all = new_group();
+                  bool in_evens = rank % 2 == 0;
+                  bool in_low = rank <= 2;
+                  check(get_rank(evens) == (in_evens ? rank / 2 : -1), "get_rank(evens)");
+                  check(get_world_size(evens) == (in_evens ? 3 : -1), "get_world_size(evens)");
+                  check(get_process_group_ranks(evens) == std::vector<int>{0, 2, 4}, "ranks of evens");
+                  check(get_group_rank(evens, 4) == 2 && get_group_rank(evens, 1) == -1, "get_group_rank");
+                  check(get_global_rank(evens, 1) == 2, "get_global_rank");
+                  check(is_member(evens) == in_evens, "is_member");
+                  // Interleave collectives on the groups in a per-group consistent order.
+                  for (int round = 0; round < 3; ++round) {
+                    Tensor e = Tensor::from_vector<int32_t>({rank});
+                    WorkPtr w = all_reduce(e, ReduceOp::SUM, evens, /*async_op=*/true);
+                    check(in_evens == (w != nullptr), "non-member gets no work handle");
+                    Tensor l = Tensor::from_vector<int32_t>({rank + 10});
+                    all_reduce(l, ReduceOp::SUM, low);
+                    if (w) w->wait();
+                    if (in_evens) check(real_at(e, 0) == 6, "evens sum");
+                    if (!in_evens) check(real_at(e, 0) == rank, "a non-member's tensor is untouched");
+                    if (in_low) check(real_at(l, 0) == 33, "low sum");
+                    Tensor t = Tensor::from_vector<int32_t>({1});
+                    all_reduce(t, ReduceOp::SUM, all);
+                    check(real_at(t, 0) == 5, "all sum");
+                  }
+                  // Ranks passed to ops are global ranks.
+                  Tensor b = Tensor::from_vector<int32_t>({rank == 4 ? 44 : 0});
+                  broadcast(b, 4, evens);
+                  if (in_evens) check(real_at(b, 0) == 44, "broadcast from global rank 4 in evens");
+                  if (rank == 0) {
+                    try {
+                      broadcast(b, 1, evens);
+                      throw std::runtime_error("broadcast from a non-member src accepted");
+                    } catch (const DistInvalidArgument& e) {
+                      check(std::string(e.what()).find("not a member") != std::string::npos, e.what());
+                    }
+                  }
+                  // Subgroup point to point with any-source receive returns the global rank.
+                  if (rank == 4) send(Tensor::from_vector<int32_t>({7}), 0, evens);
+                  if (rank == 0) {
+                    Tensor t = Tensor::zeros(DType::kInt32, {1});
+                    check(recv(t, std::nullopt, evens) == 4 && real_at(t, 0) == 7,
+                          "any-source recv in a subgroup");
+                  }
+                }),
             "");
 }
 
 TEST(Functional, ObjectCollectivesCarryBytesOfAnySize) {
-  EXPECT_EQ(with_env_init(3, [&](int rank) {
-              auto obj = [](int r) { return to_bytes(std::string(static_cast<size_t>(r * 5), static_cast<char>('a' + r)) + "!"); };
-              std::vector<Bytes> list(2);
-              if (rank == 1) list = {to_bytes("first"), to_bytes(std::string(100000, 'x'))};
-              broadcast_object_list(list, 1);
-              check(to_string(list[0]) == "first" && list[1].size() == 100000, "broadcast_object_list");
-              std::vector<Bytes> all;
-              all_gather_object(all, obj(rank));
-              for (int r = 0; r < 3; ++r) check(all[static_cast<size_t>(r)] == obj(r), "all_gather_object");
-              std::vector<Bytes> gathered;
-              gather_object(obj(rank), rank == 2 ? &gathered : nullptr, 2);
-              if (rank == 2) {
-                for (int r = 0; r < 3; ++r) check(gathered[static_cast<size_t>(r)] == obj(r), "gather_object");
-              }
-              std::vector<Bytes> mine;
-              std::vector<Bytes> inputs;
-              if (rank == 0) inputs = {obj(0), obj(1), obj(2)};
-              scatter_object_list(mine, inputs, 0);
-              check(mine.size() == 1 && mine[0] == obj(rank), "scatter_object_list");
-            }),
+  EXPECT_EQ(with_env_init(3,
+                          [&](int rank) {
+                            auto obj = [](int r) {
+                              return to_bytes(
+                                  std::string(static_cast<size_t>(r * 5), static_cast<char>('a' + r)) + "!");
+                            };
+                            std::vector<Bytes> list(2);
+                            if (rank == 1) list = {to_bytes("first"), to_bytes(std::string(100000, 'x'))};
+                            broadcast_object_list(list, 1);
+                            check(to_string(list[0]) == "first" && list[1].size() == 100000,
+                                  "broadcast_object_list");
+                            std::vector<Bytes> all;
+                            all_gather_object(all, obj(rank));
+                            for (int r = 0; r < 3; ++r)
+                              check(all[static_cast<size_t>(r)] == obj(r), "all_gather_object");
+                            std::vector<Bytes> gathered;
+                            gather_object(obj(rank), rank == 2 ? &gathered : nullptr, 2);
+                            if (rank == 2) {
+                              for (int r = 0; r < 3; ++r)
+                                check(gathered[static_cast<size_t>(r)] == obj(r), "gather_object");
+                            }
+                            std::vector<Bytes> mine;
+                            std::vector<Bytes> inputs;
+                            if (rank == 0) inputs = {obj(0), obj(1), obj(2)};
+                            scatter_object_list(mine, inputs, 0);
+                            check(mine.size() == 1 && mine[0] == obj(rank), "scatter_object_list");
+                          }),
             "");
 }
 
 TEST(Functional, FileAndTcpInitMethodsAndAnExplicitStore) {
   std::string path = temp_path("init");
   int port = pick_free_port();
-  EXPECT_EQ(describe_failures(run_forked(3,
-                                         [&](int rank) {
-                                           init_process_group({.init_method = "file://" + path, .world_size = 3, .rank = rank});
-                                           Tensor t = Tensor::from_vector<float>({1.5f});
-                                           all_reduce(t);
-                                           check(real_at(t, 0) == 4.5, "file:// all_reduce");
-                                           barrier();
-                                           destroy_process_group();
-                                           check(!is_initialized(), "destroyed");
-                                           init_process_group({.init_method = "tcp://127.0.0.1:" + std::to_string(port),
-                                                               .world_size = 3, .rank = rank});
-                                           all_reduce(t, ReduceOp::MAX);
-                                           check(real_at(t, 0) == 4.5, "tcp:// all_reduce");
-                                           barrier();
-                                           destroy_process_group();
-                                         },
-                                         60s)),
-            "");
+  EXPECT_EQ(
+      describe_failures(run_forked(
+          3,
+          [&](int rank) {
+            init_process_group({.init_method = "file://" + path, .world_size = 3, .rank = rank});
+            Tensor t = Tensor::from_vector<float>({1.5f});
+            all_reduce(t);
+            check(real_at(t, 0) == 4.5, "file:// all_reduce");
+            barrier();
+            destroy_process_group();
+            check(!is_initialized(), "destroyed");
+            init_process_group(
+                {.init_method = "tcp://127.0.0.1:" + std::to_string(port), .world_size = 3, .rank = rank});
+            all_reduce(t, ReduceOp::MAX);
+            check(real_at(t, 0) == 4.5, "tcp:// all_reduce");
+            barrier();
+            destroy_process_group();
+          },
+          60s)),
+      "");
 }
 
 TEST(Functional, MisuseIsReportedClearly) {
-  EXPECT_EQ(describe_failures(run_forked(1,
-                                         [&](int) {
-                                           try {
-                                             barrier();
-                                             throw std::runtime_error("barrier before init accepted");
-                                           } catch (const DistError& e) {
-                                             check(std::string(e.what()).find("init_process_group") != std::string::npos,
-                                                   e.what());
-                                           }
-                                           try {
-                                             init_process_group({.backend = "nccl", .store = std::make_shared<HashStore>(),
-                                                                 .world_size = 1, .rank = 0});
-                                             throw std::runtime_error("unknown backend accepted");
-                                           } catch (const DistInvalidArgument& e) {
-                                             check(std::string(e.what()).find("tdist") != std::string::npos, e.what());
-                                           }
-                                           init_process_group({.store = std::make_shared<HashStore>(), .world_size = 1, .rank = 0});
-                                           try {
-                                             init_process_group({.store = std::make_shared<HashStore>(), .world_size = 1, .rank = 0});
-                                             throw std::runtime_error("double init accepted");
-                                           } catch (const DistError& e) {
-                                             check(std::string(e.what()).find("already") != std::string::npos, e.what());
-                                           }
-                                           destroy_process_group();
-                                         })),
-            "");
+  EXPECT_EQ(
+      describe_failures(run_forked(
+          1,
+          [&](int) {
+            try {
+              barrier();
+              throw std::runtime_error("barrier before init accepted");
+            } catch (const DistError& e) {
+              check(std::string(e.what()).find("init_process_group") != std::string::npos, e.what());
+            }
+            try {
+              init_process_group(
+                  {.backend = "nccl", .store = std::make_shared<HashStore>(), .world_size = 1, .rank = 0});
+              throw std::runtime_error("unknown backend accepted");
+            } catch (const DistInvalidArgument& e) {
+              check(std::string(e.what()).find("tdist") != std::string::npos, e.what());
+            }
+            init_process_group({.store = std::make_shared<HashStore>(), .world_size = 1, .rank = 0});
+            try {
+              init_process_group({.store = std::make_shared<HashStore>(), .world_size = 1, .rank = 0});
+              throw std::runtime_error("double init accepted");
+            } catch (const DistError& e) {
+              check(std::string(e.what()).find("already") != std::string::npos, e.what());
+            }
+            destroy_process_group();
+          })),
+      "");
 }
 
 }  // namespace

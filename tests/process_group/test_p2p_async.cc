@@ -36,60 +36,65 @@ TEST_P(P2P, RingOfSendAndRecvWithTags) {
                           pg.recv(ra, prev, 1)->wait();
                           sa->wait();
                           sb->wait();
-                          check(real_at(rb, 2) == -prev && real_at(ra, 999) == prev + 999, "tagged messages mixed up");
+                          check(real_at(rb, 2) == -prev && real_at(ra, 999) == prev + 999,
+                                "tagged messages mixed up");
                         }),
             "");
 }
 
 TEST_P(P2P, AnySourceReceiveReportsTheSender) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          if (rank != 0) {
-                            pg.send(make_tensor(DType::kInt32, 1, [&](int64_t) { return rank * 10; }), 0, 0)->wait();
-                            return;
-                          }
-                          std::vector<int> seen(static_cast<size_t>(pg.size()), 0);
-                          for (int i = 1; i < pg.size(); ++i) {
-                            Tensor t = Tensor::zeros(DType::kInt32, {1});
-                            auto work = pg.recv(t, -1, 0);
-                            work->wait();
-                            int src = work->source_rank();
-                            check(src > 0 && src < pg.size() && real_at(t, 0) == src * 10, "any-source sender");
-                            seen[static_cast<size_t>(src)]++;
-                          }
-                          for (int r = 1; r < pg.size(); ++r) check(seen[static_cast<size_t>(r)] == 1, "sender seen twice");
-                        }),
+  EXPECT_EQ(with_groups(
+                mode(), n(),
+                [&](ProcessGroup& pg, int rank) {
+                  if (rank != 0) {
+                    pg.send(make_tensor(DType::kInt32, 1, [&](int64_t) { return rank * 10; }), 0, 0)->wait();
+                    return;
+                  }
+                  std::vector<int> seen(static_cast<size_t>(pg.size()), 0);
+                  for (int i = 1; i < pg.size(); ++i) {
+                    Tensor t = Tensor::zeros(DType::kInt32, {1});
+                    auto work = pg.recv(t, -1, 0);
+                    work->wait();
+                    int src = work->source_rank();
+                    check(src > 0 && src < pg.size() && real_at(t, 0) == src * 10, "any-source sender");
+                    seen[static_cast<size_t>(src)]++;
+                  }
+                  for (int r = 1; r < pg.size(); ++r)
+                    check(seen[static_cast<size_t>(r)] == 1, "sender seen twice");
+                }),
             "");
 }
 
 TEST_P(P2P, AsyncCollectivesCompleteInOrderWithFutures) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          std::vector<Tensor> tensors;
-                          std::vector<WorkPtr> works;
-                          for (int i = 0; i < 10; ++i) {
-                            tensors.push_back(make_tensor(DType::kInt64, 100, [&](int64_t j) { return rank + i + j; }));
-                            works.push_back(pg.all_reduce(tensors.back(), ReduceOp::SUM));
-                          }
-                          std::atomic<int> callbacks{0};
-                          auto chained = works.back()->get_future()->then([&](Future& f) {
-                            callbacks++;
-                            return f.value();
-                          });
-                          for (size_t i = 0; i < works.size(); ++i) {
-                            check(works[i]->wait(), "wait returned false");
-                            check(works[i]->is_completed() && works[i]->is_success() && !works[i]->exception(),
-                                  "work state after wait");
-                          }
-                          auto value = chained->value();
-                          check(callbacks == 1 && value.size() == 1, "then() ran once with the output tensor");
-                          int p = pg.size();
-                          for (int i = 0; i < 10; ++i) {
-                            check(real_at(tensors[static_cast<size_t>(i)], 5) == p * (i + 5) + p * (p - 1) / 2,
-                                  "async all_reduce " + std::to_string(i));
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(mode(), n(),
+                  [&](ProcessGroup& pg, int rank) {
+                    std::vector<Tensor> tensors;
+                    std::vector<WorkPtr> works;
+                    for (int i = 0; i < 10; ++i) {
+                      tensors.push_back(
+                          make_tensor(DType::kInt64, 100, [&](int64_t j) { return rank + i + j; }));
+                      works.push_back(pg.all_reduce(tensors.back(), ReduceOp::SUM));
+                    }
+                    std::atomic<int> callbacks{0};
+                    auto chained = works.back()->get_future()->then([&](Future& f) {
+                      callbacks++;
+                      return f.value();
+                    });
+                    for (size_t i = 0; i < works.size(); ++i) {
+                      check(works[i]->wait(), "wait returned false");
+                      check(works[i]->is_completed() && works[i]->is_success() && !works[i]->exception(),
+                            "work state after wait");
+                    }
+                    auto value = chained->value();
+                    check(callbacks == 1 && value.size() == 1, "then() ran once with the output tensor");
+                    int p = pg.size();
+                    for (int i = 0; i < 10; ++i) {
+                      check(real_at(tensors[static_cast<size_t>(i)], 5) == p * (i + 5) + p * (p - 1) / 2,
+                            "async all_reduce " + std::to_string(i));
+                    }
+                  }),
+      "");
 }
 
 TEST_P(P2P, ASizeMismatchOnRecvIsAnError) {

@@ -50,7 +50,8 @@ class RendezvousRanks : public ::testing::TestWithParam<std::tuple<Mode, int>> {
 
 TEST_P(RendezvousRanks, TcpIpv4WithRankAndWorldSizeArguments) {
   std::string url = "tcp://127.0.0.1:" + std::to_string(pick_free_port());
-  EXPECT_EQ(run_ranks(mode(), n(), [&](int rank) { check_shared_store(rendezvous(url, rank, n(), 30s), rank, n()); }),
+  EXPECT_EQ(run_ranks(mode(), n(),
+                      [&](int rank) { check_shared_store(rendezvous(url, rank, n(), 30s), rank, n()); }),
             "");
 }
 
@@ -59,7 +60,8 @@ TEST_P(RendezvousRanks, TcpIpv6WithQueryParameters) {
   int port = pick_free_port();
   EXPECT_EQ(run_ranks(mode(), n(),
                       [&](int rank) {
-                        std::string url = "tcp://[::1]:" + std::to_string(port) + "?rank=" + std::to_string(rank) +
+                        std::string url = "tcp://[::1]:" + std::to_string(port) +
+                                          "?rank=" + std::to_string(rank) +
                                           "&world_size=" + std::to_string(n());
                         check_shared_store(rendezvous(url, -1, -1, 30s), rank, n());
                       }),
@@ -68,14 +70,17 @@ TEST_P(RendezvousRanks, TcpIpv6WithQueryParameters) {
 
 TEST_P(RendezvousRanks, TcpHostName) {
   std::string url = "tcp://localhost:" + std::to_string(pick_free_port());
-  EXPECT_EQ(run_ranks(mode(), n(), [&](int rank) { check_shared_store(rendezvous(url, rank, n(), 30s), rank, n()); }),
+  EXPECT_EQ(run_ranks(mode(), n(),
+                      [&](int rank) { check_shared_store(rendezvous(url, rank, n(), 30s), rank, n()); }),
             "");
 }
 
 TEST_P(RendezvousRanks, File) {
   std::string path = temp_path("rdzv");
   EXPECT_EQ(run_ranks(mode(), n(),
-                      [&](int rank) { check_shared_store(rendezvous("file://" + path, rank, n(), 30s), rank, n()); }),
+                      [&](int rank) {
+                        check_shared_store(rendezvous("file://" + path, rank, n(), 30s), rank, n());
+                      }),
             "");
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "the file outlived its users";
 }
@@ -95,13 +100,13 @@ TEST_P(EnvRendezvous, ReadsMasterAddrPortRankWorldSize) {
   int n = GetParam();
   int port = pick_free_port();
   EXPECT_EQ(describe_failures(run_forked(n,
-                       [&](int rank) {
-                         setenv("MASTER_ADDR", "127.0.0.1", 1);
-                         setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-                         setenv("RANK", std::to_string(rank).c_str(), 1);
-                         setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-                         check_shared_store(rendezvous("env://", -1, -1, 30s), rank, n);
-                       })),
+                                         [&](int rank) {
+                                           setenv("MASTER_ADDR", "127.0.0.1", 1);
+                                           setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+                                           setenv("RANK", std::to_string(rank).c_str(), 1);
+                                           setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+                                           check_shared_store(rendezvous("env://", -1, -1, 30s), rank, n);
+                                         })),
             "");
 }
 
@@ -127,14 +132,18 @@ std::string env_error(const std::vector<std::pair<const char*, const char*>>& va
 }
 
 TEST(EnvRendezvousErrors, MissingOrInvalidVariablesAreNamed) {
-  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}}).find("RANK is not set"),
+  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}})
+                .find("RANK is not set"),
             std::string::npos);
-  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"RANK", "0"}}).find("WORLD_SIZE is not set"),
+  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"RANK", "0"}})
+                .find("WORLD_SIZE is not set"),
             std::string::npos);
-  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}).find("MASTER_PORT is not set"),
+  EXPECT_NE(env_error({{"MASTER_ADDR", "127.0.0.1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})
+                .find("MASTER_PORT is not set"),
             std::string::npos);
-  EXPECT_NE(env_error({{"MASTER_PORT", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("MASTER_ADDR is not set"),
-            std::string::npos);
+  EXPECT_NE(
+      env_error({{"MASTER_PORT", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("MASTER_ADDR is not set"),
+      std::string::npos);
   EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})
                 .find("MASTER_PORT must be between 1 and 65535, got 99999"),
             std::string::npos);

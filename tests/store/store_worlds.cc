@@ -30,13 +30,15 @@ std::vector<StoreKind> all_store_kinds() {
                      handles.push_back(master);
                      options.is_master = false;
                      options.port = master->port();
-                     for (int i = 1; i < n; ++i) handles.push_back(std::make_shared<TCPStore>("127.0.0.1", options));
+                     for (int i = 1; i < n; ++i)
+                       handles.push_back(std::make_shared<TCPStore>("127.0.0.1", options));
                      return handles;
                    }});
   kinds.push_back({"PrefixStore", [](int n) {
                      auto base = std::make_shared<HashStore>();
                      std::vector<std::shared_ptr<Store>> handles;
-                     for (int i = 0; i < n; ++i) handles.push_back(std::make_shared<PrefixStore>("job", base));
+                     for (int i = 0; i < n; ++i)
+                       handles.push_back(std::make_shared<PrefixStore>("job", base));
                      return handles;
                    }});
   return kinds;

@@ -1,7 +1,7 @@
 // FileStore specifics: the file's life cycle and what the spec says about it.
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include "multirank.h"
@@ -11,7 +11,9 @@
 namespace tdist::testing {
 namespace {
 
-bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+bool exists(const std::string& path) {
+  return access(path.c_str(), F_OK) == 0;
+}
 
 TEST(FileStore, SpecExampleTwoStoresOnOneFile) {
   std::string path = temp_path("spec");

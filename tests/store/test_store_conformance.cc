@@ -247,8 +247,8 @@ TEST_P(StoreConformance, CompareSetElectsExactlyOneWinner) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      seen[static_cast<size_t>(t)] =
-          to_string(stores[static_cast<size_t>(t)]->compare_set("leader", Bytes{}, to_bytes(std::to_string(t))));
+      seen[static_cast<size_t>(t)] = to_string(
+          stores[static_cast<size_t>(t)]->compare_set("leader", Bytes{}, to_bytes(std::to_string(t))));
     });
   }
   for (auto& thread : threads) thread.join();

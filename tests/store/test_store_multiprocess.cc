@@ -76,7 +76,8 @@ TEST_P(StoreRace, AddCompareSetAndWaitGiveExactResults) {
     int64_t total = store->add("counter", 0);
     int64_t expected = static_cast<int64_t>(kAdds) * n * (n + 1) / 2;
     if (total != expected) {
-      throw std::runtime_error("counter is " + std::to_string(total) + ", expected " + std::to_string(expected));
+      throw std::runtime_error("counter is " + std::to_string(total) + ", expected " +
+                               std::to_string(expected));
     }
     if (to_string(store->get("leader")) != leader) throw std::runtime_error("leader changed after election");
     // All-gather through the store.

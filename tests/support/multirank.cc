@@ -172,7 +172,8 @@ std::string describe_failures(const std::vector<RankOutcome>& outcomes) {
     if (o.ok) continue;
     out << "rank " << o.rank << ":";
     if (o.timed_out) out << " killed at the deadline (hung)";
-    if (o.signal != 0 && !o.timed_out) out << " killed by signal " << o.signal << " (" << strsignal(o.signal) << ")";
+    if (o.signal != 0 && !o.timed_out)
+      out << " killed by signal " << o.signal << " (" << strsignal(o.signal) << ")";
     if (o.exit_code > 0) out << " exit code " << o.exit_code;
     if (!o.error.empty()) out << ": " << o.error;
     out << "\n";

@@ -16,11 +16,11 @@ namespace tdist::testing {
 /// What happened to one rank.
 struct RankOutcome {
   int rank = -1;
-  bool ok = false;          // returned normally
-  int exit_code = -1;       // forked only: the exit status, if it exited
-  int signal = 0;           // forked only: the signal that ended it, if any
-  bool timed_out = false;   // killed at the deadline
-  std::string error;        // what() of the exception it threw, if any
+  bool ok = false;         // returned normally
+  int exit_code = -1;      // forked only: the exit status, if it exited
+  int signal = 0;          // forked only: the signal that ended it, if any
+  bool timed_out = false;  // killed at the deadline
+  std::string error;       // what() of the exception it threw, if any
 };
 
 using RankFn = std::function<void(int rank)>;
@@ -40,7 +40,9 @@ std::vector<RankOutcome> run_forked(int n, const RankFn& fn,
 std::string describe_failures(const std::vector<RankOutcome>& outcomes);
 
 enum class Mode { kThreads, kProcesses };
-inline const char* mode_name(Mode mode) { return mode == Mode::kThreads ? "threads" : "processes"; }
+inline const char* mode_name(Mode mode) {
+  return mode == Mode::kThreads ? "threads" : "processes";
+}
 
 /// Runs in the given mode and returns describe_failures(); use as
 /// EXPECT_EQ(run_ranks(...), "").

@@ -19,7 +19,9 @@ using namespace std::chrono_literals;
 using transport::kAnySource;
 using transport::Transport;
 
-auto deadline(std::chrono::milliseconds ms = 30s) { return transport::Clock::now() + ms; }
+auto deadline(std::chrono::milliseconds ms = 30s) {
+  return transport::Clock::now() + ms;
+}
 
 void wait_ok(const transport::RequestPtr& request) {
   if (!request->wait_until(deadline())) throw std::runtime_error("request timed out");
@@ -55,7 +57,8 @@ class TcpTransportTest : public ::testing::TestWithParam<std::tuple<Mode, int>> 
 TEST_P(TcpTransportTest, EveryPairExchangesMessagesInBothDirections) {
   EXPECT_EQ(with_transport(mode(), n(),
                            [&](Transport& t, int rank) {
-                             std::vector<int64_t> out(static_cast<size_t>(n())), in(static_cast<size_t>(n()), -1);
+                             std::vector<int64_t> out(static_cast<size_t>(n())),
+                                 in(static_cast<size_t>(n()), -1);
                              std::vector<transport::RequestPtr> requests;
                              for (int peer = 0; peer < n(); ++peer) {
                                out[static_cast<size_t>(peer)] = rank * 100 + peer;
@@ -118,11 +121,13 @@ TEST_P(TcpTransportTest, AnySourceReceiveReportsTheSender) {
                                int v = -1;
                                auto r = t.irecv(kAnySource, 9, &v, 4);
                                wait_ok(r);
-                               if (v != r->source() * 3) throw std::runtime_error("value does not match sender");
+                               if (v != r->source() * 3)
+                                 throw std::runtime_error("value does not match sender");
                                seen[static_cast<size_t>(r->source())]++;
                              }
                              for (int peer = 1; peer < n(); ++peer) {
-                               if (seen[static_cast<size_t>(peer)] != 1) throw std::runtime_error("sender seen twice");
+                               if (seen[static_cast<size_t>(peer)] != 1)
+                                 throw std::runtime_error("sender seen twice");
                              }
                            }),
             "");
@@ -133,7 +138,8 @@ TEST_P(TcpTransportTest, LargeMessagesArriveIntactInARing) {
                            [&](Transport& t, int rank) {
                              const size_t count = (size_t{8} << 20) / 4 + 3;  // 8 MiB and a bit
                              std::vector<uint32_t> out(count), in(count);
-                             for (size_t i = 0; i < count; ++i) out[i] = static_cast<uint32_t>(i * 2654435761u + rank);
+                             for (size_t i = 0; i < count; ++i)
+                               out[i] = static_cast<uint32_t>(i * 2654435761u + rank);
                              int next = (rank + 1) % n();
                              int prev = (rank + n() - 1) % n();
                              auto r = t.irecv(prev, 3, in.data(), count * 4);
@@ -174,7 +180,8 @@ TEST_P(TcpTransportTest, SizesUnknownInAdvanceAndTooSmallBuffers) {
                                }
                                auto r = t.irecv(1, 3, small, sizeof(small));
                                wait_ok(r);
-                               if (r->received_bytes() != 0) throw std::runtime_error("empty message not empty");
+                               if (r->received_bytes() != 0)
+                                 throw std::runtime_error("empty message not empty");
                              }
                            }),
             "");

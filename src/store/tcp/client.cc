@@ -124,7 +124,8 @@ TCPStoreClient::Reply TCPStoreClient::read_frame(Connection& c, Deadline deadlin
   return reply;
 }
 
-bool TCPStoreClient::read_reply(Connection& c, uint64_t id, Deadline deadline, Duration timeout, Reply* reply) {
+bool TCPStoreClient::read_reply(Connection& c, uint64_t id, Deadline deadline, Duration timeout,
+                                Reply* reply) {
   for (;;) {
     if (!c.socket.wait_readable(deadline)) return false;
     uint64_t got = 0;

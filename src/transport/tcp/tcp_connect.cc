@@ -27,7 +27,9 @@ struct Hello {
   uint32_t size;
 };
 
-std::string address_key(int rank) { return "tcp/addr/" + std::to_string(rank); }
+std::string address_key(int rank) {
+  return "tcp/addr/" + std::to_string(rank);
+}
 
 // The first IPv4 (else IPv6) address of interface `name`.
 std::string interface_address(const std::string& name, const char* variable) {
@@ -40,7 +42,8 @@ std::string interface_address(const std::string& name, const char* variable) {
     if (it->ifa_addr == nullptr) continue;
     int family = it->ifa_addr->sa_family;
     if (family != AF_INET && family != AF_INET6) continue;
-    if (seen.find(std::string(" ") + it->ifa_name + ",") == std::string::npos) seen += std::string(" ") + it->ifa_name + ",";
+    if (seen.find(std::string(" ") + it->ifa_name + ",") == std::string::npos)
+      seen += std::string(" ") + it->ifa_name + ",";
     if (name != it->ifa_name) continue;
     SocketAddress addr(it->ifa_addr, family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     if (family == AF_INET && v4.empty()) v4 = addr.host();
@@ -116,8 +119,7 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
       continue;
     }
     if (hello.magic != kHelloMagic || static_cast<int>(hello.size) != size ||
-        static_cast<int>(hello.rank) <= rank || static_cast<int>(hello.rank) >= size ||
-        sockets[hello.rank]) {
+        static_cast<int>(hello.rank) <= rank || static_cast<int>(hello.rank) >= size || sockets[hello.rank]) {
       TDIST_LOG(WARNING) << where << ": dropping a connection from " << socket.peer_address().to_string()
                          << " with a bad greeting (rank " << hello.rank << ", size " << hello.size << ")";
       continue;

@@ -59,19 +59,22 @@ bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
 }
 
 std::exception_ptr too_big(int rank, int src, uint64_t tag, size_t size, size_t capacity) {
-  return std::make_exception_ptr(DistBackendError(
-      "rank " + std::to_string(rank) + ": receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) +
-      "): the message has " + std::to_string(size) + " bytes but the receive buffer holds only " +
-      std::to_string(capacity) + " (do the ranks pass tensors of different sizes?)"));
+  return std::make_exception_ptr(
+      DistBackendError("rank " + std::to_string(rank) + ": receive from rank " + std::to_string(src) +
+                       " (tag " + std::to_string(tag) + "): the message has " + std::to_string(size) +
+                       " bytes but the receive buffer holds only " + std::to_string(capacity) +
+                       " (do the ranks pass tensors of different sizes?)"));
 }
 
 }  // namespace
 
-TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets, std::vector<std::string> addresses)
+TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets,
+                           std::vector<std::string> addresses)
     : rank_(rank), size_(size), pairs_(static_cast<size_t>(size)) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) throw DistNetworkError("tcp transport: epoll/eventfd: " + errno_text(errno));
+  if (epoll_fd_ < 0 || wake_fd_ < 0)
+    throw DistNetworkError("tcp transport: epoll/eventfd: " + errno_text(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = static_cast<uint64_t>(size);  // index past the pairs = the wake fd
@@ -109,8 +112,8 @@ TcpTransport::~TcpTransport() {
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
-  abort(std::make_exception_ptr(
-      DistBackendError("rank " + std::to_string(rank_) + ": the transport was destroyed with this operation pending")));
+  abort(std::make_exception_ptr(DistBackendError(
+      "rank " + std::to_string(rank_) + ": the transport was destroyed with this operation pending")));
   close(epoll_fd_);
   close(wake_fd_);
 }
@@ -140,7 +143,8 @@ RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t n
   return request;
 }
 
-void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes) {
+void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data,
+                             size_t nbytes) {
   if (aborted_) {
     failed(request, aborted_);
     return;
@@ -277,11 +281,12 @@ bool TcpTransport::write_some(Pair& pair) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
       int err = errno;
-      close_pair(pair,
-                 std::make_exception_ptr(DistNetworkError(
-                     "rank " + std::to_string(rank_) + ": sending to rank " + std::to_string(pair.peer) + " (" +
-                     pair.address + ") failed: " + errno_text(err) + "; the peer process probably died")),
-                 true);
+      close_pair(
+          pair,
+          std::make_exception_ptr(DistNetworkError(
+              "rank " + std::to_string(rank_) + ": sending to rank " + std::to_string(pair.peer) + " (" +
+              pair.address + ") failed: " + errno_text(err) + "; the peer process probably died")),
+          true);
       return true;
     }
     op.sent += static_cast<size_t>(n);
@@ -395,10 +400,11 @@ void TcpTransport::read_some(Pair& pair) {
       if (mid_message) why += " in the middle of a message";
       bool crashed = !pair.said_goodbye;
       close_pair(pair,
-                 std::make_exception_ptr(DistNetworkError(
-                     "rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) + " (" + pair.address +
-                     ") " + why + (crashed ? "; the peer process probably died or was killed"
-                                           : " after shutting down its process group"))),
+                 std::make_exception_ptr(
+                     DistNetworkError("rank " + std::to_string(rank_) + ": rank " +
+                                      std::to_string(pair.peer) + " (" + pair.address + ") " + why +
+                                      (crashed ? "; the peer process probably died or was killed"
+                                               : " after shutting down its process group"))),
                  crashed);
       return;
     }

@@ -81,9 +81,9 @@ struct Pair {
   int peer = -1;
   Socket socket;
   std::string address;
-  bool closed = false;       // no more traffic either way
-  bool said_goodbye = false; // closed on purpose, not crashed
-  std::exception_ptr error;  // why it closed
+  bool closed = false;        // no more traffic either way
+  bool said_goodbye = false;  // closed on purpose, not crashed
+  std::exception_ptr error;   // why it closed
   std::deque<SendOp> sends;
   bool polling_out = false;
   // Reading.
@@ -92,11 +92,11 @@ struct Pair {
   bool in_payload = false;
   size_t payload_got = 0;
   uint8_t* target = nullptr;
-  std::optional<RecvOp> direct;                     // filling a posted receive
-  std::list<Incoming>::iterator incoming;           // or an unexpected message
+  std::optional<RecvOp> direct;            // filling a posted receive
+  std::list<Incoming>::iterator incoming;  // or an unexpected message
   bool to_incoming = false;
-  std::vector<uint8_t> overflow;                    // a message too big for its receive
-  bool reading_abort = false;                       // the payload is a peer's abort notice
+  std::vector<uint8_t> overflow;  // a message too big for its receive
+  bool reading_abort = false;     // the payload is a peer's abort notice
 };
 
 }  // namespace tcp
