@@ -112,8 +112,14 @@ TcpTransport::~TcpTransport() {
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
-  abort(std::make_exception_ptr(DistBackendError(
-      "rank " + std::to_string(rank_) + ": the transport was destroyed with this operation pending")));
+  // Fail what is still pending here, without an abort notice: the peers got
+  // a goodbye, and a clean shutdown is not their error.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abort_locked(std::make_exception_ptr(DistBackendError(
+        "rank " + std::to_string(rank_) + ": the transport was destroyed with this operation pending")));
+  }
+  flush();
   close(epoll_fd_);
   close(wake_fd_);
 }
