@@ -124,11 +124,10 @@ void bruck(const CallContext& ctx, const uint8_t* in, uint8_t* out, const Bounds
   for (int k = 0; k < patterns::bruck_num_steps(p); ++k) {
     const patterns::Step step = patterns::bruck_all_gather_step(rank, p, k);
     const uint64_t tag = ctx.tag(static_cast<uint32_t>(k));
-    wait_all(ctx,
-             {detail::post_recv(ctx, step.recv_from, tag, block_at(tmp.get(), rotated, step.recv_chunks),
-                                bytes_of(rotated, step.recv_chunks)),
-              detail::post_send(ctx, step.send_to, tag, block_at(tmp.get(), rotated, step.send_chunks),
-                                bytes_of(rotated, step.send_chunks))});
+    wait_all(ctx, {detail::post_recv(ctx, step.recv_from, tag, block_at(tmp.get(), rotated, step.recv_chunks),
+                                     bytes_of(rotated, step.recv_chunks)),
+                   detail::post_send(ctx, step.send_to, tag, block_at(tmp.get(), rotated, step.send_chunks),
+                                     bytes_of(rotated, step.send_chunks))});
   }
   for (int i = 1; i < p; ++i) {
     const size_t n = bytes_of(rotated, {i, 1});

@@ -222,7 +222,7 @@ void recursive_halving(const CallContext& ctx, const uint8_t* in, uint8_t* out, 
   }
   if (step.receives()) {
     wait_all(ctx, {detail::post_recv(ctx, step.recv_from, tag, out, block_bytes(rank))});
-  } else {
+  } else if (block_bytes(rank) > 0) {
     std::memcpy(out, acc.get() + bounds[static_cast<size_t>(rank)] * eb, block_bytes(rank));
   }
 }
