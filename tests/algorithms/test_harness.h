@@ -65,24 +65,15 @@ using GroupFn = std::function<void(Group&)>;
 /// description of failures ("" if none).
 inline std::string with_group(Mode mode, int n, const GroupFn& fn,
                               std::chrono::milliseconds deadline = 240s) {
-  auto hash = std::make_shared<HashStore>();
-  const std::string path = temp_path("algorithms");
-  return run_ranks(
+  return run_with_store(
       mode, n,
-      [&](int rank) {
-        std::unique_ptr<Store> file;
-        Store* store = hash.get();
-        if (mode == Mode::kProcesses) {
-          file = std::make_unique<FileStore>(path, n);
-          store = file.get();
-        }
+      [&](Store& store, int rank) -> KeepAlive {
         transport::TcpOptions options;
         options.timeout = 60s;
-        auto t = transport::connect_tcp(*store, rank, n, options);
+        std::shared_ptr<transport::Transport> t = transport::connect_tcp(store, rank, n, options);
         Group group(*t);
         fn(group);
-        if (store->add("finished", 1) == n) store->set("all_finished", "1");
-        store->wait({"all_finished"});
+        return t;
       },
       deadline);
 }

@@ -3,32 +3,25 @@
 #include <complex>
 #include <stdexcept>
 
-#include "tdist/file_store.h"
 
 namespace tdist::testing {
 
 std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&, int)>& fn,
                         std::chrono::milliseconds timeout) {
-  auto hash = std::make_shared<HashStore>();
-  std::string path = temp_path("pg");
-  return run_ranks(
+  // The store outlives slow or failing collectives: its own deadline is
+  // longer than the group's.
+  return run_with_store(
       mode, n,
-      [&](int rank) {
-        std::shared_ptr<Store> store = hash;
-        if (mode == Mode::kProcesses) store = std::make_shared<FileStore>(path, n);
-        // The store outlives slow or failing collectives: its own deadline is
-        // longer than the group's.
-        store->set_timeout(timeout + std::chrono::seconds(20));
+      [&](Store& store, int rank) -> KeepAlive {
         ProcessGroupOptions options;
         options.timeout = timeout;
-        auto group =
-            create_process_group("tdist", std::make_shared<PrefixStore>("pg", store), rank, n, options);
+        // Groups take a shared_ptr; the store outlives the group here.
+        std::shared_ptr<Store> shared(&store, [](Store*) {});
+        auto group = create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank, n, options);
         fn(*group, rank);
-        // Nobody tears down its connections while others still use them.
-        if (store->add("pg_done", 1) == n) store->set("pg_all_done", "1");
-        store->wait({"pg_all_done"});
+        return group;
       },
-      timeout + std::chrono::seconds(40));
+      timeout + std::chrono::seconds(40), timeout + std::chrono::seconds(20));
 }
 
 Tensor make_tensor(DType dtype, int64_t count, const std::function<double(int64_t)>& value) {

@@ -107,9 +107,14 @@ TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
         auto pg = create_process_group("tdist", store, rank, kRanks, options);
         std::vector<float> data(size_t{16} << 20, 1.0f);  // 64 MiB
         Tensor t = Tensor::wrap(data);
-        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes
+        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes everywhere
+        if (store->add("first_done", 1) == kRanks) store->set("all_first_done", "1");
         auto work = pg->all_reduce(t, ReduceOp::SUM);
-        if (rank == 2) raise(SIGKILL);
+        if (rank == 2) {
+          // Die in the middle of the second one, once all have finished the first.
+          store->wait({"all_first_done"});
+          raise(SIGKILL);
+        }
         try {
           work->wait();
           throw std::runtime_error("all_reduce completed although rank 2 was killed");

@@ -1,5 +1,7 @@
 #include "multirank.h"
 
+#include "tdist/file_store.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -221,6 +223,28 @@ void exit_barrier(Store& store, int rank, int world_size, const std::string& nam
   } else {
     store.wait({name + "/all_left"});
   }
+}
+
+std::string run_with_store(Mode mode, int n, const std::function<KeepAlive(Store& store, int rank)>& fn,
+                           std::chrono::milliseconds deadline, std::chrono::milliseconds store_timeout) {
+  auto hash = std::make_shared<HashStore>();
+  hash->set_timeout(store_timeout);
+  std::string path = temp_path("ranks");
+  return run_ranks(
+      mode, n,
+      [&](int rank) {
+        std::unique_ptr<FileStore> file;
+        Store* store = hash.get();
+        if (mode == Mode::kProcesses) {
+          file = std::make_unique<FileStore>(path, n);
+          file->set_timeout(store_timeout);
+          store = file.get();
+        }
+        KeepAlive resources = fn(*store, rank);
+        if (store->add("run_with_store/finished", 1) == n) store->set("run_with_store/all_finished", "1");
+        store->wait({"run_with_store/all_finished"});
+      },
+      deadline);
 }
 
 std::string temp_path(const std::string& stem) {

@@ -67,6 +67,15 @@ ReservedPort reserve_port();
 /// server can go away without cutting anyone off. Keys live under `name`.
 void exit_barrier(Store& store, int rank, int world_size, const std::string& name = "exit");
 
+/// Runs fn(store, rank) on n ranks that share one store: a HashStore when
+/// ranks are threads, a FileStore when they are processes. What fn returns
+/// (connections, groups) is kept alive until every rank has passed a store
+/// barrier after fn, so no rank tears down what another still uses.
+using KeepAlive = std::shared_ptr<void>;
+std::string run_with_store(Mode mode, int n, const std::function<KeepAlive(Store& store, int rank)>& fn,
+                           std::chrono::milliseconds deadline = std::chrono::seconds(60),
+                           std::chrono::milliseconds store_timeout = std::chrono::seconds(60));
+
 /// A fresh path under TMPDIR (or /tmp) that does not exist yet.
 std::string temp_path(const std::string& stem);
 

@@ -29,22 +29,12 @@ void wait_ok(const transport::RequestPtr& request) {
 
 // Runs fn on n ranks, each with a connected TCP transport.
 std::string with_transport(Mode mode, int n, const std::function<void(Transport&, int)>& fn) {
-  auto hash = std::make_shared<HashStore>();
-  std::string path = temp_path("transport");
-  return run_ranks(mode, n, [&](int rank) {
-    std::unique_ptr<Store> file;
-    Store* store = hash.get();
-    if (mode == Mode::kProcesses) {
-      file = std::make_unique<FileStore>(path, n);
-      store = file.get();
-    }
+  return run_with_store(mode, n, [&](Store& store, int rank) -> KeepAlive {
     transport::TcpOptions options;
     options.timeout = 30s;
-    auto t = transport::connect_tcp(*store, rank, n, options);
+    std::shared_ptr<Transport> t = transport::connect_tcp(store, rank, n, options);
     fn(*t, rank);
-    // Keep every transport alive until all ranks are done with theirs.
-    if (store->add("finished", 1) == n) store->set("all_finished", "1");
-    store->wait({"all_finished"});
+    return t;
   });
 }
 

@@ -53,6 +53,10 @@ bool is_timeout(const std::exception_ptr& error) {
 // threads posting operations) get their turn; epoll is level-triggered, so
 // the rest is picked up on the next round.
 constexpr size_t kReadBudget = size_t{1} << 20;
+// How long a transport broken by a crashed peer keeps its connections open on
+// destruction, so every survivor learns of the crash from the dead rank
+// itself (see ~TcpTransport).
+constexpr auto kCrashLinger = std::chrono::seconds(1);
 
 bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
   return (want_src == kAnySource || want_src == src) && want_tag == tag;
@@ -97,6 +101,21 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets,
 }
 
 TcpTransport::~TcpTransport() {
+  {
+    // After a peer crashed, the other survivors may not have read its
+    // end-of-stream yet (it can sit behind data still draining from the dead
+    // process's socket). Closing now would make them blame this rank instead;
+    // keep reading, for a moment at most, until the others have closed too.
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (broken_by_crash_) {
+      closed_cv_.wait_for(lock, kCrashLinger, [&] {
+        for (const auto& pair : pairs_) {
+          if (pair.peer != rank_ && !pair.closed) return false;
+        }
+        return true;
+      });
+    }
+  }
   {
     // Tell every live peer this is a clean shutdown, so its pending
     // any-source receives are not failed as if we had crashed. Best effort:
@@ -388,8 +407,7 @@ void TcpTransport::finish_payload(Pair& pair) {
   }
 }
 
-void TcpTransport::read_some(Pair& pair) {
-  size_t budget = kReadBudget;
+void TcpTransport::read_some(Pair& pair, size_t budget) {
   while (!pair.closed && budget > 0) {
     Socket::IoResult r;
     if (!pair.in_payload) {
@@ -445,6 +463,20 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   if (pair.closed) return;
   pair.closed = true;
   pair.error = error;
+  // When one rank dies, the others see it at about the same time, and a
+  // survivor that gives up can close its own connections before this rank
+  // has read the dead one's. Read what the other connections already hold
+  // first, so that the error reported is the root cause (the dead rank), not
+  // a survivor's reaction to it.
+  if (!aborted_ && !sweeping_) {
+    sweeping_ = true;
+    // Everything they hold: a dead peer's end-of-stream sits behind the data
+    // it sent before dying (a socket buffer's worth at most).
+    for (auto& other : pairs_) {
+      if (other.peer != rank_ && !other.closed) read_some(other, SIZE_MAX);
+    }
+    sweeping_ = false;
+  }
   // Once the group is broken, later disconnects are consequences, not news.
   if (crashed && !aborted_) {
     try {
@@ -485,12 +517,14 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   // A crashed peer breaks every collective of the group: fail all pending
   // and future operations now, naming it, instead of letting ranks that were
   // waiting on someone else find out at the timeout.
+  closed_cv_.notify_all();
+  if (crashed && !aborted_) broken_by_crash_ = true;
   if (crashed) break_locked(error);
 }
 
 void TcpTransport::break_locked(std::exception_ptr error) {
-  if (aborted_) return;
-  aborted_ = error;
+  if (!aborted_) aborted_ = error;
+  error = aborted_;
   for (auto& pair : pairs_) {
     if (pair.peer == rank_) continue;
     for (auto& op : pair.sends) failed(op.request, error);
@@ -515,8 +549,14 @@ void TcpTransport::break_locked(std::exception_ptr error) {
 void TcpTransport::abort(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!aborted_) notify_abort(error);
-    abort_locked(error);
+    if (aborted_) {
+      // Already broken by a peer's crash: everything pending has failed, and
+      // the connections stay open until destruction (see ~TcpTransport).
+      break_locked(aborted_);
+    } else {
+      notify_abort(error);
+      abort_locked(error);
+    }
   }
   flush();
 }
@@ -579,7 +619,7 @@ void TcpTransport::loop() {
         std::lock_guard<std::mutex> lock(mutex_);
         Pair& pair = pairs_[index];
         if (pair.closed) continue;
-        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_some(pair);
+        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_some(pair, kReadBudget);
         if (!pair.closed && (events[i].events & EPOLLOUT)) {
           write_some(pair);
           update_polling(pair);

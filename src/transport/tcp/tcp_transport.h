@@ -7,6 +7,7 @@
 // waiting, so large messages cross without extra copies.
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <list>
 #include <memory>
@@ -138,7 +139,7 @@ class TcpTransport final : public Transport {
   void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
   bool write_some(tcp::Pair& pair);  // true when the queue drained
   void update_polling(tcp::Pair& pair);
-  void read_some(tcp::Pair& pair);
+  void read_some(tcp::Pair& pair, size_t budget);
   void start_payload(tcp::Pair& pair);
   void finish_payload(tcp::Pair& pair);
   void close_pair(tcp::Pair& pair, std::exception_ptr error, bool crashed);
@@ -153,6 +154,9 @@ class TcpTransport final : public Transport {
   std::list<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
   std::vector<Completion> completions_;
+  bool sweeping_ = false;          // close_pair is reading the other connections
+  bool broken_by_crash_ = false;   // a peer died without saying goodbye
+  std::condition_variable closed_cv_;  // a pair closed
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
