@@ -1,6 +1,7 @@
 #include "tdist/rendezvous.h"
 
 #include <cctype>
+#include <initializer_list>
 
 #include "common/env.h"
 #include "tdist/errors.h"
@@ -34,15 +35,39 @@ int int_param(const std::string& value, const std::string& name, const std::stri
       parse_int(value, "init_method '" + url + "': query parameter " + name, min, INT32_MAX));
 }
 
-// Fills rank/world_size left at -1 from the environment variable `name`.
-int from_env_if_unset(int value, const char* env_name, const char* param, int min) {
+// Fills rank/world_size left at -1 from the first of `env_names` that is
+// set: tdistrun/torchrun's variable, then those of other launchers (Open
+// MPI's mpirun, MPICH/PMI, Slurm's srun). *source gets the name used. Keep
+// the orders in step with launch_environment() (src/launcher/launch_env.cc).
+int from_env_if_unset(int value, std::initializer_list<const char*> env_names, const char* param, int min,
+                      std::string* source) {
   if (value >= 0) return value;
-  auto env = env_int(env_name, min, INT32_MAX);
-  if (!env) {
-    throw DistInvalidArgument(std::string("env:// rendezvous: ") + param +
-                              " was not given and environment variable " + env_name + " is not set");
+  for (const char* name : env_names) {
+    if (auto env = env_int(name, min, INT32_MAX)) {
+      *source = name;
+      return static_cast<int>(*env);
+    }
   }
-  return static_cast<int>(*env);
+  auto it = env_names.begin();
+  std::string message = std::string("env:// rendezvous: ") + param +
+                        " was not given and environment variable " + *it + " is not set (nor";
+  for (++it; it != env_names.end(); ++it) {
+    message += std::string(" ") + *it + (it + 1 == env_names.end() ? ")" : ",");
+  }
+  throw DistInvalidArgument(message);
+}
+
+constexpr std::initializer_list<const char*> kRankVariables = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                                               "SLURM_PROCID"};
+constexpr std::initializer_list<const char*> kWorldSizeVariables = {
+    "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
+
+// Other launchers give ranks but no master address; say where to put one.
+std::string foreign_launcher_hint(const std::string& rank_source) {
+  if (rank_source.empty() || rank_source == "RANK") return "";
+  return "; the rank came from " + rank_source +
+         ", and that launcher does not set the master's address: export MASTER_ADDR (the host of rank 0) "
+         "and MASTER_PORT (a free port there) to every rank, e.g. mpirun -x MASTER_ADDR -x MASTER_PORT";
 }
 
 void check_rank(const std::string& where, int rank, int world_size) {
@@ -157,18 +182,28 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
   if (world_size < 0) world_size = url.world_size;
   RendezvousResult result;
   if (url.scheme == "env") {
-    rank = from_env_if_unset(rank, "RANK", "rank", 0);
-    world_size = from_env_if_unset(world_size, "WORLD_SIZE", "world_size", 1);
+    std::string rank_source;
+    std::string size_source;
+    rank = from_env_if_unset(rank, kRankVariables, "rank", 0, &rank_source);
+    world_size = from_env_if_unset(world_size, kWorldSizeVariables, "world_size", 1, &size_source);
     check_rank("env:// rendezvous", rank, world_size);
     // The spec makes MASTER_ADDR optional on rank 0, which hosts the store.
     auto addr = env_string("MASTER_ADDR");
     if (!addr && rank == 0) addr = "localhost";
     if (!addr) {
       throw DistInvalidArgument("env:// rendezvous: environment variable MASTER_ADDR is not set (rank " +
-                                std::to_string(rank) + " needs the address of rank 0)");
+                                std::to_string(rank) + " needs the address of rank 0)" +
+                                foreign_launcher_hint(rank_source));
     }
     auto port = env_int("MASTER_PORT", 1, 65535);
-    if (!port) throw DistInvalidArgument("env:// rendezvous: environment variable MASTER_PORT is not set");
+    if (!port) {
+      throw DistInvalidArgument("env:// rendezvous: environment variable MASTER_PORT is not set" +
+                                foreign_launcher_hint(rank_source));
+    }
+    if (!rank_source.empty() && rank_source != "RANK") {
+      TDIST_LOG(INFO) << "env:// rendezvous: rank " << rank << " from " << rank_source << ", world size "
+                      << world_size << " from " << (size_source.empty() ? "the caller" : size_source);
+    }
     std::string host = *addr;
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
     result.store = tcp_store_for(host, static_cast<int>(*port), rank, world_size, timeout);

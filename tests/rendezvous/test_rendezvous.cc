@@ -112,12 +112,18 @@ TEST_P(EnvRendezvous, ReadsMasterAddrPortRankWorldSize) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, EnvRendezvous, ::testing::Values(1, 2, 3, 5, 8));
 
+// Every variable env:// may read: tdistrun's, then other launchers'.
+const char* const kLauncherVariables[] = {
+    "MASTER_ADDR",          "MASTER_PORT", "RANK",     "WORLD_SIZE",   "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE", "PMI_RANK",    "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS"};
+
 // Runs `body` in a child with exactly the given environment variables set
-// (among the four rendezvous ones) and returns the error it raised.
+// (among those env:// reads) and returns the error it raised.
 std::string env_error(const std::vector<std::pair<const char*, const char*>>& vars, int rank = -1,
                       int world_size = -1) {
   auto outcomes = run_forked(1, [&](int) {
-    for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) unsetenv(name);
+    for (const char* name : kLauncherVariables) unsetenv(name);
     for (auto [name, value] : vars) setenv(name, value, 1);
     try {
       rendezvous("env://", rank, world_size, 2s);
@@ -188,6 +194,69 @@ TEST(RendezvousExplicitStore, ValidatesRankAndWorldSize) {
   EXPECT_THROW(rendezvous(store, 3, 3), DistInvalidArgument);
   EXPECT_THROW(rendezvous(store, -1, 3), DistInvalidArgument);
   EXPECT_THROW(rendezvous(store, 0, 0), DistInvalidArgument);
+}
+
+// Ranks started by other launchers: Open MPI's mpirun, MPICH/PMI, Slurm's
+// srun. They give rank and size but no master, so MASTER_ADDR/PORT are set.
+struct OtherLauncher {
+  const char* name;
+  const char* rank_variable;
+  const char* size_variable;
+};
+
+class EnvRendezvousOtherLaunchers : public ::testing::TestWithParam<OtherLauncher> {};
+
+TEST_P(EnvRendezvousOtherLaunchers, ReadsTheirRankAndSize) {
+  const OtherLauncher launcher = GetParam();
+  const int n = 3;
+  int port = pick_free_port();
+  EXPECT_EQ(describe_failures(run_forked(n,
+                                         [&](int rank) {
+                                           for (const char* name : kLauncherVariables) unsetenv(name);
+                                           setenv("MASTER_ADDR", "127.0.0.1", 1);
+                                           setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+                                           setenv(launcher.rank_variable, std::to_string(rank).c_str(), 1);
+                                           setenv(launcher.size_variable, std::to_string(n).c_str(), 1);
+                                           check_shared_store(rendezvous("env://", -1, -1, 30s), rank, n);
+                                         })),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Launchers, EnvRendezvousOtherLaunchers,
+    ::testing::Values(OtherLauncher{"OpenMpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                      OtherLauncher{"Pmi", "PMI_RANK", "PMI_SIZE"},
+                      OtherLauncher{"Slurm", "SLURM_PROCID", "SLURM_NTASKS"},
+                      OtherLauncher{"SlurmStep", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+TEST(EnvRendezvousErrors, OtherLaunchersNamedAndMasterStillNeeded) {
+  // Nothing set: the message lists every variable that would have done.
+  std::string none = env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"}});
+  EXPECT_NE(none.find("RANK is not set (nor OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"),
+            std::string::npos)
+      << none;
+  // mpirun gives the rank but not the master: the error says what to export.
+  std::string no_addr =
+      env_error({{"MASTER_PORT", "1"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_NE(no_addr.find("MASTER_ADDR is not set"), std::string::npos) << no_addr;
+  EXPECT_NE(no_addr.find("the rank came from OMPI_COMM_WORLD_RANK"), std::string::npos) << no_addr;
+  std::string no_port = env_error({{"MASTER_ADDR", "h"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_NE(no_port.find("MASTER_PORT is not set; the rank came from SLURM_PROCID"), std::string::npos)
+      << no_port;
+  // RANK and WORLD_SIZE win over other launchers' variables: rank 5 of 2
+  // comes from RANK although OMPI_COMM_WORLD_RANK says 0.
+  EXPECT_NE(env_error({{"MASTER_ADDR", "h"},
+                       {"MASTER_PORT", "1"},
+                       {"RANK", "5"},
+                       {"WORLD_SIZE", "2"},
+                       {"OMPI_COMM_WORLD_RANK", "0"},
+                       {"OMPI_COMM_WORLD_SIZE", "2"}})
+                .find("got 5"),
+            std::string::npos);
+  EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"PMI_RANK", "x"}, {"PMI_SIZE", "2"}})
+                .find("PMI_RANK must be an integer, got 'x'"),
+            std::string::npos);
 }
 
 }  // namespace

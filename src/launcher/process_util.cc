@@ -1,0 +1,78 @@
+#include "process_util.h"
+
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "common/socket.h"
+#include "tdist/errors.h"
+
+namespace tdist::launcher {
+
+std::string signal_name(int signal) {
+  const char* abbrev = sigabbrev_np(signal);
+  if (abbrev != nullptr) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(signal);
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::string text = "was killed by signal " + signal_name(sig) + " (" + std::to_string(sig) + ")";
+    if (WCOREDUMP(status)) text += ", core dumped";
+    return text;
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+bool wait_status_ok(int status) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int open_pidfd(pid_t pid) {
+  // The raw syscall: glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++.
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) {
+    throw DistError("pidfd_open(" + std::to_string(pid) + ") failed: " + errno_text(errno) +
+                    " (tdist needs Linux 5.3 or newer)");
+  }
+  return fd;
+}
+
+bool try_reap(pid_t pid, int* status) {
+  for (;;) {
+    pid_t got = waitpid(pid, status, WNOHANG);
+    if (got == pid) return true;
+    if (got == 0) return false;
+    if (errno == EINTR) continue;
+    // ECHILD: someone else reaped it (SIGCHLD ignored); call it a clean exit
+    // we know nothing about rather than waiting forever.
+    *status = 0;
+    return true;
+  }
+}
+
+int pick_free_port() {
+  Socket socket = listen_on(0);
+  return socket.local_port();
+}
+
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace tdist::launcher

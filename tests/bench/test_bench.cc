@@ -1,0 +1,313 @@
+// tdist-bench: option parsing, nccl-tests' sizes and factors, and whole runs
+// of the binary under its own local launcher.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench_ops.h"
+#include "check.h"
+#include "options.h"
+#include "report.h"
+
+namespace tdist::bench {
+namespace {
+
+TEST(ParseSize, PlainAndSuffixed) {
+  EXPECT_EQ(parse_size("8"), 8u);
+  EXPECT_EQ(parse_size("0"), 0u);
+  EXPECT_EQ(parse_size("64K"), 64u << 10);
+  EXPECT_EQ(parse_size("64k"), 64u << 10);
+  EXPECT_EQ(parse_size("1M"), 1u << 20);
+  EXPECT_EQ(parse_size("3m"), 3u << 20);
+  EXPECT_EQ(parse_size("2G"), 2ULL << 30);
+  EXPECT_EQ(parse_size("1024G"), 1ULL << 40);
+}
+
+TEST(ParseSize, RejectsBadInputWithAClearMessage) {
+  for (const char* bad : {"", "K", "12X", "1.5M", "-1", " 8", "8 ", "8KB", "0x10", "99999999999999999999",
+                          "17179869184G"}) {
+    try {
+      parse_size(bad, "--max-bytes");
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const OptionsError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--max-bytes"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("K, M or G"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(ParseOps, NamesListsAndAll) {
+  EXPECT_EQ(parse_ops("all").size(), kAllBenchOps.size());
+  EXPECT_EQ(parse_ops("all_reduce,barrier"), (std::vector<BenchOp>{BenchOp::kAllReduce, BenchOp::kBarrier}));
+  EXPECT_EQ(parse_ops("sendrecv"), std::vector<BenchOp>{BenchOp::kSendRecv});
+  try {
+    parse_ops("allreduce");
+    ADD_FAILURE() << "accepted";
+  } catch (const OptionsError& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce_scatter"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_ops("all_reduce,"), OptionsError);
+}
+
+TEST(ParseReduceOp, Names) {
+  EXPECT_EQ(parse_reduce_op("sum"), ReduceOp::SUM);
+  EXPECT_EQ(parse_reduce_op("PROD"), ReduceOp::PRODUCT);
+  EXPECT_EQ(parse_reduce_op("product"), ReduceOp::PRODUCT);
+  EXPECT_EQ(parse_reduce_op("Avg"), ReduceOp::AVG);
+  EXPECT_EQ(parse_reduce_op("bxor"), ReduceOp::BXOR);
+  EXPECT_THROW(parse_reduce_op("mean"), OptionsError);
+}
+
+TEST(MessageSizes, StepsLikeNcclTests) {
+  const auto sizes = message_sizes(8, 64 << 10, 2);
+  ASSERT_EQ(sizes.size(), 14u);
+  EXPECT_EQ(sizes.front(), 8u);
+  EXPECT_EQ(sizes.back(), 65536u);
+  EXPECT_EQ(message_sizes(8, 100, 2), (std::vector<uint64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(message_sizes(5, 5, 2), std::vector<uint64_t>{5});
+  EXPECT_EQ(message_sizes(1, 1000, 10), (std::vector<uint64_t>{1, 10, 100, 1000}));
+  EXPECT_EQ(message_sizes(1ULL << 62, ~0ULL, 4).size(), 1u);  // no overflow
+}
+
+std::vector<const char*> args(std::initializer_list<const char*> list) {
+  std::vector<const char*> out{"tdist-bench"};
+  out.insert(out.end(), list);
+  return out;
+}
+
+TEST(ParseOptions, DefaultsAndValues) {
+  auto a = args({"--op", "all", "--dtype", "bf16x"});
+  EXPECT_THROW(parse_options(static_cast<int>(a.size()), a.data()), OptionsError);
+  a = args({"--op", "all", "--dtype", "half", "-b", "1K", "--max-bytes", "4M", "-f", "4", "--iters", "7",
+            "--warmup", "0", "--check", "--json"});
+  const BenchOptions o = parse_options(static_cast<int>(a.size()), a.data()).options;
+  EXPECT_EQ(o.ops.size(), kAllBenchOps.size());
+  EXPECT_EQ(o.dtype, DType::kFloat16);
+  EXPECT_EQ(o.min_bytes, 1024u);
+  EXPECT_EQ(o.max_bytes, 4u << 20);
+  EXPECT_EQ(o.step_factor, 4u);
+  EXPECT_EQ(o.iters, 7);
+  EXPECT_EQ(o.warmup, 0);
+  EXPECT_TRUE(o.check);
+  EXPECT_TRUE(o.json);
+}
+
+TEST(ParseOptions, RejectsInconsistentCommandLines) {
+  for (auto a : {args({"--min-bytes", "64K", "--max-bytes", "8"}), args({"--min-bytes", "0"}),
+                 args({"--iters", "0"}), args({"--step-factor", "1"}), args({"--bogus"}),
+                 args({"--op", "all_reduce", "--reduce-op", "band"}),  // float32 has no bitwise ops
+                 args({"--op", "reduce", "--dtype", "complex64", "--reduce-op", "max"}),
+                 args({"--max-bytes", "12Q"})}) {
+    EXPECT_THROW(parse_options(static_cast<int>(a.size()), a.data()), OptionsError) << a[1];
+  }
+  // A reduce op the dtype lacks is fine when no op reduces.
+  auto a = args({"--op", "broadcast", "--reduce-op", "band"});
+  EXPECT_NO_THROW(parse_options(static_cast<int>(a.size()), a.data()));
+}
+
+TEST(BusFactor, NcclTestsFactors) {
+  for (int p : {1, 2, 3, 4, 8}) {
+    const double share = (p - 1.0) / p;
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kAllReduce, p), 2 * share) << p;
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kAllGather, p), share);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kReduceScatter, p), share);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kAllToAll, p), share);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kGather, p), share);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kScatter, p), share);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kBroadcast, p), 1.0);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kReduce, p), 1.0);
+    EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kSendRecv, p), 1.0);
+  }
+  EXPECT_DOUBLE_EQ(bus_factor(BenchOp::kAllReduce, 4), 1.5);
+}
+
+TEST(Layout, BytesIsTheWholeBuffer) {
+  Layout l = layout_for(BenchOp::kAllReduce, 1024, 4, 4);
+  EXPECT_EQ(l.count, 256);
+  EXPECT_EQ(l.bytes, 1024u);
+  l = layout_for(BenchOp::kAllGather, 1024, 4, 4);  // bytes is the output
+  EXPECT_EQ(l.count, 64);
+  EXPECT_EQ(l.input_elems, 64);
+  EXPECT_EQ(l.output_elems, 256);
+  EXPECT_EQ(l.bytes, 1024u);
+  l = layout_for(BenchOp::kReduceScatter, 1024, 4, 4);  // bytes is the input
+  EXPECT_EQ(l.input_elems, 256);
+  EXPECT_EQ(l.output_elems, 64);
+  EXPECT_EQ(l.bytes, 1024u);
+  l = layout_for(BenchOp::kAllToAll, 1024, 4, 4);
+  EXPECT_EQ(l.count, 64);
+  EXPECT_EQ(l.input_elems, 256);
+  EXPECT_EQ(l.output_elems, 256);
+  l = layout_for(BenchOp::kGather, 64, 4, 3);  // rounded down to a multiple of p elements
+  EXPECT_EQ(l.count, 5);
+  EXPECT_EQ(l.bytes, 60u);
+  EXPECT_EQ(layout_for(BenchOp::kScatter, 8, 4, 4).bytes, 0u);  // less than one element per rank
+  EXPECT_EQ(layout_for(BenchOp::kBroadcast, 7, 4, 4).bytes, 4u);
+  EXPECT_EQ(layout_for(BenchOp::kBarrier, 1024, 4, 4).bytes, 0u);
+}
+
+TEST(CheckValues, SumsStayExactForEveryDtype) {
+  for (DType dtype : kAllDTypes) {
+    if (dtype == DType::kBool) continue;  // bool reduces logically: nothing to overflow
+    for (int p : {1, 2, 3, 4, 5, 8, 16}) {
+      for (auto kind : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::MIN, ReduceOp::MAX, ReduceOp::PRODUCT}) {
+        if (!is_reduce_supported(dtype, kind)) continue;
+        const ReducePattern pattern(dtype, kind, p);
+        const int64_t bound = exact_integer_bound(dtype);
+        for (int64_t i = 0; i < 200; ++i) {
+          int64_t partial = 0;
+          for (int r = 0; r < p; ++r) {
+            const int64_t v = pattern.input(r, i);
+            partial += kind == ReduceOp::PRODUCT ? 0 : v;
+            ASSERT_LE(std::llabs(v), bound) << dtype_name(dtype);
+            ASSERT_LE(std::llabs(partial), bound) << dtype_name(dtype) << " p=" << p;
+            if (dtype == DType::kUInt8) {
+              ASSERT_GE(v, 0);
+            }
+          }
+          ASSERT_LE(std::llabs(pattern.expected(i)), bound) << dtype_name(dtype);
+          if (kind == ReduceOp::AVG) {
+            ASSERT_EQ(partial % p, 0) << "the average must be a whole number";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(JsonRow, ExactlyTheNineKeys) {
+  Row row;
+  row.op = BenchOp::kAllGather;
+  row.world_size = 4;
+  row.layout = layout_for(BenchOp::kAllGather, 1 << 20, 4, 4);
+  row.time_us = 100;
+  auto j = nlohmann::json::parse(json_row(row));
+  EXPECT_EQ(j.size(), 9u);
+  EXPECT_EQ(j["lib"], "tdist");
+  EXPECT_EQ(j["op"], "all_gather");
+  EXPECT_EQ(j["dtype"], "float32");
+  EXPECT_EQ(j["bytes"], 1 << 20);
+  EXPECT_NEAR(j["algbw_GBps"].get<double>(), 10.48576, 1e-4);
+  EXPECT_NEAR(j["busbw_GBps"].get<double>(), 10.48576 * 0.75, 1e-4);
+  EXPECT_TRUE(j["errors"].is_null());
+  row.errors = 3;
+  EXPECT_EQ(nlohmann::json::parse(json_row(row))["errors"], 3);
+}
+
+// ---- Whole runs of the binary ----
+
+struct RunResult {
+  int exit_code = -1;
+  std::vector<std::string> lines;
+};
+
+RunResult run_bench(const std::string& arguments) {
+  const std::string command = std::string(TDIST_BENCH_BINARY) + " " + arguments + " 2>&1";
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::string line;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+    line += buffer;
+    if (!line.empty() && line.back() == '\n') {
+      line.pop_back();
+      result.lines.push_back(line);
+      line.clear();
+    }
+  }
+  if (!line.empty()) result.lines.push_back(line);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+TEST(BenchBinary, AllOpsJsonChecked) {
+  // Run without a launcher: --nproc forks the ranks.
+  const RunResult r =
+      run_bench("--nproc 2 --op all --min-bytes 8 --max-bytes 64K --iters 3 --warmup 1 --check --json");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  const std::set<std::string> keys{"lib",        "op",         "dtype",      "world_size", "bytes",
+                                   "time_us",    "algbw_GBps", "busbw_GBps", "errors"};
+  std::map<std::string, std::vector<uint64_t>> sizes_by_op;
+  for (const auto& line : r.lines) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << "not JSON: " << line;
+    std::set<std::string> got;
+    for (auto it = j.begin(); it != j.end(); ++it) got.insert(it.key());
+    EXPECT_EQ(got, keys) << line;
+    EXPECT_EQ(j["lib"], "tdist");
+    EXPECT_EQ(j["dtype"], "float32");
+    EXPECT_EQ(j["world_size"], 2);
+    EXPECT_EQ(j["errors"], 0) << line;
+    EXPECT_GT(j["time_us"].get<double>(), 0) << line;
+    sizes_by_op[j["op"].get<std::string>()].push_back(j["bytes"].get<uint64_t>());
+  }
+  std::vector<uint64_t> expected;
+  for (uint64_t s = 8; s <= 65536; s *= 2) expected.push_back(s);
+  ASSERT_EQ(sizes_by_op.size(), kAllBenchOps.size());
+  for (BenchOp op : kAllBenchOps) {
+    if (op == BenchOp::kBarrier) {
+      EXPECT_EQ(sizes_by_op["barrier"], std::vector<uint64_t>{0});
+    } else {
+      EXPECT_EQ(sizes_by_op[bench_op_name(op)], expected) << bench_op_name(op);
+    }
+  }
+}
+
+TEST(BenchBinary, OtherDtypesAndReduceOpsCheckClean) {
+  for (const char* arguments :
+       {"--nproc 3 --op all --dtype bfloat16 --reduce-op avg -b 4 -e 4K -n 2 -w 0 --check --json",
+        "--nproc 3 --op all_reduce,reduce,reduce_scatter --dtype int8 --reduce-op bxor -b 3 -e 3K -n 2 -w 0 "
+        "--check --json",
+        "--nproc 2 --op all_reduce,reduce_scatter --dtype bool --reduce-op prod -b 2 -e 2K -n 2 -w 0 --check "
+        "--json",
+        "--nproc 2 --op all_reduce,all_to_all --dtype complex128 -b 16 -e 16K -n 2 -w 0 --check --json"}) {
+    const RunResult r = run_bench(arguments);
+    ASSERT_EQ(r.exit_code, 0) << arguments << "\n" << joined(r.lines);
+    ASSERT_FALSE(r.lines.empty()) << arguments;
+    for (const auto& line : r.lines) {
+      nlohmann::json j;
+      ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << "not JSON: " << line;
+      EXPECT_EQ(j["errors"], 0) << arguments << ": " << line;
+    }
+  }
+}
+
+TEST(BenchBinary, TableOnRankZeroOnly) {
+  const RunResult r = run_bench("--nproc 2 --op all_reduce -b 1K -e 4K -n 2 -w 0 --check");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  const std::string out = joined(r.lines);
+  EXPECT_NE(out.find("world size 2, dtype float32, reduce op sum"), std::string::npos) << out;
+  int rows = 0;
+  for (const auto& line : r.lines) rows += line.rfind("  all_reduce", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(rows, 3) << out;  // 1K, 2K, 4K, printed once
+}
+
+TEST(BenchBinary, BadCommandLineFailsWithAMessage) {
+  RunResult r = run_bench("--nproc 2 --max-bytes 12Q");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(joined(r.lines).find("--max-bytes: '12Q'"), std::string::npos) << joined(r.lines);
+  r = run_bench("--dtype float32 --reduce-op bor");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(joined(r.lines).find("BOR"), std::string::npos) << joined(r.lines);
+}
+
+}  // namespace
+}  // namespace tdist::bench

@@ -1,0 +1,158 @@
+// The program the launcher tests run under tdistrun. Its first argument
+// (after an optional --local-rank=N, which it records) picks what it does:
+//
+//   env                    print the launch environment on one line
+//   rendezvous             env:// rendezvous; every rank checks the others' keys
+//   fail RANK CODE         once every rank has printed "ready pid=P" (they meet through
+//                          env:// rendezvous first), RANK writes 25 lines to stderr
+//                          and exits CODE; the others block
+//   selfkill RANK          the same, but RANK kills itself with SIGKILL
+//   block [--ignore-term] [--grandchild]
+//                          print "ready pid=P [grandchild=G]" and wait to be stopped
+//   fail-once MARKER       rank 0 fails (exit 4) unless MARKER exists, creating it;
+//                          once it exists every rank prints its attempt and exits 0
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tdist/rendezvous.h"
+
+namespace {
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): single-threaded
+  return value != nullptr ? value : "unset";
+}
+
+int rank() {
+  return std::atoi(env("RANK").c_str());
+}
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+[[noreturn]] void block_forever() {
+  for (;;) pause();
+}
+
+[[noreturn]] void ready_and_block(bool ignore_term, bool grandchild) {
+  std::string line = "ready pid=" + std::to_string(getpid());
+  if (grandchild) {
+    pid_t child = fork();
+    if (child == 0) block_forever();  // stays in the rank's process group
+    line += " grandchild=" + std::to_string(child);
+  }
+  if (ignore_term) std::signal(SIGTERM, SIG_IGN);
+  say(line);
+  block_forever();
+}
+
+// Every rank but `target` prints "ready pid=P" and blocks; `target` returns
+// once they all have, so the test knows every pid before anything fails.
+void others_ready_then(int target) {
+  auto r = tdist::rendezvous("env://", -1, -1, std::chrono::seconds(30));
+  if (r.rank != target) say("ready pid=" + std::to_string(getpid()));
+  if (r.store->add("ready", 1) == r.world_size) r.store->set("all_ready", "1");
+  if (r.rank != target) block_forever();
+  r.store->wait({"all_ready"});
+}
+
+int rendezvous_check() {
+  auto r = tdist::rendezvous("env://", -1, -1, std::chrono::seconds(30));
+  r.store->set("hello/" + std::to_string(r.rank), std::to_string(r.rank));
+  for (int peer = 0; peer < r.world_size; ++peer) {
+    if (tdist::to_string(r.store->get("hello/" + std::to_string(peer))) != std::to_string(peer)) {
+      std::fprintf(stderr, "wrong value from rank %d\n", peer);
+      return 1;
+    }
+  }
+  say("rdzv rank=" + std::to_string(r.rank) + " world=" + std::to_string(r.world_size) +
+      " local=" + env("LOCAL_RANK") + " group=" + env("GROUP_RANK") + " port=" + env("MASTER_PORT"));
+  // Rank 0 hosts the store: it leaves after everyone else is done with it.
+  if (r.store->add("arrived", 1) == r.world_size) r.store->set("open", "1");
+  r.store->wait({"open"});
+  if (r.world_size > 1) {
+    if (r.rank != 0 && r.store->add("left", 1) == r.world_size - 1) r.store->set("all_left", "1");
+    if (r.rank == 0) r.store->wait({"all_left"});
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string local_rank_arg = "none";
+  if (!args.empty() && args[0].rfind("--local-rank=", 0) == 0) {
+    local_rank_arg = args[0].substr(13);
+    args.erase(args.begin());
+  }
+  if (args.empty()) {
+    std::fprintf(stderr, "launcher_worker: no mode given\n");
+    return 2;
+  }
+  const std::string& mode = args[0];
+  try {
+    if (mode == "env") {
+      std::string rest;
+      for (size_t i = 1; i < args.size(); ++i) rest += (i > 1 ? "," : "") + args[i];
+      std::string line = "env";
+      for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                               "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TDIST_RESTART_COUNT"}) {
+        line += std::string(" ") + name + "=" + env(name);
+      }
+      say(line + " local_rank_arg=" + local_rank_arg + " args=" + rest);
+      return 0;
+    }
+    if (mode == "rendezvous") return rendezvous_check();
+    if (mode == "fail" && args.size() == 3) {
+      others_ready_then(std::atoi(args[1].c_str()));
+      for (int i = 1; i <= 25; ++i) std::fprintf(stderr, "error line %d of rank %d\n", i, rank());
+      std::fflush(stderr);
+      return std::atoi(args[2].c_str());
+    }
+    if (mode == "selfkill" && args.size() == 2) {
+      others_ready_then(std::atoi(args[1].c_str()));
+      std::fprintf(stderr, "about to kill myself\n");
+      std::fflush(stderr);
+      raise(SIGKILL);
+      return 0;
+    }
+    if (mode == "block") {
+      bool ignore_term = false;
+      bool grandchild = false;
+      for (size_t i = 1; i < args.size(); ++i) {
+        ignore_term = ignore_term || args[i] == "--ignore-term";
+        grandchild = grandchild || args[i] == "--grandchild";
+      }
+      ready_and_block(ignore_term, grandchild);
+    }
+    if (mode == "fail-once" && args.size() == 2) {
+      const std::string& marker = args[1];
+      if (access(marker.c_str(), F_OK) == 0) {
+        say("attempt=" + env("TDIST_RESTART_COUNT") + " rank=" + env("RANK") + " ok");
+        return 0;
+      }
+      if (rank() != 0) ready_and_block(false, false);
+      int fd = open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) close(fd);
+      std::fprintf(stderr, "first attempt fails on purpose\n");
+      return 4;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "launcher_worker: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "launcher_worker: bad arguments for mode '%s'\n", mode.c_str());
+  return 2;
+}

@@ -1,0 +1,404 @@
+// tdistrun end to end: the launcher runs launcher_worker (or sh, or a Python
+// script) as its ranks, and the tests read what the ranks and the launcher
+// print. Every wait has a deadline (ChildProcess kills a hung launcher).
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "launcher_process.h"
+#include "multirank.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kTdistrun = TDIST_TDISTRUN;
+const std::string kWorker = TDIST_LAUNCHER_WORKER;
+
+Clock::time_point deadline(std::chrono::seconds from_now = 60s) {
+  return Clock::now() + from_now;
+}
+
+std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// tdistrun OPTIONS... launcher_worker MODE_ARGS...
+std::vector<std::string> launch(const std::vector<std::string>& options,
+                                const std::vector<std::string>& mode) {
+  return cat(cat({kTdistrun}, options), cat({kWorker}, mode));
+}
+
+// Runs to the end; fails the test if it hangs.
+void run_to_end(ChildProcess& p, std::chrono::seconds limit = 60s) {
+  p.wait(deadline(limit));
+  ASSERT_FALSE(p.timed_out()) << "tdistrun hung; stdout:\n" << p.out() << "\nstderr:\n" << p.err();
+}
+
+std::string both(const ChildProcess& p) {
+  return "stdout:\n" + p.out() + "\nstderr:\n" + p.err();
+}
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// The one line of rank `rank`'s "env ..." output.
+std::string env_line(const ChildProcess& p, int rank) {
+  auto lines =
+      lines_with(p.out(), "[rank " + std::to_string(rank) + "]: env RANK=" + std::to_string(rank) + " ");
+  return lines.size() == 1 ? lines[0] : "";
+}
+
+long value(const std::string& line, const std::string& key) {
+  auto values = values_after(line, key);
+  return values.size() == 1 ? values[0] : -12345;
+}
+
+// ---- environment and options ----
+
+TEST(TdistrunEnvironment, EachRankGetsItsRanksAndTheMaster) {
+  ChildProcess p(launch({"--standalone", "--nproc-per-node", "3"}, {"env", "a", "b"}));
+  run_to_end(p);
+  ASSERT_EQ(p.exit_code(), 0) << both(p);
+  std::set<long> ports;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string line = env_line(p, rank);
+    ASSERT_FALSE(line.empty()) << "no env line of rank " << rank << "\n" << both(p);
+    EXPECT_EQ(value(line, "LOCAL_RANK"), rank) << line;
+    EXPECT_EQ(value(line, "WORLD_SIZE"), 3) << line;
+    EXPECT_EQ(value(line, "LOCAL_WORLD_SIZE"), 3) << line;
+    EXPECT_EQ(value(line, "GROUP_RANK"), 0) << line;
+    EXPECT_EQ(value(line, "GROUP_WORLD_SIZE"), 1) << line;
+    EXPECT_EQ(value(line, "TDIST_RESTART_COUNT"), 0) << line;
+    EXPECT_TRUE(contains(line, "MASTER_ADDR=127.0.0.1 ")) << line;
+    EXPECT_TRUE(contains(line, " args=a,b")) << line;
+    ports.insert(value(line, "MASTER_PORT"));
+  }
+  ASSERT_EQ(ports.size(), 1U) << "ranks got different MASTER_PORTs\n" << p.out();
+  EXPECT_GT(*ports.begin(), 0);
+  EXPECT_LE(*ports.begin(), 65535);
+}
+
+TEST(TdistrunEnvironment, LocalRankArgumentUnlessUseEnv) {
+  ChildProcess with_arg(launch({"--standalone", "--nproc-per-node", "2"}, {"env", "x"}));
+  ChildProcess use_env(launch({"--standalone", "--nproc-per-node", "2", "--use-env"}, {"env", "x"}));
+  ChildProcess::wait_all({&with_arg, &use_env}, deadline());
+  ASSERT_EQ(with_arg.exit_code(), 0) << both(with_arg);
+  ASSERT_EQ(use_env.exit_code(), 0) << both(use_env);
+  for (int rank = 0; rank < 2; ++rank) {
+    // The spec: --local-rank=N right after the program, before its own arguments.
+    EXPECT_TRUE(contains(env_line(with_arg, rank), "local_rank_arg=" + std::to_string(rank) + " args=x"))
+        << with_arg.out();
+    EXPECT_TRUE(contains(env_line(use_env, rank), "local_rank_arg=none args=x")) << use_env.out();
+    EXPECT_EQ(value(env_line(use_env, rank), "LOCAL_RANK"), rank);
+  }
+}
+
+TEST(TdistrunOptions, BothSpellingsOfEveryFlag) {
+  int port = pick_free_port();
+  ChildProcess underscores(launch({"--nproc_per_node=2", "--nnodes", "1", "--node_rank", "0", "--master_addr",
+                                   "127.0.0.1", "--master_port", std::to_string(port), "--max_restarts", "0",
+                                   "--use_env", "--grace_period", "2", "--join_timeout", "10"},
+                                  {"env"}));
+  run_to_end(underscores);
+  int port2 = pick_free_port();
+  ChildProcess hyphens(launch({"--nproc-per-node", "2", "--nnodes=1", "--node-rank=0",
+                               "--master-addr=127.0.0.1", "--master-port=" + std::to_string(port2),
+                               "--max-restarts=0", "--use-env", "--grace-period=2", "--join-timeout=10"},
+                              {"env"}));
+  run_to_end(hyphens);
+  for (auto [p, expected_port] : {std::pair{&underscores, port}, std::pair{&hyphens, port2}}) {
+    ASSERT_EQ(p->exit_code(), 0) << both(*p);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string line = env_line(*p, rank);
+      // One node without --standalone: the ranks' master is --master-addr:--master-port.
+      EXPECT_EQ(value(line, "MASTER_PORT"), expected_port) << line;
+      EXPECT_TRUE(contains(line, "local_rank_arg=none")) << line;
+    }
+  }
+}
+
+TEST(TdistrunOptions, UsageErrorsAreExplained) {
+  ChildProcess no_program({kTdistrun, "--nproc-per-node", "2"});
+  ChildProcess unknown({kTdistrun, "--nproc-per-nod", "2", kWorker, "env"});
+  ChildProcess missing({kTdistrun, "--standalone", "no-such-program-for-tdistrun"});
+  ChildProcess bad_nproc({kTdistrun, "--nproc-per-node", "zero", kWorker, "env"});
+  ChildProcess bad_node({kTdistrun, "--nnodes", "2", "--node-rank", "2", kWorker, "env"});
+  ChildProcess::wait_all({&no_program, &unknown, &missing, &bad_nproc, &bad_node}, deadline());
+  EXPECT_EQ(no_program.exit_code(), 2);
+  EXPECT_TRUE(contains(no_program.err(), "no PROGRAM given")) << no_program.err();
+  EXPECT_EQ(unknown.exit_code(), 2);
+  EXPECT_TRUE(contains(unknown.err(), "--nproc-per-nod")) << unknown.err();
+  EXPECT_EQ(missing.exit_code(), 1);
+  EXPECT_TRUE(contains(missing.err(), "'no-such-program-for-tdistrun' not found in PATH")) << missing.err();
+  EXPECT_EQ(bad_nproc.exit_code(), 2);
+  EXPECT_TRUE(contains(bad_nproc.err(), "--nproc-per-node must be")) << bad_nproc.err();
+  EXPECT_EQ(bad_node.exit_code(), 2);
+  EXPECT_TRUE(contains(bad_node.err(), "--node-rank must be in [0, 2), got 2")) << bad_node.err();
+}
+
+TEST(TdistrunOutput, LinesArePrefixedAndStreamsKeptApart) {
+  ChildProcess p({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "2", "/bin/sh", "-c",
+                  "echo out $RANK; echo err $RANK >&2; printf 'no newline %s' $RANK"});
+  run_to_end(p);
+  ASSERT_EQ(p.exit_code(), 0) << both(p);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string r = std::to_string(rank);
+    EXPECT_EQ(lines_with(p.out(), "[rank " + r + "]: out " + r).size(), 1U) << p.out();
+    EXPECT_EQ(lines_with(p.out(), "[rank " + r + "]: no newline " + r).size(), 1U) << p.out();
+    EXPECT_EQ(lines_with(p.err(), "[rank " + r + "]: err " + r).size(), 1U) << p.err();
+    EXPECT_TRUE(lines_with(p.out(), "err " + r).empty()) << p.out();
+  }
+}
+
+TEST(TdistrunOutput, LogDirGetsOneFilePerRankAndStreamTeeCopiesToConsole) {
+  std::string dir = temp_path("logs");
+  ChildProcess quiet(launch({"--standalone", "--nproc-per-node", "2", "--log-dir", dir + "/q"}, {"env"}));
+  ChildProcess tee(
+      launch({"--standalone", "--nproc-per-node", "2", "--log_dir", dir + "/t", "--tee"}, {"env"}));
+  ChildProcess::wait_all({&quiet, &tee}, deadline());
+  ASSERT_EQ(quiet.exit_code(), 0) << both(quiet);
+  ASSERT_EQ(tee.exit_code(), 0) << both(tee);
+  EXPECT_TRUE(lines_with(quiet.out(), "env RANK=").empty()) << quiet.out();
+  EXPECT_EQ(lines_with(tee.out(), "env RANK=").size(), 2U) << tee.out();
+  for (const std::string sub : {"/q", "/t"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string stem = dir + sub + "/attempt_0/rank_" + std::to_string(rank);
+      std::ifstream out(stem + ".stdout.log");
+      std::string text((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(text.rfind("env RANK=" + std::to_string(rank) + " ", 0), 0U) << stem << ": " << text;
+      EXPECT_TRUE(std::filesystem::exists(stem + ".stderr.log")) << stem;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TdistrunPython, PyProgramsRunUnderPython3) {
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "/usr/bin/python3 is missing";
+  std::string script = temp_path("script") + ".py";
+  {
+    std::ofstream out(script);
+    out << "import os, sys\n"
+           "print('py rank=%s argv=%s exe=%s' % (os.environ['RANK'], ','.join(sys.argv[1:]), "
+           "sys.executable))\n";
+  }
+  ChildProcess p({kTdistrun, "--standalone", "--nproc-per-node", "2", script, "--foo"});
+  run_to_end(p);
+  unlink(script.c_str());
+  ASSERT_EQ(p.exit_code(), 0) << both(p);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string r = std::to_string(rank);
+    EXPECT_EQ(lines_with(p.out(), "[rank " + r + "]: py rank=" + r + " argv=--local-rank=" + r +
+                                      ",--foo exe=/usr/bin/python3")
+                  .size(),
+              1U)
+        << p.out();
+  }
+}
+
+// ---- failures ----
+
+TEST(TdistrunFailure, AFailingRankIsReportedWithItsStderrAndTheOthersAreStopped) {
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "3"}, {"fail", "1", "3"}));
+  run_to_end(p);
+  EXPECT_EQ(p.exit_code(), 1) << both(p);
+  EXPECT_TRUE(contains(p.err(), "tdistrun: rank 1 (local rank 1, pid ")) << p.err();
+  EXPECT_TRUE(contains(p.err(), ") exited with code 3")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "stopping 2 ranks")) << p.err();
+  // The report repeats the last 20 of the 25 stderr lines.
+  std::string report = p.err().substr(std::min(p.err().size(), p.err().find("---- failure")));
+  EXPECT_TRUE(contains(report, "last 20 lines of rank 1's stderr:")) << report;
+  EXPECT_TRUE(contains(report, "  [rank 1]: error line 6 of rank 1\n")) << report;
+  EXPECT_TRUE(contains(report, "  [rank 1]: error line 25 of rank 1\n")) << report;
+  EXPECT_FALSE(contains(report, "error line 5 of rank 1\n")) << report;
+  auto pids = values_after(p.out(), "pid");
+  ASSERT_EQ(pids.size(), 2U) << p.out();
+  for (long pid : pids)
+    EXPECT_FALSE(process_alive(static_cast<pid_t>(pid))) << "rank pid " << pid << " survived";
+}
+
+TEST(TdistrunFailure, ARankKilledBySignalIsReportedByTheSignalName) {
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "2"}, {"selfkill", "1"}));
+  run_to_end(p);
+  EXPECT_EQ(p.exit_code(), 1) << both(p);
+  EXPECT_TRUE(contains(p.err(), "rank 1 (local rank 1, pid ")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "was killed by signal SIGKILL (9)")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "  [rank 1]: about to kill myself")) << p.err();
+  for (long pid : values_after(p.out(), "pid")) EXPECT_FALSE(process_alive(static_cast<pid_t>(pid)));
+}
+
+TEST(TdistrunFailure, ProgramThatCannotBeExecutedFailsEveryRank) {
+  std::string file = temp_path("not-exec");
+  { std::ofstream(file) << "#!/nonexistent/interpreter\n"; }
+  chmod(file.c_str(), 0755);
+  ChildProcess p({kTdistrun, "--standalone", "--nproc-per-node", "1", file});
+  run_to_end(p);
+  unlink(file.c_str());
+  EXPECT_EQ(p.exit_code(), 1) << both(p);
+  EXPECT_TRUE(contains(p.err(), "exited with code 127")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "cannot execute " + file)) << p.err();
+}
+
+// ---- restarts ----
+
+TEST(TdistrunRestart, AGroupThatFailsOnceIsRestarted) {
+  std::string marker = temp_path("marker");
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "2", "--max-restarts", "2"},
+                        {"fail-once", marker}));
+  run_to_end(p);
+  unlink(marker.c_str());
+  EXPECT_EQ(p.exit_code(), 0) << both(p);
+  EXPECT_TRUE(contains(p.err(), "first attempt fails on purpose")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "rank 0 (local rank 0, pid ")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "restarting all ranks (restart 1 of 2)")) << p.err();
+  EXPECT_FALSE(contains(p.err(), "restart 2 of 2")) << p.err();
+  EXPECT_EQ(lines_with(p.out(), "[rank 0]: attempt=1 rank=0 ok").size(), 1U) << p.out();
+  EXPECT_EQ(lines_with(p.out(), "[rank 1]: attempt=1 rank=1 ok").size(), 1U) << p.out();
+}
+
+TEST(TdistrunRestart, GivesUpAfterMaxRestarts) {
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "2", "--max-restarts", "1"},
+                        {"fail", "0", "6"}));
+  run_to_end(p);
+  EXPECT_EQ(p.exit_code(), 1) << both(p);
+  EXPECT_TRUE(contains(p.err(), "---- failure (attempt 1 of 2) ----")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "restarting all ranks (restart 1 of 1)")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "---- failure (attempt 2 of 2) ----")) << p.err();
+  EXPECT_TRUE(contains(p.err(), "giving up after 1 restart")) << p.err();
+  EXPECT_EQ(lines_with(p.err(), "exited with code 6").size(), 4U) << p.err();  // 2 notices + 2 reports
+}
+
+// ---- signals ----
+
+TEST(TdistrunSignals, CtrlCStopsEveryRankAndWhatTheyStartedAndExits130) {
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "3"}, {"block", "--grandchild"}));
+  ASSERT_TRUE(p.wait_until([&] { return lines_with(p.out(), "ready pid=").size() == 3; }, deadline()))
+      << both(p);
+  auto pids = values_after(p.out(), "pid");
+  auto grandchildren = values_after(p.out(), "grandchild");
+  ASSERT_EQ(pids.size(), 3U);
+  ASSERT_EQ(grandchildren.size(), 3U);
+  p.send_signal(SIGINT);
+  run_to_end(p);
+  EXPECT_EQ(p.exit_code(), 130) << both(p);
+  EXPECT_TRUE(contains(p.err(), "got SIGINT; stopping every rank")) << p.err();
+  EXPECT_FALSE(contains(p.err(), "---- failure")) << "stopped ranks are not failures\n" << p.err();
+  for (long pid : pids) EXPECT_FALSE(process_alive(static_cast<pid_t>(pid))) << "rank pid " << pid;
+  // SIGKILLed with their process group before the launcher exited.
+  for (long pid : grandchildren) EXPECT_TRUE(wait_until_gone(static_cast<pid_t>(pid), deadline(10s))) << pid;
+}
+
+TEST(TdistrunSignals, SigtermExits143AndRanksIgnoringItAreKilledAfterTheGracePeriod) {
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "2", "--grace-period", "0.3"},
+                        {"block", "--ignore-term"}));
+  ASSERT_TRUE(p.wait_until([&] { return lines_with(p.out(), "ready pid=").size() == 2; }, deadline()))
+      << both(p);
+  auto pids = values_after(p.out(), "pid");
+  p.send_signal(SIGTERM);
+  run_to_end(p);
+  EXPECT_EQ(p.exit_code(), 143) << both(p);
+  EXPECT_TRUE(contains(p.err(), "2 ranks still running after 0.3 s; sending SIGKILL")) << p.err();
+  for (long pid : pids) EXPECT_FALSE(process_alive(static_cast<pid_t>(pid))) << "rank pid " << pid;
+}
+
+TEST(TdistrunSignals, ASecondCtrlCKillsAtOnce) {
+  ChildProcess p(launch({"--standalone", "--use-env", "--nproc-per-node", "2", "--grace-period", "600"},
+                        {"block", "--ignore-term"}));
+  ASSERT_TRUE(p.wait_until([&] { return lines_with(p.out(), "ready pid=").size() == 2; }, deadline()))
+      << both(p);
+  p.send_signal(SIGINT);
+  ASSERT_TRUE(p.wait_until([&] { return contains(p.err(), "stopping 2 ranks"); }, deadline())) << both(p);
+  p.send_signal(SIGINT);
+  run_to_end(p, 30s);  // far less than the grace period
+  EXPECT_EQ(p.exit_code(), 130) << both(p);
+  EXPECT_TRUE(contains(p.err(), "got SIGINT again; killing every rank now")) << p.err();
+}
+
+// ---- several nodes on this host ----
+
+std::vector<std::string> node_options(int port, int node_rank) {
+  return {"--nnodes",
+          "2",
+          "--node-rank",
+          std::to_string(node_rank),
+          "--master-addr",
+          "127.0.0.1",
+          "--master-port",
+          std::to_string(port),
+          "--nproc-per-node",
+          "2",
+          "--use-env",
+          "--join-timeout",
+          "60"};
+}
+
+TEST(TdistrunMultiNode, TwoNodesAgreeOnGlobalRanksAndTheRanksMeet) {
+  int port = pick_free_port();
+  ChildProcess node0(launch(node_options(port, 0), {"rendezvous"}));
+  ChildProcess node1(launch(node_options(port, 1), {"rendezvous"}));
+  ChildProcess::wait_all({&node0, &node1}, deadline());
+  ASSERT_FALSE(node0.timed_out() || node1.timed_out()) << both(node0) << both(node1);
+  ASSERT_EQ(node0.exit_code(), 0) << both(node0);
+  ASSERT_EQ(node1.exit_code(), 0) << both(node1);
+  std::set<long> ports;
+  for (int rank = 0; rank < 4; ++rank) {
+    const ChildProcess& node = rank < 2 ? node0 : node1;
+    std::string r = std::to_string(rank);
+    auto lines = lines_with(node.out(), "[rank " + r + "]: rdzv rank=" + r +
+                                            " world=4 local=" + std::to_string(rank % 2) +
+                                            " group=" + std::to_string(rank / 2) + " port=");
+    ASSERT_EQ(lines.size(), 1U) << both(node);
+    ports.insert(value(lines[0], "port"));
+  }
+  // The ranks' MASTER_PORT is agreed through the agents' store; it is not
+  // the agents' own port.
+  ASSERT_EQ(ports.size(), 1U);
+  EXPECT_NE(*ports.begin(), port);
+}
+
+TEST(TdistrunMultiNode, AFailureOnOneNodeStopsBoth) {
+  int port = pick_free_port();
+  ChildProcess node0(launch(node_options(port, 0), {"fail", "3", "5"}));
+  ChildProcess node1(launch(node_options(port, 1), {"fail", "3", "5"}));
+  ChildProcess::wait_all({&node0, &node1}, deadline());
+  ASSERT_FALSE(node0.timed_out() || node1.timed_out()) << both(node0) << both(node1);
+  EXPECT_EQ(node1.exit_code(), 1) << both(node1);
+  EXPECT_TRUE(contains(node1.err(), "rank 3 (local rank 1 on node 1 (")) << node1.err();
+  EXPECT_TRUE(contains(node1.err(), "exited with code 5")) << node1.err();
+  EXPECT_EQ(node0.exit_code(), 1) << both(node0);
+  EXPECT_TRUE(contains(node0.err(), "node 1 reports: rank 3 (local rank 1 on node 1")) << node0.err();
+  for (long pid : values_after(node0.out() + node1.out(), "pid")) {
+    EXPECT_FALSE(process_alive(static_cast<pid_t>(pid))) << "rank pid " << pid;
+  }
+}
+
+TEST(TdistrunMultiNode, BothNodesRestartTogether) {
+  int port = pick_free_port();
+  std::string marker = temp_path("marker");
+  auto options = [&](int node) { return cat(node_options(port, node), {"--max-restarts", "1"}); };
+  ChildProcess node0(launch(options(0), {"fail-once", marker}));
+  ChildProcess node1(launch(options(1), {"fail-once", marker}));
+  ChildProcess::wait_all({&node0, &node1}, deadline());
+  unlink(marker.c_str());
+  ASSERT_EQ(node0.exit_code(), 0) << both(node0);
+  ASSERT_EQ(node1.exit_code(), 0) << both(node1);
+  EXPECT_TRUE(contains(node1.err(), "node 0 reports: rank 0 (local rank 0 on node 0")) << node1.err();
+  for (int rank = 0; rank < 4; ++rank) {
+    const ChildProcess& node = rank < 2 ? node0 : node1;
+    std::string r = std::to_string(rank);
+    EXPECT_EQ(lines_with(node.out(), "[rank " + r + "]: attempt=1 rank=" + r + " ok").size(), 1U)
+        << both(node);
+  }
+}
+
+}  // namespace
+}  // namespace tdist::testing

@@ -1,0 +1,371 @@
+#include "agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <thread>
+
+#include "common/syscall.h"
+#include "launcher/process_util.h"
+#include "tdist/errors.h"
+
+namespace tdist::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void say(const std::string& line) {
+  console_write(2, "tdistrun: " + line + "\n");
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return buffer;
+}
+
+std::string plural(int n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+// A signal waiting in the signalfd, without taking it.
+bool signal_pending(int signal_fd) {
+  pollfd fd{signal_fd, POLLIN, 0};
+  return poll(&fd, 1, 0) > 0;
+}
+
+// Takes one signal from the signalfd; 0 if none.
+int take_signal(int signal_fd) {
+  signalfd_siginfo info{};
+  for (;;) {
+    ssize_t n = read(signal_fd, &info, sizeof(info));
+    if (n == static_cast<ssize_t>(sizeof(info))) return static_cast<int>(info.ssi_signo);
+    if (n < 0 && errno == EINTR) continue;
+    return 0;
+  }
+}
+
+}  // namespace
+
+Agent::Agent(LaunchOptions options, ResolvedCommand command, int signal_fd, const sigset_t& child_mask)
+    : options_(std::move(options)),
+      command_(std::move(command)),
+      signal_fd_(signal_fd),
+      child_mask_(child_mask) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  hostname_ = host;
+}
+
+Agent::~Agent() = default;
+
+std::string Agent::describe_worker(const Worker& worker) const {
+  std::string where = "local rank " + std::to_string(worker.local_rank);
+  if (options_.nnodes > 1) where += " on node " + std::to_string(options_.node_rank) + " (" + hostname_ + ")";
+  return "rank " + std::to_string(worker.rank) + " (" + where + ", pid " + std::to_string(worker.pid) + ")";
+}
+
+int Agent::run() {
+  int rank_offset = 0;
+  int world_size = options_.nproc_per_node;
+  if (options_.nnodes > 1) {
+    // Joining waits for the other nodes; Ctrl-C must still work meanwhile,
+    // and no rank exists yet, so it may simply end the launcher.
+    std::unique_ptr<NodeRendezvous> joined;
+    std::exception_ptr error;
+    int done[2];
+    if (pipe2(done, O_CLOEXEC) != 0) throw DistError("tdistrun: pipe failed: " + errno_text(errno));
+    std::thread joiner([&] {
+      try {
+        joined = std::make_unique<NodeRendezvous>(options_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      (void)write_all(done[1], "x", 1);
+    });
+    pollfd fds[2] = {{done[0], POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+    while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+    }
+    if (fds[0].revents == 0) {
+      int sig = take_signal(signal_fd_);
+      say("got " + signal_name(sig) + " while waiting for the other nodes; no rank was started");
+      _exit(128 + sig);  // the joiner cannot be cancelled; nothing else needs cleaning up
+    }
+    joiner.join();
+    close(done[0]);
+    close(done[1]);
+    if (error) std::rethrow_exception(error);
+    nodes_ = std::move(joined);
+    rank_offset = nodes_->rank_offset();
+    world_size = nodes_->world_size();
+  }
+  auto leave = [&](int code) {
+    if (nodes_) nodes_->exit_barrier(options_.grace_period + std::chrono::seconds(30));
+    return code;
+  };
+
+  for (int attempt = 0;; ++attempt) {
+    int port = options_.master_port;
+    if (nodes_) {
+      std::optional<int> published = nodes_->round_port(attempt, [&] { return signal_pending(signal_fd_); });
+      if (!published) {
+        if (signal_pending(signal_fd_)) {
+          int sig = take_signal(signal_fd_);
+          say("got " + signal_name(sig) + " between attempts; no rank is running");
+          nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, "tdistrun got " + signal_name(sig));
+          return leave(128 + sig);
+        }
+        RoundEnd end = nodes_->end_of(attempt).value_or(RoundEnd{RoundEnd::Kind::kLost, -1, "no end"});
+        say("node " + std::to_string(end.node) + " ended attempt " + std::to_string(attempt) +
+            " before it began: " + end.summary);
+        if (end.kind == RoundEnd::Kind::kFailed && attempt < options_.max_restarts) continue;
+        return leave(1);
+      }
+      port = *published;
+    } else if (options_.standalone) {
+      port = pick_free_port();
+    }
+
+    RoundResult result = run_round(attempt, port, rank_offset, world_size);
+    switch (result.outcome) {
+      case Outcome::kSucceeded:
+        return leave(0);
+      case Outcome::kInterrupted:
+        if (nodes_) {
+          // Also end the next round, so that a node restarting after a
+          // failure that raced with this signal stops at once.
+          nodes_->report_end(attempt + 1, RoundEnd::Kind::kInterrupted, result.summary);
+        }
+        return leave(128 + result.signal);
+      case Outcome::kRemoteInterrupted:
+      case Outcome::kLost:
+        return leave(1);
+      case Outcome::kFailed:
+      case Outcome::kRemoteFailed:
+        if (attempt < options_.max_restarts) {
+          say("restarting all ranks (restart " + std::to_string(attempt + 1) + " of " +
+              std::to_string(options_.max_restarts) + ")");
+          continue;
+        }
+        if (options_.max_restarts > 0) say("giving up after " + plural(options_.max_restarts, "restart"));
+        return leave(1);
+    }
+  }
+}
+
+Agent::RoundResult Agent::run_round(int attempt, int master_port, int rank_offset, int world_size) {
+  GroupSpec spec;
+  spec.command = &command_;
+  spec.use_env = options_.use_env;
+  spec.nproc = options_.nproc_per_node;
+  spec.rank_offset = rank_offset;
+  spec.world_size = world_size;
+  spec.node_rank = options_.node_rank;
+  spec.nnodes = options_.nnodes;
+  spec.master_addr = options_.master_addr;
+  spec.master_port = master_port;
+  spec.attempt = attempt;
+  spec.max_restarts = options_.max_restarts;
+  spec.log_dir = options_.log_dir;
+  spec.tee = options_.tee;
+  spec.child_signal_mask = child_mask_;
+  WorkerGroup group(spec);
+
+  RoundResult result;
+  bool decided = false;  // result.outcome says what ended the round
+  bool stopping = false;
+  bool killed = false;
+  bool reported_ok = false;
+  bool watching = false;
+  Clock::time_point kill_at{};
+
+  auto begin_stop = [&] {
+    if (stopping) return;
+    stopping = true;
+    group.set_stopping();
+    int running = group.running();
+    if (running > 0) {
+      say("stopping " + plural(running, "rank") + " (SIGTERM, then SIGKILL after " +
+          seconds_text(options_.grace_period) + ")");
+      group.signal_all(SIGTERM);
+    }
+    kill_at = Clock::now() + options_.grace_period;
+  };
+  // Store trouble while telling the other nodes: this node cannot go on.
+  auto store_call = [&](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      say(std::string("lost the node agents' store: ") + e.what());
+      if (!decided) {
+        result.outcome = Outcome::kLost;
+        decided = true;
+      }
+      watching = false;
+      begin_stop();
+    }
+  };
+
+  try {
+    group.start();
+  } catch (const std::exception& e) {
+    say(e.what());
+    result.outcome = Outcome::kFailed;
+    result.summary = std::string("could not start the ranks: ") + e.what();
+    decided = true;
+    if (nodes_) store_call([&] { nodes_->report_end(attempt, RoundEnd::Kind::kFailed, result.summary); });
+    begin_stop();
+  }
+  if (nodes_ && !stopping) {
+    nodes_->start_watch(attempt);
+    watching = true;
+  }
+
+  for (;;) {
+    if (group.all_exited()) {
+      if (stopping) break;
+      if (!nodes_) {
+        result.outcome = Outcome::kSucceeded;
+        break;
+      }
+      if (!reported_ok) {
+        reported_ok = true;
+        store_call([&] { nodes_->report_success(attempt); });
+        if (stopping) break;
+      }
+    }
+
+    std::vector<pollfd> fds;
+    fds.push_back({signal_fd_, POLLIN, 0});
+    size_t watch_index = fds.size();
+    if (watching) fds.push_back({nodes_->watch_fd(), POLLIN, 0});
+    group.add_pollfds(&fds);
+    int timeout_ms = -1;
+    if (stopping && !killed) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(kill_at - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      throw DistError("tdistrun: poll failed: " + errno_text(errno));
+    }
+
+    if (fds[0].revents != 0) {
+      int sig = take_signal(signal_fd_);
+      if (sig != 0 && result.outcome != Outcome::kInterrupted) {
+        say("got " + signal_name(sig) + "; stopping every rank");
+        result.outcome = Outcome::kInterrupted;
+        result.signal = sig;
+        result.summary = "tdistrun on node " + std::to_string(options_.node_rank) + " (" + hostname_ +
+                         ") got " + signal_name(sig);
+        decided = true;
+        if (nodes_) {
+          store_call([&] { nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, result.summary); });
+        }
+        begin_stop();
+      } else if (sig != 0 && !killed) {
+        say("got " + signal_name(sig) + " again; killing every rank now");
+        group.signal_all(SIGKILL);
+        killed = true;
+      }
+    }
+
+    group.handle(fds);
+    if (!group.failures().empty() && !stopping) {
+      const Worker& worker = group.workers()[group.failures().front()];
+      std::string summary = describe_worker(worker) + " " + describe_wait_status(worker.status);
+      say(summary);
+      if (!decided) {
+        result.outcome = Outcome::kFailed;
+        result.summary = summary;
+        decided = true;
+      }
+      if (nodes_) store_call([&] { nodes_->report_end(attempt, RoundEnd::Kind::kFailed, summary); });
+      begin_stop();
+    }
+
+    if (watching && fds[watch_index].revents != 0) {
+      watching = false;
+      RoundEnd end = nodes_->watched_end();
+      bool ours = end.node == options_.node_rank;
+      switch (end.kind) {
+        case RoundEnd::Kind::kOk:
+          if (!decided) {
+            result.outcome = Outcome::kSucceeded;
+            decided = true;
+          }
+          begin_stop();  // every rank has exited already; this ends the loop
+          break;
+        case RoundEnd::Kind::kFailed:
+        case RoundEnd::Kind::kInterrupted:
+          if (!ours && !decided) {
+            bool failed = end.kind == RoundEnd::Kind::kFailed;
+            say("node " + std::to_string(end.node) + " reports: " + end.summary);
+            result.outcome = failed ? Outcome::kRemoteFailed : Outcome::kRemoteInterrupted;
+            result.summary = "node " + std::to_string(end.node) + ": " + end.summary;
+            decided = true;
+          }
+          begin_stop();
+          break;
+        case RoundEnd::Kind::kLost:
+          say("lost the node agents' store: " + end.summary);
+          if (!decided) {
+            result.outcome = Outcome::kLost;
+            decided = true;
+          }
+          begin_stop();
+          break;
+      }
+    }
+
+    if (stopping && !killed && Clock::now() >= kill_at && group.running() > 0) {
+      say(plural(group.running(), "rank") + " still running after " + seconds_text(options_.grace_period) +
+          "; sending SIGKILL");
+      group.signal_all(SIGKILL);
+      killed = true;
+    }
+  }
+
+  group.close_streams();
+  if (nodes_) nodes_->stop_watch();
+  if (!group.failures().empty()) print_failure_report(group, attempt);
+  return result;
+}
+
+void Agent::print_failure_report(const WorkerGroup& group, int attempt) const {
+  const auto& failures = group.failures();
+  const Worker& first = group.workers()[failures.front()];
+  std::string report = "tdistrun: ---- failure";
+  if (options_.max_restarts > 0) {
+    report +=
+        " (attempt " + std::to_string(attempt + 1) + " of " + std::to_string(options_.max_restarts + 1) + ")";
+  }
+  report += " ----\n";
+  report += "tdistrun: " + describe_worker(first) + " " + describe_wait_status(first.status) + "\n";
+  const auto& tail = first.err->tail();
+  if (tail.empty()) {
+    report += "tdistrun: rank " + std::to_string(first.rank) + " wrote nothing to stderr\n";
+  } else {
+    report += "tdistrun: last " + plural(static_cast<int>(tail.size()), "line") + " of rank " +
+              std::to_string(first.rank) + "'s stderr:\n";
+    for (const auto& line : tail) report += "  " + rank_prefix(first.rank) + line + "\n";
+  }
+  for (size_t i = 1; i < failures.size(); ++i) {
+    const Worker& other = group.workers()[failures[i]];
+    report +=
+        "tdistrun: also failed: " + describe_worker(other) + " " + describe_wait_status(other.status) + "\n";
+  }
+  if (!options_.log_dir.empty()) {
+    report += "tdistrun: logs: " + options_.log_dir + "/attempt_" + std::to_string(attempt) + "/\n";
+  }
+  console_write(2, report);
+}
+
+}  // namespace tdist::launcher

@@ -1,0 +1,81 @@
+#include "command.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "tdist/errors.h"
+
+namespace tdist::launcher {
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// execvp's search, done once in the launcher so that a typo is one clear
+// error instead of N failed ranks.
+std::string find_in_path(const std::string& name) {
+  const char* path = std::getenv("PATH");  // NOLINT(concurrency-mt-unsafe): read before any thread starts
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  for (;;) {
+    size_t end = dirs.find(':', start);
+    std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  throw DistInvalidArgument("tdistrun: program '" + name + "' not found in PATH");
+}
+
+}  // namespace
+
+ResolvedCommand resolve_command(const LaunchOptions& options) {
+  ResolvedCommand command;
+  const std::string& program = options.command.front();
+  bool python = options.module || (!options.no_python && ends_with(program, ".py"));
+  if (python) {
+    if (!is_executable_file(kPython)) {
+      throw DistInvalidArgument(std::string("tdistrun: ") + kPython + " is needed to run '" + program +
+                                "' but is missing (use --no-python to execute the file directly)");
+    }
+    if (!options.module && access(program.c_str(), R_OK) != 0) {
+      throw DistInvalidArgument("tdistrun: cannot read the script '" + program + "'");
+    }
+    command.path = kPython;
+    // -u: unbuffered, so each line reaches the launcher (and the failure
+    // report) when it is printed, not when the buffer fills.
+    command.argv = {kPython, "-u"};
+    if (options.module) command.argv.emplace_back("-m");
+    command.argv.push_back(program);
+  } else {
+    command.path = program.find('/') != std::string::npos ? program : find_in_path(program);
+    if (!is_executable_file(command.path)) {
+      throw DistInvalidArgument("tdistrun: '" + program + "' is not an executable file");
+    }
+    command.argv = {program};
+  }
+  command.insert_at = command.argv.size();
+  command.argv.insert(command.argv.end(), options.command.begin() + 1, options.command.end());
+  return command;
+}
+
+std::vector<std::string> rank_argv(const ResolvedCommand& command, bool use_env, int local_rank) {
+  std::vector<std::string> argv = command.argv;
+  if (!use_env) {
+    argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(command.insert_at),
+                "--local-rank=" + std::to_string(local_rank));
+  }
+  return argv;
+}
+
+}  // namespace tdist::launcher

@@ -1,0 +1,136 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+namespace tdist::launcher {
+namespace {
+
+constexpr int kUsageError = 2;
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "tdistrun: %s\nRun with --help for more information.\n", message.c_str());
+  return kUsageError;
+}
+
+std::chrono::milliseconds seconds_to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
+}
+
+}  // namespace
+
+std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code) {
+  LaunchOptions o;
+  CLI::App app{"tdistrun: starts a tdist job, one process per rank, on this node (torchrun-compatible).",
+               "tdistrun"};
+  app.footer(
+      "PROGRAM [ARGS...] follow the options; a PROGRAM ending in .py runs under /usr/bin/python3.\n"
+      "Every option also takes its underscore spelling (--nproc_per_node). See docs/launcher.md.");
+  std::string nproc = "1";
+  double grace_s = 5.0;
+  double join_s = 300.0;
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
+                 "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU")
+      ->default_str("1");
+  app.add_option("--nnodes", o.nnodes, "number of nodes (one tdistrun each)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->default_str("1");
+  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's index in [0, nnodes)")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("0");
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "address of node 0 (the node agents' store and the ranks' MASTER_ADDR)")
+      ->default_str("127.0.0.1");
+  app.add_option("--master-port,--master_port", o.master_port,
+                 "port of node 0: the ranks' MASTER_PORT on one node; the agents' store on several")
+      ->check(CLI::Range(1, 65535))
+      ->default_str("29500");
+  app.add_flag("--standalone", o.standalone,
+               "one node; pick a free port on 127.0.0.1 (ignores --master-addr/--master-port)");
+  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                 "restart the whole group up to N times after a failure")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("0");
+  app.add_flag("--use-env,--use_env", o.use_env,
+               "do not pass --local-rank=N to the program; it reads LOCAL_RANK instead");
+  app.add_option("--log-dir,--log_dir", o.log_dir,
+                 "write each rank's stdout and stderr to DIR/attempt_K/rank_N.{stdout,stderr}.log");
+  app.add_flag("--tee{3}", o.tee,
+               "with --log-dir, also print to the console: --tee (both), --tee=1 stdout, --tee=2 stderr")
+      ->check(CLI::Range(0, 3));
+  app.add_flag("--no-python,--no_python", o.no_python, "run PROGRAM directly even if it ends in .py");
+  app.add_flag("-m,--module", o.module, "PROGRAM is a Python module: run /usr/bin/python3 -m PROGRAM");
+  app.add_option("--grace-period,--grace_period", grace_s,
+                 "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->default_str("5");
+  app.add_option("--join-timeout,--join_timeout", join_s,
+                 "seconds the node agents wait for each other (several nodes)")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->default_str("300");
+  // Everything from PROGRAM on belongs to the program.
+  app.prefix_command();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return std::nullopt;
+  }
+  o.command = app.remaining();
+  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+  if (o.command.empty()) {
+    *exit_code = usage_error("no PROGRAM given: tdistrun [OPTIONS] PROGRAM [ARGS...]");
+    return std::nullopt;
+  }
+  if (o.command.front().size() > 1 && o.command.front()[0] == '-' && app.remaining().front() != "--") {
+    *exit_code =
+        usage_error("unknown option '" + o.command.front() +
+                    "' (put PROGRAM after the options, or use -- before a PROGRAM starting with '-')");
+    return std::nullopt;
+  }
+
+  if (nproc == "auto" || nproc == "cpu") {
+    o.nproc_per_node = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  } else {
+    try {
+      size_t used = 0;
+      o.nproc_per_node = std::stoi(nproc, &used);
+      if (used != nproc.size() || o.nproc_per_node < 1) throw std::invalid_argument(nproc);
+    } catch (const std::exception&) {
+      *exit_code =
+          usage_error("--nproc-per-node must be a positive number, 'auto' or 'cpu', got '" + nproc + "'");
+      return std::nullopt;
+    }
+  }
+  o.grace_period = seconds_to_ms(grace_s);
+  o.join_timeout = seconds_to_ms(join_s);
+
+  if (o.standalone) {
+    if (app.count("--nnodes") > 0 && o.nnodes != 1) {
+      *exit_code = usage_error("--standalone runs one node; drop --nnodes " + std::to_string(o.nnodes));
+      return std::nullopt;
+    }
+    o.nnodes = 1;
+    o.node_rank = 0;
+    o.master_addr = "127.0.0.1";
+  }
+  if (o.node_rank >= o.nnodes) {
+    *exit_code = usage_error("--node-rank must be in [0, " + std::to_string(o.nnodes) + "), got " +
+                             std::to_string(o.node_rank));
+    return std::nullopt;
+  }
+  if (o.module && o.no_python) {
+    *exit_code = usage_error("--module runs python3 -m PROGRAM; it cannot be combined with --no-python");
+    return std::nullopt;
+  }
+  if (o.master_addr.empty()) {
+    *exit_code = usage_error("--master-addr is empty");
+    return std::nullopt;
+  }
+  return o;
+}
+
+}  // namespace tdist::launcher

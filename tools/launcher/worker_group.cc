@@ -1,0 +1,292 @@
+#include "worker_group.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/syscall.h"
+#include "launcher/process_util.h"
+#include "tdist/errors.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration)
+
+namespace tdist::launcher {
+namespace {
+
+// Read at most this much from one pipe per wake-up, so one chatty rank
+// cannot starve the others.
+constexpr size_t kReadBudget = size_t{256} * 1024;
+
+// The variables tdistrun sets; inherited values of these are dropped.
+constexpr const char* kRankVariables[] = {"RANK",
+                                          "LOCAL_RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_WORLD_SIZE",
+                                          "GROUP_RANK",
+                                          "GROUP_WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "TDIST_RESTART_COUNT",
+                                          "TDIST_MAX_RESTARTS"};
+
+std::vector<std::string> inherited_environment() {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view item(*entry);
+    std::string_view name = item.substr(0, item.find('='));
+    bool ours = false;
+    for (const char* variable : kRankVariables) ours = ours || name == variable;
+    if (!ours) env.emplace_back(item);
+  }
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+void make_pipe(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) throw DistError("tdistrun: pipe failed: " + errno_text(errno));
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(GroupSpec spec) : spec_(std::move(spec)) {}
+
+WorkerGroup::~WorkerGroup() {
+  for (auto& worker : workers_) {
+    if (worker.pid > 0 && !worker.exited) {
+      killpg(worker.pid, SIGKILL);
+      kill(worker.pid, SIGKILL);
+      int status = 0;
+      while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    for (int fd : {worker.pidfd, worker.out_fd, worker.err_fd}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+}
+
+void WorkerGroup::start() {
+  std::string attempt_dir;
+  if (!spec_.log_dir.empty()) {
+    attempt_dir = spec_.log_dir + "/attempt_" + std::to_string(spec_.attempt);
+    std::error_code error;
+    std::filesystem::create_directories(attempt_dir, error);
+    if (error)
+      throw DistError("tdistrun: cannot create log directory " + attempt_dir + ": " + error.message());
+  }
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) throw DistError("tdistrun: cannot open /dev/null: " + errno_text(errno));
+  std::vector<std::string> base_env = inherited_environment();
+  workers_.resize(static_cast<size_t>(spec_.nproc));
+  try {
+    for (int local = 0; local < spec_.nproc; ++local) {
+      Worker& worker = workers_[static_cast<size_t>(local)];
+      worker.local_rank = local;
+      worker.rank = spec_.rank_offset + local;
+      bool logging = !attempt_dir.empty();
+      std::string stem = attempt_dir + "/rank_" + std::to_string(worker.rank);
+      worker.out = std::make_unique<RankStream>(worker.rank, !logging || (spec_.tee & 1) ? 1 : -1,
+                                                logging ? stem + ".stdout.log" : "", 0);
+      worker.err = std::make_unique<RankStream>(worker.rank, !logging || (spec_.tee & 2) ? 2 : -1,
+                                                logging ? stem + ".stderr.log" : "", kTailLines);
+      start_one(worker, base_env, devnull);
+    }
+  } catch (...) {
+    close(devnull);
+    throw;
+  }
+  close(devnull);
+}
+
+void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base_env, int devnull) {
+  // Everything the child needs is built here: between fork and execve only
+  // async-signal-safe calls are allowed (the launcher may have threads).
+  std::vector<std::string> argv = rank_argv(*spec_.command, spec_.use_env, worker.local_rank);
+  std::vector<std::string> env = base_env;
+  auto put = [&](const char* name, const std::string& value) {
+    env.push_back(std::string(name) + "=" + value);
+  };
+  put("RANK", std::to_string(worker.rank));
+  put("LOCAL_RANK", std::to_string(worker.local_rank));
+  put("WORLD_SIZE", std::to_string(spec_.world_size));
+  put("LOCAL_WORLD_SIZE", std::to_string(spec_.nproc));
+  put("GROUP_RANK", std::to_string(spec_.node_rank));
+  put("GROUP_WORLD_SIZE", std::to_string(spec_.nnodes));
+  put("MASTER_ADDR", spec_.master_addr);
+  put("MASTER_PORT", std::to_string(spec_.master_port));
+  put("TDIST_RESTART_COUNT", std::to_string(spec_.attempt));
+  put("TDIST_MAX_RESTARTS", std::to_string(spec_.max_restarts));
+  std::vector<char*> c_argv = c_strings(argv);
+  std::vector<char*> c_env = c_strings(env);
+  std::string exec_error = "tdistrun: cannot execute " + spec_.command->path + ": ";
+  const char* path = spec_.command->path.c_str();
+
+  int out[2];
+  int err[2];
+  make_pipe(out);
+  try {
+    make_pipe(err);
+  } catch (...) {
+    close(out[0]);
+    close(out[1]);
+    throw;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+    throw DistError("tdistrun: fork of rank " + std::to_string(worker.rank) + " failed: " + errno_text(e));
+  }
+  if (pid == 0) {
+    // Its own process group: stopping a rank stops what it started too, and
+    // the terminal's Ctrl-C goes to the launcher, which stops everyone.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);  // the launcher died before prctl
+    dup2(devnull, STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &dfl, nullptr);
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): the child has one thread
+    sigprocmask(SIG_SETMASK, &spec_.child_signal_mask, nullptr);
+    execve(path, c_argv.data(), c_env.data());
+    int e = errno;
+    (void)write_all(STDERR_FILENO, exec_error.data(), exec_error.size());
+    const char* why = strerrordesc_np(e);
+    if (why != nullptr) (void)write_all(STDERR_FILENO, why, strlen(why));
+    (void)write_all(STDERR_FILENO, "\n", 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so killpg works even before the child ran
+  close(out[1]);
+  close(err[1]);
+  worker.pid = pid;
+  worker.out_fd = out[0];
+  worker.err_fd = err[0];
+  fcntl(worker.out_fd, F_SETFL, O_NONBLOCK);
+  fcntl(worker.err_fd, F_SETFL, O_NONBLOCK);
+  worker.pidfd = open_pidfd(pid);
+}
+
+void WorkerGroup::add_pollfds(std::vector<pollfd>* fds) {
+  poll_offset_ = fds->size();
+  poll_slots_.clear();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const Worker& worker = workers_[i];
+    if (worker.out_fd >= 0) {
+      fds->push_back({worker.out_fd, POLLIN, 0});
+      poll_slots_.emplace_back(i, 1);
+    }
+    if (worker.err_fd >= 0) {
+      fds->push_back({worker.err_fd, POLLIN, 0});
+      poll_slots_.emplace_back(i, 2);
+    }
+    if (!worker.exited && worker.pidfd >= 0) {
+      fds->push_back({worker.pidfd, POLLIN, 0});
+      poll_slots_.emplace_back(i, 0);
+    }
+  }
+}
+
+void WorkerGroup::handle(const std::vector<pollfd>& fds) {
+  // Output first, so that a rank's last words are in before its exit is.
+  for (size_t slot = 0; slot < poll_slots_.size(); ++slot) {
+    auto [index, kind] = poll_slots_[slot];
+    if (kind != 0 && fds[poll_offset_ + slot].revents != 0) read_stream(workers_[index], kind == 2);
+  }
+  for (size_t slot = 0; slot < poll_slots_.size(); ++slot) {
+    auto [index, kind] = poll_slots_[slot];
+    if (kind == 0 && fds[poll_offset_ + slot].revents != 0) reap(workers_[index]);
+  }
+}
+
+void WorkerGroup::read_stream(Worker& worker, bool is_err) {
+  int& fd = is_err ? worker.err_fd : worker.out_fd;
+  RankStream& stream = is_err ? *worker.err : *worker.out;
+  char buffer[16384];
+  size_t budget = kReadBudget;
+  while (fd >= 0 && budget > 0) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      stream.feed(buffer, static_cast<size_t>(n));
+      budget -= std::min(budget, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    stream.finish();  // EOF, or an error that will not go away
+    close(fd);
+    fd = -1;
+  }
+}
+
+void WorkerGroup::reap(Worker& worker) {
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(worker.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+      info.si_pid == 0) {
+    return;  // not ended after all
+  }
+  bool clean = info.si_code == CLD_EXITED && info.si_status == 0;
+  // While the rank is a zombie its pid (= its process group id) cannot be
+  // reused, so this reaches exactly what it left behind.
+  if (!clean || stopping_) killpg(worker.pid, SIGKILL);
+  if (!try_reap(worker.pid, &worker.status)) return;
+  worker.exited = true;
+  close(worker.pidfd);
+  worker.pidfd = -1;
+  if (!clean && !stopping_) {
+    worker.failed = true;
+    failures_.push_back(static_cast<size_t>(&worker - workers_.data()));
+  }
+}
+
+void WorkerGroup::signal_all(int signal) {
+  for (auto& worker : workers_) {
+    if (worker.pid <= 0 || worker.exited) continue;
+    // A rank that moved itself to another process group (setsid) is still
+    // reached directly.
+    if (killpg(worker.pid, signal) != 0 || getpgid(worker.pid) != worker.pid) kill(worker.pid, signal);
+  }
+}
+
+bool WorkerGroup::all_exited() const {
+  return running() == 0;
+}
+
+int WorkerGroup::running() const {
+  int count = 0;
+  for (const auto& worker : workers_) count += worker.pid > 0 && !worker.exited ? 1 : 0;
+  return count;
+}
+
+void WorkerGroup::close_streams() {
+  for (auto& worker : workers_) {
+    for (bool is_err : {false, true}) {
+      int& fd = is_err ? worker.err_fd : worker.out_fd;
+      if (fd < 0) continue;
+      read_stream(worker, is_err);
+      if (fd >= 0) {
+        (is_err ? *worker.err : *worker.out).finish();
+        close(fd);
+        fd = -1;
+      }
+    }
+  }
+}
+
+}  // namespace tdist::launcher
