@@ -103,10 +103,14 @@ int launch(const char* self, int nproc, int timeout_s) {
       return 1;
     }
     if (pid == 0) {
-      setenv("MASTER_ADDR", "127.0.0.1", 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
-      setenv("RANK", std::to_string(rank).c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("MASTER_ADDR", "127.0.0.1",
+             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("MASTER_PORT", std::to_string(port).c_str(),
+             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("RANK", std::to_string(rank).c_str(),
+             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(),
+             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
       std::string timeout = std::to_string(timeout_s);
       execl(self, self, "--timeout", timeout.c_str(), static_cast<char*>(nullptr));
       std::perror("exec");
@@ -139,7 +143,8 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", nproc, "number of processes to start when RANK is not set")
       ->check(CLI::Range(1, 1024));
   int local_rank = -1;  // passed by tdistrun without --use-env; LOCAL_RANK says the same
-  app.add_option("--local-rank,--local_rank", local_rank, "this process's rank on its node (set by launchers)");
+  app.add_option("--local-rank,--local_rank", local_rank,
+                 "this process's rank on its node (set by launchers)");
   app.add_option("--timeout", timeout_s, "rendezvous and store timeout in seconds")
       ->check(CLI::Range(1, 3600));
   CLI11_PARSE(app, argc, argv);

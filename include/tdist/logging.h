@@ -62,11 +62,12 @@ struct LogVoidify {
 /// An expression, not a statement, so it is safe as the body of an unbraced
 /// if: `&` binds looser than `<<`, so the whole line is streamed first.
 // NOLINTNEXTLINE(bugprone-macro-parentheses): the caller's << must follow
-#define TDIST_LOG(LEVEL)                                                  \
-  !::tdist::log_enabled(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL)       \
-      ? (void)0                                                           \
-      : ::tdist::detail::LogVoidify() &                                   \
-            ::tdist::detail::LogLine(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL, __FILE__, __LINE__).stream()
+#define TDIST_LOG(LEVEL)                                                                             \
+  !::tdist::log_enabled(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL)                                  \
+      ? (void)0                                                                                      \
+      : ::tdist::detail::LogVoidify() &                                                              \
+            ::tdist::detail::LogLine(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL, __FILE__, __LINE__) \
+                .stream()
 
 #define TDIST_LOG_LEVEL_ERROR kError
 #define TDIST_LOG_LEVEL_WARNING kWarning

@@ -20,7 +20,8 @@ namespace tdist {
 
 class ProcessGroupTdist final : public ProcessGroup {
  public:
-  ProcessGroupTdist(const std::shared_ptr<Store>& store, int rank, int size, const ProcessGroupOptions& options);
+  ProcessGroupTdist(const std::shared_ptr<Store>& store, int rank, int size,
+                    const ProcessGroupOptions& options);
   ~ProcessGroupTdist() override;
 
   std::string backend_name() const override { return "tdist"; }

@@ -3,7 +3,6 @@
 #include <complex>
 #include <stdexcept>
 
-
 namespace tdist::testing {
 
 std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&, int)>& fn,
@@ -17,7 +16,8 @@ std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&
         options.timeout = timeout;
         // Groups take a shared_ptr; the store outlives the group here.
         std::shared_ptr<Store> shared(&store, [](Store*) {});
-        auto group = create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank, n, options);
+        auto group =
+            create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank, n, options);
         fn(*group, rank);
         return group;
       },

@@ -32,7 +32,8 @@ void exercise(const std::string& env, ProcessGroup& pg, int rank) {
       pg.all_reduce(t, ReduceOp::SUM)->wait();
       for (int64_t i = 0; i < count; ++i) check(real_at(t, i) == total(i), what);
     } else if (env == "TDIST_ALGO_BROADCAST") {
-      Tensor t = make_tensor(DType::kInt32, count, [&](int64_t i) { return rank == p - 1 ? value(rank, i) : 0; });
+      Tensor t =
+          make_tensor(DType::kInt32, count, [&](int64_t i) { return rank == p - 1 ? value(rank, i) : 0; });
       pg.broadcast(t, p - 1)->wait();
       for (int64_t i = 0; i < count; ++i) check(real_at(t, i) == value(p - 1, i), what);
     } else if (env == "TDIST_ALGO_REDUCE") {
@@ -57,7 +58,8 @@ void exercise(const std::string& env, ProcessGroup& pg, int rank) {
       pg.gather(list, in, 0)->wait();
       if (rank == 0) {
         for (int r = 0; r < p; ++r) {
-          for (int64_t i = 0; i < count; ++i) check(real_at(list[static_cast<size_t>(r)], i) == value(r, i), what);
+          for (int64_t i = 0; i < count; ++i)
+            check(real_at(list[static_cast<size_t>(r)], i) == value(r, i), what);
         }
       }
       Tensor out = Tensor::zeros(DType::kInt16, {count});
@@ -73,7 +75,8 @@ void exercise(const std::string& env, ProcessGroup& pg, int rank) {
       Tensor out = Tensor::zeros(DType::kInt32, {p * count});
       pg.all_to_all_single(out, in, {}, {})->wait();
       for (int s = 0; s < p; ++s) {
-        for (int64_t i = 0; i < count; ++i) check(real_at(out, s * count + i) == s * 100000 + rank * count + i, what);
+        for (int64_t i = 0; i < count; ++i)
+          check(real_at(out, s * count + i) == s * 100000 + rank * count + i, what);
       }
     } else if (env == "TDIST_ALGO_BARRIER") {
       pg.barrier()->wait();
@@ -86,28 +89,30 @@ class ForcedAlgorithm : public ::testing::TestWithParam<Forced> {};
 TEST_P(ForcedAlgorithm, GivesTheReferenceResult) {
   setenv(GetParam().env, GetParam().algo, 1);
   for (int n : {1, 3, 4, 5}) {
-    EXPECT_EQ(with_groups(Mode::kThreads, n, [&](ProcessGroup& pg, int rank) { exercise(GetParam().env, pg, rank); }),
+    EXPECT_EQ(with_groups(Mode::kThreads, n,
+                          [&](ProcessGroup& pg, int rank) { exercise(GetParam().env, pg, rank); }),
               "")
         << n << " ranks";
   }
-  EXPECT_EQ(with_groups(Mode::kProcesses, 3, [&](ProcessGroup& pg, int rank) { exercise(GetParam().env, pg, rank); }),
+  EXPECT_EQ(with_groups(Mode::kProcesses, 3,
+                        [&](ProcessGroup& pg, int rank) { exercise(GetParam().env, pg, rank); }),
             "");
   unsetenv(GetParam().env);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, ForcedAlgorithm,
-    ::testing::Values(Forced{"TDIST_ALGO_ALL_REDUCE", "recursive_doubling"}, Forced{"TDIST_ALGO_ALL_REDUCE", "ring"},
-                      Forced{"TDIST_ALGO_ALL_REDUCE", "rabenseifner"}, Forced{"TDIST_ALGO_BROADCAST", "binomial"},
-                      Forced{"TDIST_ALGO_BROADCAST", "scatter_allgather"}, Forced{"TDIST_ALGO_REDUCE", "binomial"},
-                      Forced{"TDIST_ALGO_REDUCE", "reduce_scatter_gather"}, Forced{"TDIST_ALGO_ALL_GATHER", "ring"},
-                      Forced{"TDIST_ALGO_ALL_GATHER", "recursive_doubling"}, Forced{"TDIST_ALGO_ALL_GATHER", "bruck"},
-                      Forced{"TDIST_ALGO_GATHER", "binomial"}, Forced{"TDIST_ALGO_GATHER", "linear"},
-                      Forced{"TDIST_ALGO_SCATTER", "binomial"}, Forced{"TDIST_ALGO_SCATTER", "linear"},
-                      Forced{"TDIST_ALGO_REDUCE_SCATTER", "ring"},
-                      Forced{"TDIST_ALGO_REDUCE_SCATTER", "recursive_halving"},
-                      Forced{"TDIST_ALGO_ALL_TO_ALL", "pairwise"}, Forced{"TDIST_ALGO_ALL_TO_ALL", "linear"},
-                      Forced{"TDIST_ALGO_BARRIER", "dissemination"}),
+    ::testing::Values(
+        Forced{"TDIST_ALGO_ALL_REDUCE", "recursive_doubling"}, Forced{"TDIST_ALGO_ALL_REDUCE", "ring"},
+        Forced{"TDIST_ALGO_ALL_REDUCE", "rabenseifner"}, Forced{"TDIST_ALGO_BROADCAST", "binomial"},
+        Forced{"TDIST_ALGO_BROADCAST", "scatter_allgather"}, Forced{"TDIST_ALGO_REDUCE", "binomial"},
+        Forced{"TDIST_ALGO_REDUCE", "reduce_scatter_gather"}, Forced{"TDIST_ALGO_ALL_GATHER", "ring"},
+        Forced{"TDIST_ALGO_ALL_GATHER", "recursive_doubling"}, Forced{"TDIST_ALGO_ALL_GATHER", "bruck"},
+        Forced{"TDIST_ALGO_GATHER", "binomial"}, Forced{"TDIST_ALGO_GATHER", "linear"},
+        Forced{"TDIST_ALGO_SCATTER", "binomial"}, Forced{"TDIST_ALGO_SCATTER", "linear"},
+        Forced{"TDIST_ALGO_REDUCE_SCATTER", "ring"}, Forced{"TDIST_ALGO_REDUCE_SCATTER", "recursive_halving"},
+        Forced{"TDIST_ALGO_ALL_TO_ALL", "pairwise"}, Forced{"TDIST_ALGO_ALL_TO_ALL", "linear"},
+        Forced{"TDIST_ALGO_BARRIER", "dissemination"}),
     [](const auto& p) { return std::string(p.param.env + 11) + "_" + p.param.algo; });
 
 }  // namespace

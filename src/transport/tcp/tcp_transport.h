@@ -154,8 +154,8 @@ class TcpTransport final : public Transport {
   std::list<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
   std::vector<Completion> completions_;
-  bool sweeping_ = false;          // close_pair is reading the other connections
-  bool broken_by_crash_ = false;   // a peer died without saying goodbye
+  bool sweeping_ = false;              // close_pair is reading the other connections
+  bool broken_by_crash_ = false;       // a peer died without saying goodbye
   std::condition_variable closed_cv_;  // a pair closed
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
