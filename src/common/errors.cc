@@ -1,4 +1,4 @@
-#include "common/syscall.h"
+#include "common/error_text.h"
 
 #include <cstring>
 #include <string>
@@ -10,6 +10,16 @@ std::string errno_text(int err) {
   char buf[256];
   const char* text = strerror_r(err, buf, sizeof(buf));
   return std::string(text) + " (errno " + std::to_string(err) + ")";
+}
+
+std::string exception_text(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
 }
 
 }  // namespace tdist

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/syscall.h"  // errno_text()
+#include "common/error_text.h"  // errno_text()
 
 namespace tdist {
 

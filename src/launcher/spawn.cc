@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/env.h"
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "process_util.h"
 #include "tdist/errors.h"
 

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "kv_map.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"

@@ -1,5 +1,7 @@
 #include "multirank.h"
 
+#include "common/error_text.h"
+
 #include "tdist/file_store.h"
 
 #include <arpa/inet.h>
@@ -23,16 +25,6 @@
 
 namespace tdist::testing {
 namespace {
-
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
 
 // Reads everything a child wrote to its error pipe (non-blocking, after exit).
 std::string drain(int fd) {
@@ -68,7 +60,7 @@ std::vector<RankOutcome> run_threads(int n, const RankFn& fn, std::chrono::milli
         fn(rank);
         outcome.ok = true;
       } catch (...) {
-        outcome.error = what_of(std::current_exception());
+        outcome.error = exception_text(std::current_exception());
       }
       std::lock_guard<std::mutex> lock(mutex);
       outcomes[static_cast<size_t>(rank)] = outcome;
@@ -110,7 +102,7 @@ std::vector<RankOutcome> run_forked(int n, const RankFn& fn, std::chrono::millis
       try {
         fn(rank);
       } catch (...) {
-        std::string what = what_of(std::current_exception());
+        std::string what = exception_text(std::current_exception());
         (void)!write(fds[1], what.data(), what.size());
         code = 1;
       }

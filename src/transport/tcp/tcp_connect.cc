@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "common/env.h"
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/tcp/tcp_transport.h"

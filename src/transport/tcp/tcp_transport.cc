@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 
@@ -29,16 +29,6 @@ constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
 // cause instead of a bare disconnect.
 constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
 constexpr size_t kMaxAbortReason = 4096;
-
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
 
 bool is_timeout(const std::exception_ptr& error) {
   try {
@@ -478,13 +468,7 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
     sweeping_ = false;
   }
   // Once the group is broken, later disconnects are consequences, not news.
-  if (crashed && !aborted_) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      TDIST_LOG(WARNING) << "tcp transport: " << e.what();
-    }
-  }
+  if (crashed && !aborted_) TDIST_LOG(WARNING) << "tcp transport: " << exception_text(error);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pair.socket.fd(), nullptr);
   pair.socket.close();
   for (auto& op : pair.sends) failed(op.request, error);
@@ -562,7 +546,7 @@ void TcpTransport::abort(std::exception_ptr error) {
 }
 
 void TcpTransport::notify_abort(const std::exception_ptr& error) {
-  std::string reason = what_of(error).substr(0, kMaxAbortReason);
+  std::string reason = exception_text(error).substr(0, kMaxAbortReason);
   std::string payload(1, is_timeout(error) ? '\1' : '\0');
   payload += reason;
   Header header{kAbortTag, payload.size()};
