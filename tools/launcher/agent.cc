@@ -12,7 +12,7 @@
 #include <functional>
 #include <thread>
 
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
 

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
 

@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
 

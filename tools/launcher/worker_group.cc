@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/syscall.h"
+#include "common/error_text.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
 
