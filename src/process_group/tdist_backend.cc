@@ -3,9 +3,13 @@
 #include <cstring>
 #include <numeric>
 
+#include "algorithms/selector.h"
+#include "algorithms/shm/shm_collectives.h"
+#include "blocking_call.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport_choice.h"
 #include "validate.h"
 
 namespace tdist {
@@ -103,6 +107,9 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   tcp.timeout = options.timeout;
   tcp.reach_host = options.master_host;
   transport_ = transport::connect_tcp(*store, rank, size, tcp);
+  shm_ = connect_shm_if_local(*store, rank, size, options.timeout);
+  TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
+                   << (shm_ ? "shared memory" : "TCP");
   worker_ = std::thread([this] { run(); });
 }
 
@@ -123,9 +130,24 @@ ProcessGroupTdist::~ProcessGroupTdist() {
 WorkPtr ProcessGroupTdist::enqueue(std::string op, std::vector<Tensor> outputs, Body body) {
   auto work = std::make_shared<Work>(op, std::move(outputs));
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(op + ": the process group is being destroyed");
-    queue_.push_back(Task{std::move(op), next_seq_++, work, std::move(body)});
+    Task task{std::move(op), next_seq_++, work, std::move(body)};
+    if (!detail::BlockingCallScope::active() || running_ || !queue_.empty()) {
+      queue_.push_back(std::move(task));
+      lock.unlock();
+      cv_.notify_one();
+      return work;
+    }
+    // A blocking call with nothing ahead of it: run it here. running_ keeps
+    // the worker from starting anything queued meanwhile by other threads.
+    running_ = true;
+    lock.unlock();
+    execute(task);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
   }
   cv_.notify_one();
   return work;
@@ -136,37 +158,79 @@ void ProcessGroupTdist::run() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
+      if (queue_.empty() || running_) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
-    algo::CallContext ctx{*transport_, task.op, task.seq, algo::Clock::now() + timeout(), timeout()};
-    std::exception_ptr error;
-    try {
-      task.body(ctx);
-    } catch (...) {
-      error = std::current_exception();
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        TDIST_LOG(DEBUG) << task.op << " (call #" << task.seq << ") failed: " << e.what();
-      }
+    execute(task);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
     }
-    task.work->finish(error);
+    cv_.notify_all();
   }
+}
+
+void ProcessGroupTdist::execute(Task& task) {
+  algo::CallContext ctx{*transport_, task.op, task.seq, algo::Clock::now() + timeout(), timeout()};
+  std::exception_ptr error;
+  try {
+    task.body(ctx);
+  } catch (...) {
+    error = std::current_exception();
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      TDIST_LOG(DEBUG) << task.op << " (call #" << task.seq << ") failed: " << e.what();
+    }
+  }
+  task.work->finish(error);
+}
+
+template <typename Algo>
+transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
+  if (!shm_ || algo::env_algo<Algo>()) return nullptr;
+  return shm_.get();
+}
+
+void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const void* in, void* out,
+                                         const std::vector<size_t>& bytes) const {
+  if (auto* shm = shm_for<algo::AllGatherAlgo>()) return algo::shm::all_gather(ctx, *shm, in, out, bytes);
+  algo::all_gather(ctx, in, out, bytes);
+}
+
+void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, const void* in, const Tensor& output,
+                                                const std::vector<size_t>& counts, const ReduceOp& op) const {
+  if (auto* shm = shm_for<algo::ReduceScatterAlgo>())
+    return algo::shm::reduce_scatter(ctx, *shm, in, output.data(), counts, output.dtype(), op);
+  algo::reduce_scatter(ctx, in, output.data(), counts, output.dtype(), op);
+}
+
+void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const void* in,
+                                         const std::vector<size_t>& send_bytes, void* out,
+                                         const std::vector<size_t>& recv_bytes) const {
+  if (auto* shm = shm_for<algo::AllToAllAlgo>()) {
+    return algo::shm::all_to_all(ctx, *shm, in, send_bytes, offsets_of(send_bytes), out, recv_bytes,
+                                 offsets_of(recv_bytes));
+  }
+  algo::all_to_all(ctx, in, send_bytes, offsets_of(send_bytes), out, recv_bytes, offsets_of(recv_bytes));
 }
 
 WorkPtr ProcessGroupTdist::broadcast(const Tensor& tensor, int root) {
   validate::rank_in_group("broadcast", "src", root, size());
-  return enqueue("broadcast", {tensor}, [tensor, root](const algo::CallContext& ctx) {
+  return enqueue("broadcast", {tensor}, [this, tensor, root](const algo::CallContext& ctx) {
+    if (auto* shm = shm_for<algo::BroadcastAlgo>()) return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
     algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
   });
 }
 
 WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) {
   validate::reduce_op("all_reduce", tensor, op);
-  return enqueue("all_reduce", {tensor}, [tensor, op](const algo::CallContext& ctx) {
+  return enqueue("all_reduce", {tensor}, [this, tensor, op](const algo::CallContext& ctx) {
+    if (auto* shm = shm_for<algo::AllReduceAlgo>())
+      return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
     algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
   });
 }
@@ -174,10 +238,12 @@ WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) 
 WorkPtr ProcessGroupTdist::reduce(const Tensor& tensor, int root, const ReduceOp& op) {
   validate::rank_in_group("reduce", "dst", root, size());
   validate::reduce_op("reduce", tensor, op);
-  return enqueue("reduce", {tensor}, [tensor, root, op](const algo::CallContext& ctx) {
+  return enqueue("reduce", {tensor}, [this, tensor, root, op](const algo::CallContext& ctx) {
     // Non-root ranks keep their input intact (the algorithm may use the
     // buffer it is given as scratch).
     Tensor buffer = ctx.rank() == root ? tensor : tensor.clone();
+    if (auto* shm = shm_for<algo::ReduceAlgo>())
+      return algo::shm::reduce(ctx, *shm, buffer.data(), to_size(buffer.numel()), buffer.dtype(), op, root);
     algo::reduce(ctx, buffer.data(), to_size(buffer.numel()), buffer.dtype(), op, root);
   });
 }
@@ -190,10 +256,10 @@ WorkPtr ProcessGroupTdist::all_gather(const std::vector<Tensor>& outputs, const 
   }
   validate::numel_equals("all_gather", "this rank's tensor_list entry", outputs[to_size(rank())],
                          input.numel());
-  return enqueue("all_gather", outputs, [outputs, input](const algo::CallContext& ctx) {
+  return enqueue("all_gather", outputs, [this, outputs, input](const algo::CallContext& ctx) {
     Blocks blocks(outputs);
     auto bytes = nbytes_of(outputs);
-    algo::all_gather(ctx, input.data(), blocks.base, bytes);
+    all_gather_bytes(ctx, input.data(), blocks.base, bytes);
     blocks.copy_out();
   });
 }
@@ -205,8 +271,8 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Te
   bool in_place = block > 0 && input.data() == slot;
   if (!in_place)
     validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
-  return enqueue("all_gather_into_tensor", {output}, [output, input, block](const algo::CallContext& ctx) {
-    algo::all_gather(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
+  return enqueue("all_gather_into_tensor", {output}, [this, output, input, block](const algo::CallContext& ctx) {
+    all_gather_bytes(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
   });
 }
 
@@ -224,8 +290,8 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, c
   const auto* slot = static_cast<const uint8_t*>(output.data()) + offsets_of(bytes)[to_size(rank())];
   if (!(input.nbytes() > 0 && input.data() == slot))
     validate::no_overlap(op, "output", output, "input", input);
-  return enqueue(op, {output}, [output, input, bytes](const algo::CallContext& ctx) {
-    algo::all_gather(ctx, input.data(), output.data(), bytes);
+  return enqueue(op, {output}, [this, output, input, bytes](const algo::CallContext& ctx) {
+    all_gather_bytes(ctx, input.data(), output.data(), bytes);
   });
 }
 
@@ -244,13 +310,19 @@ WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tens
                               " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), input.nbytes());
-  return enqueue("gather", outputs, [outputs, input, bytes, root](const algo::CallContext& ctx) {
+  return enqueue("gather", outputs, [this, outputs, input, bytes, root](const algo::CallContext& ctx) {
+    auto* shm = shm_for<algo::GatherAlgo>();
     if (ctx.rank() != root) {
+      if (shm) return algo::shm::gather(ctx, *shm, input.data(), nullptr, bytes, root);
       algo::gather(ctx, input.data(), nullptr, bytes, root);
       return;
     }
     Blocks blocks(outputs);
-    algo::gather(ctx, input.data(), blocks.base, bytes, root);
+    if (shm) {
+      algo::shm::gather(ctx, *shm, input.data(), blocks.base, bytes, root);
+    } else {
+      algo::gather(ctx, input.data(), blocks.base, bytes, root);
+    }
     blocks.copy_out();
   });
 }
@@ -270,13 +342,16 @@ WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tenso
                               " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), output.nbytes());
-  return enqueue("scatter", {output}, [output, inputs, bytes, root](const algo::CallContext& ctx) {
+  return enqueue("scatter", {output}, [this, output, inputs, bytes, root](const algo::CallContext& ctx) {
+    auto* shm = shm_for<algo::ScatterAlgo>();
     if (ctx.rank() != root) {
+      if (shm) return algo::shm::scatter(ctx, *shm, nullptr, output.data(), bytes, root);
       algo::scatter(ctx, nullptr, output.data(), bytes, root);
       return;
     }
     Blocks blocks(inputs);
     blocks.copy_in();
+    if (shm) return algo::shm::scatter(ctx, *shm, blocks.base, output.data(), bytes, root);
     algo::scatter(ctx, blocks.base, output.data(), bytes, root);
   });
 }
@@ -294,10 +369,10 @@ WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vecto
   std::vector<size_t> counts;
   counts.reserve(inputs.size());
   for (const auto& t : inputs) counts.push_back(to_size(t.numel()));
-  return enqueue("reduce_scatter", {output}, [output, inputs, counts, op](const algo::CallContext& ctx) {
+  return enqueue("reduce_scatter", {output}, [this, output, inputs, counts, op](const algo::CallContext& ctx) {
     Blocks blocks(inputs);
     blocks.copy_in();
-    algo::reduce_scatter(ctx, blocks.base, output.data(), counts, output.dtype(), op);
+    reduce_scatter_elements(ctx, blocks.base, output, counts, op);
   });
 }
 
@@ -308,8 +383,8 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Ten
   validate::no_overlap("reduce_scatter_tensor", "input", input, "output", output);
   std::vector<size_t> counts(to_size(size()), to_size(output.numel()));
   return enqueue("reduce_scatter_tensor", {output},
-                 [output, input, counts, op](const algo::CallContext& ctx) {
-                   algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
+                 [this, output, input, counts, op](const algo::CallContext& ctx) {
+                   reduce_scatter_elements(ctx, input.data(), output, counts, op);
                  });
 }
 
@@ -327,8 +402,8 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, co
   std::vector<size_t> counts;
   counts.reserve(input_split_sizes.size());
   for (int64_t rows : input_split_sizes) counts.push_back(to_size(rows * row));
-  return enqueue(name, {output}, [output, input, counts, op](const algo::CallContext& ctx) {
-    algo::reduce_scatter(ctx, input.data(), output.data(), counts, output.dtype(), op);
+  return enqueue(name, {output}, [this, output, input, counts, op](const algo::CallContext& ctx) {
+    reduce_scatter_elements(ctx, input.data(), output, counts, op);
   });
 }
 
@@ -341,14 +416,13 @@ WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const 
     for (const auto& out : outputs)
       validate::no_overlap("all_to_all", "an output", out, "an input", inputs[r]);
   }
-  return enqueue("all_to_all", outputs, [outputs, inputs](const algo::CallContext& ctx) {
+  return enqueue("all_to_all", outputs, [this, outputs, inputs](const algo::CallContext& ctx) {
     Blocks in(inputs);
     in.copy_in();
     Blocks out(outputs);
     auto send_bytes = nbytes_of(inputs);
     auto recv_bytes = nbytes_of(outputs);
-    algo::all_to_all(ctx, in.base, send_bytes, offsets_of(send_bytes), out.base, recv_bytes,
-                     offsets_of(recv_bytes));
+    all_to_all_bytes(ctx, in.base, send_bytes, out.base, recv_bytes);
     out.copy_out();
   });
 }
@@ -378,14 +452,16 @@ WorkPtr ProcessGroupTdist::all_to_all_single(const Tensor& output, const Tensor&
   };
   auto send_bytes = splits_to_bytes(input, input_split_sizes, "input_split_sizes");
   auto recv_bytes = splits_to_bytes(output, output_split_sizes, "output_split_sizes");
-  return enqueue(op, {output}, [output, input, send_bytes, recv_bytes](const algo::CallContext& ctx) {
-    algo::all_to_all(ctx, input.data(), send_bytes, offsets_of(send_bytes), output.data(), recv_bytes,
-                     offsets_of(recv_bytes));
+  return enqueue(op, {output}, [this, output, input, send_bytes, recv_bytes](const algo::CallContext& ctx) {
+    all_to_all_bytes(ctx, input.data(), send_bytes, output.data(), recv_bytes);
   });
 }
 
 WorkPtr ProcessGroupTdist::barrier() {
-  return enqueue("barrier", {}, [](const algo::CallContext& ctx) { algo::barrier(ctx); });
+  return enqueue("barrier", {}, [this](const algo::CallContext& ctx) {
+    if (auto* shm = shm_for<algo::BarrierAlgo>()) return algo::shm::barrier(ctx, *shm);
+    algo::barrier(ctx);
+  });
 }
 
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {

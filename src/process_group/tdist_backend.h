@@ -1,9 +1,12 @@
 #pragma once
 
-// tdist's own backend: a transport (TCP for now) plus the algorithms of
-// src/algorithms, run in call order on one worker thread per group so that
-// async_op=true returns at once. Point-to-point operations go straight to
-// the transport. Every argument is checked on the caller's thread first.
+// tdist's own backend: a TCP transport plus, when every rank shares this
+// host, a shared-memory domain; collectives run the algorithms of
+// src/algorithms (shm/ ones on shared memory), in call order, on one worker
+// thread per group so that async_op=true returns at once. A blocking call
+// with nothing queued before it runs on the caller's thread instead (see
+// blocking_call.h). Point-to-point operations go straight to the transport.
+// Every argument is checked on the caller's thread first.
 
 #include <condition_variable>
 #include <deque>
@@ -14,6 +17,7 @@
 
 #include "algorithms/algorithms.h"
 #include "tdist/process_group.h"
+#include "transport/shm/shm_group.h"
 #include "transport/transport.h"
 
 namespace tdist {
@@ -25,6 +29,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   ~ProcessGroupTdist() override;
 
   std::string backend_name() const override { return "tdist"; }
+  /// True if the collectives run on shared memory (every rank on this host).
+  bool collectives_on_shared_memory() const { return shm_ != nullptr; }
 
   WorkPtr broadcast(const Tensor& tensor, int root) override;
   WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op) override;
@@ -62,13 +68,28 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr gather_blocks(const char* op, std::vector<Tensor> outputs, const Tensor& input,
                         std::vector<size_t> bytes, int root);
   void run();
+  /// Runs one task and finishes its work.
+  void execute(Task& task);
+  /// The shared-memory domain, unless absent or TDIST_ALGO_<OP> forces one
+  /// of the TCP algorithms for this op.
+  template <typename Algo>
+  transport::shm::ShmGroup* shm_for() const;
+  // The bodies shared by several ops, on shared memory or TCP.
+  void all_gather_bytes(const algorithms::CallContext& ctx, const void* in, void* out,
+                        const std::vector<size_t>& bytes) const;
+  void reduce_scatter_elements(const algorithms::CallContext& ctx, const void* in, const Tensor& output,
+                               const std::vector<size_t>& counts, const ReduceOp& op) const;
+  void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in, const std::vector<size_t>& send_bytes,
+                        void* out, const std::vector<size_t>& recv_bytes) const;
 
   std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::shm::ShmGroup> shm_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
   uint64_t next_seq_ = 0;
   bool stopping_ = false;
+  bool running_ = false;  // a task is running (on the worker or a caller)
   std::thread worker_;
 };
 

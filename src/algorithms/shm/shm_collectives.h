@@ -1,0 +1,42 @@
+#pragma once
+
+// Collectives implemented directly on a group's shared memory
+// (transport/shm/shm_group.h), for groups whose ranks share one host. Same
+// contracts as the functions of the same names in algorithms.h; the process
+// group chooses these when the group has a shared-memory domain.
+//
+// Data moves in rounds of at most one buffer per rank (pipelined: a rank
+// fills its other buffer while peers still read the last one). Messages of
+// at most kPayloadBytes travel inside the flag's cache line. Reductions run
+// in rank order 0..p-1 by one owner per piece, so every rank gets the same
+// bits.
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "transport/shm/shm_group.h"
+
+namespace tdist::algorithms::shm {
+
+using transport::shm::ShmGroup;
+
+void all_reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype,
+                const ReduceOp& op);
+void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype, const ReduceOp& op,
+            int root);
+void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+                    const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
+void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root);
+void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+                const std::vector<size_t>& bytes);
+void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
+            int root);
+void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
+             int root);
+void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in, const std::vector<size_t>& send_bytes,
+                const std::vector<size_t>& send_offsets, void* out, const std::vector<size_t>& recv_bytes,
+                const std::vector<size_t>& recv_offsets);
+void barrier(const CallContext& ctx, ShmGroup& group);
+
+}  // namespace tdist::algorithms::shm

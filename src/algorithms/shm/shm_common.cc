@@ -1,0 +1,66 @@
+#include "algorithms/shm/shm_common.h"
+
+#include "common/reduce_kernels.h"
+#include "tdist/errors.h"
+
+namespace tdist::algorithms::shm::detail {
+
+uint64_t Call::begin_round() {
+  // The previous round's flags come from every peer; any of them may be the
+  // one that is late, so the failure check looks at all of them.
+  return group.begin_round([this] { check(-1); });
+}
+
+void Call::check(int peer) const {
+  group.check_aborted(ctx.op);
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank() || (peer >= 0 && r != peer)) continue;
+    if (ctx.transport.peer_failed(r)) {
+      throw DistNetworkError(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): rank " +
+                             std::to_string(r) + " died or closed its connection");
+    }
+  }
+  if (Clock::now() >= ctx.deadline) {
+    throw DistTimeoutError(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+                           std::to_string(ctx.timeout.count()) + " ms waiting for " +
+                           (peer >= 0 ? "rank " + std::to_string(peer) : std::string("the other ranks")) +
+                           " (shared memory)");
+  }
+}
+
+void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what) const {
+  (void)what;
+  transport::shm::wait_at_least(line, target, group.policy(), [this, peer] { check(peer); });
+}
+
+size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {
+  size_t unit = 64 * element_bytes / std::__gcd(size_t{64}, element_bytes);
+  size_t bytes = group.buffer_bytes() / static_cast<size_t>(parts) / unit * unit;
+  if (bytes == 0) {
+    throw DistBackendError("shared memory: a buffer of " + std::to_string(group.buffer_bytes()) +
+                           " bytes cannot hold " + std::to_string(parts) + " sections; raise TDIST_SHM_BUFFER_BYTES");
+  }
+  return bytes;
+}
+
+void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DType dtype, const ReduceOp& op,
+                    int world_size) {
+  const size_t eb = element_size(dtype);
+  // 16 KiB tiles: the partial result stays in L1 across the n - 1 passes.
+  const size_t tile = std::max<size_t>(1, (size_t{16} << 10) / eb);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (size_t begin = 0; begin < count; begin += tile) {
+    size_t len = std::min(tile, count - begin);
+    size_t off = begin * eb;
+    auto at = [&](int i) { return static_cast<const uint8_t*>(srcs[i]) + off; };
+    if (n == 1) {
+      if (out + off != at(0)) std::memcpy(out + off, at(0), len * eb);
+    } else {
+      reduce_into(out + off, at(0), at(1), len, dtype, op);
+      for (int i = 2; i < n; ++i) reduce_into(out + off, out + off, at(i), len, dtype, op);
+    }
+    finalize_reduce(out + off, len, dtype, op, world_size);
+  }
+}
+
+}  // namespace tdist::algorithms::shm::detail

@@ -1,0 +1,84 @@
+#pragma once
+
+// Building blocks shared by the shared-memory collectives: waiting on a
+// peer's flag with the call's deadline, failing the whole group on any
+// error, and slicing a range into per-round pieces.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "algorithms/algorithms.h"
+#include "tdist/errors.h"
+#include "transport/shm/shm_group.h"
+
+namespace tdist::algorithms::shm::detail {
+
+using transport::shm::FlagLine;
+using transport::shm::ShmGroup;
+
+/// One call on one group: waits name the op, its sequence number and the
+/// peer in their errors.
+struct Call {
+  const CallContext& ctx;
+  ShmGroup& group;
+
+  int rank() const { return group.rank(); }
+  int size() const { return group.size(); }
+  uint64_t begin_round();
+  /// Waits for `peer`'s `line` to reach `target` (`what` names the flag).
+  void wait(const FlagLine& line, uint64_t target, int peer, const char* what) const;
+  void wait_arrive(int peer, uint64_t k) const { wait(group.arrive(peer, k), k, peer, "its data"); }
+  void wait_reduced(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its reduced piece"); }
+  /// Throws if a peer aborted, died, or the deadline passed (`peer`: who we wait for).
+  void check(int peer) const;
+};
+
+/// Runs a collective's body; on any exception marks the group aborted (so
+/// peers stop waiting at once) and aborts the transport, then rethrows.
+template <typename F>
+void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
+  try {
+    body(Call{ctx, group});
+  } catch (const DistTimeoutError& e) {
+    group.abort(e.what(), ShmGroup::AbortKind::kTimeout);
+    algorithms::detail::abort_call(ctx, std::current_exception());
+    throw;
+  } catch (const DistNetworkError& e) {
+    group.abort(e.what(), ShmGroup::AbortKind::kNetwork);
+    algorithms::detail::abort_call(ctx, std::current_exception());
+    throw;
+  } catch (const std::exception& e) {
+    group.abort(e.what(), ShmGroup::AbortKind::kOther);
+    algorithms::detail::abort_call(ctx, std::current_exception());
+    throw;
+  }
+}
+
+/// Piece `index` of a range of `total` units cut into pieces of `piece`
+/// units: [begin, begin + length), empty past the end.
+struct Piece {
+  size_t begin;
+  size_t length;
+};
+inline Piece piece_of(size_t total, size_t piece, size_t index) {
+  size_t begin = std::min(total, index * piece);
+  return Piece{begin, std::min(total, begin + piece) - begin};
+}
+
+inline size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+/// Bytes of a buffer each of `parts` sections may use: a multiple of 64
+/// (sections start on cache lines) and of `element_bytes`.
+size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes);
+
+/// dst = srcs[0] op srcs[1] op ... (in that order), count elements; for AVG
+/// also divides. Tiles the range so the partial result stays in L1.
+void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DType dtype, const ReduceOp& op,
+                    int world_size);
+
+}  // namespace tdist::algorithms::shm::detail

@@ -1,0 +1,198 @@
+// The collectives that only move bytes, on shared memory. Each round a
+// writer copies at most one buffer into its own shared buffer (or, for at
+// most kPayloadBytes, into its flag line) and publishes; readers copy from
+// there straight into their outputs. A rank never writes into another rank's
+// memory, so a slow reader only delays the writer two rounds later.
+
+#include <cstring>
+#include <vector>
+
+#include "algorithms/shm/shm_collectives.h"
+#include "algorithms/shm/shm_common.h"
+
+namespace tdist::algorithms::shm {
+namespace {
+
+using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
+using transport::shm::kPayloadBytes;
+
+void copy(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memcpy(dst, src, n);
+}
+
+std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
+  std::vector<size_t> offsets(bytes.size(), 0);
+  for (size_t i = 1; i < bytes.size(); ++i) offsets[i] = offsets[i - 1] + bytes[i - 1];
+  return offsets;
+}
+
+size_t largest(const std::vector<size_t>& bytes) {
+  size_t m = 0;
+  for (size_t b : bytes) m = std::max(m, b);
+  return m;
+}
+
+// Where rank r's data of round k lives: its flag payload for tiny rounds.
+uint8_t* slot(const Call& call, int r, uint64_t k, bool payload) {
+  return payload ? call.group.arrive(r, k).payload : call.group.buffer(r, k);
+}
+
+// all_gather and gather: every rank publishes piece i of its block each
+// round; readers (everyone, or only root) copy all pieces out.
+void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
+  const int p = call.size();
+  const int me = call.rank();
+  const auto offsets = offsets_of(bytes);
+  auto* output = static_cast<uint8_t*>(out);
+  const bool reader = root < 0 || root == me;
+  if (reader) copy(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)]);
+  const size_t max_block = largest(bytes);
+  if (p == 1 || max_block == 0) return;
+  const bool payload = max_block <= kPayloadBytes;
+  const size_t piece = payload ? kPayloadBytes : call.group.buffer_bytes();
+  const size_t rounds = ceil_div(max_block, piece);
+  for (size_t i = 0; i < rounds; ++i) {
+    uint64_t k = call.begin_round();
+    Piece mine = piece_of(bytes[static_cast<size_t>(me)], piece, i);
+    copy(slot(call, me, k, payload), static_cast<const uint8_t*>(in) + mine.begin, mine.length);
+    call.group.publish_arrive(k);
+    if (!reader) continue;
+    for (int step = 1; step < p; ++step) {
+      int r = (me + step) % p;
+      Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, i);
+      if (theirs.length == 0) continue;
+      call.wait_arrive(r, k);
+      copy(output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload), theirs.length);
+    }
+  }
+}
+
+}  // namespace
+
+void barrier(const CallContext& ctx, ShmGroup& group) {
+  run_guarded(ctx, group, [&](Call call) {
+    uint64_t k = call.begin_round();
+    call.group.publish_arrive(k);
+    for (int r = 0; r < call.size(); ++r) {
+      if (r != call.rank()) call.wait_arrive(r, k);
+    }
+  });
+}
+
+void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {
+  run_guarded(ctx, group, [&](Call call) {
+    if (call.size() == 1 || nbytes == 0) return;
+    const bool payload = nbytes <= kPayloadBytes;
+    const size_t piece = payload ? kPayloadBytes : call.group.buffer_bytes();
+    auto* bytes = static_cast<uint8_t*>(data);
+    for (size_t i = 0, rounds = ceil_div(nbytes, piece); i < rounds; ++i) {
+      Piece part = piece_of(nbytes, piece, i);
+      uint64_t k = call.begin_round();
+      if (call.rank() == root) {
+        copy(slot(call, root, k, payload), bytes + part.begin, part.length);
+        call.group.publish_arrive(k);
+      } else {
+        call.group.publish_arrive(k);
+        call.wait_arrive(root, k);
+        copy(bytes + part.begin, slot(call, root, k, payload), part.length);
+      }
+    }
+  });
+}
+
+void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+                const std::vector<size_t>& bytes) {
+  run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, out, bytes, -1); });
+}
+
+void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
+            int root) {
+  run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, out, bytes, root); });
+}
+
+void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
+             int root) {
+  run_guarded(ctx, group, [&](Call call) {
+    const int p = call.size();
+    const int me = call.rank();
+    const auto offsets = offsets_of(bytes);
+    const auto* input = static_cast<const uint8_t*>(in);
+    if (me == root) copy(out, input + offsets[static_cast<size_t>(me)], bytes[static_cast<size_t>(me)]);
+    const size_t max_block = largest(bytes);
+    if (p == 1 || max_block == 0) return;
+    // Root's buffer holds one section per rank each round.
+    const size_t section = section_bytes(call.group, p, 1);
+    for (size_t i = 0, rounds = ceil_div(max_block, section); i < rounds; ++i) {
+      uint64_t k = call.begin_round();
+      if (me == root) {
+        uint8_t* mine = call.group.buffer(me, k);
+        for (int r = 0; r < p; ++r) {
+          if (r == me) continue;
+          Piece part = piece_of(bytes[static_cast<size_t>(r)], section, i);
+          copy(mine + static_cast<size_t>(r) * section, input + offsets[static_cast<size_t>(r)] + part.begin,
+               part.length);
+        }
+        call.group.publish_arrive(k);
+      } else {
+        call.group.publish_arrive(k);
+        Piece part = piece_of(bytes[static_cast<size_t>(me)], section, i);
+        if (part.length == 0) continue;
+        call.wait_arrive(root, k);
+        copy(static_cast<uint8_t*>(out) + part.begin,
+             call.group.buffer(root, k) + static_cast<size_t>(me) * section, part.length);
+      }
+    }
+  });
+}
+
+void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in, const std::vector<size_t>& send_bytes,
+                const std::vector<size_t>& send_offsets, void* out, const std::vector<size_t>& recv_bytes,
+                const std::vector<size_t>& recv_offsets) {
+  run_guarded(ctx, group, [&](Call call) {
+    const int p = call.size();
+    const int me = call.rank();
+    const auto* input = static_cast<const uint8_t*>(in);
+    auto* output = static_cast<uint8_t*>(out);
+    const auto m = static_cast<size_t>(me);
+    copy(output + recv_offsets[m], input + send_offsets[m], std::min(send_bytes[m], recv_bytes[m]));
+    if (p == 1) return;
+    // Only the sizes of this rank's own blocks are known here, so the ranks
+    // first agree on the largest block (in the flag payload): it fixes how
+    // many rounds everyone runs.
+    uint64_t k = call.begin_round();
+    uint64_t my_max = std::max(largest(send_bytes), largest(recv_bytes));
+    std::memcpy(call.group.arrive(me, k).payload, &my_max, sizeof(my_max));
+    call.group.publish_arrive(k);
+    uint64_t max_block = my_max;
+    for (int r = 0; r < p; ++r) {
+      if (r == me) continue;
+      call.wait_arrive(r, k);
+      uint64_t theirs = 0;
+      std::memcpy(&theirs, call.group.arrive(r, k).payload, sizeof(theirs));
+      max_block = std::max(max_block, theirs);
+    }
+    if (max_block == 0) return;
+    const size_t section = section_bytes(call.group, p, 1);
+    for (size_t i = 0, rounds = ceil_div(max_block, section); i < rounds; ++i) {
+      k = call.begin_round();
+      uint8_t* mine = call.group.buffer(me, k);
+      for (int d = 0; d < p; ++d) {
+        if (d == me) continue;
+        Piece part = piece_of(send_bytes[static_cast<size_t>(d)], section, i);
+        copy(mine + static_cast<size_t>(d) * section, input + send_offsets[static_cast<size_t>(d)] + part.begin,
+             part.length);
+      }
+      call.group.publish_arrive(k);
+      for (int step = 1; step < p; ++step) {
+        int s = (me + step) % p;
+        Piece part = piece_of(recv_bytes[static_cast<size_t>(s)], section, i);
+        if (part.length == 0) continue;
+        call.wait_arrive(s, k);
+        copy(output + recv_offsets[static_cast<size_t>(s)] + part.begin,
+             call.group.buffer(s, k) + m * section, part.length);
+      }
+    }
+  });
+}
+
+}  // namespace tdist::algorithms::shm

@@ -1,0 +1,182 @@
+// The reducing collectives on shared memory (DeepSpeed's and vLLM's CPU
+// all-reduce; see docs/design.md):
+//  - payload: up to kPayloadBytes ride in the flag line; every rank reduces
+//    all of them in rank order (one cache-line transfer per peer);
+//  - one-shot: every rank copies its data into its buffer, then every rank
+//    reduces all buffers in rank order; for small messages, where the second
+//    synchronisation of two-shot would cost more than the extra reading;
+//  - two-shot: each round covers one buffer of the message, cut into p
+//    pieces; rank j reduces piece j of every rank (its own straight from its
+//    data), publishes the result in its buffer, and everyone copies the
+//    pieces back (a reduce-scatter then an all-gather). reduce and
+//    reduce_scatter are its first half plus a copy to where the result goes.
+// PREMUL_SUM's factor is applied by each rank to its own contribution on the
+// way in; AVG divides once, by the owner of each piece.
+
+#include <cstring>
+#include <vector>
+
+#include "algorithms/shm/shm_collectives.h"
+#include "algorithms/shm/shm_common.h"
+#include "common/reduce_kernels.h"
+
+namespace tdist::algorithms::shm {
+namespace {
+
+using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
+
+// One-shot up to here; two-shot above (measured on 2 and 4 ranks, see
+// docs/performance.md).
+constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
+
+// Copies `bytes` of a contribution into shared memory, premultiplied for
+// PREMUL_SUM.
+void contribute(void* dst, const void* src, size_t count, DType dtype, const ReduceOp& op) {
+  if (op.kind == ReduceOp::PREMUL_SUM) {
+    premultiply_into(dst, src, count, dtype, op);
+  } else if (count > 0) {
+    std::memcpy(dst, src, count * element_size(dtype));
+  }
+}
+
+// Payload and one-shot: every rank's whole contribution is in shared memory
+// (the flag payload or buffer k); reduce all of them in rank order into dst.
+// Only `root` (or everyone, root < 0) reduces.
+void reduce_everything(Call& call, void* data, size_t count, DType dtype, const ReduceOp& op, int root) {
+  const size_t nbytes = count * element_size(dtype);
+  const bool payload = nbytes <= transport::shm::kPayloadBytes;
+  uint64_t k = call.begin_round();
+  void* mine = payload ? static_cast<void*>(call.group.arrive(call.rank(), k).payload)
+                       : static_cast<void*>(call.group.buffer(call.rank(), k));
+  contribute(mine, data, count, dtype, op);
+  call.group.publish_arrive(k);
+  if (root >= 0 && root != call.rank()) return;
+  std::vector<const void*> srcs(static_cast<size_t>(call.size()));
+  for (int r = 0; r < call.size(); ++r) {
+    if (r != call.rank()) call.wait_arrive(r, k);
+    srcs[static_cast<size_t>(r)] = payload ? static_cast<const void*>(call.group.arrive(r, k).payload)
+                                           : static_cast<const void*>(call.group.buffer(r, k));
+  }
+  reduce_sources(data, srcs.data(), call.size(), count, dtype, op, call.size());
+}
+
+// Two-shot. `copy_out`: which pieces come back to `data`: all (all_reduce),
+// none but at root (reduce).
+void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const ReduceOp& op, int root) {
+  const size_t eb = element_size(dtype);
+  const int p = call.size();
+  const int me = call.rank();
+  const size_t section = section_bytes(call.group, p, eb) / eb;  // elements per piece
+  const size_t chunk = section * static_cast<size_t>(p);         // elements per round
+  const bool premul = op.kind == ReduceOp::PREMUL_SUM;
+  std::vector<const void*> srcs(static_cast<size_t>(p));
+  for (size_t start = 0; start < count; start += chunk) {
+    const size_t round_count = std::min(chunk, count - start);
+    uint8_t* round_data = data + start * eb;
+    uint64_t k = call.begin_round();
+    uint8_t* mine = call.group.buffer(me, k);
+    // Copy in every piece but our own, which we reduce from `data` itself.
+    for (int j = 0; j < p; ++j) {
+      Piece piece = piece_of(round_count, section, static_cast<size_t>(j));
+      if (j == me && !premul) continue;
+      contribute(mine + piece.begin * eb, round_data + piece.begin * eb, piece.length, dtype, op);
+    }
+    call.group.publish_arrive(k);
+    Piece own = piece_of(round_count, section, static_cast<size_t>(me));
+    for (int r = 0; r < p; ++r) {
+      if (r != me) call.wait_arrive(r, k);
+      const uint8_t* base = (r == me && !premul) ? round_data : call.group.buffer(r, k);
+      srcs[static_cast<size_t>(r)] = base + own.begin * eb;
+    }
+    // The result goes to our buffer for the others, then to our data.
+    reduce_sources(mine + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
+    call.group.publish_reduced(k);
+    if (root >= 0 && root != me) continue;
+    if (own.length > 0) std::memcpy(round_data + own.begin * eb, mine + own.begin * eb, own.length * eb);
+    for (int i = 1; i < p; ++i) {
+      int r = (me + i) % p;  // start at different owners so ranks do not all read one line
+      Piece piece = piece_of(round_count, section, static_cast<size_t>(r));
+      call.wait_reduced(r, k);
+      if (piece.length > 0) {
+        std::memcpy(round_data + piece.begin * eb, call.group.buffer(r, k) + piece.begin * eb, piece.length * eb);
+      }
+    }
+  }
+}
+
+void reduce_impl(Call& call, void* data, size_t count, DType dtype, const ReduceOp& op, int root) {
+  const size_t nbytes = count * element_size(dtype);
+  if (count == 0) return;
+  if (call.size() == 1) {
+    reduce_sources(data, &data, 1, count, dtype, op, 1);
+    if (op.kind == ReduceOp::PREMUL_SUM) premultiply(data, count, dtype, op);
+    return;
+  }
+  if (nbytes <= transport::shm::kPayloadBytes ||
+      (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
+    reduce_everything(call, data, count, dtype, op, root);
+  } else {
+    reduce_two_shot(call, static_cast<uint8_t*>(data), count, dtype, op, root);
+  }
+}
+
+}  // namespace
+
+void all_reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype,
+                const ReduceOp& op) {
+  run_guarded(ctx, group, [&](Call call) { reduce_impl(call, data, count, dtype, op, -1); });
+}
+
+void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype, const ReduceOp& op,
+            int root) {
+  run_guarded(ctx, group, [&](Call call) { reduce_impl(call, data, count, dtype, op, root); });
+}
+
+void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+                    const std::vector<size_t>& counts, DType dtype, const ReduceOp& op) {
+  run_guarded(ctx, group, [&](Call call) {
+    const size_t eb = element_size(dtype);
+    const int p = call.size();
+    const int me = call.rank();
+    const bool premul = op.kind == ReduceOp::PREMUL_SUM;
+    std::vector<size_t> offsets(counts.size(), 0);
+    for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+    const auto* input = static_cast<const uint8_t*>(in);
+    auto* output = static_cast<uint8_t*>(out);
+    if (p == 1) {
+      const void* src = input;
+      if (counts[0] > 0) reduce_sources(output, &src, 1, counts[0], dtype, op, 1);
+      if (premul) premultiply(output, counts[0], dtype, op);
+      return;
+    }
+    size_t largest = 0;
+    for (size_t c : counts) largest = std::max(largest, c);
+    if (largest == 0) return;
+    // Each round carries `section` elements of every block; rank j reduces
+    // block j's section of every rank into its output.
+    const size_t section = section_bytes(call.group, p, eb) / eb;
+    const size_t rounds = ceil_div(largest, section);
+    std::vector<const void*> srcs(static_cast<size_t>(p));
+    for (size_t i = 0; i < rounds; ++i) {
+      uint64_t k = call.begin_round();
+      uint8_t* mine = call.group.buffer(me, k);
+      for (int j = 0; j < p; ++j) {
+        if (j == me && !premul) continue;
+        Piece piece = piece_of(counts[static_cast<size_t>(j)], section, i);
+        contribute(mine + static_cast<size_t>(j) * section * eb,
+                   input + (offsets[static_cast<size_t>(j)] + piece.begin) * eb, piece.length, dtype, op);
+      }
+      call.group.publish_arrive(k);
+      Piece own = piece_of(counts[static_cast<size_t>(me)], section, i);
+      for (int r = 0; r < p; ++r) {
+        if (r != me) call.wait_arrive(r, k);
+        srcs[static_cast<size_t>(r)] =
+            (r == me && !premul) ? input + (offsets[static_cast<size_t>(me)] + own.begin) * eb
+                                 : call.group.buffer(r, k) + static_cast<size_t>(me) * section * eb;
+      }
+      if (own.length > 0) reduce_sources(output + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
+    }
+  });
+}
+
+}  // namespace tdist::algorithms::shm

@@ -1,0 +1,168 @@
+#include "transport/shm/shm_group.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "common/env.h"
+#include "tdist/errors.h"
+
+namespace tdist::transport::shm {
+
+struct ShmGroup::RankArea {
+  FlagLine arrive[2];
+  FlagLine reduced;
+  FlagLine aborted;  // seq != 0: this rank aborted; payload[0]: its AbortKind
+  char reason[1024];  // why, NUL-terminated
+};
+
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+size_t control_bytes(int size) {
+  return round_up(sizeof(ShmGroup::RankArea) * static_cast<size_t>(size), kPage);
+}
+
+size_t configured_buffer_bytes() {
+  auto v = env_int("TDIST_SHM_BUFFER_BYTES", 4096, int64_t{1} << 30);
+  if (!v) return kDefaultBufferBytes;
+  if (*v % 4096 != 0) {
+    throw DistInvalidArgument("TDIST_SHM_BUFFER_BYTES must be a multiple of 4096, got " + std::to_string(*v));
+  }
+  return static_cast<size_t>(*v);
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+size_t segment_bytes(int size, size_t buffer_bytes) {
+  return control_bytes(size) + static_cast<size_t>(size) * 2 * buffer_bytes;
+}
+
+std::string host_identity() {
+  if (auto id = env_string("TDIST_HOST_ID")) return "override:" + *id;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  struct stat st {};
+  std::string shm_id = stat("/dev/shm", &st) == 0
+                           ? std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)
+                           : std::string("none");
+  return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" + shm_id;
+}
+
+std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+  Segment segment;
+  size_t buffer_bytes = 0;
+  if (rank == 0) {
+    buffer_bytes = configured_buffer_bytes();
+    segment = Segment::create(segment_bytes(size, buffer_bytes));
+    store.set("shm/segment", to_bytes(segment.name() + " " + std::to_string(buffer_bytes)));
+  } else {
+    std::string value = to_string(store.get("shm/segment"));
+    auto space = value.rfind(' ');
+    if (space == std::string::npos) throw DistBackendError("shared memory: bad segment record '" + value + "'");
+    buffer_bytes = static_cast<size_t>(parse_int(value.substr(space + 1), "shm/segment buffer size", 1));
+    segment = Segment::open(value.substr(0, space), segment_bytes(size, buffer_bytes));
+  }
+  store.set("shm/mapped/" + std::to_string(rank), to_bytes("1"));
+  if (rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back("shm/mapped/" + std::to_string(r));
+    store.wait(keys, timeout);
+    // Every rank maps it: drop the name, so the memory goes with the last
+    // process that maps it, however it ends.
+    segment.unlink();
+  }
+  return std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
+}
+
+ShmGroup::ShmGroup(Segment segment, int rank, int size, size_t buffer_bytes)
+    : segment_(std::move(segment)),
+      rank_(rank),
+      size_(size),
+      buffer_bytes_(buffer_bytes),
+      data_offset_(control_bytes(size)),
+      policy_(WaitPolicy::for_ranks(size)) {}
+
+ShmGroup::~ShmGroup() = default;
+
+ShmGroup::RankArea& ShmGroup::area(int r) const {
+  return reinterpret_cast<RankArea*>(segment_.data())[r];
+}
+
+uint8_t* ShmGroup::buffer(int r, uint64_t k) const {
+  return segment_.data() + data_offset_ + (static_cast<size_t>(r) * 2 + (k & 1)) * buffer_bytes_;
+}
+
+FlagLine& ShmGroup::arrive(int r, uint64_t k) const {
+  return area(r).arrive[k & 1];
+}
+
+FlagLine& ShmGroup::reduced(int r) const {
+  return area(r).reduced;
+}
+
+uint64_t ShmGroup::begin_round(const FailureCheck& check) {
+  uint64_t k = ++round_;
+  if (k >= 2) {
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) wait_at_least(arrive(r, k - 1), k - 1, policy_, check);
+    }
+  }
+  return k;
+}
+
+void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
+  bool first = true;
+  for (int r = 0; r < size_; ++r) {
+    if (area(r).aborted.seq.load(std::memory_order_acquire) != 0) first = false;
+  }
+  RankArea& mine = area(rank_);
+  if (first) {
+    size_t n = std::min(reason.size(), sizeof(mine.reason) - 1);
+    std::memcpy(mine.reason, reason.data(), n);
+    mine.reason[n] = 0;
+    mine.aborted.payload[0] = static_cast<uint8_t>(kind);
+    mine.aborted.seq.store(1, std::memory_order_release);
+  }
+  // Sleepers wait on other lines; wake them all so they see the abort.
+  for (int r = 0; r < size_; ++r) {
+    wake_all(area(r).arrive[0]);
+    wake_all(area(r).arrive[1]);
+    wake_all(area(r).reduced);
+  }
+}
+
+void ShmGroup::check_aborted(const std::string& op) const {
+  for (int r = 0; r < size_; ++r) {
+    const RankArea& a = area(r);
+    if (a.aborted.seq.load(std::memory_order_acquire) == 0) continue;
+    std::string what = op + ": rank " + std::to_string(r) + " aborted the group: " +
+                       std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
+    switch (static_cast<AbortKind>(a.aborted.payload[0])) {
+      case AbortKind::kTimeout:
+        throw DistTimeoutError(what);
+      case AbortKind::kNetwork:
+        throw DistNetworkError(what);
+      default:
+        throw DistBackendError(what);
+    }
+  }
+}
+
+}  // namespace tdist::transport::shm

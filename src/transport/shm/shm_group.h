@@ -1,0 +1,101 @@
+#pragma once
+
+// The shared-memory domain of one process group whose ranks all run on one
+// host: one segment with, for every rank, a few flag lines and two data
+// buffers. Collectives (src/algorithms/shm/) move data through it in rounds:
+//
+//   round k, on every rank:  begin_round() -> k
+//                            write own buffer(k) / flag payload
+//                            publish_arrive(k); wait for peers' arrive(k)
+//                            [two-phase ops: reduce own piece, publish_reduced(k),
+//                             wait for peers' reduced(k)]
+//                            read peers' buffers(k)
+//
+// Buffers alternate between rounds (k % 2). begin_round() waits until every
+// rank has published arrive(k - 1), which each rank does only after it
+// finished everything of round k - 2, the last round that used the same
+// buffers, so a buffer is never overwritten while somebody reads it. Every
+// rank runs the same rounds in the same order because every rank runs the
+// same collectives with the same sizes.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdist/store.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_sync.h"
+
+namespace tdist::transport::shm {
+
+/// Who shares a host: TDIST_HOST_ID if set (tests use it to pretend ranks
+/// are on different hosts), else hostname, boot id and the identity of
+/// /dev/shm (ranks in containers with separate /dev/shm do not share).
+std::string host_identity();
+
+/// Default bytes per data buffer; TDIST_SHM_BUFFER_BYTES overrides it (rank
+/// 0's value is used by all).
+inline constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
+
+class ShmGroup {
+ public:
+  /// One rank's flags (defined in shm_group.cc).
+  struct RankArea;
+
+  /// Creates (rank 0) or opens the group's segment, agreeing through `store`
+  /// (keys under "shm/"). Every rank of the group must call it.
+  static std::unique_ptr<ShmGroup> connect(Store& store, int rank, int size,
+                                           std::chrono::milliseconds timeout);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  const WaitPolicy& policy() const { return policy_; }
+  const std::string& segment_name() const { return segment_.name(); }
+
+  /// Starts the next round (see above) and returns its number. `check` runs
+  /// while waiting.
+  uint64_t begin_round(const FailureCheck& check);
+  /// Rank r's data buffer of round k.
+  uint8_t* buffer(int r, uint64_t k) const;
+  /// Rank r's arrive flag line of round k (its payload is free for data).
+  FlagLine& arrive(int r, uint64_t k) const;
+  FlagLine& reduced(int r) const;
+
+  void publish_arrive(uint64_t k) { publish(arrive(rank_, k), k); }
+  void publish_reduced(uint64_t k) { publish(reduced(rank_), k); }
+
+  /// Why a rank aborted; peers raise the same exception type.
+  enum class AbortKind : uint8_t { kOther = 0, kTimeout = 1, kNetwork = 2 };
+  /// Marks this rank as failed with `reason` (unless another rank already
+  /// did: its reason is the root cause) and wakes every sleeper, so peers
+  /// stop waiting. The group is unusable afterwards.
+  void abort(const std::string& reason, AbortKind kind) noexcept;
+  /// If any rank aborted, throws what it failed with (DistTimeoutError,
+  /// DistNetworkError or DistBackendError): "<op>: rank R aborted the
+  /// group: <reason>".
+  void check_aborted(const std::string& op) const;
+
+ private:
+  ShmGroup(Segment segment, int rank, int size, size_t buffer_bytes);
+  RankArea& area(int r) const;
+
+  Segment segment_;
+  int rank_;
+  int size_;
+  size_t buffer_bytes_;
+  size_t data_offset_;
+  WaitPolicy policy_;
+  uint64_t round_ = 0;
+};
+
+/// The bytes of a segment for `size` ranks and `buffer_bytes` per buffer.
+size_t segment_bytes(int size, size_t buffer_bytes);
+
+}  // namespace tdist::transport::shm

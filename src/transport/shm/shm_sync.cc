@@ -1,0 +1,83 @@
+#include "transport/shm/shm_sync.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+
+namespace tdist::transport::shm {
+namespace {
+
+// The futex word is the low half of the 64-bit sequence number (x86-64 and
+// aarch64 are little-endian); a sleeper passes the low half it saw, so a
+// publish between its check and its sleep makes FUTEX_WAIT return at once.
+uint32_t* futex_word(const FlagLine& line) {
+  return reinterpret_cast<uint32_t*>(const_cast<std::atomic<uint64_t>*>(&line.seq));
+}
+
+// Between failure checks a sleeper wakes at least this often.
+constexpr long kSleepSliceNs = 2'000'000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+void publish(FlagLine& line, uint64_t value) {
+  // seq_cst store and load pair with the sleeper's seq_cst increment and
+  // re-check: either the sleeper sees the new value or we see the sleeper.
+  line.seq.store(value, std::memory_order_seq_cst);
+  if (line.sleepers.load(std::memory_order_seq_cst) != 0) wake_all(line);
+}
+
+void wake_all(FlagLine& line) {
+  syscall(SYS_futex, futex_word(line), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  // With a core per rank the peer is running: spin (a few microseconds)
+  // before giving up the core. Oversubscribed, the peer may need our core:
+  // hand it over almost at once.
+  if (local_ranks <= cores) return WaitPolicy{4000, 200};
+  return WaitPolicy{64, 100};
+}
+
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, const FailureCheck& check) {
+  for (int i = 0; i < policy.spins; ++i) {
+    if (reached(line, target)) return;
+    cpu_relax();
+  }
+  for (int i = 0; i < policy.yields; ++i) {
+    if (reached(line, target)) return;
+    sched_yield();
+    if ((i & 31) == 31 && check) check();
+  }
+  auto& sleepers = const_cast<std::atomic<uint32_t>&>(line.sleepers);
+  for (;;) {
+    if (check) check();
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint64_t seen = line.seq.load(std::memory_order_seq_cst);
+    if (seen >= target) {
+      sleepers.fetch_sub(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      return;
+    }
+    timespec slice{0, kSleepSliceNs};
+    syscall(SYS_futex, futex_word(line), FUTEX_WAIT, static_cast<uint32_t>(seen), &slice, nullptr, 0);
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (reached(line, target)) return;
+  }
+}
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,64 @@
+#pragma once
+
+// Flags in shared memory (the MPICH release/gather and DeepSpeed designs, see
+// docs/design.md): every flag is a 64-bit sequence number on its own cache
+// line that only grows, written by one rank with release order and read by
+// the others with acquire order, so it never needs a reset and has no ABA
+// problem. A flag line also carries up to kPayloadBytes of data, so a tiny
+// message arrives with the flag in one cache-line transfer (Open MPI xhc).
+//
+// Waiting spins a little (cheap when every rank has a core), then yields
+// (ranks may outnumber cores: 4 ranks on 2 cores), then sleeps on a futex in
+// short slices, checking the deadline and the failure callback between
+// slices so a dead or aborted peer is an error, never a hang.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace tdist::transport::shm {
+
+inline constexpr size_t kCacheLine = 64;
+inline constexpr size_t kPayloadBytes = 48;
+
+struct alignas(kCacheLine) FlagLine {
+  std::atomic<uint64_t> seq;
+  /// Ranks sleeping on this line's futex; the writer wakes them only if
+  /// nonzero, so a publish without sleepers costs no system call.
+  std::atomic<uint32_t> sleepers;
+  uint32_t reserved;
+  uint8_t payload[kPayloadBytes];
+};
+static_assert(sizeof(FlagLine) == kCacheLine);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
+
+/// Stores `value` with release order and wakes sleepers.
+void publish(FlagLine& line, uint64_t value);
+
+/// How long to spin and yield before sleeping; from the number of ranks that
+/// share the host and the cores the process may run on.
+struct WaitPolicy {
+  int spins = 0;
+  int yields = 0;
+  static WaitPolicy for_ranks(int local_ranks);
+};
+
+/// What a wait does between sleeps: throws to abandon the wait (a peer died
+/// or aborted, the deadline passed).
+using FailureCheck = std::function<void()>;
+
+/// Returns once line.seq >= target (acquire). Calls `check` every few
+/// milliseconds while waiting; its exception propagates.
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, const FailureCheck& check);
+
+/// True once line.seq >= target (acquire), without waiting.
+inline bool reached(const FlagLine& line, uint64_t target) {
+  return line.seq.load(std::memory_order_acquire) >= target;
+}
+
+/// Wakes every sleeper of `line` (used when aborting).
+void wake_all(FlagLine& line);
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,224 @@
+// The shared-memory side of tdist's backend: who gets shared memory (host
+// identities, TDIST_TRANSPORT), mixed groups, many-round pipelining, and
+// that no segment survives a run, killed ranks included. The collectives
+// themselves run through the whole conformance suite (test_collectives.cc)
+// over shared memory, TCP and small buffers; see CMakeLists.txt.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include "pg_harness.h"
+#include "process_group/tdist_backend.h"
+#include "tdist/errors.h"
+#include "tdist/file_store.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_sync.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace shm = transport::shm;
+
+// Names in /dev/shm created by process `pid` (tdist-<uid>-<pid>-...).
+std::set<std::string> segments_of(pid_t pid) {
+  std::set<std::string> out;
+  std::string prefix = std::string(shm::segment_prefix()) + std::to_string(getuid()) + "-" + std::to_string(pid) + "-";
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
+    }
+    closedir(dir);
+  }
+  return out;
+}
+
+bool uses_shm(ProcessGroup& pg) {
+  return dynamic_cast<ProcessGroupTdist&>(pg).collectives_on_shared_memory();
+}
+
+// Forked ranks with a FileStore; `setup(rank)` runs first (environment).
+std::vector<RankOutcome> forked_groups(int n, const std::string& path, const std::function<void(int)>& setup,
+                                       const std::function<void(ProcessGroup&, Store&, int)>& body) {
+  return run_forked(
+      n,
+      [&](int rank) {
+        setup(rank);
+        auto store = std::make_shared<FileStore>(path, n);
+        ProcessGroupOptions options;
+        options.timeout = 30s;
+        auto pg = create_process_group("tdist", store, rank, n, options);
+        body(*pg, *store, rank);
+      },
+      60s);
+}
+
+TEST(Shm, RanksOnOneHostUseSharedMemoryAndTcpModeDoesNot) {
+  for (const char* mode : {"auto", "tcp"}) {
+    std::string path = temp_path("shm_mode");
+    auto outcomes = forked_groups(
+        3, path, [&](int) { setenv("TDIST_TRANSPORT", mode, 1); },
+        [&](ProcessGroup& pg, Store&, int) {
+          check(uses_shm(pg) == (std::string(mode) == "auto"), std::string("wrong transport in mode ") + mode);
+          Tensor t = make_tensor(DType::kInt64, 5, [&](int64_t i) { return double(i + pg.rank()); });
+          pg.all_reduce(t, ReduceOp::SUM)->wait();
+          for (int64_t i = 0; i < 5; ++i) check(real_at(t, i) == double(3 * i + 3), "wrong sum");
+        });
+    EXPECT_EQ(describe_failures(outcomes), "") << mode;
+    unlink(path.c_str());
+  }
+}
+
+TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
+  // Ranks 0-1 pretend to be on host a, ranks 2-4 on host b.
+  std::string path = temp_path("shm_mixed");
+  auto outcomes = forked_groups(
+      5, path, [&](int rank) { setenv("TDIST_HOST_ID", rank < 2 ? "a" : "b", 1); },
+      [&](ProcessGroup& pg, Store&, int rank) {
+        check(!uses_shm(pg), "a group across hosts must not use shared memory");
+        const int64_t n = 100'003;
+        Tensor t = make_tensor(DType::kFloat64, n, [&](int64_t i) { return double((i % 7) * (rank + 1)); });
+        pg.all_reduce(t, ReduceOp::SUM)->wait();
+        for (int64_t i = 0; i < n; i += 997) check(real_at(t, i) == double((i % 7) * 15), "wrong all_reduce");
+        Tensor in = make_tensor(DType::kInt32, 3, [&](int64_t i) { return double(rank * 10 + i); });
+        Tensor out = Tensor::zeros(DType::kInt32, {15});
+        pg.all_gather_into_tensor(out, in)->wait();
+        for (int64_t i = 0; i < 15; ++i) check(real_at(out, i) == double((i / 3) * 10 + i % 3), "wrong all_gather");
+      });
+  EXPECT_EQ(describe_failures(outcomes), "");
+  unlink(path.c_str());
+}
+
+TEST(Shm, ForcingSharedMemoryAcrossHostsIsAnErrorNamingTheRank) {
+  std::string path = temp_path("shm_forced");
+  auto outcomes = forked_groups(
+      2, path,
+      [&](int rank) {
+        setenv("TDIST_TRANSPORT", "shm", 1);
+        setenv("TDIST_HOST_ID", rank == 0 ? "a" : "b", 1);
+      },
+      [&](ProcessGroup&, Store&, int) {});
+  for (const auto& o : outcomes) {
+    EXPECT_FALSE(o.ok);
+    EXPECT_NE(o.error.find("TDIST_TRANSPORT=shm: rank 1 is not on the host of rank 0"), std::string::npos)
+        << o.error;
+  }
+  unlink(path.c_str());
+}
+
+TEST(Shm, ABadTransportNameIsRejected) {
+  std::string path = temp_path("shm_badname");
+  auto outcomes = forked_groups(
+      1, path, [&](int) { setenv("TDIST_TRANSPORT", "carrier-pigeon", 1); }, [&](ProcessGroup&, Store&, int) {});
+  ASSERT_FALSE(outcomes[0].ok);
+  EXPECT_NE(outcomes[0].error.find("TDIST_TRANSPORT must be auto, tcp or shm, got 'carrier-pigeon'"),
+            std::string::npos)
+      << outcomes[0].error;
+  unlink(path.c_str());
+}
+
+TEST(Shm, NoSegmentSurvivesANormalRunOrAKilledRank) {
+  for (bool kill_creator : {false, true}) {
+    std::string path = temp_path("shm_clean");
+    std::string pid_file = temp_path("shm_clean_pid");
+    auto outcomes = forked_groups(
+        3, path, [&](int) {},
+        [&](ProcessGroup& pg, Store& store, int rank) {
+          if (rank == 0) std::ofstream(pid_file) << getpid();
+          std::vector<float> data(size_t{1} << 20, 1.0f);
+          Tensor t = Tensor::wrap(data);
+          pg.all_reduce(t, ReduceOp::SUM)->wait();
+          check(data[12345] == 3.0f, "wrong sum");
+          store.add("done", 1);
+          store.wait({"done"});
+          // The killed rank dies holding its mapping; the others are blocked
+          // in a collective it never joins and must fail, not hang.
+          int victim = kill_creator ? 0 : 2;
+          if (rank == victim) {
+            while (store.add("done", 0) < 3) usleep(1000);
+            raise(SIGKILL);
+          }
+          while (store.add("done", 0) < 3) usleep(1000);
+          try {
+            pg.all_reduce(t, ReduceOp::SUM)->wait();
+            throw std::runtime_error("all_reduce completed without the killed rank");
+          } catch (const DistNetworkError& e) {
+            check(std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos,
+                  std::string("killed rank not named: ") + e.what());
+          }
+        });
+    int victim = kill_creator ? 0 : 2;
+    for (int r = 0; r < 3; ++r) {
+      if (r == victim) {
+        EXPECT_EQ(outcomes[static_cast<size_t>(r)].signal, SIGKILL);
+      } else {
+        EXPECT_TRUE(outcomes[static_cast<size_t>(r)].ok) << describe_failures(outcomes);
+      }
+    }
+    pid_t creator = 0;
+    std::ifstream(pid_file) >> creator;
+    ASSERT_GT(creator, 0);
+    EXPECT_TRUE(segments_of(creator).empty());
+    unlink(path.c_str());
+    unlink(pid_file.c_str());
+  }
+}
+
+TEST(Shm, ASegmentLeftByACreatorKilledBeforeUnlinkIsSweptAway) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Dies between create and unlink, the one window a name can leak in.
+    auto segment = shm::Segment::create(4096);
+    char ok = 1;
+    (void)!write(fds[1], &ok, 1);
+    raise(SIGKILL);
+  }
+  char ok = 0;
+  ASSERT_EQ(read(fds[0], &ok, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(fds[0]);
+  close(fds[1]);
+  ASSERT_EQ(segments_of(child).size(), 1u);
+  EXPECT_GE(shm::sweep_stale_segments(), 1);
+  EXPECT_TRUE(segments_of(child).empty());
+}
+
+TEST(Shm, AWaitEndsWhenTheFlagIsPublishedFromAnotherThread) {
+  alignas(64) shm::FlagLine line{};
+  std::thread writer([&] {
+    for (uint64_t v = 1; v <= 1000; ++v) shm::publish(line, v);
+  });
+  // Sleep-free waits for every value, with the sleeping path in play.
+  shm::WaitPolicy policy{1, 1};
+  for (uint64_t v = 1; v <= 1000; v += 37) shm::wait_at_least(line, v, policy, [] {});
+  writer.join();
+  EXPECT_EQ(line.seq.load(), 1000u);
+}
+
+TEST(Shm, AWaitIsAbandonedWhenTheFailureCheckThrows) {
+  alignas(64) shm::FlagLine line{};
+  int checks = 0;
+  shm::WaitPolicy policy{1, 1};
+  EXPECT_THROW(shm::wait_at_least(line, 1, policy,
+                                  [&] {
+                                    if (++checks == 3) throw DistTimeoutError("deadline");
+                                  }),
+               DistTimeoutError);
+  EXPECT_EQ(checks, 3);
+}
+
+}  // namespace
+}  // namespace tdist::testing
