@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The README's main job: installs what is missing, builds tdist, and runs the
-# store demo: 4 processes meet through env:// rendezvous and use a TCPStore.
-# (The launcher and the benchmark replace this demo in a later milestone.)
+# The README's main job: installs what is missing, builds tdist, and runs
+# every collective on 4 local ranks under the launcher, checking every
+# result and printing its speed (nccl-tests style table, rank 0).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
 configure_and_build
-"$BUILD_DIR/bin/tdist-store-demo" --nproc "${NPROC:-4}"
+cd "$ROOT"
+exec "$BUILD_DIR/bin/tdistrun" --standalone --nproc-per-node "${NPROC:-4}" \
+  "$BUILD_DIR/bin/tdist-bench" --op all --check "$@"

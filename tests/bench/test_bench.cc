@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,8 +32,8 @@ TEST(ParseSize, PlainAndSuffixed) {
 }
 
 TEST(ParseSize, RejectsBadInputWithAClearMessage) {
-  for (const char* bad : {"", "K", "12X", "1.5M", "-1", " 8", "8 ", "8KB", "0x10", "99999999999999999999",
-                          "17179869184G"}) {
+  for (const char* bad :
+       {"", "K", "12X", "1.5M", "-1", " 8", "8 ", "8KB", "0x10", "99999999999999999999", "17179869184G"}) {
     try {
       parse_size(bad, "--max-bytes");
       ADD_FAILURE() << "'" << bad << "' was accepted";
@@ -100,6 +100,15 @@ TEST(ParseOptions, DefaultsAndValues) {
   EXPECT_EQ(o.warmup, 0);
   EXPECT_TRUE(o.check);
   EXPECT_TRUE(o.json);
+}
+
+TEST(ParseOptions, AcceptsTheLaunchersLocalRank) {
+  // tdistrun passes --local-rank=N first unless told --use-env.
+  auto a = args({"--local-rank=1", "--op", "broadcast"});
+  EXPECT_EQ(parse_options(static_cast<int>(a.size()), a.data()).options.ops,
+            std::vector<BenchOp>{BenchOp::kBroadcast});
+  a = args({"--local_rank", "0"});
+  EXPECT_NO_THROW(parse_options(static_cast<int>(a.size()), a.data()));
 }
 
 TEST(ParseOptions, RejectsInconsistentCommandLines) {
@@ -192,14 +201,17 @@ TEST(JsonRow, ExactlyTheNineKeys) {
   row.layout = layout_for(BenchOp::kAllGather, 1 << 20, 4, 4);
   row.time_us = 100;
   auto j = nlohmann::json::parse(json_row(row));
-  EXPECT_EQ(j.size(), 9u);
+  std::vector<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"algbw_GBps", "busbw_GBps", "bytes", "dtype", "errors", "lib",
+                                            "op", "time_us", "world_size"}));  // nlohmann::json sorts them
   EXPECT_EQ(j["lib"], "tdist");
   EXPECT_EQ(j["op"], "all_gather");
   EXPECT_EQ(j["dtype"], "float32");
   EXPECT_EQ(j["bytes"], 1 << 20);
   EXPECT_NEAR(j["algbw_GBps"].get<double>(), 10.48576, 1e-4);
   EXPECT_NEAR(j["busbw_GBps"].get<double>(), 10.48576 * 0.75, 1e-4);
-  EXPECT_TRUE(j["errors"].is_null());
+  EXPECT_EQ(j["errors"], 0);  // not checked: a number all the same (docs/benchmark.md)
   row.errors = 3;
   EXPECT_EQ(nlohmann::json::parse(json_row(row))["errors"], 3);
 }
@@ -211,8 +223,12 @@ struct RunResult {
   std::vector<std::string> lines;
 };
 
-RunResult run_bench(const std::string& arguments) {
-  const std::string command = std::string(TDIST_BENCH_BINARY) + " " + arguments + " 2>&1";
+// Runs `prefix` tdist-bench `arguments` through the shell, stderr with
+// stdout. --timeout bounds every wait of the ranks, so a broken run fails
+// well within the test's deadline instead of hanging.
+RunResult run_bench(const std::string& arguments, const std::string& prefix = "") {
+  const std::string command =
+      prefix + std::string(TDIST_BENCH_BINARY) + " --timeout 60 " + arguments + " 2>&1";
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -243,8 +259,8 @@ TEST(BenchBinary, AllOpsJsonChecked) {
   const RunResult r =
       run_bench("--nproc 2 --op all --min-bytes 8 --max-bytes 64K --iters 3 --warmup 1 --check --json");
   ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
-  const std::set<std::string> keys{"lib",        "op",         "dtype",      "world_size", "bytes",
-                                   "time_us",    "algbw_GBps", "busbw_GBps", "errors"};
+  const std::set<std::string> keys{"lib",     "op",         "dtype",      "world_size", "bytes",
+                                   "time_us", "algbw_GBps", "busbw_GBps", "errors"};
   std::map<std::string, std::vector<uint64_t>> sizes_by_op;
   for (const auto& line : r.lines) {
     nlohmann::json j;
@@ -288,6 +304,90 @@ TEST(BenchBinary, OtherDtypesAndReduceOpsCheckClean) {
       EXPECT_EQ(j["errors"], 0) << arguments << ": " << line;
     }
   }
+}
+
+std::set<std::string> json_keys(const nlohmann::json& j) {
+  std::set<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
+  return keys;
+}
+
+TEST(BenchBinary, OneRankChecksEveryOpButSendrecv) {
+  const RunResult r = run_bench("--nproc 1 --op all -b 4 -e 1K -f 16 -n 2 -w 1 --check --json");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  std::set<std::string> ops;
+  for (const auto& line : r.lines) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["errors"], 0) << line;
+    EXPECT_EQ(j["world_size"], 1);
+    const auto op = find_bench_op(j["op"].get<std::string>());
+    ASSERT_TRUE(op.has_value()) << line;
+    // At 1 rank only broadcast's and reduce's factors (1) leave any busbw.
+    const double factor = (*op == BenchOp::kBroadcast || *op == BenchOp::kReduce) ? 1.0 : 0.0;
+    EXPECT_NEAR(j["busbw_GBps"].get<double>(), factor * j["algbw_GBps"].get<double>(),
+                1e-5 * j["algbw_GBps"].get<double>())
+        << line;
+    ops.insert(j["op"].get<std::string>());
+  }
+  EXPECT_EQ(ops.size(), kAllBenchOps.size() - 1);  // a rank cannot send to itself
+  EXPECT_EQ(ops.count("sendrecv"), 0u);
+}
+
+TEST(BenchBinary, CheckFindsACorruptedElementAndFails) {
+  // Rank 1 spoils one element of every result it verifies (a test-only hook);
+  // each row must then count exactly that one element, summed over ranks, and
+  // the run must fail. reduce and gather leave rank 1 nothing to verify.
+  const RunResult r = run_bench("--nproc 3 --op all -b 96 -e 96 -n 1 -w 0 --check --json",
+                                "TDIST_BENCH_TEST_CORRUPT_RANK=1 ");
+  EXPECT_EQ(r.exit_code, 1) << joined(r.lines);
+  std::map<std::string, int64_t> errors;
+  for (const auto& line : r.lines) {
+    if (line.rfind("{", 0) != 0) continue;  // rank 1's descriptions of what was wrong
+    const auto j = nlohmann::json::parse(line);
+    errors[j["op"].get<std::string>()] = j["errors"].get<int64_t>();
+  }
+  const std::map<std::string, int64_t> expected{
+      {"all_reduce", 1}, {"broadcast", 1}, {"reduce", 0},  {"all_gather", 1}, {"reduce_scatter", 1},
+      {"all_to_all", 1}, {"gather", 0},    {"scatter", 1}, {"sendrecv", 1},   {"barrier", 0}};
+  EXPECT_EQ(errors, expected) << joined(r.lines);
+  EXPECT_NE(joined(r.lines).find("rank 1: all_reduce of 96 bytes: element 0 is nan, expected"),
+            std::string::npos)
+      << joined(r.lines);
+
+  // Rank 0 verifies the rooted ops too; the table says how many were wrong.
+  const RunResult t = run_bench("--nproc 2 --op reduce,gather -b 64 -e 64 -n 1 -w 0 --check",
+                                "TDIST_BENCH_TEST_CORRUPT_RANK=0 ");
+  EXPECT_EQ(t.exit_code, 1) << joined(t.lines);
+  EXPECT_NE(joined(t.lines).find("# wrong elements in total: 2"), std::string::npos) << joined(t.lines);
+}
+
+TEST(BenchBinary, UnderTdistrunOnlyRankZeroPrints) {
+  // As the docs run it. tdistrun prefixes each line with the rank that printed it.
+  const RunResult r = run_bench("--op all_reduce,all_gather -b 1K -e 2K -n 2 -w 0 --json",
+                                std::string(TDIST_RUN_BINARY) + " --standalone --nproc-per-node 2 ");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  int rows = 0;
+  for (const auto& line : r.lines) {
+    ASSERT_EQ(line.rfind("[rank 0]: {", 0), 0u) << "only rank 0 prints, only rows: " << line;
+    const auto j = nlohmann::json::parse(line.substr(std::string("[rank 0]: ").size()));
+    EXPECT_EQ(json_keys(j), (std::set<std::string>{"lib", "op", "dtype", "world_size", "bytes", "time_us",
+                                                   "algbw_GBps", "busbw_GBps", "errors"}));
+    EXPECT_EQ(j["errors"], 0) << "without --check errors is 0: " << line;
+    EXPECT_EQ(j["world_size"], 2);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 4);
+
+  // The table too: rank 0 alone prints it, and the other ranks nothing.
+  const RunResult t = run_bench("--op broadcast -b 1K -e 1K -n 2 -w 0 --check",
+                                std::string(TDIST_RUN_BINARY) + " --standalone --nproc-per-node 3 ");
+  ASSERT_EQ(t.exit_code, 0) << joined(t.lines);
+  int table_rows = 0;
+  for (const auto& line : t.lines) {
+    ASSERT_EQ(line.rfind("[rank 0]: ", 0), 0u) << line;
+    table_rows += line.rfind("[rank 0]:   broadcast", 0) == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(table_rows, 1) << joined(t.lines);
 }
 
 TEST(BenchBinary, TableOnRankZeroOnly) {

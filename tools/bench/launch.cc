@@ -85,7 +85,8 @@ int launch_local(int nproc, char** argv) {
   bool stopped = false;
   while (running > 0) {
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, stop_at == std::chrono::steady_clock::time_point::max() ? 0 : WNOHANG);
+    const pid_t pid =
+        waitpid(-1, &status, stop_at == std::chrono::steady_clock::time_point::max() ? 0 : WNOHANG);
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;

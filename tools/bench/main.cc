@@ -4,7 +4,7 @@
 // factor), and with --check the number of wrong elements. docs/benchmark.md
 // explains the columns.
 //
-//     tdistrun --nproc 4 build/bin/tdist-bench --op all --check
+//     tdistrun --standalone --nproc-per-node 4 build/bin/tdist-bench --op all --check
 //     build/bin/tdist-bench --nproc 4 --op all_reduce -b 8 -e 64M --json
 
 #include <chrono>
@@ -40,6 +40,15 @@ int64_t sum_over_ranks(int64_t value) {
   return buffer[0];
 }
 
+// TDIST_BENCH_TEST_CORRUPT_RANK=R makes rank R spoil one element of every
+// result it checks, after the op and before the check: tests/bench uses it
+// to prove that --check finds wrong results and fails the run. Not for use
+// outside tests (docs/benchmark.md).
+int corrupt_rank() {
+  const char* value = std::getenv("TDIST_BENCH_TEST_CORRUPT_RANK");  // NOLINT(concurrency-mt-unsafe)
+  return value == nullptr || *value == '\0' ? -1 : std::atoi(value);
+}
+
 Row measure(BenchOp op, const Layout& layout, const BenchOptions& o) {
   Row row;
   row.op = op;
@@ -54,6 +63,7 @@ Row measure(BenchOp op, const Layout& layout, const BenchOptions& o) {
     // and its values cannot drift through repeated in-place reductions.
     runner.prepare_check();
     runner.run();
+    if (corrupt_rank() == get_rank()) runner.corrupt_for_test();
     const int64_t local = runner.count_errors();
     runner.zero();
     row.errors = sum_over_ranks(local);
@@ -122,15 +132,17 @@ int worker(const BenchOptions& o) {
       if (table) std::printf("# sendrecv: skipped, a rank cannot send to itself (needs 2 or more ranks)\n");
       continue;
     }
-    const std::vector<uint64_t> sizes =
-        op == BenchOp::kBarrier ? std::vector<uint64_t>{0} : message_sizes(o.min_bytes, o.max_bytes, o.step_factor);
+    const std::vector<uint64_t> sizes = op == BenchOp::kBarrier
+                                            ? std::vector<uint64_t>{0}
+                                            : message_sizes(o.min_bytes, o.max_bytes, o.step_factor);
     uint64_t previous = std::numeric_limits<uint64_t>::max();
     for (uint64_t requested : sizes) {
       const Layout layout = layout_for(op, requested, element_size(o.dtype), world_size);
       if (op != BenchOp::kBarrier && layout.bytes == 0) {
         if (table) {
-          std::printf("# %s: %llu B holds less than one %s per rank over %d ranks; skipped\n", bench_op_name(op),
-                      static_cast<unsigned long long>(requested), dtype_name(o.dtype), world_size);
+          std::printf("# %s: %llu B holds less than one %s per rank over %d ranks; skipped\n",
+                      bench_op_name(op), static_cast<unsigned long long>(requested), dtype_name(o.dtype),
+                      world_size);
         }
         continue;
       }
@@ -146,7 +158,8 @@ int worker(const BenchOptions& o) {
     }
   }
   if (table) {
-    std::printf("# wrong elements in total: %s\n", o.check ? std::to_string(total_errors).c_str() : "N/A (no --check)");
+    std::printf("# wrong elements in total: %s\n",
+                o.check ? std::to_string(total_errors).c_str() : "N/A (no --check)");
   }
   std::fflush(stdout);
   leave_together(*r.store, rank, world_size);

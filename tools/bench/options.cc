@@ -125,10 +125,13 @@ ParseResult parse_options(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--dtype", dtype, "element type (a torch name: float32, float16, bfloat16, int32, ...)")
       ->capture_default_str();
-  app.add_option("--reduce-op", reduce_op, "reduce op of the reducing ops: sum, prod, min, max, avg, band, bor, bxor")
+  app.add_option("--reduce-op", reduce_op,
+                 "reduce op of the reducing ops: sum, prod, min, max, avg, band, bor, bxor")
       ->capture_default_str();
-  app.add_option("-b,--min-bytes", min_bytes, "smallest message size (K, M, G suffixes)")->capture_default_str();
-  app.add_option("-e,--max-bytes", max_bytes, "largest message size (K, M, G suffixes)")->capture_default_str();
+  app.add_option("-b,--min-bytes", min_bytes, "smallest message size (K, M, G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--max-bytes", max_bytes, "largest message size (K, M, G suffixes)")
+      ->capture_default_str();
   app.add_option("-f,--step-factor", o.step_factor, "multiply the size by this much at each step")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 32));
@@ -143,6 +146,11 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_option("--nproc", o.nproc,
                  "without a launcher (RANK unset): start this many ranks on 127.0.0.1 (default 1)")
       ->check(CLI::Range(1, 1024));
+  // tdistrun (like torchrun without --use-env) passes --local-rank=N first;
+  // the rank is taken from the environment, so the value is only accepted.
+  int local_rank = 0;
+  app.add_option("--local-rank,--local_rank", local_rank, "set by tdistrun; ignored (LOCAL_RANK is read)")
+      ->group("");
   app.add_option("--timeout", o.timeout_s, "seconds to wait for rendezvous or a peer before failing")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));

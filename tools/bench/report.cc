@@ -59,7 +59,10 @@ std::string json_row(const Row& row) {
   j["time_us"] = round_to(row.time_us, 3);
   j["algbw_GBps"] = round_significant(algbw_gbps(row), 6);
   j["busbw_GBps"] = round_significant(busbw_gbps(row), 6);
-  j["errors"] = row.errors ? nlohmann::ordered_json(*row.errors) : nlohmann::ordered_json(nullptr);
+  // Always a number, as a reader summing or comparing it expects: 0 when
+  // nothing was checked (the peers' rows without --check, and the anchors'
+  // rows, which lack the key, read the same way). docs/benchmark.md says so.
+  j["errors"] = row.errors.value_or(0);
   return j.dump();
 }
 
@@ -67,12 +70,14 @@ std::string table_header(int world_size, DType dtype, const ReduceOp& reduce_op,
                          bool check) {
   std::string out = format(
       "# tdist-bench: world size %d, dtype %s, reduce op %s, %d timed iterations after %d warmup, check %s\n",
-      world_size, dtype_name(dtype), lower_reduce_name(reduce_op).c_str(), iters, warmup, check ? "on" : "off");
-  out += "# time: mean per operation on rank 0; algbw = size / time; busbw = algbw x the op's bus factor\n#\n";
+      world_size, dtype_name(dtype), lower_reduce_name(reduce_op).c_str(), iters, warmup,
+      check ? "on" : "off");
+  out +=
+      "# time: mean per operation on rank 0; algbw = size / time; busbw = algbw x the op's bus factor\n#\n";
   out += format("# %-14s %12s %12s %9s %6s %5s %12s %9s %9s %7s\n", "op", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
-  out += format("# %-14s %12s %12s %9s %6s %5s %12s %9s %9s %7s\n", "", "(B)", "(elements)", "", "", "", "(us)",
-                "(GB/s)", "(GB/s)", "");
+  out += format("# %-14s %12s %12s %9s %6s %5s %12s %9s %9s %7s\n", "", "(B)", "(elements)", "", "", "",
+                "(us)", "(GB/s)", "(GB/s)", "");
   return out;
 }
 

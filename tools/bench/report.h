@@ -31,7 +31,8 @@ double algbw_gbps(const Row& row);
 double busbw_gbps(const Row& row);
 
 /// One JSON object with exactly the keys lib, op, dtype, world_size, bytes,
-/// time_us, algbw_GBps, busbw_GBps, errors (null when not checked).
+/// time_us, algbw_GBps, busbw_GBps, errors (the wrong elements over all
+/// ranks; 0 when not checked, as nothing was found wrong).
 std::string json_row(const Row& row);
 
 /// The table's title and column headings.

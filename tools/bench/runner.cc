@@ -144,7 +144,8 @@ void OpRunner::run() {
       // previous one at the same time, as nccl-tests' sendrecv does.
       const int next = (rank_ + 1) % world_size_;
       const int prev = (rank_ + world_size_ - 1) % world_size_;
-      auto works = batch_isend_irecv({{P2POp::Kind::kIrecv, output_, prev}, {P2POp::Kind::kIsend, input_, next}});
+      auto works =
+          batch_isend_irecv({{P2POp::Kind::kIrecv, output_, prev}, {P2POp::Kind::kIsend, input_, next}});
       for (auto& work : works) work->wait();
       break;
     }
@@ -172,8 +173,7 @@ void OpRunner::prepare_check() {
       case BenchOp::kReduce:
       case BenchOp::kReduceScatter:
         fill(in, n_in, [&](int64_t k) { return to_element<T>(pattern.input(rank_, k)); });
-        fill(out, n_out,
-             [&](int64_t j) { return poison(to_element<T>(pattern.expected(rank_ * c + j))); });
+        fill(out, n_out, [&](int64_t j) { return poison(to_element<T>(pattern.expected(rank_ * c + j))); });
         break;
       case BenchOp::kBroadcast:
         fill(in, n_in, [&](int64_t k) {
@@ -210,28 +210,48 @@ void OpRunner::prepare_check() {
   });
 }
 
+const Tensor* OpRunner::checked_buffer() const {
+  switch (op_) {
+    case BenchOp::kBarrier:
+      return nullptr;
+    case BenchOp::kReduce:
+      // Other ranks' buffers are unspecified after reduce.
+      return rank_ == kRoot ? &input_ : nullptr;
+    case BenchOp::kAllReduce:
+    case BenchOp::kBroadcast:
+      return &input_;  // in place
+    default:
+      return &output_;  // gather's is empty off the root
+  }
+}
+
+void OpRunner::corrupt_for_test() {
+  const Tensor* checked = checked_buffer();
+  if (checked == nullptr || checked->numel() == 0) return;
+  dispatch_dtype(dtype_, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* data = static_cast<T*>(checked->data());
+    data[0] = poison(data[0]);
+  });
+}
+
 int64_t OpRunner::count_errors() const {
   const int64_t c = layout_.count;
   const int p = world_size_;
   const ReducePattern pattern(dtype_, reduce_op_, p);
   // Which buffer this rank verifies, and the value its element k must hold.
-  const Tensor* checked = &output_;
+  const Tensor* checked = checked_buffer();
+  if (checked == nullptr) return 0;
   std::function<int64_t(int64_t)> expected;
   switch (op_) {
     case BenchOp::kAllReduce:
-      checked = &input_;
-      expected = [&](int64_t k) { return pattern.expected(k); };
-      break;
     case BenchOp::kReduce:
-      if (rank_ != kRoot) return 0;  // other ranks' buffers are unspecified after reduce
-      checked = &input_;
       expected = [&](int64_t k) { return pattern.expected(k); };
       break;
     case BenchOp::kReduceScatter:
       expected = [&](int64_t j) { return pattern.expected(rank_ * c + j); };
       break;
     case BenchOp::kBroadcast:
-      checked = &input_;
       expected = [&](int64_t k) { return data_value(dtype_, kRoot, k); };
       break;
     case BenchOp::kAllGather:
@@ -258,8 +278,8 @@ int64_t OpRunner::count_errors() const {
       const T want = to_element<T>(expected(k));
       if (same(data[k], want)) continue;
       if (++errors <= kMaxReportedErrors) {
-        std::fprintf(stderr, "tdist-bench: rank %d: %s of %llu bytes: element %lld is %s, expected %s\n", rank_,
-                     bench_op_name(op_), static_cast<unsigned long long>(layout_.bytes),
+        std::fprintf(stderr, "tdist-bench: rank %d: %s of %llu bytes: element %lld is %s, expected %s\n",
+                     rank_, bench_op_name(op_), static_cast<unsigned long long>(layout_.bytes),
                      static_cast<long long>(k), show(data[k]).c_str(), show(want).c_str());
       }
     }

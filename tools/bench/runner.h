@@ -31,6 +31,12 @@ class OpRunner {
   /// prepare_check's inputs should give; describes the first few on stderr.
   int64_t count_errors() const;
 
+  /// For tests of --check only: changes one element of the output this rank
+  /// verifies (the first), so that count_errors must find exactly one wrong
+  /// element. Does nothing on ranks that verify nothing (barrier, reduce and
+  /// gather off the root).
+  void corrupt_for_test();
+
   /// Zeroes every buffer again: the timed loop then never computes on the
   /// check values (in-place sums of them grow to infinity and NaN).
   void zero();
@@ -42,8 +48,11 @@ class OpRunner {
   Layout layout_;
   int rank_;
   int world_size_;
-  Tensor input_;   // the only buffer of in-place ops
-  Tensor output_;  // out-of-place ops
+  /// The buffer this rank verifies after the op, or nullptr if none.
+  const Tensor* checked_buffer() const;
+
+  Tensor input_;                   // the only buffer of in-place ops
+  Tensor output_;                  // out-of-place ops
   std::vector<Tensor> root_list_;  // gather's outputs / scatter's inputs, on the root
 };
 
