@@ -107,9 +107,10 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   tcp.timeout = options.timeout;
   tcp.reach_host = options.master_host;
   transport_ = transport::connect_tcp(*store, rank, size, tcp);
-  shm_ = connect_shm_if_local(*store, rank, size, options.timeout);
+  domains_ = connect_collective_domains(*store, *transport_, options.timeout);
+  shm_ = domains_.shm.get();
   TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
-                   << (shm_ ? "shared memory" : "TCP");
+                   << (shm_ ? "shared memory" : domains_.local ? "shared memory inside hosts, TCP across" : "TCP");
   worker_ = std::thread([this] { run(); });
 }
 
@@ -192,7 +193,7 @@ void ProcessGroupTdist::execute(Task& task) {
 template <typename Algo>
 transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
   if (!shm_ || algo::env_algo<Algo>()) return nullptr;
-  return shm_.get();
+  return shm_;
 }
 
 void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const void* in, void* out,
@@ -231,6 +232,10 @@ WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) 
   return enqueue("all_reduce", {tensor}, [this, tensor, op](const algo::CallContext& ctx) {
     if (auto* shm = shm_for<algo::AllReduceAlgo>())
       return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
+    if (domains_.local && !algo::env_algo<algo::AllReduceAlgo>()) {
+      return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks,
+                                                tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
+    }
     algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
   });
 }

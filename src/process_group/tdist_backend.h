@@ -18,6 +18,7 @@
 #include "algorithms/algorithms.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
+#include "transport_choice.h"
 #include "transport/transport.h"
 
 namespace tdist {
@@ -31,6 +32,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   std::string backend_name() const override { return "tdist"; }
   /// True if the collectives run on shared memory (every rank on this host).
   bool collectives_on_shared_memory() const { return shm_ != nullptr; }
+  /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
+  bool hierarchical() const { return domains_.local != nullptr; }
 
   WorkPtr broadcast(const Tensor& tensor, int root) override;
   WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op) override;
@@ -83,7 +86,9 @@ class ProcessGroupTdist final : public ProcessGroup {
                         void* out, const std::vector<size_t>& recv_bytes) const;
 
   std::unique_ptr<transport::Transport> transport_;
-  std::unique_ptr<transport::shm::ShmGroup> shm_;
+  // Destroyed before transport_, which the subset transports point into.
+  CollectiveDomains domains_;
+  transport::shm::ShmGroup* shm_ = nullptr;  // domains_.shm: every rank on this host
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;

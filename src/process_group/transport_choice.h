@@ -1,15 +1,19 @@
 #pragma once
 
-// Which transport a tdist group uses for its collectives: shared memory when
+// Which transports a tdist group uses for its collectives: shared memory when
 // every rank runs on this host (decided from host identities exchanged
-// through the store, never guessed from LOCAL_WORLD_SIZE), else TCP.
+// through the store, never guessed from LOCAL_WORLD_SIZE); when the ranks
+// span hosts with the same number of ranks on each, shared memory inside the
+// host plus TCP across hosts for all_reduce (the hierarchy); TCP otherwise.
 // TDIST_TRANSPORT=auto|tcp|shm overrides (docs/environment.md).
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "tdist/store.h"
 #include "transport/shm/shm_group.h"
+#include "transport/subset_transport.h"
 
 namespace tdist {
 
@@ -18,11 +22,21 @@ enum class TransportMode { kAuto, kTcp, kShm };
 /// TDIST_TRANSPORT, parsed; raises DistInvalidArgument on anything else.
 TransportMode transport_mode();
 
-/// Every rank must call it. Returns the group's shared-memory domain, or
-/// null when the group uses TCP for its collectives (mode tcp, or ranks on
-/// several hosts in mode auto). Mode shm with ranks on several hosts raises
-/// DistInvalidArgument naming a rank that is elsewhere.
-std::unique_ptr<transport::shm::ShmGroup> connect_shm_if_local(Store& store, int rank, int size,
-                                                               std::chrono::milliseconds timeout);
+/// What a group's collectives may use besides TCP over all ranks.
+struct CollectiveDomains {
+  /// Every rank is on this host: all collectives on shared memory.
+  std::unique_ptr<transport::shm::ShmGroup> shm;
+  /// The hierarchy: this host's ranks (as `local_ranks` of the group's
+  /// transport) and the ranks with the same local index on every host.
+  std::unique_ptr<transport::shm::ShmGroup> local;
+  std::unique_ptr<transport::SubsetTransport> local_ranks;
+  std::unique_ptr<transport::SubsetTransport> cross_ranks;
+};
+
+/// Every rank must call it, with the group's TCP transport. Mode shm with
+/// ranks on several hosts raises DistInvalidArgument naming a rank that is
+/// elsewhere.
+CollectiveDomains connect_collective_domains(Store& store, transport::Transport& tcp,
+                                             std::chrono::milliseconds timeout);
 
 }  // namespace tdist

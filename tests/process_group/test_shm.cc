@@ -13,6 +13,7 @@
 #include <dirent.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -85,6 +86,7 @@ TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
       5, path, [&](int rank) { setenv("TDIST_HOST_ID", rank < 2 ? "a" : "b", 1); },
       [&](ProcessGroup& pg, Store&, int rank) {
         check(!uses_shm(pg), "a group across hosts must not use shared memory");
+        check(!dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "2 + 3 ranks cannot use the hierarchy");
         const int64_t n = 100'003;
         Tensor t = make_tensor(DType::kFloat64, n, [&](int64_t i) { return double((i % 7) * (rank + 1)); });
         pg.all_reduce(t, ReduceOp::SUM)->wait();
@@ -93,6 +95,66 @@ TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
         Tensor out = Tensor::zeros(DType::kInt32, {15});
         pg.all_gather_into_tensor(out, in)->wait();
         for (int64_t i = 0; i < 15; ++i) check(real_at(out, i) == double((i / 3) * 10 + i % 3), "wrong all_gather");
+      });
+  EXPECT_EQ(describe_failures(outcomes), "");
+  unlink(path.c_str());
+}
+
+TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
+  // 2 "hosts" x 3 ranks (ranks 0, 2, 4 on host a), and 3 x 2: shared memory
+  // inside each host, TCP across. Every op and dtype class, odd counts, the
+  // AVG and PREMUL_SUM special cases, bitwise identical on every rank.
+  for (int hosts : {2, 3}) {
+    const int n = 6;
+    std::string path = temp_path("shm_hier");
+    auto outcomes = forked_groups(
+        n, path, [&](int rank) { setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1); },
+        [&](ProcessGroup& pg, Store&, int rank) {
+          check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
+          for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{100'003}}) {
+            Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return double(i % 11 + rank); });
+            pg.all_reduce(t, ReduceOp::SUM)->wait();
+            for (int64_t i = 0; i < count; ++i) check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
+            Tensor m = make_tensor(DType::kInt32, count, [&](int64_t i) { return double((i + rank) % 6); });
+            pg.all_reduce(m, ReduceOp::MAX)->wait();
+            for (int64_t i = 0; i < count; ++i) check(real_at(m, i) == 5.0, "wrong MAX");
+            // Integer AVG truncates once: (sum of rank) / 6 = 15 / 6 = 2.
+            Tensor a = make_tensor(DType::kInt64, count, [&](int64_t) { return double(rank); });
+            pg.all_reduce(a, ReduceOp::AVG)->wait();
+            for (int64_t i = 0; i < count; ++i) check(real_at(a, i) == 2.0, "wrong integer AVG");
+            Tensor p = make_tensor(DType::kFloat64, count, [&](int64_t i) { return double(i % 3 + rank); });
+            pg.all_reduce(p, ReduceOp::premul_sum(0.5))->wait();
+            for (int64_t i = 0; i < count; ++i) {
+              check(real_at(p, i) == 0.5 * double(6 * (i % 3) + 15), "wrong PREMUL_SUM");
+            }
+          }
+          // Floating point: same bits on every rank (checked through a
+          // second all_reduce of MIN and MAX of the bit patterns).
+          const int64_t count = 4099;
+          Tensor f = make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
+          pg.all_reduce(f, ReduceOp::SUM)->wait();
+          Tensor lo = f.clone();
+          Tensor hi = f.clone();
+          pg.all_reduce(lo, ReduceOp::MIN)->wait();
+          pg.all_reduce(hi, ReduceOp::MAX)->wait();
+          check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 && std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
+                "float results differ between ranks");
+        });
+    EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts";
+    unlink(path.c_str());
+  }
+}
+
+TEST(Shm, UnequalHostsFallBackToTcp) {
+  std::string path = temp_path("shm_unequal");
+  auto outcomes = forked_groups(
+      3, path, [&](int rank) { setenv("TDIST_HOST_ID", rank == 0 ? "a" : "b", 1); },
+      [&](ProcessGroup& pg, Store&, int rank) {
+        auto& tdist_pg = dynamic_cast<ProcessGroupTdist&>(pg);
+        check(!tdist_pg.hierarchical() && !tdist_pg.collectives_on_shared_memory(), "expected plain TCP");
+        Tensor t = make_tensor(DType::kInt32, 7, [&](int64_t i) { return double(i * rank); });
+        pg.all_reduce(t, ReduceOp::SUM)->wait();
+        for (int64_t i = 0; i < 7; ++i) check(real_at(t, i) == double(3 * i), "wrong sum");
       });
   EXPECT_EQ(describe_failures(outcomes), "");
   unlink(path.c_str());

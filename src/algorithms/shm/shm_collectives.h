@@ -39,4 +39,12 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in, const s
                 const std::vector<size_t>& recv_offsets);
 void barrier(const CallContext& ctx, ShmGroup& group);
 
+/// all_reduce over a group spanning hosts with the same number of ranks on
+/// each: `local` is this host's shared memory, `local_ranks` its ranks as a
+/// transport, `cross_ranks` the ranks with this rank's local index on every
+/// host. `ctx` is the call on the whole group.
+void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                             transport::Transport& cross_ranks, void* data, size_t count, DType dtype,
+                             const ReduceOp& op);
+
 }  // namespace tdist::algorithms::shm

@@ -65,24 +65,25 @@ std::string host_identity() {
   return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" + shm_id;
 }
 
-std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+                                            const std::string& prefix) {
   Segment segment;
   size_t buffer_bytes = 0;
   if (rank == 0) {
     buffer_bytes = configured_buffer_bytes();
     segment = Segment::create(segment_bytes(size, buffer_bytes));
-    store.set("shm/segment", to_bytes(segment.name() + " " + std::to_string(buffer_bytes)));
+    store.set(prefix + "segment", to_bytes(segment.name() + " " + std::to_string(buffer_bytes)));
   } else {
-    std::string value = to_string(store.get("shm/segment"));
+    std::string value = to_string(store.get(prefix + "segment"));
     auto space = value.rfind(' ');
     if (space == std::string::npos) throw DistBackendError("shared memory: bad segment record '" + value + "'");
     buffer_bytes = static_cast<size_t>(parse_int(value.substr(space + 1), "shm/segment buffer size", 1));
     segment = Segment::open(value.substr(0, space), segment_bytes(size, buffer_bytes));
   }
-  store.set("shm/mapped/" + std::to_string(rank), to_bytes("1"));
+  store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
   if (rank == 0) {
     std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back("shm/mapped/" + std::to_string(r));
+    for (int r = 0; r < size; ++r) keys.push_back(prefix + "mapped/" + std::to_string(r));
     store.wait(keys, timeout);
     // Every rank maps it: drop the name, so the memory goes with the last
     // process that maps it, however it ends.

@@ -1,0 +1,88 @@
+// tdist.torch._plugin: the Python face of ProcessGroupTdist. The class is
+// registered as a subclass of torch's own c10d ProcessGroup binding, so the
+// object it creates is what torch.distributed's Backend.register_backend
+// expects a creator function to return. python/tdist/torch/ registers it.
+
+#include <Python.h>
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "process_group_tdist.h"
+
+namespace tdist::torch_plugin {
+
+// The holder of Python-owned ProcessGroupTdist objects. Dropping the last
+// reference destroys the tdist group, which finishes outstanding work; that
+// can run future callbacks written in Python, which take the GIL, so the
+// reference is dropped with the GIL released. It is one intrusive_ptr, laid
+// out like torch's own holder of ProcessGroup, so torch's bindings can read it.
+template <typename T>
+class GilFreeHolder {
+ public:
+  GilFreeHolder() = default;
+  explicit GilFreeHolder(T* raw) : ptr_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(raw)) {}
+  explicit GilFreeHolder(c10::intrusive_ptr<T> ptr) : ptr_(std::move(ptr)) {}
+  GilFreeHolder(const GilFreeHolder&) = default;
+  GilFreeHolder(GilFreeHolder&&) noexcept = default;
+  GilFreeHolder& operator=(const GilFreeHolder&) = default;
+  GilFreeHolder& operator=(GilFreeHolder&&) noexcept = default;
+  ~GilFreeHolder() {
+    if (ptr_ && Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release no_gil;
+      ptr_.reset();
+    }
+  }
+  T* get() const { return ptr_.get(); }
+
+ private:
+  c10::intrusive_ptr<T> ptr_;
+};
+
+}  // namespace tdist::torch_plugin
+
+PYBIND11_DECLARE_HOLDER_TYPE(T, tdist::torch_plugin::GilFreeHolder<T>, true);
+
+namespace py = pybind11;
+using tdist::torch_plugin::GilFreeHolder;
+using tdist::torch_plugin::ProcessGroupTdist;
+
+PYBIND11_MODULE(_plugin, m) {
+  m.doc() = "The tdist backend of torch.distributed (a c10d ProcessGroup running on tdist).";
+  // Registers torch's ProcessGroup and Store classes, which the binding below
+  // derives from and takes.
+  py::module_::import("torch.distributed");
+
+  py::class_<ProcessGroupTdist, c10d::ProcessGroup, GilFreeHolder<ProcessGroupTdist>>(m, "ProcessGroupTdist",
+                                                                                      R"(
+A torch.distributed process group whose operations run on tdist (CPU tensors).
+
+torch.distributed creates it through the "tdist" backend that
+``import tdist.torch`` registers; it can also be created directly from a
+torch store, as Backend.register_backend's four-argument creators are:
+``ProcessGroupTdist(store, rank, size, timeout)``. Construction blocks until
+every rank has joined (or ``timeout`` passed).
+)")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, std::vector<int64_t> global_ranks,
+                       std::string group_name) {
+             c10::intrusive_ptr<ProcessGroupTdist> pg;
+             {
+               // The rendezvous blocks; other Python threads keep running.
+               py::gil_scoped_release no_gil;
+               pg = c10::make_intrusive<ProcessGroupTdist>(store, rank, size, timeout, std::move(global_ranks),
+                                                           std::move(group_name));
+             }
+             return GilFreeHolder<ProcessGroupTdist>(std::move(pg));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"),
+           py::arg("timeout") = std::chrono::milliseconds(std::chrono::minutes(30)),
+           py::arg("global_ranks") = std::vector<int64_t>{}, py::arg("group_name") = std::string())
+      .def_property_readonly("timeout", &ProcessGroupTdist::timeout,
+                             "The deadline of every operation of the group.")
+      .def_property_readonly("group_name", &ProcessGroupTdist::group_name,
+                             "The name torch.distributed gave the group (its store prefix).");
+
+  m.attr("TORCH_VERSION_BUILT_AGAINST") = TORCH_PLUGIN_TORCH_VERSION;
+}

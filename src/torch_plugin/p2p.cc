@@ -1,0 +1,229 @@
+// Point-to-point operations and the monitored barrier of ProcessGroupTdist.
+//
+// Wire format of one send: a header of four int64 words {magic, dtype, number
+// of elements, sequence number} on the caller's tag, then the payload on a
+// tag private to that message (derived from the sequence number). Headers
+// follow tdist's matching rules (oldest posted receive for the source and
+// tag, any-source included); once a receive has its header it knows the
+// sender, so it posts the payload receive for that exact message. Two
+// receives can therefore never swap payloads, whatever order they complete
+// in, and concurrent senders cannot interleave a header with another's
+// payload.
+//
+// Tags: user tags are 0..2^31-1. Payload tags use [-2^31, -2^30) and
+// monitored-barrier tags [-2^30, 0), so neither can meet a user message.
+
+#include <chrono>
+#include <string>
+
+#include "conversions.h"
+#include "process_group_tdist.h"
+#include "tdist/errors.h"
+#include "work_tdist.h"
+
+namespace tdist::torch_plugin {
+namespace {
+
+using WorkHandle = c10::intrusive_ptr<c10d::Work>;
+
+constexpr int64_t kHeaderMagic = 0x7464697374703270;  // "tdistp2p"
+constexpr int64_t kHeaderWords = 4;
+
+int payload_tag(uint32_t seq) {
+  return static_cast<int>(0x80000000u | (seq & 0x3fffffffu));
+}
+
+int monitored_barrier_tag(uint32_t seq) {
+  return static_cast<int>(0xC0000000u | (seq & 0x3fffffffu));
+}
+
+void check_tag(int tag, const char* op) {
+  if (tag < 0) {
+    fail(std::string(op) + ": tag " + std::to_string(tag) +
+         " is negative; the tdist backend reserves negative tags for its own messages");
+  }
+}
+
+void check_peer(int peer, int rank, int size, const char* op, const char* what) {
+  if (peer < 0 || peer >= size) {
+    fail(std::string(op) + ": " + what + " " + std::to_string(peer) + " is not a rank of the group (ranks 0.." +
+         std::to_string(size - 1) + ")");
+  }
+  if (peer == rank) {
+    fail(std::string(op) + ": " + what + " " + std::to_string(peer) + " is this rank; a rank cannot " +
+         (std::string(op) == "send" ? "send to" : "receive from") + " itself");
+  }
+}
+
+std::string describe(DType dtype, int64_t numel) {
+  return std::string(dtype_name(dtype)) + "[" + std::to_string(numel) + "]";
+}
+
+// Second half of a receive, run once the header has arrived (on the thread
+// that completed it): post the payload receive for that message and finish
+// `work` when it lands, converting the dtype if the sender's differs.
+void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGroup& pg, const Tensor& header,
+                     int source, const Tensor& target, const at::Tensor& out) {
+  const int64_t* words = header.data<int64_t>();
+  const std::string& op = work->op();
+  if (words[0] != kHeaderMagic) {
+    throw DistBackendError(op + ": rank " + std::to_string(source) +
+                           " sent a message that is not a tdist torch-plugin tensor header (was it sent by "
+                           "another program on the same tag?)");
+  }
+  if (words[1] < 0 || words[1] >= static_cast<int64_t>(kAllDTypes.size()) || words[2] < 0) {
+    throw DistBackendError(op + ": rank " + std::to_string(source) + " sent a corrupt header (dtype code " +
+                           std::to_string(words[1]) + ", " + std::to_string(words[2]) + " elements)");
+  }
+  auto sent_dtype = static_cast<DType>(words[1]);
+  int64_t sent_numel = words[2];
+  int tag = payload_tag(static_cast<uint32_t>(words[3]));
+  if (sent_dtype == target.dtype() && sent_numel == target.numel()) {
+    pg.recv(target, source, tag)->get_future()->then([work, source](Future& done) -> std::vector<Tensor> {
+      work->complete(done.error(), source);
+      return {};
+    });
+    return;
+  }
+  // The payload is received whole even when it cannot be used, so that the
+  // sender completes and the next message on this pair is unaffected.
+  Tensor scratch = Tensor::empty(sent_dtype, {sent_numel});
+  pg.recv(scratch, source, tag)
+      ->get_future()
+      ->then([work, source, scratch, out, target, sent_dtype, sent_numel](Future& done) -> std::vector<Tensor> {
+        std::exception_ptr error = done.error();
+        if (!error && sent_numel != target.numel()) {
+          error = std::make_exception_ptr(DistInvalidArgument(
+              work->op() + ": rank " + std::to_string(source) + " sent " + describe(sent_dtype, sent_numel) +
+              " but the receiving tensor is " + target.describe() +
+              "; send and recv tensors must have the same number of elements"));
+        }
+        if (!error && sent_numel > 0) {
+          // Different dtypes, same count: convert as Tensor.copy_ does.
+          try {
+            at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
+                                            at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
+            out.view({-1}).copy_(sent);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        work->complete(error, source);
+        return {};
+      });
+}
+
+}  // namespace
+
+WorkHandle ProcessGroupTdist::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  const char* op = "send";
+  return translate_errors([&]() -> WorkHandle {
+    const at::Tensor& t = single_tensor(tensors, op, "tensor");
+    check_tag(tag, op);
+    check_peer(dst_rank, getRank(), getSize(), op, "dst");
+    Tensor payload = to_tdist(t, op, "tensor");
+    uint32_t seq = send_seq_[static_cast<size_t>(dst_rank)].fetch_add(1);
+    Tensor header = Tensor::from_vector<int64_t>(
+        {kHeaderMagic, static_cast<int64_t>(payload.dtype()), payload.numel(), static_cast<int64_t>(seq)});
+    auto work = make_work(c10d::OpType::SEND, op, {}, {t});
+    // tdist's send keeps `header` (owned memory) alive until it is on the wire.
+    auto header_sent = pg_->send(header, dst_rank, tag);
+    auto payload_sent = pg_->send(payload, dst_rank, payload_tag(seq));
+    complete_when_done(work, {header_sent, payload_sent});
+    return work;
+  });
+}
+
+WorkHandle ProcessGroupTdist::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  const char* op = "recv";
+  if (src_rank != -1) translate_errors([&] { check_peer(src_rank, getRank(), getSize(), op, "src"); });
+  return receive(tensors, src_rank, tag, op, c10d::OpType::RECV);
+}
+
+WorkHandle ProcessGroupTdist::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return receive(tensors, -1, tag, "recv", c10d::OpType::RECVANYSOURCE);
+}
+
+WorkHandle ProcessGroupTdist::receive(std::vector<at::Tensor>& tensors, int src_rank, int tag, const char* op,
+                                      c10d::OpType type) {
+  return translate_errors([&]() -> WorkHandle {
+    const at::Tensor& out = single_tensor(tensors, op, "tensor");
+    check_tag(tag, op);
+    Tensor target = to_tdist(out, op, "tensor");
+    auto work = make_work(type, op, {out}, {});
+    Tensor header = Tensor::zeros(DType::kInt64, {kHeaderWords});
+    WorkPtr header_work = pg_->recv(header, src_rank, tag);
+    // Weak: a receive that never matches must not keep the group alive; the
+    // group's destructor fails it instead.
+    std::weak_ptr<tdist::ProcessGroup> weak_pg = pg_;
+    header_work->get_future()->then([work, header, target, out, weak_pg,
+                                     header_work](Future& done) -> std::vector<Tensor> {
+      try {
+        if (done.error()) std::rethrow_exception(done.error());
+        auto pg = weak_pg.lock();
+        if (!pg) throw DistError(work->op() + ": the process group was destroyed during the receive");
+        receive_payload(work, *pg, header, header_work->source_rank(), target, out);
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+      return {};
+    });
+    return work;
+  });
+}
+
+void ProcessGroupTdist::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  translate_errors([&] {
+    using Clock = std::chrono::steady_clock;
+    auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    auto deadline = Clock::now() + timeout;
+    auto left = [&] {
+      return std::max(std::chrono::milliseconds(0),
+                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    };
+    // Every member calls this in the same order, so the counters agree and a
+    // late message of an earlier, failed barrier cannot satisfy this one.
+    int tag = monitored_barrier_tag(monitored_barrier_seq_++);
+    int rank = getRank();
+    int size = getSize();
+    std::string where = "monitored_barrier (timeout " + std::to_string(timeout.count()) + " ms)";
+    auto name = [&](int r) {
+      const auto& global = pg_->global_ranks();
+      if (global.empty() || global[static_cast<size_t>(r)] == r) return std::to_string(r);
+      return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
+    };
+    if (size == 1) return;
+    if (rank != 0) {
+      Tensor token = Tensor::zeros(DType::kUInt8, {1});
+      pg_->send(token, 0, tag);
+      Tensor release = Tensor::zeros(DType::kUInt8, {1});
+      auto released = pg_->recv(release, 0, tag);
+      if (!released->get_future()->wait_for(left())) {
+        throw DistTimeoutError(where + ": rank " + name(rank) +
+                               " was not released by rank 0 in time; rank 0 reports which ranks did not arrive");
+      }
+      return;
+    }
+    std::vector<WorkPtr> arrivals;
+    for (int r = 1; r < size; ++r) arrivals.push_back(pg_->recv(Tensor::zeros(DType::kUInt8, {1}), r, tag));
+    std::vector<int> missing;
+    for (int r = 1; r < size; ++r) {
+      if (!arrivals[static_cast<size_t>(r - 1)]->get_future()->wait_for(left())) {
+        missing.push_back(r);
+        if (!wait_all_ranks) break;
+      }
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (int r : missing) list += (list.empty() ? "" : ", ") + name(r);
+      throw DistTimeoutError(where + ": rank" + (missing.size() > 1 ? "s " : " ") + list +
+                             " did not reach the barrier in time" +
+                             (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)"));
+    }
+    std::vector<WorkPtr> releases;
+    for (int r = 1; r < size; ++r) releases.push_back(pg_->send(Tensor::zeros(DType::kUInt8, {1}), r, tag));
+    for (auto& w : releases) w->wait();
+  });
+}
+
+}  // namespace tdist::torch_plugin

@@ -1,0 +1,104 @@
+#pragma once
+
+// ProcessGroupTdist: a c10d::ProcessGroup (the class torch.distributed calls
+// into) that runs every operation on a tdist process group. It rendezvouses
+// through the c10d store torch gives it, maps each c10d call onto tdist's
+// ProcessGroup (include/tdist/process_group.h) with the torch tensors' memory
+// wrapped in place, and returns WorkTdist handles.
+//
+// Point-to-point messages describe themselves: each send is a small header
+// (dtype, element count, sequence number) followed by the payload on a tag
+// private to that message, so a receive can check what came, convert the
+// dtype like Tensor.copy_ when the two sides differ, and name both sides when
+// the sizes do not match, instead of failing on a byte count.
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdist/process_group.h"
+
+namespace tdist::torch_plugin {
+
+class WorkTdist;
+
+class ProcessGroupTdist final : public c10d::ProcessGroup {
+ public:
+  /// Creates tdist's process group over `store` (blocking until every rank
+  /// has joined or `timeout` passed). `global_ranks` are the members' ranks in
+  /// the default group, in group-rank order (empty: 0..size-1).
+  ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout, std::vector<int64_t> global_ranks = {},
+                    std::string group_name = "");
+  ~ProcessGroupTdist() override;
+
+  const std::string getBackendName() const override { return "tdist"; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::string& group_name() const { return group_name_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // Point to point and the monitored barrier: p2p.cc.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  /// Rank 0 waits for every rank (up to opts.timeout, else the group's) and
+  /// names the ranks that did not arrive: the first one, or all of them with
+  /// `wait_all_ranks`. torch 1.13's monitored_barrier() function only lets
+  /// gloo through; this is reached by calling group.monitored_barrier(...).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+
+ private:
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src_rank, int tag,
+                                         const char* op, c10d::OpType type);
+  c10::intrusive_ptr<WorkTdist> make_work(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
+                                          std::vector<at::Tensor> keep_alive);
+
+  Group pg_;
+  std::chrono::milliseconds timeout_;
+  std::string group_name_;
+  // Sequence number of the next message to each destination; it names the
+  // payload's private tag.
+  std::unique_ptr<std::atomic<uint32_t>[]> send_seq_;
+  uint32_t monitored_barrier_seq_ = 0;
+};
+
+}  // namespace tdist::torch_plugin

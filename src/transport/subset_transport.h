@@ -1,0 +1,60 @@
+#pragma once
+
+// A view of some ranks of a transport as a transport of their own: rank i of
+// the subset is members[i] of the parent. The hierarchical collectives use
+// it to run the TCP algorithms among the ranks that share a local index on
+// different hosts. Tags pass through unchanged: only one collective call
+// (one sequence number) uses the parent at a time.
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tdist/errors.h"
+#include "transport/transport.h"
+
+namespace tdist::transport {
+
+class SubsetTransport final : public Transport {
+ public:
+  SubsetTransport(Transport& parent, std::vector<int> members) : parent_(parent), members_(std::move(members)) {
+    auto it = std::find(members_.begin(), members_.end(), parent_.rank());
+    if (it == members_.end()) {
+      throw DistBackendError("subset transport: rank " + std::to_string(parent_.rank()) + " is not a member");
+    }
+    rank_ = static_cast<int>(it - members_.begin());
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  const char* name() const override { return parent_.name(); }
+
+  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) override {
+    return parent_.isend(member(dst), tag, data, nbytes);
+  }
+  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) override {
+    return parent_.irecv(member(src), tag, data, nbytes);
+  }
+  RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override {
+    return parent_.irecv_bytes(member(src), tag, std::move(out));
+  }
+  void abort(std::exception_ptr error) override { parent_.abort(std::move(error)); }
+  bool peer_failed(int peer) const override { return parent_.peer_failed(member(peer)); }
+
+ private:
+  int member(int r) const {
+    if (r < 0 || r >= size()) {
+      throw DistBackendError("subset transport: rank " + std::to_string(r) + " is not in [0, " +
+                             std::to_string(size()) + ") (any-source receives are not supported here)");
+    }
+    return members_[static_cast<size_t>(r)];
+  }
+
+  Transport& parent_;
+  std::vector<int> members_;
+  int rank_ = 0;
+};
+
+}  // namespace tdist::transport
