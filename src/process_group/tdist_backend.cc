@@ -110,7 +110,9 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   domains_ = connect_collective_domains(*store, *transport_, options.timeout);
   shm_ = domains_.shm.get();
   TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
-                   << (shm_ ? "shared memory" : domains_.local ? "shared memory inside hosts, TCP across" : "TCP");
+                   << (shm_             ? "shared memory"
+                       : domains_.local ? "shared memory inside hosts, TCP across"
+                                        : "TCP");
   worker_ = std::thread([this] { run(); });
 }
 
@@ -202,8 +204,9 @@ void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const voi
   algo::all_gather(ctx, in, out, bytes);
 }
 
-void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, const void* in, const Tensor& output,
-                                                const std::vector<size_t>& counts, const ReduceOp& op) const {
+void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, const void* in,
+                                                const Tensor& output, const std::vector<size_t>& counts,
+                                                const ReduceOp& op) const {
   if (auto* shm = shm_for<algo::ReduceScatterAlgo>())
     return algo::shm::reduce_scatter(ctx, *shm, in, output.data(), counts, output.dtype(), op);
   algo::reduce_scatter(ctx, in, output.data(), counts, output.dtype(), op);
@@ -222,7 +225,8 @@ void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const voi
 WorkPtr ProcessGroupTdist::broadcast(const Tensor& tensor, int root) {
   validate::rank_in_group("broadcast", "src", root, size());
   return enqueue("broadcast", {tensor}, [this, tensor, root](const algo::CallContext& ctx) {
-    if (auto* shm = shm_for<algo::BroadcastAlgo>()) return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
+    if (auto* shm = shm_for<algo::BroadcastAlgo>())
+      return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
     algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
   });
 }
@@ -233,8 +237,9 @@ WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) 
     if (auto* shm = shm_for<algo::AllReduceAlgo>())
       return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
     if (domains_.local && !algo::env_algo<algo::AllReduceAlgo>()) {
-      return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks,
-                                                tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
+      return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks,
+                                                *domains_.cross_ranks, tensor.data(), to_size(tensor.numel()),
+                                                tensor.dtype(), op);
     }
     algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
   });
@@ -276,9 +281,10 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Te
   bool in_place = block > 0 && input.data() == slot;
   if (!in_place)
     validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
-  return enqueue("all_gather_into_tensor", {output}, [this, output, input, block](const algo::CallContext& ctx) {
-    all_gather_bytes(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
-  });
+  return enqueue(
+      "all_gather_into_tensor", {output}, [this, output, input, block](const algo::CallContext& ctx) {
+        all_gather_bytes(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
+      });
 }
 
 WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
@@ -374,11 +380,12 @@ WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vecto
   std::vector<size_t> counts;
   counts.reserve(inputs.size());
   for (const auto& t : inputs) counts.push_back(to_size(t.numel()));
-  return enqueue("reduce_scatter", {output}, [this, output, inputs, counts, op](const algo::CallContext& ctx) {
-    Blocks blocks(inputs);
-    blocks.copy_in();
-    reduce_scatter_elements(ctx, blocks.base, output, counts, op);
-  });
+  return enqueue("reduce_scatter", {output},
+                 [this, output, inputs, counts, op](const algo::CallContext& ctx) {
+                   Blocks blocks(inputs);
+                   blocks.copy_in();
+                   reduce_scatter_elements(ctx, blocks.base, output, counts, op);
+                 });
 }
 
 WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Tensor& input,

@@ -18,8 +18,8 @@
 #include "algorithms/algorithms.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
-#include "transport_choice.h"
 #include "transport/transport.h"
+#include "transport_choice.h"
 
 namespace tdist {
 
@@ -82,8 +82,9 @@ class ProcessGroupTdist final : public ProcessGroup {
                         const std::vector<size_t>& bytes) const;
   void reduce_scatter_elements(const algorithms::CallContext& ctx, const void* in, const Tensor& output,
                                const std::vector<size_t>& counts, const ReduceOp& op) const;
-  void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in, const std::vector<size_t>& send_bytes,
-                        void* out, const std::vector<size_t>& recv_bytes) const;
+  void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in,
+                        const std::vector<size_t>& send_bytes, void* out,
+                        const std::vector<size_t>& recv_bytes) const;
 
   std::unique_ptr<transport::Transport> transport_;
   // Destroyed before transport_, which the subset transports point into.

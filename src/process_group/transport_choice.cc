@@ -25,10 +25,12 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   // Every rank takes part in the exchange whatever its mode; a rank set to
   // tcp claims a host of its own, so its peers fall back to TCP with it
   // instead of waiting for it in shared memory.
-  std::string mine = mode == TransportMode::kTcp ? "tcp:" + std::to_string(rank) : transport::shm::host_identity();
+  std::string mine =
+      mode == TransportMode::kTcp ? "tcp:" + std::to_string(rank) : transport::shm::host_identity();
   store.set("shm/host/" + std::to_string(rank), to_bytes(mine));
   std::vector<std::string> hosts(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) hosts[static_cast<size_t>(r)] = to_string(store.get("shm/host/" + std::to_string(r)));
+  for (int r = 0; r < size; ++r)
+    hosts[static_cast<size_t>(r)] = to_string(store.get("shm/host/" + std::to_string(r)));
 
   // Hosts in order of their lowest rank; each host's ranks in rank order.
   std::vector<std::vector<int>> by_host;
@@ -41,9 +43,9 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   CollectiveDomains domains;
   if (by_host.size() > 1 && mode == TransportMode::kShm) {
     int other = by_host[1][0];
-    throw DistInvalidArgument("TDIST_TRANSPORT=shm: rank " + std::to_string(other) + " is not on the host of rank 0 (" +
-                              hosts[static_cast<size_t>(other)] + " vs " + hosts[0] +
-                              "); shared memory needs every rank of the group on one host");
+    throw DistInvalidArgument("TDIST_TRANSPORT=shm: rank " + std::to_string(other) +
+                              " is not on the host of rank 0 (" + hosts[static_cast<size_t>(other)] + " vs " +
+                              hosts[0] + "); shared memory needs every rank of the group on one host");
   }
   if (mode == TransportMode::kTcp || size == 1) return domains;
   if (by_host.size() == 1) {
@@ -62,8 +64,9 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   const size_t local_index = static_cast<size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
   std::vector<int> cross;
   for (const auto& ranks : by_host) cross.push_back(ranks[local_index]);
-  domains.local = transport::shm::ShmGroup::connect(store, static_cast<int>(local_index), static_cast<int>(per_host),
-                                                    timeout, "shm/host" + std::to_string(host) + "/");
+  domains.local =
+      transport::shm::ShmGroup::connect(store, static_cast<int>(local_index), static_cast<int>(per_host),
+                                        timeout, "shm/host" + std::to_string(host) + "/");
   domains.local_ranks = std::make_unique<transport::SubsetTransport>(tcp, local);
   domains.cross_ranks = std::make_unique<transport::SubsetTransport>(tcp, cross);
   return domains;

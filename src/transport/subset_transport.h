@@ -19,7 +19,8 @@ namespace tdist::transport {
 
 class SubsetTransport final : public Transport {
  public:
-  SubsetTransport(Transport& parent, std::vector<int> members) : parent_(parent), members_(std::move(members)) {
+  SubsetTransport(Transport& parent, std::vector<int> members)
+      : parent_(parent), members_(std::move(members)) {
     auto it = std::find(members_.begin(), members_.end(), parent_.rank());
     if (it == members_.end()) {
       throw DistBackendError("subset transport: rank " + std::to_string(parent_.rank()) + " is not a member");

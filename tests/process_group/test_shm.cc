@@ -33,7 +33,8 @@ namespace shm = transport::shm;
 // Names in /dev/shm created by process `pid` (tdist-<uid>-<pid>-...).
 std::set<std::string> segments_of(pid_t pid) {
   std::set<std::string> out;
-  std::string prefix = std::string(shm::segment_prefix()) + std::to_string(getuid()) + "-" + std::to_string(pid) + "-";
+  std::string prefix =
+      std::string(shm::segment_prefix()) + std::to_string(getuid()) + "-" + std::to_string(pid) + "-";
   if (DIR* dir = opendir("/dev/shm")) {
     while (dirent* e = readdir(dir)) {
       if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
@@ -69,7 +70,8 @@ TEST(Shm, RanksOnOneHostUseSharedMemoryAndTcpModeDoesNot) {
     auto outcomes = forked_groups(
         3, path, [&](int) { setenv("TDIST_TRANSPORT", mode, 1); },
         [&](ProcessGroup& pg, Store&, int) {
-          check(uses_shm(pg) == (std::string(mode) == "auto"), std::string("wrong transport in mode ") + mode);
+          check(uses_shm(pg) == (std::string(mode) == "auto"),
+                std::string("wrong transport in mode ") + mode);
           Tensor t = make_tensor(DType::kInt64, 5, [&](int64_t i) { return double(i + pg.rank()); });
           pg.all_reduce(t, ReduceOp::SUM)->wait();
           for (int64_t i = 0; i < 5; ++i) check(real_at(t, i) == double(3 * i + 3), "wrong sum");
@@ -94,7 +96,8 @@ TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
         Tensor in = make_tensor(DType::kInt32, 3, [&](int64_t i) { return double(rank * 10 + i); });
         Tensor out = Tensor::zeros(DType::kInt32, {15});
         pg.all_gather_into_tensor(out, in)->wait();
-        for (int64_t i = 0; i < 15; ++i) check(real_at(out, i) == double((i / 3) * 10 + i % 3), "wrong all_gather");
+        for (int64_t i = 0; i < 15; ++i)
+          check(real_at(out, i) == double((i / 3) * 10 + i % 3), "wrong all_gather");
       });
   EXPECT_EQ(describe_failures(outcomes), "");
   unlink(path.c_str());
@@ -114,7 +117,8 @@ TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
           for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{100'003}}) {
             Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return double(i % 11 + rank); });
             pg.all_reduce(t, ReduceOp::SUM)->wait();
-            for (int64_t i = 0; i < count; ++i) check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
+            for (int64_t i = 0; i < count; ++i)
+              check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
             Tensor m = make_tensor(DType::kInt32, count, [&](int64_t i) { return double((i + rank) % 6); });
             pg.all_reduce(m, ReduceOp::MAX)->wait();
             for (int64_t i = 0; i < count; ++i) check(real_at(m, i) == 5.0, "wrong MAX");
@@ -131,13 +135,15 @@ TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
           // Floating point: same bits on every rank (checked through a
           // second all_reduce of MIN and MAX of the bit patterns).
           const int64_t count = 4099;
-          Tensor f = make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
+          Tensor f =
+              make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
           pg.all_reduce(f, ReduceOp::SUM)->wait();
           Tensor lo = f.clone();
           Tensor hi = f.clone();
           pg.all_reduce(lo, ReduceOp::MIN)->wait();
           pg.all_reduce(hi, ReduceOp::MAX)->wait();
-          check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 && std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
+          check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
+                    std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
                 "float results differ between ranks");
         });
     EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts";
@@ -180,7 +186,8 @@ TEST(Shm, ForcingSharedMemoryAcrossHostsIsAnErrorNamingTheRank) {
 TEST(Shm, ABadTransportNameIsRejected) {
   std::string path = temp_path("shm_badname");
   auto outcomes = forked_groups(
-      1, path, [&](int) { setenv("TDIST_TRANSPORT", "carrier-pigeon", 1); }, [&](ProcessGroup&, Store&, int) {});
+      1, path, [&](int) { setenv("TDIST_TRANSPORT", "carrier-pigeon", 1); },
+      [&](ProcessGroup&, Store&, int) {});
   ASSERT_FALSE(outcomes[0].ok);
   EXPECT_NE(outcomes[0].error.find("TDIST_TRANSPORT must be auto, tcp or shm, got 'carrier-pigeon'"),
             std::string::npos)

@@ -23,20 +23,20 @@ using transport::shm::ShmGroup;
 
 void all_reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype,
                 const ReduceOp& op);
-void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype, const ReduceOp& op,
-            int root);
+void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype,
+            const ReduceOp& op, int root);
 void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                     const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root);
 void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                 const std::vector<size_t>& bytes);
-void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
-            int root);
-void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
-             int root);
-void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in, const std::vector<size_t>& send_bytes,
-                const std::vector<size_t>& send_offsets, void* out, const std::vector<size_t>& recv_bytes,
-                const std::vector<size_t>& recv_offsets);
+void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+            const std::vector<size_t>& bytes, int root);
+void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+             const std::vector<size_t>& bytes, int root);
+void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
+                const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets, void* out,
+                const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_offsets);
 void barrier(const CallContext& ctx, ShmGroup& group);
 
 /// all_reduce over a group spanning hosts with the same number of ranks on

@@ -21,10 +21,10 @@ void Call::check(int peer) const {
     }
   }
   if (Clock::now() >= ctx.deadline) {
-    throw DistTimeoutError(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
-                           std::to_string(ctx.timeout.count()) + " ms waiting for " +
-                           (peer >= 0 ? "rank " + std::to_string(peer) : std::string("the other ranks")) +
-                           " (shared memory)");
+    throw DistTimeoutError(
+        ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+        std::to_string(ctx.timeout.count()) + " ms waiting for " +
+        (peer >= 0 ? "rank " + std::to_string(peer) : std::string("the other ranks")) + " (shared memory)");
   }
 }
 
@@ -38,7 +38,8 @@ size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {
   size_t bytes = group.buffer_bytes() / static_cast<size_t>(parts) / unit * unit;
   if (bytes == 0) {
     throw DistBackendError("shared memory: a buffer of " + std::to_string(group.buffer_bytes()) +
-                           " bytes cannot hold " + std::to_string(parts) + " sections; raise TDIST_SHM_BUFFER_BYTES");
+                           " bytes cannot hold " + std::to_string(parts) +
+                           " sections; raise TDIST_SHM_BUFFER_BYTES");
   }
   return bytes;
 }

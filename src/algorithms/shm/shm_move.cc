@@ -105,13 +105,13 @@ void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* o
   run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, out, bytes, -1); });
 }
 
-void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
-            int root) {
+void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+            const std::vector<size_t>& bytes, int root) {
   run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, out, bytes, root); });
 }
 
-void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out, const std::vector<size_t>& bytes,
-             int root) {
+void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
+             const std::vector<size_t>& bytes, int root) {
   run_guarded(ctx, group, [&](Call call) {
     const int p = call.size();
     const int me = call.rank();
@@ -145,9 +145,9 @@ void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
   });
 }
 
-void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in, const std::vector<size_t>& send_bytes,
-                const std::vector<size_t>& send_offsets, void* out, const std::vector<size_t>& recv_bytes,
-                const std::vector<size_t>& recv_offsets) {
+void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
+                const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets, void* out,
+                const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_offsets) {
   run_guarded(ctx, group, [&](Call call) {
     const int p = call.size();
     const int me = call.rank();
@@ -179,8 +179,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in, const s
       for (int d = 0; d < p; ++d) {
         if (d == me) continue;
         Piece part = piece_of(send_bytes[static_cast<size_t>(d)], section, i);
-        copy(mine + static_cast<size_t>(d) * section, input + send_offsets[static_cast<size_t>(d)] + part.begin,
-             part.length);
+        copy(mine + static_cast<size_t>(d) * section,
+             input + send_offsets[static_cast<size_t>(d)] + part.begin, part.length);
       }
       call.group.publish_arrive(k);
       for (int step = 1; step < p; ++step) {

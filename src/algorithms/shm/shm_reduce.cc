@@ -98,7 +98,8 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
       Piece piece = piece_of(round_count, section, static_cast<size_t>(r));
       call.wait_reduced(r, k);
       if (piece.length > 0) {
-        std::memcpy(round_data + piece.begin * eb, call.group.buffer(r, k) + piece.begin * eb, piece.length * eb);
+        std::memcpy(round_data + piece.begin * eb, call.group.buffer(r, k) + piece.begin * eb,
+                    piece.length * eb);
       }
     }
   }
@@ -127,8 +128,8 @@ void all_reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t coun
   run_guarded(ctx, group, [&](Call call) { reduce_impl(call, data, count, dtype, op, -1); });
 }
 
-void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype, const ReduceOp& op,
-            int root) {
+void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, DType dtype,
+            const ReduceOp& op, int root) {
   run_guarded(ctx, group, [&](Call call) { reduce_impl(call, data, count, dtype, op, root); });
 }
 
@@ -170,9 +171,9 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
       Piece own = piece_of(counts[static_cast<size_t>(me)], section, i);
       for (int r = 0; r < p; ++r) {
         if (r != me) call.wait_arrive(r, k);
-        srcs[static_cast<size_t>(r)] =
-            (r == me && !premul) ? input + (offsets[static_cast<size_t>(me)] + own.begin) * eb
-                                 : call.group.buffer(r, k) + static_cast<size_t>(me) * section * eb;
+        srcs[static_cast<size_t>(r)] = (r == me && !premul)
+                                           ? input + (offsets[static_cast<size_t>(me)] + own.begin) * eb
+                                           : call.group.buffer(r, k) + static_cast<size_t>(me) * section * eb;
       }
       if (own.length > 0) reduce_sources(output + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
     }

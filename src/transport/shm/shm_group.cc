@@ -16,7 +16,7 @@ namespace tdist::transport::shm {
 struct ShmGroup::RankArea {
   FlagLine arrive[2];
   FlagLine reduced;
-  FlagLine aborted;  // seq != 0: this rank aborted; payload[0]: its AbortKind
+  FlagLine aborted;   // seq != 0: this rank aborted; payload[0]: its AbortKind
   char reason[1024];  // why, NUL-terminated
 };
 
@@ -65,8 +65,8 @@ std::string host_identity() {
   return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" + shm_id;
 }
 
-std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size, std::chrono::milliseconds timeout,
-                                            const std::string& prefix) {
+std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
+                                            std::chrono::milliseconds timeout, const std::string& prefix) {
   Segment segment;
   size_t buffer_bytes = 0;
   if (rank == 0) {
@@ -76,7 +76,8 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size, st
   } else {
     std::string value = to_string(store.get(prefix + "segment"));
     auto space = value.rfind(' ');
-    if (space == std::string::npos) throw DistBackendError("shared memory: bad segment record '" + value + "'");
+    if (space == std::string::npos)
+      throw DistBackendError("shared memory: bad segment record '" + value + "'");
     buffer_bytes = static_cast<size_t>(parse_int(value.substr(space + 1), "shm/segment buffer size", 1));
     segment = Segment::open(value.substr(0, space), segment_bytes(size, buffer_bytes));
   }
@@ -153,8 +154,8 @@ void ShmGroup::check_aborted(const std::string& op) const {
   for (int r = 0; r < size_; ++r) {
     const RankArea& a = area(r);
     if (a.aborted.seq.load(std::memory_order_acquire) == 0) continue;
-    std::string what = op + ": rank " + std::to_string(r) + " aborted the group: " +
-                       std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
+    std::string what = op + ": rank " + std::to_string(r) +
+                       " aborted the group: " + std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
     switch (static_cast<AbortKind>(a.aborted.payload[0])) {
       case AbortKind::kTimeout:
         throw DistTimeoutError(what);

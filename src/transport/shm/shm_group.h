@@ -47,7 +47,8 @@ class ShmGroup {
 
   /// Creates (rank 0) or opens the group's segment, agreeing through `store`
   /// (keys under `prefix`). Every rank of the group must call it.
-  static std::unique_ptr<ShmGroup> connect(Store& store, int rank, int size, std::chrono::milliseconds timeout,
+  static std::unique_ptr<ShmGroup> connect(Store& store, int rank, int size,
+                                           std::chrono::milliseconds timeout,
                                            const std::string& prefix = "shm/");
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;

@@ -8,6 +8,8 @@
 #include <climits>
 #include <ctime>
 
+#include "common/env.h"
+
 namespace tdist::transport::shm {
 namespace {
 
@@ -46,14 +48,20 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   cpu_set_t set;
   CPU_ZERO(&set);
   int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  // With a core per rank the peer is running: spin (a few microseconds)
-  // before giving up the core. Oversubscribed, the peer may need our core:
-  // hand it over almost at once.
-  if (local_ranks <= cores) return WaitPolicy{4000, 200};
-  return WaitPolicy{64, 100};
+  WaitPolicy policy{32, 64};
+  // With a core per rank the peer is probably running: spin about 10 us
+  // (a pause is 10-40 ns) before giving up the core. Oversubscribed, the
+  // peer may need our core: hand it over almost at once. Either way, sleep
+  // soon: a sleeper woken by the futex is scheduled ahead of busy
+  // processes, a yielder waits behind them.
+  if (local_ranks <= cores) policy = WaitPolicy{800, 16};
+  if (auto spins = env_int("TDIST_SHM_SPINS", 0, 1 << 30)) policy.spins = static_cast<int>(*spins);
+  if (auto yields = env_int("TDIST_SHM_YIELDS", 0, 1 << 30)) policy.yields = static_cast<int>(*yields);
+  return policy;
 }
 
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, const FailureCheck& check) {
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
+                   const FailureCheck& check) {
   for (int i = 0; i < policy.spins; ++i) {
     if (reached(line, target)) return;
     cpu_relax();

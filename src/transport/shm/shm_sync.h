@@ -51,7 +51,8 @@ using FailureCheck = std::function<void()>;
 
 /// Returns once line.seq >= target (acquire). Calls `check` every few
 /// milliseconds while waiting; its exception propagates.
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, const FailureCheck& check);
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
+                   const FailureCheck& check);
 
 /// True once line.seq >= target (acquire), without waiting.
 inline bool reached(const FlagLine& line, uint64_t target) {
