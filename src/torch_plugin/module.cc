@@ -71,8 +71,8 @@ every rank has joined (or ``timeout`` passed).
              {
                // The rendezvous blocks; other Python threads keep running.
                py::gil_scoped_release no_gil;
-               pg = c10::make_intrusive<ProcessGroupTdist>(store, rank, size, timeout, std::move(global_ranks),
-                                                           std::move(group_name));
+               pg = c10::make_intrusive<ProcessGroupTdist>(store, rank, size, timeout,
+                                                           std::move(global_ranks), std::move(group_name));
              }
              return GilFreeHolder<ProcessGroupTdist>(std::move(pg));
            }),

@@ -46,8 +46,8 @@ void check_tag(int tag, const char* op) {
 
 void check_peer(int peer, int rank, int size, const char* op, const char* what) {
   if (peer < 0 || peer >= size) {
-    fail(std::string(op) + ": " + what + " " + std::to_string(peer) + " is not a rank of the group (ranks 0.." +
-         std::to_string(size - 1) + ")");
+    fail(std::string(op) + ": " + what + " " + std::to_string(peer) +
+         " is not a rank of the group (ranks 0.." + std::to_string(size - 1) + ")");
   }
   if (peer == rank) {
     fail(std::string(op) + ": " + what + " " + std::to_string(peer) + " is this rank; a rank cannot " +
@@ -90,27 +90,28 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
   Tensor scratch = Tensor::empty(sent_dtype, {sent_numel});
   pg.recv(scratch, source, tag)
       ->get_future()
-      ->then([work, source, scratch, out, target, sent_dtype, sent_numel](Future& done) -> std::vector<Tensor> {
-        std::exception_ptr error = done.error();
-        if (!error && sent_numel != target.numel()) {
-          error = std::make_exception_ptr(DistInvalidArgument(
-              work->op() + ": rank " + std::to_string(source) + " sent " + describe(sent_dtype, sent_numel) +
-              " but the receiving tensor is " + target.describe() +
-              "; send and recv tensors must have the same number of elements"));
-        }
-        if (!error && sent_numel > 0) {
-          // Different dtypes, same count: convert as Tensor.copy_ does.
-          try {
-            at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
-                                            at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
-            out.view({-1}).copy_(sent);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        }
-        work->complete(error, source);
-        return {};
-      });
+      ->then(
+          [work, source, scratch, out, target, sent_dtype, sent_numel](Future& done) -> std::vector<Tensor> {
+            std::exception_ptr error = done.error();
+            if (!error && sent_numel != target.numel()) {
+              error = std::make_exception_ptr(DistInvalidArgument(
+                  work->op() + ": rank " + std::to_string(source) + " sent " +
+                  describe(sent_dtype, sent_numel) + " but the receiving tensor is " + target.describe() +
+                  "; send and recv tensors must have the same number of elements"));
+            }
+            if (!error && sent_numel > 0) {
+              // Different dtypes, same count: convert as Tensor.copy_ does.
+              try {
+                at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
+                                                at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
+                out.view({-1}).copy_(sent);
+              } catch (...) {
+                error = std::current_exception();
+              }
+            }
+            work->complete(error, source);
+            return {};
+          });
 }
 
 }  // namespace
@@ -156,18 +157,18 @@ WorkHandle ProcessGroupTdist::receive(std::vector<at::Tensor>& tensors, int src_
     // Weak: a receive that never matches must not keep the group alive; the
     // group's destructor fails it instead.
     std::weak_ptr<tdist::ProcessGroup> weak_pg = pg_;
-    header_work->get_future()->then([work, header, target, out, weak_pg,
-                                     header_work](Future& done) -> std::vector<Tensor> {
-      try {
-        if (done.error()) std::rethrow_exception(done.error());
-        auto pg = weak_pg.lock();
-        if (!pg) throw DistError(work->op() + ": the process group was destroyed during the receive");
-        receive_payload(work, *pg, header, header_work->source_rank(), target, out);
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-      return {};
-    });
+    header_work->get_future()->then(
+        [work, header, target, out, weak_pg, header_work](Future& done) -> std::vector<Tensor> {
+          try {
+            if (done.error()) std::rethrow_exception(done.error());
+            auto pg = weak_pg.lock();
+            if (!pg) throw DistError(work->op() + ": the process group was destroyed during the receive");
+            receive_payload(work, *pg, header, header_work->source_rank(), target, out);
+          } catch (...) {
+            work->complete(std::current_exception());
+          }
+          return {};
+        });
     return work;
   });
 }
@@ -199,8 +200,9 @@ void ProcessGroupTdist::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
       Tensor release = Tensor::zeros(DType::kUInt8, {1});
       auto released = pg_->recv(release, 0, tag);
       if (!released->get_future()->wait_for(left())) {
-        throw DistTimeoutError(where + ": rank " + name(rank) +
-                               " was not released by rank 0 in time; rank 0 reports which ranks did not arrive");
+        throw DistTimeoutError(
+            where + ": rank " + name(rank) +
+            " was not released by rank 0 in time; rank 0 reports which ranks did not arrive");
       }
       return;
     }
@@ -216,9 +218,9 @@ void ProcessGroupTdist::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     if (!missing.empty()) {
       std::string list;
       for (int r : missing) list += (list.empty() ? "" : ", ") + name(r);
-      throw DistTimeoutError(where + ": rank" + (missing.size() > 1 ? "s " : " ") + list +
-                             " did not reach the barrier in time" +
-                             (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)"));
+      throw DistTimeoutError(
+          where + ": rank" + (missing.size() > 1 ? "s " : " ") + list + " did not reach the barrier in time" +
+          (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)"));
     }
     std::vector<WorkPtr> releases;
     for (int r = 1; r < size; ++r) releases.push_back(pg_->send(Tensor::zeros(DType::kUInt8, {1}), r, tag));

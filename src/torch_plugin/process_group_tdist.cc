@@ -14,8 +14,8 @@ using WorkHandle = c10::intrusive_ptr<c10d::Work>;
 // A root rank from c10d's int64 options, checked before narrowing to int.
 int root_rank(int64_t root, int size, const char* op, const char* what) {
   if (root < 0 || root >= size) {
-    fail(std::string(op) + ": " + what + " " + std::to_string(root) + " is not a rank of the group (ranks 0.." +
-         std::to_string(size - 1) + ")");
+    fail(std::string(op) + ": " + what + " " + std::to_string(root) +
+         " is not a rank of the group (ranks 0.." + std::to_string(size - 1) + ")");
   }
   return static_cast<int>(root);
 }
@@ -96,7 +96,8 @@ c10::intrusive_ptr<WorkTdist> ProcessGroupTdist::make_work(c10d::OpType type, co
   return c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive));
 }
 
-WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
+                                        const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
   return translate_errors([&]() -> WorkHandle {
     const at::Tensor& t = single_tensor(tensors, op, "tensor");
@@ -108,7 +109,8 @@ WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors, const 
   });
 }
 
-WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::AllreduceOptions& opts) {
   const char* op = "all_reduce";
   return translate_errors([&]() -> WorkHandle {
     const at::Tensor& t = single_tensor(tensors, op, "tensor");
@@ -161,8 +163,8 @@ WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& ou
     const at::Tensor& input = single_tensor(inputs, op, "tensor");
     std::vector<at::Tensor>& list = single_list(outputs, op, "tensor_list");
     auto work = make_work(c10d::OpType::ALLGATHER, op, list, {input});
-    complete_when_done(work, {pg_->all_gather(to_tdist(list, op, "tensor_list entry"),
-                                              to_tdist(input, op, "tensor"))});
+    complete_when_done(
+        work, {pg_->all_gather(to_tdist(list, op, "tensor_list entry"), to_tdist(input, op, "tensor"))});
     return work;
   });
 }
@@ -202,8 +204,9 @@ WorkHandle ProcessGroupTdist::allgather_coalesced(std::vector<std::vector<at::Te
             outputs[r][i].scalar_type() != inputs[i].scalar_type()) {
           fail(std::string(op) + ": output_tensor_lists[" + std::to_string(r) + "][" + std::to_string(i) +
                "] is " + c10::toString(outputs[r][i].scalar_type()) + " with " +
-               std::to_string(outputs[r][i].numel()) + " elements but input_tensor_list[" + std::to_string(i) +
-               "] is " + c10::toString(inputs[i].scalar_type()) + " with " + std::to_string(inputs[i].numel()));
+               std::to_string(outputs[r][i].numel()) + " elements but input_tensor_list[" +
+               std::to_string(i) + "] is " + c10::toString(inputs[i].scalar_type()) + " with " +
+               std::to_string(inputs[i].numel()));
         }
       }
       all_outputs.insert(all_outputs.end(), outputs[r].begin(), outputs[r].end());
@@ -239,8 +242,8 @@ WorkHandle ProcessGroupTdist::gather(std::vector<std::vector<at::Tensor>>& outpu
     std::vector<at::Tensor> list;
     if (!outputs.empty()) list = single_list(outputs, op, "gather_list");
     auto work = make_work(c10d::OpType::GATHER, op, list, {input});
-    complete_when_done(work, {pg_->gather(to_tdist(list, op, "gather_list entry"), to_tdist(input, op, "tensor"),
-                                          root)});
+    complete_when_done(
+        work, {pg_->gather(to_tdist(list, op, "gather_list entry"), to_tdist(input, op, "tensor"), root)});
     return work;
   });
 }
@@ -255,8 +258,8 @@ WorkHandle ProcessGroupTdist::scatter(std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor> list;
     if (!inputs.empty()) list = single_list(inputs, op, "scatter_list");
     auto work = make_work(c10d::OpType::SCATTER, op, {output}, list);
-    complete_when_done(work, {pg_->scatter(to_tdist(output, op, "tensor"), to_tdist(list, op, "scatter_list entry"),
-                                           root)});
+    complete_when_done(
+        work, {pg_->scatter(to_tdist(output, op, "tensor"), to_tdist(list, op, "scatter_list entry"), root)});
     return work;
   });
 }
@@ -269,9 +272,9 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
     const at::Tensor& output = single_tensor(outputs, op, "output");
     std::vector<at::Tensor>& list = single_list(inputs, op, "input_list");
     auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, {output}, list);
-    complete_when_done(work, {pg_->reduce_scatter(to_tdist(output, op, "output"),
-                                                  to_tdist(list, op, "input_list entry"),
-                                                  to_tdist_op(opts.reduceOp, op))});
+    complete_when_done(
+        work, {pg_->reduce_scatter(to_tdist(output, op, "output"), to_tdist(list, op, "input_list entry"),
+                                   to_tdist_op(opts.reduceOp, op))});
     return work;
   });
 }
@@ -281,8 +284,9 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
   const char* op = "reduce_scatter_tensor";
   return translate_errors([&]() -> WorkHandle {
     auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, {input});
-    complete_when_done(work, {pg_->reduce_scatter_tensor(to_tdist(output, op, "output"), to_tdist(input, op, "input"),
-                                                         to_tdist_op(opts.reduceOp, op))});
+    complete_when_done(
+        work, {pg_->reduce_scatter_tensor(to_tdist(output, op, "output"), to_tdist(input, op, "input"),
+                                          to_tdist_op(opts.reduceOp, op))});
     return work;
   });
 }
@@ -294,8 +298,9 @@ WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& inpu
   const char* op = "all_to_all_single";
   return translate_errors([&]() -> WorkHandle {
     auto work = make_work(c10d::OpType::ALLTOALL_BASE, op, {output}, {input});
-    complete_when_done(work, {pg_->all_to_all_single(to_tdist(output, op, "output"), to_tdist(input, op, "input"),
-                                                     output_split_sizes, input_split_sizes)});
+    complete_when_done(work,
+                       {pg_->all_to_all_single(to_tdist(output, op, "output"), to_tdist(input, op, "input"),
+                                               output_split_sizes, input_split_sizes)});
     return work;
   });
 }

@@ -5,18 +5,27 @@
 // behind it have finished and any copy-back step ("finalize") has run; then
 // its future (Work.get_future()) completes with the output tensors, which is
 // what DistributedDataParallel's communication hooks wait on.
+//
+// Header-only: torch's headers make each translation unit cost ~10 s to
+// compile, so the plugin keeps to three (module.cc, process_group_tdist.cc,
+// p2p.cc) and these small functions are compiled where they are used.
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "tdist/work.h"
+
+#include "conversions.h"
 
 namespace tdist::torch_plugin {
 
@@ -54,7 +63,112 @@ class WorkTdist final : public c10d::Work {
 /// Completes `work` once every tdist work item in `parts` has finished: with
 /// the first error, else after `finalize` (may be empty) ran successfully.
 /// Runs on the thread that finishes the last part.
-void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, std::vector<WorkPtr> parts,
-                        std::function<void()> finalize = {});
+inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, std::vector<WorkPtr> parts,
+                               std::function<void()> finalize = {});
+
+// ---- Definitions (inline: see the file comment) ----
+
+inline WorkTdist::WorkTdist(int rank, c10d::OpType type, std::string op, std::vector<at::Tensor> outputs,
+                            std::vector<at::Tensor> keep_alive)
+    : c10d::Work(rank, type, ("tdist:" + op).c_str()),
+      op_(std::move(op)),
+      outputs_(std::move(outputs)),
+      keep_alive_(std::move(keep_alive)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+inline bool WorkTdist::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    fail("tdist: " + op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
+         " ms; the operation is still running (its own deadline is the process group's timeout)");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+inline std::vector<at::Tensor> WorkTdist::result() {
+  return outputs_;
+}
+
+inline int WorkTdist::sourceRank() const {
+  int source = source_rank_.load();
+  if (source < 0) {
+    fail("tdist: " + op_ + ": the source rank is known only for a completed receive from any source");
+  }
+  return source;
+}
+
+inline c10::intrusive_ptr<c10::ivalue::Future> WorkTdist::getFuture() {
+  return future_;
+}
+
+inline void WorkTdist::abort() {
+  fail("tdist: " + op_ + ": Work.abort is not supported; destroy the process group instead");
+}
+
+inline void WorkTdist::complete(std::exception_ptr error, int source_rank) {
+  error = to_torch_error(error);
+  if (!error && source_rank >= 0) source_rank_.store(source_rank);
+  std::vector<at::Tensor> released;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released.swap(keep_alive_);
+  }
+  // Work.wait() returns before the future's callbacks run, as with gloo, so a
+  // callback that waits on the work cannot deadlock.
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, std::vector<WorkPtr> parts,
+                               std::function<void()> finalize) {
+  struct State {
+    std::mutex mutex;
+    size_t remaining;
+    std::exception_ptr error;
+    std::function<void()> finalize;
+  };
+  auto state = std::make_shared<State>();
+  state->remaining = parts.size();
+  state->finalize = std::move(finalize);
+  auto finish_all = [work, state] {
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      error = state->error;
+    }
+    if (!error && state->finalize) {
+      try {
+        state->finalize();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    state->finalize = nullptr;  // drops the tensors it captured
+    work->complete(error);
+  };
+  if (parts.empty()) {
+    finish_all();
+    return;
+  }
+  for (auto& part : parts) {
+    part->get_future()->then([state, finish_all](Future& future) -> std::vector<Tensor> {
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (!state->error && future.error()) state->error = future.error();
+        last = --state->remaining == 0;
+      }
+      if (last) finish_all();
+      return {};
+    });
+  }
+}
 
 }  // namespace tdist::torch_plugin

@@ -231,7 +231,7 @@ TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
                                   expect_reduced(t, kind, pg.size(),
                                                  label("reduce", DType::kFloat64, kind, count));
                                 } else {
-                                  check(std::memcmp(t.data(), before.data(), t.nbytes()) == 0,
+                                  check(t.nbytes() == 0 || std::memcmp(t.data(), before.data(), t.nbytes()) == 0,
                                         "reduce changed a non-root input");
                                 }
                               }
