@@ -45,7 +45,7 @@ size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {
 }
 
 void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DType dtype, const ReduceOp& op,
-                    int world_size) {
+                    int world_size, void* copy_to) {
   const size_t eb = element_size(dtype);
   // 16 KiB tiles: the partial result stays in L1 across the n - 1 passes.
   const size_t tile = std::max<size_t>(1, (size_t{16} << 10) / eb);
@@ -61,6 +61,7 @@ void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DTy
       for (int i = 2; i < n; ++i) reduce_into(out + off, out + off, at(i), len, dtype, op);
     }
     finalize_reduce(out + off, len, dtype, op, world_size);
+    if (copy_to != nullptr) std::memcpy(static_cast<uint8_t*>(copy_to) + off, out + off, len * eb);
   }
 }
 

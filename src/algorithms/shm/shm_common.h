@@ -77,8 +77,10 @@ inline size_t ceil_div(size_t a, size_t b) {
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes);
 
 /// dst = srcs[0] op srcs[1] op ... (in that order), count elements; for AVG
-/// also divides. Tiles the range so the partial result stays in L1.
+/// also divides. Tiles the range so the partial result stays in L1. With
+/// `copy_to`, each finished tile is also copied there while still in L1
+/// (cheaper than a second pass over the whole result).
 void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DType dtype, const ReduceOp& op,
-                    int world_size);
+                    int world_size, void* copy_to = nullptr);
 
 }  // namespace tdist::algorithms::shm::detail

@@ -88,11 +88,13 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
       const uint8_t* base = (r == me && !premul) ? round_data : call.group.buffer(r, k);
       srcs[static_cast<size_t>(r)] = base + own.begin * eb;
     }
-    // The result goes to our buffer for the others, then to our data.
-    reduce_sources(mine + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
+    // The result goes to our buffer for the others and, tile by tile while
+    // in L1, to our data (if we keep the result).
+    const bool keep = root < 0 || root == me;
+    reduce_sources(mine + own.begin * eb, srcs.data(), p, own.length, dtype, op, p,
+                   keep ? round_data + own.begin * eb : nullptr);
     call.group.publish_reduced(k);
-    if (root >= 0 && root != me) continue;
-    if (own.length > 0) std::memcpy(round_data + own.begin * eb, mine + own.begin * eb, own.length * eb);
+    if (!keep) continue;
     for (int i = 1; i < p; ++i) {
       int r = (me + i) % p;  // start at different owners so ranks do not all read one line
       Piece piece = piece_of(round_count, section, static_cast<size_t>(r));
