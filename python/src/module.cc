@@ -1,0 +1,19 @@
+// tdist._C: the compiled half of the tdist Python package. The public API is
+// the pure-Python layer in tdist/*.py, which calls these bindings.
+
+#include "bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  namespace tp = tdist::python;
+  m.doc() = "Low-level bindings of the tdist C++ library (use the tdist package instead).";
+  tp::bind_errors(m);  // first: the other bindings' errors translate through it
+  tp::bind_tensor(m);
+  tp::bind_store(m);
+  tp::bind_work(m);
+  tp::bind_process_group(m);
+  tp::bind_distributed(m);
+  tp::bind_objects(m);
+#ifdef TDIST_VERSION
+  m.attr("__version__") = TDIST_VERSION;
+#endif
+}

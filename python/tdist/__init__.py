@@ -1,0 +1,106 @@
+"""tdist: collective communication for NumPy arrays and CPU torch tensors,
+with the API of ``torch.distributed``::
+
+    import tdist as dist
+
+    dist.init_process_group("tdist")        # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    x = numpy.ones(4, numpy.float32)        # or torch.ones(4)
+    dist.all_reduce(x)                      # in place, zero copy
+
+Launch with ``python3 -m tdist.run --nproc-per-node 4 train.py`` or
+``tdist.spawn(fn, nprocs=4)``. docs/python.md lists the API and how it
+differs from torch.distributed. Importing tdist never imports torch.
+"""
+
+from tdist import _C
+from tdist._C import (
+    DistBackendError,
+    DistError,
+    DistInvalidArgument,
+    DistNetworkError,
+    DistNetworkTimeoutError,
+    DistStoreError,
+    DistStoreTimeoutError,
+    DistTimeoutError,
+    FileStore,
+    HashStore,
+    PrefixStore,
+    ProcessGroup,
+    ReduceOp,
+    Store,
+    TCPStore,
+)
+from tdist._spawn import (
+    ProcessContext,
+    ProcessException,
+    ProcessExitedException,
+    ProcessRaisedException,
+    spawn,
+    start_processes,
+)
+from tdist._work import Future, Work
+from tdist.collectives import (
+    all_gather,
+    all_gather_into_tensor,
+    all_gather_into_tensor_uneven,
+    all_reduce,
+    all_to_all,
+    all_to_all_single,
+    barrier,
+    broadcast,
+    gather,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_tensor,
+    reduce_scatter_tensor_uneven,
+    scatter,
+)
+from tdist.distributed_c10d import (
+    Backend,
+    GroupMember,
+    default_pg_timeout,
+    destroy_process_group,
+    get_backend,
+    get_global_rank,
+    get_group_rank,
+    get_process_group_ranks,
+    get_rank,
+    get_world_size,
+    group,
+    init_process_group,
+    is_available,
+    is_gloo_available,
+    is_initialized,
+    is_mpi_available,
+    is_nccl_available,
+    is_torchelastic_launched,
+    is_ucc_available,
+    new_group,
+    reduce_op,
+)
+from tdist.monitored import monitored_barrier
+from tdist.objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
+from tdist.p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
+
+__version__ = getattr(_C, "__version__", "0")
+
+
+def _make_nccl_premul_sum(factor):
+    """ReduceOp PREMUL_SUM with `factor` (torch's private helper of that name)."""
+    return ReduceOp.premul_sum(factor)
+
+
+__all__ = [
+    "Backend", "DistBackendError", "DistError", "DistInvalidArgument", "DistNetworkError",
+    "DistNetworkTimeoutError", "DistStoreError", "DistStoreTimeoutError", "DistTimeoutError", "FileStore",
+    "Future", "GroupMember", "HashStore", "P2POp", "PrefixStore", "ProcessContext", "ProcessException",
+    "ProcessExitedException", "ProcessGroup", "ProcessRaisedException", "ReduceOp", "Store", "TCPStore", "Work",
+    "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_gather_object", "all_reduce",
+    "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
+    "default_pg_timeout", "destroy_process_group", "gather", "gather_object", "get_backend", "get_global_rank",
+    "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
+    "irecv", "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
+    "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group", "recv", "reduce",
+    "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven", "scatter",
+    "scatter_object_list", "send", "spawn", "start_processes",
+]

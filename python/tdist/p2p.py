@@ -1,0 +1,94 @@
+"""Point-to-point communication: send, recv, isend, irecv, P2POp and
+batch_isend_irecv. Ranks (dst, src, peer) are global ranks, as in torch.
+
+Messages match by (source, tag) in the order they were sent; the byte sizes
+of a send and its receive must be equal (raw bytes travel, so the receiving
+tensor should have the sender's dtype and element count).
+"""
+
+from tdist import _C, _work
+from tdist._C import DistInvalidArgument
+from tdist.distributed_c10d import NOT_MEMBER, resolve_group
+
+
+def send(tensor, dst, group=None, tag=0):
+    """Sends `tensor` to global rank `dst` and returns once it is sent.
+
+    Does nothing on a rank outside `group`. Raises DistInvalidArgument if
+    `dst` is this rank or not in the group.
+    """
+    g = resolve_group(group, "send")
+    if g is not NOT_MEMBER:
+        _C.send(tensor, dst, g, tag)
+
+
+def recv(tensor, src=None, group=None, tag=0):
+    """Receives into `tensor` from global rank `src` (None: any rank) and
+    returns the sender's global rank (-1 on a rank outside `group`).
+
+    Raises DistInvalidArgument if the message's size differs from the
+    tensor's.
+    """
+    g = resolve_group(group, "recv")
+    if g is NOT_MEMBER:
+        return -1
+    return _C.recv(tensor, src, g, tag)
+
+
+def isend(tensor, dst, group=None, tag=0):
+    """Starts sending `tensor` to `dst`; returns a Work (None outside `group`).
+    `tensor` is kept alive until the send completes; do not modify it before."""
+    g = resolve_group(group, "isend")
+    if g is NOT_MEMBER:
+        return None
+    return _work.wrap(_C.isend(tensor, dst, g, tag), "isend", (tensor,), [tensor])
+
+
+def irecv(tensor, src=None, group=None, tag=0):
+    """Starts receiving into `tensor` from `src` (None: any rank); returns a
+    Work (None outside `group`) whose ``source_rank()`` names the sender."""
+    g = resolve_group(group, "irecv")
+    if g is NOT_MEMBER:
+        return None
+    work = _work.wrap(_C.irecv(tensor, src, g, tag), "irecv", (tensor,), [tensor])
+    if work is not None:
+        work._group = g
+    return work
+
+
+class P2POp:
+    """One operation of ``batch_isend_irecv``: ``P2POp(tdist.isend, tensor, peer)``
+    or ``P2POp(tdist.irecv, tensor, peer)``, with optional group and tag."""
+
+    def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
+        if op not in (isend, irecv):
+            raise DistInvalidArgument("P2POp: op must be tdist.isend or tdist.irecv")
+        if peer is None and group_peer is None:
+            raise DistInvalidArgument("P2POp: give peer (a global rank) or group_peer")
+        if peer is None:
+            peer = _C.get_global_rank(resolve_group(group, "P2POp"), group_peer)
+        self.op = op
+        self.tensor = tensor
+        self.peer = peer
+        self.group = group
+        self.tag = tag
+
+    def __repr__(self):
+        return f"P2POp({self.op.__name__}, peer={self.peer}, tag={self.tag})"
+
+
+def batch_isend_irecv(p2p_op_list):
+    """Posts every P2POp of the list and returns their Work handles, in order.
+
+    All operations must use the same group. Posting is non-blocking, so rings
+    of sends and receives (each rank sending right and receiving left) work.
+    """
+    if not isinstance(p2p_op_list, (list, tuple)) or not all(isinstance(p, P2POp) for p in p2p_op_list):
+        raise DistInvalidArgument("batch_isend_irecv: expected a list of P2POp")
+    if not p2p_op_list:
+        raise DistInvalidArgument("batch_isend_irecv: the list of operations is empty")
+    default = _C.default_group() if _C.is_initialized() else None
+    groups = {None if g is default else g for g in (resolve_group(p.group, "batch_isend_irecv") for p in p2p_op_list)}
+    if len(groups) > 1:
+        raise DistInvalidArgument("batch_isend_irecv: all operations must use the same group")
+    return [p.op(p.tensor, p.peer, p.group, p.tag) for p in p2p_op_list]

@@ -1,0 +1,17 @@
+# The spec's gather test program (003_22eb7e5c4c7d0095.txt), unchanged. The spec
+# gives only the lines after the setup; the three setup lines below are the
+# send program's, with tdist imported as dist and the rank and world size left
+# to the launcher (the send program's fixed rank=0, world_size=2 cannot run as
+# more than one process).
+import torch
+import tdist as dist
+dist.init_process_group("gloo")
+# --- the spec's program ---
+tensor = torch.tensor([dist.get_rank()])
+if dist.get_rank() == 0:
+    gather_list = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+else:
+    gather_list = None
+dist.gather(tensor, gather_list, dst=0)
+if dist.get_rank() == 0:
+    print(f"Gathered result: {gather_list}")
