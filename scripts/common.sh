@@ -4,8 +4,13 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-# Debian packages the build and the tests need; keep docs/building.md in step.
-PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev)
+# Debian packages the build and the tests need; keep the README in step.
+# The first line is the C++ core; the second the Python package and its
+# tests; the third the PyTorch plugin (each optional layer is skipped by
+# CMake when its packages are missing, see README).
+PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev
+  python3-dev pybind11-dev python3-numpy python3-pytest
+  python3-torch libtorch-dev)
 
 install_packages() {
   local missing=()
