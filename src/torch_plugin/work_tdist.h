@@ -63,7 +63,7 @@ class WorkTdist final : public c10d::Work {
 /// Completes `work` once every tdist work item in `parts` has finished: with
 /// the first error, else after `finalize` (may be empty) ran successfully.
 /// Runs on the thread that finishes the last part.
-inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, std::vector<WorkPtr> parts,
+inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, const std::vector<WorkPtr>& parts,
                                std::function<void()> finalize = {});
 
 // ---- Definitions (inline: see the file comment) ----
@@ -126,7 +126,7 @@ inline void WorkTdist::complete(std::exception_ptr error, int source_rank) {
   }
 }
 
-inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, std::vector<WorkPtr> parts,
+inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, const std::vector<WorkPtr>& parts,
                                std::function<void()> finalize) {
   struct State {
     std::mutex mutex;

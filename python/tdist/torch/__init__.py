@@ -1,0 +1,44 @@
+"""tdist as a torch.distributed backend.
+
+Importing this module registers the backend ``"tdist"`` with
+``torch.distributed.Backend.register_backend``; after that every
+``torch.distributed`` call on a group created with backend ``"tdist"`` runs on
+tdist::
+
+    import torch
+    import torch.distributed as dist
+    import tdist.torch  # registers "tdist"
+
+    dist.init_process_group("tdist")          # env://, tcp://, file:// or store=
+    t = torch.ones(4)
+    dist.all_reduce(t)
+
+The backend handles CPU tensors. It supports every collective, including
+those gloo lacks (reduce_scatter, reduce_scatter_tensor, list all_to_all,
+all_to_all_single with split sizes, ReduceOp.AVG and PREMUL_SUM), point to
+point with any-source receives, subgroups, async work with futures and
+DistributedDataParallel. docs/torch.md lists what works and what does not.
+
+The import also relaxes three torch 1.13 argument checks for tdist groups
+only (see ``tdist.torch.compat``): tensors instead of lists in ``all_to_all``
+and mixed input/output dtypes in ``scatter``, ``reduce_scatter`` and
+``all_to_all``. Other backends see torch's functions unchanged.
+"""
+
+import torch.distributed as _dist
+
+if not _dist.is_available():  # pragma: no cover - Debian's torch has it
+    raise ImportError("tdist.torch needs torch.distributed, which this torch build lacks")
+
+from tdist.torch._plugin import ProcessGroupTdist  # noqa: E402
+from tdist.torch import backend as _backend  # noqa: E402
+from tdist.torch import compat as _compat  # noqa: E402
+
+BACKEND_NAME = _backend.BACKEND_NAME
+create_process_group = _backend.create_process_group
+is_registered = _backend.is_registered
+
+_backend.register()
+_compat.install()
+
+__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "create_process_group", "is_registered"]

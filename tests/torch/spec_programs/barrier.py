@@ -1,0 +1,12 @@
+# The spec's test program for barrier (spec 002), unchanged.
+# The spec gives only the body (after the blank line); the prologue imports
+# torch, adds `import tdist.torch` and initializes with backend "tdist".
+import torch
+import torch.distributed as dist
+import tdist.torch  # added: registers the "tdist" backend
+
+dist.init_process_group("tdist")  # env://, as the spec's send program initializes
+
+print(f"Rank {dist.get_rank()} reached barrier.")
+dist.barrier()
+print(f"Rank {dist.get_rank()} passed barrier.")

@@ -1,0 +1,114 @@
+"""Runs one Python script as N rank processes on the loopback interface.
+
+Every run has a deadline (the processes are killed when it passes) and its
+ranks get the same command line plus their rank. The TCPStore port is picked
+free just before the run; if another process grabbed it meanwhile, the run is
+retried once with a new port.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one that sees torch
+DEADLINE_S = 150
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankResult:
+    def __init__(self, rank, returncode, stdout, stderr):
+        self.rank, self.returncode, self.stdout, self.stderr = rank, returncode, stdout, stderr
+
+    def lines(self, prefix=""):
+        return [l for l in self.stdout.splitlines() if l.startswith(prefix)]
+
+
+def _env(rank, world_size, port, extra):
+    env = dict(os.environ)
+    env.update({
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(rank),
+        "GLOO_SOCKET_IFNAME": "lo",  # gloo comparison runs stay on loopback
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    env.pop("TDIST_SOCKET_IFNAME", None)
+    env.update(extra or {})
+    return env
+
+
+def _address_in_use(results):
+    return any("Address already in use" in r.stderr or "EADDRINUSE" in r.stderr for r in results)
+
+
+def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S, ports=1):
+    """Runs HERE/script as `world_size` processes; returns RankResult per rank.
+
+    `args` may contain "{port}" / "{ports}" / "{rank}" / "{tmp}" placeholders.
+    """
+    for attempt in range(2):
+        port_list = [free_port() for _ in range(ports)]
+        with tempfile.TemporaryDirectory(prefix="tdist-torch-") as tmp:
+            results = _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp)
+        if attempt == 0 and any(r.returncode != 0 for r in results) and _address_in_use(results):
+            continue
+        return results
+    return results
+
+
+def _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp):
+    procs = []
+    for rank in range(world_size):
+        subst = {"port": port_list[0], "ports": ",".join(map(str, port_list)), "rank": rank, "tmp": tmp}
+        argv = [PYTHON, os.path.join(HERE, script)] + [str(a).format(**subst) for a in args]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=_env(rank, world_size, port_list[0], extra_env), cwd=tmp))
+    results = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, err = proc.communicate(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            out, err = proc.communicate()
+            err += "\n[harness] rank %d killed after the %d s deadline" % (rank, deadline_s)
+            results.append(RankResult(rank, -9, out, err))
+            continue
+        results.append(RankResult(rank, proc.returncode, out, err))
+    return results
+
+
+def check_all_ok(results):
+    """Asserts that every rank exited 0, showing each failing rank's output."""
+    failed = [r for r in results if r.returncode != 0]
+    if failed:
+        report = []
+        for r in failed:
+            report.append("---- rank %d exited %d ----\nstdout:\n%s\nstderr:\n%s"
+                          % (r.rank, r.returncode, r.stdout[-4000:], r.stderr[-6000:]))
+        raise AssertionError("\n".join(report))
+
+
+def passed_checks(results):
+    """The check names every rank reported as passed (torch_worker.py PASS lines)."""
+    per_rank = [set(l.split()[1] for l in r.lines("PASS ")) for r in results]
+    return set.intersection(*per_rank) if per_rank else set()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: torch_harness.py script world_size args...
+    res = run_ranks(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
+    for r in res:
+        print("rank", r.rank, "rc", r.returncode)
+        print(r.stdout)
+        print(r.stderr, file=sys.stderr)

@@ -1,0 +1,127 @@
+"""Subgroups (new_group), the monitored barrier, and errors: argument errors
+raised before any communication, and deadlines of a group whose peer never
+comes."""
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import tdist.torch
+from torch_checks import assert_equal, expect_error, make_input
+
+
+def _check_group(ctx, ranks, group):
+    if ctx.rank not in ranks:
+        assert group is dist.GroupMember.NON_GROUP_MEMBER
+        assert dist.get_rank(group) == -1
+        # Operations on a group this rank is not in do nothing and return None.
+        assert dist.all_reduce(torch.ones(1), group=group) is None
+        return
+    assert isinstance(group, tdist.torch.ProcessGroupTdist), type(group)
+    assert dist.get_backend(group) == "tdist"
+    assert dist.get_world_size(group) == len(ranks)
+    assert dist.get_rank(group) == ranks.index(ctx.rank)
+    # all_reduce over the members only.
+    t = make_input(ctx.rank, 5, torch.int64)
+    dist.all_reduce(t, group=group)
+    assert_equal(t, sum(make_input(r, 5, torch.int64) for r in ranks), "all_reduce in group %s" % ranks)
+    # broadcast and gather name global ranks.
+    b = make_input(ctx.rank, 4, torch.float32)
+    dist.broadcast(b, src=ranks[-1], group=group)
+    assert_equal(b, make_input(ranks[-1], 4, torch.float32), "broadcast in group %s" % ranks)
+    out = [torch.zeros(2) for _ in ranks] if ctx.rank == ranks[0] else None
+    dist.gather(torch.full((2,), float(ctx.rank)), out, dst=ranks[0], group=group)
+    if ctx.rank == ranks[0]:
+        for i, r in enumerate(ranks):
+            assert_equal(out[i], torch.full((2,), float(r)), "gather in group %s slot %d" % (ranks, i))
+    # reduce_scatter_tensor inside the group.
+    n = len(ranks)
+    inp = torch.arange(2 * n, dtype=torch.float64) * (ctx.rank + 1)
+    o = torch.zeros(2, dtype=torch.float64)
+    dist.reduce_scatter_tensor(o, inp, group=group)
+    me = ranks.index(ctx.rank)
+    full = sum(torch.arange(2 * n, dtype=torch.float64) * (r + 1) for r in ranks)
+    assert_equal(o, full[2 * me:2 * me + 2], "reduce_scatter_tensor in group %s" % ranks)
+    # Point to point with global ranks, and any-source receives, which
+    # report the global rank of the sender.
+    if n > 1:
+        nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
+        work = dist.isend(torch.tensor([ctx.rank]), nxt, group=group)
+        got = torch.zeros(1, dtype=torch.int64)
+        assert dist.recv(got, src=None, group=group) == prv
+        work.wait()
+        assert_equal(got, torch.tensor([prv]), "recv in group %s" % ranks)
+    dist.barrier(group=group)
+
+
+def check_subgroups(ctx):
+    w = ctx.world_size
+    layouts = [list(range(0, w, 2)), list(range(1, w, 2)), list(range(w)), [w - 1]]
+    groups = [dist.new_group(ranks) for ranks in layouts]  # every rank creates every group, in order
+    for ranks, group in zip(layouts, groups):
+        _check_group(ctx, ranks, group)
+    # Groups work side by side: an async operation on each, then waits.
+    works = []
+    tensors = []
+    for ranks, group in zip(layouts, groups):
+        if ctx.rank in ranks:
+            t = torch.ones(3)
+            tensors.append((t, len(ranks)))
+            works.append(dist.all_reduce(t, group=group, async_op=True))
+    for work in works:
+        work.wait()
+    for t, n in tensors:
+        assert_equal(t, torch.full((3,), float(n)), "concurrent groups")
+    for group in groups:
+        if group is not dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(group)
+
+
+def check_argument_errors(ctx):
+    # Raised on every rank alike, before any communication.
+    w = ctx.world_size
+    expect_error(lambda: dist.all_reduce(torch.arange(8.0).view(2, 4).t()), "all_reduce", "not contiguous")
+    expect_error(lambda: dist.all_reduce(torch.ones(2).to_sparse()), "all_reduce", "layout sparse")
+    expect_error(lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), "BAND", "float32")
+    expect_error(lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist.ReduceOp.AVG), "AVG", "bool")
+    expect_error(lambda: dist.broadcast(torch.ones(2), src=w), "broadcast", "src %d" % w, "not a rank")
+    expect_error(lambda: dist.reduce(torch.ones(2), dst=w + 3), "reduce", "dst %d" % (w + 3))
+    expect_error(lambda: dist.all_gather([torch.ones(2)] * (w + 1), torch.ones(2)), "all_gather", "tensor_list")
+    expect_error(lambda: dist.all_gather_into_tensor(torch.ones(2 * w + 1), torch.ones(2)),
+                 "all_gather_into_tensor")
+    expect_error(lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * w + 1)), "reduce_scatter_tensor")
+    expect_error(lambda: dist.all_to_all_single(torch.ones(w + 1), torch.ones(w + 1)), "all_to_all_single",
+                 "not divisible")
+    expect_error(lambda: dist.all_to_all_single(torch.ones(w), torch.ones(w), [1] * w, [2] * w),
+                 "all_to_all_single", "split")
+    # The group is still usable.
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert_equal(t, torch.full((1,), float(w)), "all_reduce after errors")
+
+
+def check_monitored_barrier(ctx):
+    # torch 1.13's monitored_barrier() lets only gloo through; the group's
+    # own method reaches tdist.
+    expect_error(dist.monitored_barrier, "only implemented for GLOO")
+    dist.group.WORLD.monitored_barrier(timedelta(seconds=60))
+    dist.group.WORLD.monitored_barrier(timedelta(seconds=60), wait_all_ranks=True)
+    # The last rank stays away: rank 0 names it, the others are not released.
+    group = dist.new_group(timeout=timedelta(seconds=60))
+    last = ctx.world_size - 1
+    if ctx.rank == 0:
+        expect_error(lambda: group.monitored_barrier(timedelta(seconds=1), wait_all_ranks=True),
+                     "monitored_barrier", "rank %d did not reach the barrier" % last)
+    elif ctx.rank != last:
+        expect_error(lambda: group.monitored_barrier(timedelta(seconds=1)), "not released by rank 0")
+    dist.barrier()
+
+
+def check_group_timeout(ctx):
+    # A collective that one member never joins fails at the group's deadline
+    # with an error naming the operation, instead of hanging.
+    group = dist.new_group(timeout=timedelta(seconds=1))
+    if ctx.rank == 0:
+        expect_error(lambda: dist.all_reduce(torch.ones(2), group=group), "all_reduce", "timed out")
+    dist.barrier()
