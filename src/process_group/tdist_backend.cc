@@ -6,6 +6,7 @@
 #include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
 #include "blocking_call.h"
+#include "common/completion_thread.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/tcp/tcp_transport.h"
@@ -189,6 +190,9 @@ void ProcessGroupTdist::execute(Task& task) {
       TDIST_LOG(DEBUG) << task.op << " (call #" << task.seq << ") failed: " << e.what();
     }
   }
+  // Callbacks run inside finish(), here: a blocking wait in one of them must
+  // raise (the next operation cannot start until this one returns).
+  detail::CompletionThreadScope completing;
   task.work->finish(error);
 }
 

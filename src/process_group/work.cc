@@ -1,17 +1,33 @@
 #include "tdist/work.h"
 
+#include "common/completion_thread.h"
 #include "tdist/errors.h"
 
 namespace tdist {
+namespace {
+
+// Waiting for an unfinished operation on the thread that finishes operations
+// (from inside a then() callback) could never end.
+void refuse_wait_on_completion_thread(const std::string& what) {
+  if (!detail::CompletionThreadScope::active()) return;
+  throw DistError(what +
+                  ": wait() inside a then() callback would deadlock: callbacks run on tdist's worker "
+                  "thread, which must finish the awaited operation; return a future from the callback "
+                  "or wait outside it");
+}
+
+}  // namespace
 
 void Future::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_) refuse_wait_on_completion_thread("Future");
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
 }
 
 bool Future::wait_for(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_ && timeout.count() != 0) refuse_wait_on_completion_thread("Future");
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
@@ -103,6 +119,7 @@ std::exception_ptr Work::exception() const {
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
+  if (!future_->completed()) refuse_wait_on_completion_thread(op_);
   if (!future_->wait_for(timeout)) {
     throw DistTimeoutError(op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
                            " ms; the operation is still running");

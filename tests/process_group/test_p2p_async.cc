@@ -115,6 +115,42 @@ TEST_P(P2P, ASizeMismatchOnRecvIsAnError) {
             "");
 }
 
+// A then() callback runs on the thread that completes operations; waiting
+// there for an operation that thread must finish would never end, so the
+// wait raises instead. The receive is held open until the callback is in
+// place (rank 0 sends only after rank 1's go-ahead), so the callback runs on
+// the completion thread every time, and the message the callback waits for
+// is sent only after the callback has given up.
+TEST_P(P2P, WaitingInsideAThenCallbackRaisesInsteadOfDeadlocking) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          Tensor t = Tensor::zeros(DType::kInt32, {4});
+                          Tensor late = Tensor::zeros(DType::kInt32, {1});
+                          if (rank == 0) {
+                            pg.recv(Tensor::zeros(DType::kInt32, {1}), 1, 2)->wait();
+                            pg.send(Tensor::from_vector<int32_t>({7, 7, 7, 7}), 1, 1)->wait();
+                            pg.recv(Tensor::zeros(DType::kInt32, {1}), 1, 4)->wait();
+                            pg.send(late, 1, 3)->wait();
+                          }
+                          if (rank != 1) return;
+                          auto chained = pg.recv(t, 0, 1)->get_future()->then([&](Future&) {
+                            pg.recv(late, 0, 3)->wait();
+                            return std::vector<Tensor>{};
+                          });
+                          pg.send(Tensor::zeros(DType::kInt32, {1}), 0, 2)->wait();
+                          try {
+                            chained->wait();
+                            throw std::runtime_error("the callback's wait returned");
+                          } catch (const DistError& e) {
+                            check(std::string(e.what()).find("deadlock") != std::string::npos, e.what());
+                          }
+                          check(real_at(t, 3) == 7, "the received tensor");
+                          pg.send(Tensor::zeros(DType::kInt32, {1}), 0, 4)->wait();
+                        }),
+            "");
+}
+
 std::vector<std::tuple<Mode, int>> cases() {
   std::vector<std::tuple<Mode, int>> out;
   for (int n : {1, 2, 3, 5, 8}) out.emplace_back(Mode::kThreads, n);

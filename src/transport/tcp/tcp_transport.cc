@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/completion_thread.h"
 #include "common/error_text.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -584,6 +585,8 @@ void TcpTransport::abort_locked(std::exception_ptr error) {
 }
 
 void TcpTransport::loop() {
+  // Point-to-point works complete here, so their callbacks run here too.
+  detail::CompletionThreadScope completing;
   epoll_event events[64];
   while (!stopping_) {
     int n = epoll_wait(epoll_fd_, events, 64, -1);
