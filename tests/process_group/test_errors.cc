@@ -95,6 +95,52 @@ TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
             "");
 }
 
+// Rank 0 gives up on all_reduce #1 (rank 1 is late) and aborts the group;
+// rank 1 then makes the same call, and the next one. Both must fail naming
+// rank 0's abort: over shared memory rank 0's data and flags are already
+// there, so without the check the late call would "succeed" alone.
+TEST(PgErrors, ALateRankFailsOnAGroupItsPeerAbortedAfterATimeout) {
+  for (const char* transport : {"auto", "tcp"}) {
+    std::string path = temp_path("late");
+    auto outcomes = run_forked(
+        2,
+        [&](int rank) {
+          setenv("TDIST_TRANSPORT", transport, 1);
+          auto store = std::make_shared<FileStore>(path, 2);
+          ProcessGroupOptions options;
+          options.timeout = 1000ms;
+          auto pg = create_process_group("tdist", store, rank, 2, options);
+          Tensor t = Tensor::zeros(DType::kFloat32, {16});
+          pg->barrier()->wait();  // call #0 everywhere
+          if (rank == 0) {
+            try {
+              pg->all_reduce(t, ReduceOp::SUM)->wait();
+              throw std::runtime_error("all_reduce #1 completed without rank 1");
+            } catch (const DistTimeoutError&) {
+            }
+            store->set("rank0_gave_up", "1");
+            return;
+          }
+          store->wait({"rank0_gave_up"}, 30s);
+          for (int call = 1; call <= 2; ++call) {
+            try {
+              pg->all_reduce(t, ReduceOp::SUM)->wait();
+              throw std::runtime_error("all_reduce #" + std::to_string(call) +
+                                       " succeeded on a group rank 0 aborted");
+            } catch (const DistError& e) {
+              std::string what = e.what();
+              check(what.find("all_reduce") != std::string::npos && what.find("rank 0") != std::string::npos,
+                    std::string("op or aborting rank not named: ") + what);
+            }
+          }
+        },
+        40s);
+    for (const auto& outcome : outcomes)
+      EXPECT_TRUE(outcome.ok) << transport << ": " << describe_failures(outcomes);
+    unlink(path.c_str());
+  }
+}
+
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
   constexpr int kRanks = 4;
   std::string path = temp_path("kill");

@@ -38,9 +38,13 @@ struct Call {
 
 /// Runs a collective's body; on any exception marks the group aborted (so
 /// peers stop waiting at once) and aborts the transport, then rethrows.
+/// A group that a rank has aborted fails every later call at once: a late
+/// rank could otherwise find all the flags it waits for already published
+/// and "complete" a call its peers have given up on.
 template <typename F>
 void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
+    group.check_aborted(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group)");
     body(Call{ctx, group});
   } catch (const DistTimeoutError& e) {
     group.abort(e.what(), ShmGroup::AbortKind::kTimeout);
