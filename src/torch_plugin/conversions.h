@@ -36,10 +36,13 @@ inline at::ScalarType to_torch_dtype(DType dtype);
 inline Tensor to_tdist(const at::Tensor& tensor, const char* op, const char* what);
 inline std::vector<Tensor> to_tdist(const std::vector<at::Tensor>& tensors, const char* op, const char* what);
 
-/// The one tensor of a c10d tensor list (torch passes lists for the old
-/// multi-GPU APIs); raises unless the list holds exactly one.
-inline const at::Tensor& single_tensor(const std::vector<at::Tensor>& tensors, const char* op,
-                                       const char* what);
+/// The one entry of a c10d list (torch passes lists of tensors, or lists of
+/// tensor lists, for the old multi-GPU APIs); raises unless there is one.
+template <typename List>
+auto& single_entry(List& list, const char* op, const char* what);
+
+/// Raises unless 0 <= rank < size, naming `what` ("src", "dst").
+inline void check_group_rank(int64_t rank, int size, const char* op, const char* what);
 
 /// The tdist reduce op of a c10d one, PREMUL_SUM's factor included.
 inline ReduceOp to_tdist_op(const c10d::ReduceOp& op, const char* op_name);
@@ -160,14 +163,20 @@ inline std::vector<Tensor> to_tdist(const std::vector<at::Tensor>& tensors, cons
   return out;
 }
 
-inline const at::Tensor& single_tensor(const std::vector<at::Tensor>& tensors, const char* op,
-                                       const char* what) {
-  if (tensors.size() != 1) {
+template <typename List>
+auto& single_entry(List& list, const char* op, const char* what) {
+  if (list.size() != 1) {
     fail(std::string(op) + ": the tdist backend takes exactly one " + what + " per process, got " +
-         std::to_string(tensors.size()) +
-         " (the *_multigpu APIs need one tensor per GPU; tdist is CPU only)");
+         std::to_string(list.size()) + " (the *_multigpu APIs need one per GPU; tdist is CPU only)");
   }
-  return tensors[0];
+  return list[0];
+}
+
+inline void check_group_rank(int64_t rank, int size, const char* op, const char* what) {
+  if (rank < 0 || rank >= size) {
+    fail(std::string(op) + ": " + what + " " + std::to_string(rank) +
+         " is not a rank of the group (ranks 0.." + std::to_string(size - 1) + ")");
+  }
 }
 
 inline ReduceOp to_tdist_op(const c10d::ReduceOp& op, const char* op_name) {

@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "completion_pool.h"
 #include "process_group_tdist.h"
 
 namespace tdist::torch_plugin {
@@ -83,6 +84,16 @@ every rank has joined (or ``timeout`` passed).
                              "The deadline of every operation of the group.")
       .def_property_readonly("group_name", &ProcessGroupTdist::group_name,
                              "The name torch.distributed gave the group (its store prefix).");
+
+  m.def(
+      "_drain_completions",
+      [](std::chrono::milliseconds timeout) {
+        return tdist::torch_plugin::CompletionPool::instance().drain(timeout);
+      },
+      py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+      "Waits (GIL released) until no future completion is queued or running, at most `timeout`. "
+      "Run at exit, before Python finalizes: a completion still dropping a Python callback then "
+      "would abort the process.");
 
   m.attr("TORCH_VERSION_BUILT_AGAINST") = TORCH_PLUGIN_TORCH_VERSION;
 }

@@ -45,14 +45,19 @@ void check_tag(int tag, const char* op) {
 }
 
 void check_peer(int peer, int rank, int size, const char* op, const char* what) {
-  if (peer < 0 || peer >= size) {
-    fail(std::string(op) + ": " + what + " " + std::to_string(peer) +
-         " is not a rank of the group (ranks 0.." + std::to_string(size - 1) + ")");
-  }
+  check_group_rank(peer, size, op, what);
   if (peer == rank) {
     fail(std::string(op) + ": " + what + " " + std::to_string(peer) + " is this rank; a rank cannot " +
          (std::string(op) == "send" ? "send to" : "receive from") + " itself");
   }
+}
+
+// "R" in the default group; "R (global rank G)" in a subgroup, so a message
+// read in one rank's log can be matched to the others'.
+std::string rank_name(const tdist::ProcessGroup& pg, int r) {
+  const auto& global = pg.global_ranks();
+  if (global.empty() || global[static_cast<size_t>(r)] == r) return std::to_string(r);
+  return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
 }
 
 std::string describe(DType dtype, int64_t numel) {
@@ -67,12 +72,12 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
   const int64_t* words = header.data<int64_t>();
   const std::string& op = work->op();
   if (words[0] != kHeaderMagic) {
-    throw DistBackendError(op + ": rank " + std::to_string(source) +
+    throw DistBackendError(op + ": rank " + rank_name(pg, source) +
                            " sent a message that is not a tdist torch-plugin tensor header (was it sent by "
                            "another program on the same tag?)");
   }
   if (words[1] < 0 || words[1] >= static_cast<int64_t>(kAllDTypes.size()) || words[2] < 0) {
-    throw DistBackendError(op + ": rank " + std::to_string(source) + " sent a corrupt header (dtype code " +
+    throw DistBackendError(op + ": rank " + rank_name(pg, source) + " sent a corrupt header (dtype code " +
                            std::to_string(words[1]) + ", " + std::to_string(words[2]) + " elements)");
   }
   auto sent_dtype = static_cast<DType>(words[1]);
@@ -88,30 +93,31 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
   // The payload is received whole even when it cannot be used, so that the
   // sender completes and the next message on this pair is unaffected.
   Tensor scratch = Tensor::empty(sent_dtype, {sent_numel});
+  std::string sender = rank_name(pg, source);
   pg.recv(scratch, source, tag)
       ->get_future()
-      ->then(
-          [work, source, scratch, out, target, sent_dtype, sent_numel](Future& done) -> std::vector<Tensor> {
-            std::exception_ptr error = done.error();
-            if (!error && sent_numel != target.numel()) {
-              error = std::make_exception_ptr(DistInvalidArgument(
-                  work->op() + ": rank " + std::to_string(source) + " sent " +
-                  describe(sent_dtype, sent_numel) + " but the receiving tensor is " + target.describe() +
-                  "; send and recv tensors must have the same number of elements"));
-            }
-            if (!error && sent_numel > 0) {
-              // Different dtypes, same count: convert as Tensor.copy_ does.
-              try {
-                at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
-                                                at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
-                out.view({-1}).copy_(sent);
-              } catch (...) {
-                error = std::current_exception();
-              }
-            }
-            work->complete(error, source);
-            return {};
-          });
+      ->then([work, source, sender, scratch, out, target, sent_dtype,
+              sent_numel](Future& done) -> std::vector<Tensor> {
+        std::exception_ptr error = done.error();
+        if (!error && sent_numel != target.numel()) {
+          error = std::make_exception_ptr(DistInvalidArgument(
+              work->op() + ": rank " + sender + " sent " + describe(sent_dtype, sent_numel) +
+              " but the receiving tensor is " + target.describe() +
+              "; send and recv tensors must have the same number of elements"));
+        }
+        if (!error && sent_numel > 0) {
+          // Different dtypes, same count: convert as Tensor.copy_ does.
+          try {
+            at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
+                                            at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
+            out.view({-1}).copy_(sent);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        work->complete(error, source);
+        return {};
+      });
 }
 
 }  // namespace
@@ -119,7 +125,7 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
 WorkHandle ProcessGroupTdist::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
   const char* op = "send";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& t = single_tensor(tensors, op, "tensor");
+    const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_tag(tag, op);
     check_peer(dst_rank, getRank(), getSize(), op, "dst");
     Tensor payload = to_tdist(t, op, "tensor");
@@ -148,7 +154,7 @@ WorkHandle ProcessGroupTdist::recvAnysource(std::vector<at::Tensor>& tensors, in
 WorkHandle ProcessGroupTdist::receive(std::vector<at::Tensor>& tensors, int src_rank, int tag, const char* op,
                                       c10d::OpType type) {
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& out = single_tensor(tensors, op, "tensor");
+    const at::Tensor& out = single_entry(tensors, op, "tensor");
     check_tag(tag, op);
     Tensor target = to_tdist(out, op, "tensor");
     auto work = make_work(type, op, {out}, {});
@@ -188,11 +194,7 @@ void ProcessGroupTdist::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
     int rank = getRank();
     int size = getSize();
     std::string where = "monitored_barrier (timeout " + std::to_string(timeout.count()) + " ms)";
-    auto name = [&](int r) {
-      const auto& global = pg_->global_ranks();
-      if (global.empty() || global[static_cast<size_t>(r)] == r) return std::to_string(r);
-      return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
-    };
+    auto name = [&](int r) { return rank_name(*pg_, r); };
     if (size == 1) return;
     if (rank != 0) {
       Tensor token = Tensor::zeros(DType::kUInt8, {1});

@@ -1,5 +1,8 @@
 #include "process_group_tdist.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <cstdlib>
 
 #include "c10d_store_adapter.h"
@@ -13,10 +16,7 @@ using WorkHandle = c10::intrusive_ptr<c10d::Work>;
 
 // A root rank from c10d's int64 options, checked before narrowing to int.
 int root_rank(int64_t root, int size, const char* op, const char* what) {
-  if (root < 0 || root >= size) {
-    fail(std::string(op) + ": " + what + " " + std::to_string(root) +
-         " is not a rank of the group (ranks 0.." + std::to_string(size - 1) + ")");
-  }
+  check_group_rank(root, size, op, what);
   return static_cast<int>(root);
 }
 
@@ -25,16 +25,6 @@ void check_root_tensor(int64_t root_tensor, const char* op) {
     fail(std::string(op) + ": root tensor " + std::to_string(root_tensor) +
          " requested; the tdist backend takes one tensor per process");
   }
-}
-
-// The one tensor list of a c10d list of lists (one list per input tensor).
-std::vector<at::Tensor>& single_list(std::vector<std::vector<at::Tensor>>& lists, const char* op,
-                                     const char* what) {
-  if (lists.size() != 1) {
-    fail(std::string(op) + ": the tdist backend takes exactly one " + what + " per process, got " +
-         std::to_string(lists.size()));
-  }
-  return lists[0];
 }
 
 void check_same_dtype(const std::vector<at::Tensor>& tensors, const char* op, const char* what) {
@@ -60,6 +50,27 @@ at::Tensor flatten_copy(const std::vector<at::Tensor>& tensors) {
   return flat;
 }
 
+// The inverse: copies consecutive pieces of `flat`, from `offset` on, back
+// into `tensors`.
+void unflatten_into(const at::Tensor& flat, int64_t offset, const std::vector<at::Tensor>& tensors) {
+  for (const auto& t : tensors) {
+    t.view({-1}).copy_(flat.narrow(0, offset, t.numel()));
+    offset += t.numel();
+  }
+}
+
+// The host of the TCPStore behind `store` (through any PrefixStores), or
+// empty: torch hands backends its store wrapped in one PrefixStore per group.
+std::string tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
+  for (int depth = 0; store && depth < 16; ++depth) {
+    if (auto* tcp = dynamic_cast<c10d::TCPStore*>(store.get())) return tcp->getHost();
+    auto* prefix = dynamic_cast<c10d::PrefixStore*>(store.get());
+    if (!prefix) break;
+    store = prefix->getUnderlyingStore();
+  }
+  return {};
+}
+
 }  // namespace
 
 ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -78,9 +89,13 @@ ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& stor
     }
     options.global_ranks.assign(global_ranks.begin(), global_ranks.end());
   }
-  // env:// names the store's host; the transport advertises the local
-  // address that reaches it (loopback when unset).
-  if (const char* host = std::getenv("MASTER_ADDR")) options.master_host = host;
+  // The transport advertises the local address that reaches the store's
+  // host (env://, tcp:// and TCPStore: that host; MASTER_ADDR otherwise, as
+  // for file://; loopback when neither is known).
+  options.master_host = tcp_store_host(store);
+  if (options.master_host.empty()) {
+    if (const char* host = std::getenv("MASTER_ADDR")) options.master_host = host;
+  }
   pg_ = translate_errors([&] {
     auto adapter = std::make_shared<C10dStoreAdapter>(store);
     return create_process_group("tdist", adapter, rank, size, options);
@@ -100,7 +115,7 @@ WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
                                         const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& t = single_tensor(tensors, op, "tensor");
+    const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "src");
     auto work = make_work(c10d::OpType::BROADCAST, op, {t}, {});
@@ -113,7 +128,7 @@ WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
                                         const c10d::AllreduceOptions& opts) {
   const char* op = "all_reduce";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& t = single_tensor(tensors, op, "tensor");
+    const at::Tensor& t = single_entry(tensors, op, "tensor");
     auto work = make_work(c10d::OpType::ALLREDUCE, op, {t}, {});
     complete_when_done(work, {pg_->all_reduce(to_tdist(t, op, "tensor"), to_tdist_op(opts.reduceOp, op))});
     return work;
@@ -133,13 +148,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
     }
     at::Tensor flat = flatten_copy(tensors);
     auto part = pg_->all_reduce(to_tdist(flat, op, "tensors"), to_tdist_op(opts.reduceOp, op));
-    complete_when_done(work, {part}, [tensors, flat] {
-      int64_t offset = 0;
-      for (const auto& t : tensors) {
-        t.view({-1}).copy_(flat.narrow(0, offset, t.numel()));
-        offset += t.numel();
-      }
-    });
+    complete_when_done(work, {part}, [tensors, flat] { unflatten_into(flat, 0, tensors); });
     return work;
   });
 }
@@ -147,7 +156,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
 WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   const char* op = "reduce";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& t = single_tensor(tensors, op, "tensor");
+    const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
     auto work = make_work(c10d::OpType::REDUCE, op, {t}, {});
@@ -160,8 +169,8 @@ WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& ou
                                         std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
   const char* op = "all_gather";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& input = single_tensor(inputs, op, "tensor");
-    std::vector<at::Tensor>& list = single_list(outputs, op, "tensor_list");
+    const at::Tensor& input = single_entry(inputs, op, "tensor");
+    std::vector<at::Tensor>& list = single_entry(outputs, op, "tensor_list");
     auto work = make_work(c10d::OpType::ALLGATHER, op, list, {input});
     complete_when_done(
         work, {pg_->all_gather(to_tdist(list, op, "tensor_list entry"), to_tdist(input, op, "tensor"))});
@@ -220,13 +229,8 @@ WorkHandle ProcessGroupTdist::allgather_coalesced(std::vector<std::vector<at::Te
     at::Tensor flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
     auto part = pg_->all_gather_into_tensor(to_tdist(flat_out, op, "output"), to_tdist(flat_in, op, "input"));
     complete_when_done(work, {part}, [outputs, flat_in, flat_out] {
-      int64_t n = flat_in.numel();
       for (size_t r = 0; r < outputs.size(); ++r) {
-        int64_t offset = static_cast<int64_t>(r) * n;
-        for (const auto& t : outputs[r]) {
-          t.view({-1}).copy_(flat_out.narrow(0, offset, t.numel()));
-          offset += t.numel();
-        }
+        unflatten_into(flat_out, static_cast<int64_t>(r) * flat_in.numel(), outputs[r]);
       }
     });
     return work;
@@ -237,10 +241,10 @@ WorkHandle ProcessGroupTdist::gather(std::vector<std::vector<at::Tensor>>& outpu
                                      std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
   const char* op = "gather";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& input = single_tensor(inputs, op, "tensor");
+    const at::Tensor& input = single_entry(inputs, op, "tensor");
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
     std::vector<at::Tensor> list;
-    if (!outputs.empty()) list = single_list(outputs, op, "gather_list");
+    if (!outputs.empty()) list = single_entry(outputs, op, "gather_list");
     auto work = make_work(c10d::OpType::GATHER, op, list, {input});
     complete_when_done(
         work, {pg_->gather(to_tdist(list, op, "gather_list entry"), to_tdist(input, op, "tensor"), root)});
@@ -253,10 +257,10 @@ WorkHandle ProcessGroupTdist::scatter(std::vector<at::Tensor>& outputs,
                                       const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& output = single_tensor(outputs, op, "tensor");
+    const at::Tensor& output = single_entry(outputs, op, "tensor");
     int root = root_rank(opts.rootRank, getSize(), op, "src");
     std::vector<at::Tensor> list;
-    if (!inputs.empty()) list = single_list(inputs, op, "scatter_list");
+    if (!inputs.empty()) list = single_entry(inputs, op, "scatter_list");
     auto work = make_work(c10d::OpType::SCATTER, op, {output}, list);
     complete_when_done(
         work, {pg_->scatter(to_tdist(output, op, "tensor"), to_tdist(list, op, "scatter_list entry"), root)});
@@ -269,8 +273,8 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
                                              const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& output = single_tensor(outputs, op, "output");
-    std::vector<at::Tensor>& list = single_list(inputs, op, "input_list");
+    const at::Tensor& output = single_entry(outputs, op, "output");
+    std::vector<at::Tensor>& list = single_entry(inputs, op, "input_list");
     auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, {output}, list);
     complete_when_done(
         work, {pg_->reduce_scatter(to_tdist(output, op, "output"), to_tdist(list, op, "input_list entry"),

@@ -25,6 +25,7 @@
 
 #include "tdist/work.h"
 
+#include "completion_pool.h"
 #include "conversions.h"
 
 namespace tdist::torch_plugin {
@@ -116,14 +117,18 @@ inline void WorkTdist::complete(std::exception_ptr error, int source_rank) {
     std::lock_guard<std::mutex> lock(mutex_);
     released.swap(keep_alive_);
   }
-  // Work.wait() returns before the future's callbacks run, as with gloo, so a
-  // callback that waits on the work cannot deadlock.
+  // Work.wait() returns before the future's callbacks run, as with gloo.
+  // The future completes on a pool thread (completion_pool.h): its callbacks
+  // may wait for further collectives, which need this thread.
   finish(error);
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
+  c10::intrusive_ptr<WorkTdist> self = c10::intrusive_ptr<WorkTdist>::reclaim_copy(this);
+  CompletionPool::instance().post([self, error] {
+    if (error) {
+      self->future_->setError(error);
+    } else {
+      self->future_->markCompleted(c10::IValue(self->outputs_));
+    }
+  });
 }
 
 inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, const std::vector<WorkPtr>& parts,

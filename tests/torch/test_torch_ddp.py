@@ -5,7 +5,11 @@ different rank, so its float sums may differ from tdist's in the last bit
 (1.5e-8 observed); there the parameters must agree to atol 1e-6. Both runs
 must also match a single-process reference that averages the ranks'
 gradients itself, to the same tolerance, and every rank must end with
-identical parameters."""
+identical parameters.
+
+With a communication hook registered (torch's allreduce hook, PowerSGD) the
+tdist run must again agree with the gloo run under the same hook; PowerSGD
+compresses the gradients, so it is not compared with the reference."""
 
 import json
 
@@ -38,3 +42,18 @@ def test_ddp_matches_gloo(world_size):
     init = [p.detach() for p in torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
                                                      torch.nn.Linear(16, 4)).parameters()]
     assert any(not torch.allclose(a, i) for a, i in zip(tdist_params, init))
+
+
+@pytest.mark.parametrize("world_size,hook", [(2, "allreduce"), (2, "powersgd"), (3, "powersgd")])
+def test_ddp_comm_hooks_match_gloo(world_size, hook):
+    results = run_ranks("torch_ddp_train.py", world_size, ["{ports}", hook], ports=2)
+    check_all_ok(results)
+    runs = [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
+    for run in runs[1:]:
+        assert run["tdist"] == runs[0]["tdist"], "ranks ended with different parameters on tdist"
+    tdist_params, gloo_params = _tensors(runs[0]["tdist"]), _tensors(runs[0]["gloo"])
+    for a, b in zip(tdist_params, gloo_params):
+        assert torch.allclose(a, b, rtol=0, atol=1e-5), float((a - b).abs().max())
+    if hook == "allreduce":
+        for a, ref in zip(tdist_params, _tensors(runs[0]["reference"])):
+            assert torch.allclose(a, ref, rtol=0, atol=1e-6), float((a - ref).abs().max())

@@ -4,7 +4,12 @@ steps on fixed per-rank data, once on backend "tdist" and once on "gloo"
 plus those of a single-process reference that averages the ranks' gradients
 itself. Prints one JSON object.
 
-    torch_ddp_train.py PORT_TDIST,PORT_GLOO
+    torch_ddp_train.py PORT_TDIST,PORT_GLOO [HOOK]
+
+HOOK registers a DDP communication hook in both runs: "allreduce" (torch's
+default_hooks.allreduce_hook) or "powersgd" (PowerSGD, whose callbacks wait
+for further collectives inside a future's then(): they must not run on
+tdist's worker thread).
 """
 
 import json
@@ -15,6 +20,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import tdist.torch  # noqa: F401  registers "tdist"
@@ -33,7 +40,27 @@ def batches(rank):
     return [(torch.randn(BATCH, 8, generator=g), torch.randn(BATCH, 4, generator=g)) for _ in range(STEPS)]
 
 
-def train_ddp(backend, port, rank, world_size):
+# torch 1.13's gloo can deadlock when a DDP model with a PowerSGD hook is
+# freed: ~Reducer (holding the GIL) destroys ProcessGroupGloo, which joins a
+# gloo worker thread that is freeing a tensor with a Python object and waits
+# for the GIL (seen in gdb). The gloo runs' models are therefore kept alive
+# and the process ends with os._exit once its results are printed.
+_keep_gloo_alive = []
+
+
+def register_hook(ddp, hook):
+    if hook == "allreduce":
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif hook == "powersgd":
+        # Compress from the third step on, every tensor (min_compression_rate=0).
+        state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                       start_powerSGD_iter=2, min_compression_rate=0)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    elif hook:
+        raise SystemExit("unknown hook %r" % hook)
+
+
+def train_ddp(backend, port, rank, world_size, hook):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group(backend, timeout=timedelta(seconds=60))
     # A different initialisation per rank: DDP must broadcast rank 0's.
@@ -41,6 +68,7 @@ def train_ddp(backend, port, rank, world_size):
     # A tiny bucket size splits the gradients into several buckets, so
     # several all_reduces are in flight at once.
     ddp = DDP(model, bucket_cap_mb=0.0005)
+    register_hook(ddp, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     for x, y in batches(rank):
         opt.zero_grad()
@@ -48,6 +76,8 @@ def train_ddp(backend, port, rank, world_size):
         loss.backward()
         opt.step()
     params = [p.detach().clone() for p in model.parameters()]
+    if backend == "gloo":
+        _keep_gloo_alive.append(ddp)
     dist.barrier()
     dist.destroy_process_group()
     return params
@@ -76,8 +106,9 @@ def main():
     ports = [int(p) for p in sys.argv[1].split(",")]
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    on_tdist = train_ddp("tdist", ports[0], rank, world_size)
-    on_gloo = train_ddp("gloo", ports[1], rank, world_size)
+    hook = sys.argv[2] if len(sys.argv) > 2 else None
+    on_tdist = train_ddp("tdist", ports[0], rank, world_size, hook)
+    on_gloo = train_ddp("gloo", ports[1], rank, world_size, hook)
     reference = train_reference(world_size)
     print(json.dumps({
         "tdist": [p.tolist() for p in on_tdist],
@@ -86,6 +117,9 @@ def main():
         "bitwise_equal_to_gloo": all(torch.equal(a, b) for a, b in zip(on_tdist, on_gloo)),
         "max_abs_diff_to_gloo": max(float((a - b).abs().max()) for a, b in zip(on_tdist, on_gloo)),
     }))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # see _keep_gloo_alive
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ retried once with a new port.
 
 import os
 import socket
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,7 @@ def _env(rank, world_size, port, extra):
         "GLOO_SOCKET_IFNAME": "lo",  # gloo comparison runs stay on loopback
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONFAULTHANDLER": "1",
     })
     env.pop("TDIST_SOCKET_IFNAME", None)
     env.update(extra or {})
@@ -79,6 +81,15 @@ def _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp):
         try:
             out, err = proc.communicate(timeout=deadline_s)
         except subprocess.TimeoutExpired:
+            # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) prints every
+            # thread's Python stack, which says where a rank hung.
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGABRT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
             for p in procs:
                 p.kill()
             out, err = proc.communicate()

@@ -205,10 +205,46 @@ def check_coalesced(ctx):
 
 
 def check_barrier(ctx):
-    dist.barrier()
-    work = dist.barrier(async_op=True)
-    work.wait()
-    assert work.is_completed()
+    # Every rank counts itself in (in the group's store) before each barrier;
+    # after it, every rank's count for that round must be there.
+    store = dist.distributed_c10d._get_default_store()
+    for round_ in range(1, 4):
+        store.add("barrier_arrivals", 1)
+        if round_ == 2:
+            work = dist.barrier(async_op=True)
+            work.wait()
+            assert work.is_completed()
+        else:
+            dist.barrier()
+        arrived = store.add("barrier_arrivals", 0)
+        assert arrived >= round_ * ctx.world_size, "barrier %d let a rank through after %d arrivals" % (
+            round_, arrived)
+    dist.barrier()  # nobody counts the next round in before all have checked this one
+
+
+def check_large_messages(ctx):
+    # 2^18 + 3 float32 (about 1 MiB): the pipelined and two-shot paths, with
+    # a ragged last piece, which the small counts above never reach.
+    count = (1 << 18) + 3
+    w = ctx.world_size
+    inputs = [make_input(r, count * w, torch.float32, high=1000) for r in ctx.ranks]
+    t = inputs[ctx.rank].clone()
+    dist.all_reduce(t)
+    assert_equal(t, reduce_reference(inputs, "SUM", w, torch.float32), "all_reduce large")
+    t = inputs[ctx.rank].clone()
+    dist.broadcast(t, src=w - 1)
+    assert_equal(t, inputs[w - 1], "broadcast large")
+    out = torch.empty(count * w * w)
+    dist.all_gather_into_tensor(out, inputs[ctx.rank])
+    assert_equal(out, torch.cat(inputs), "all_gather_into_tensor large")
+    out = torch.empty(count)
+    dist.reduce_scatter_tensor(out, inputs[ctx.rank].clone())
+    full = reduce_reference(inputs, "SUM", w, torch.float32)
+    assert_equal(out, full[count * ctx.rank:count * (ctx.rank + 1)], "reduce_scatter_tensor large")
+    out = torch.empty(count * w)
+    dist.all_to_all_single(out, inputs[ctx.rank])
+    expected = torch.cat([inputs[r][count * ctx.rank:count * (ctx.rank + 1)] for r in ctx.ranks])
+    assert_equal(out, expected, "all_to_all_single large")
 
 
 def check_float_precision(ctx):

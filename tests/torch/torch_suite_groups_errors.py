@@ -102,20 +102,24 @@ def check_argument_errors(ctx):
 
 
 def check_monitored_barrier(ctx):
-    # torch 1.13's monitored_barrier() lets only gloo through; the group's
-    # own method reaches tdist.
-    expect_error(dist.monitored_barrier, "only implemented for GLOO")
+    # torch 1.13's dist.monitored_barrier() lets only gloo through;
+    # tdist.torch's wrapper (compat.py) sends tdist groups to their own
+    # method, which the group object also offers directly.
+    dist.monitored_barrier()
+    dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=True)
     dist.group.WORLD.monitored_barrier(timedelta(seconds=60))
-    dist.group.WORLD.monitored_barrier(timedelta(seconds=60), wait_all_ranks=True)
     # The last rank stays away: rank 0 names it, the others are not released.
     group = dist.new_group(timeout=timedelta(seconds=60))
     last = ctx.world_size - 1
     if ctx.rank == 0:
-        expect_error(lambda: group.monitored_barrier(timedelta(seconds=1), wait_all_ranks=True),
+        expect_error(lambda: dist.monitored_barrier(group, timedelta(seconds=1), wait_all_ranks=True),
                      "monitored_barrier", "rank %d did not reach the barrier" % last)
     elif ctx.rank != last:
         expect_error(lambda: group.monitored_barrier(timedelta(seconds=1)), "not released by rank 0")
     dist.barrier()
+    # The wrapper leaves other backends to torch: gloo's own barrier runs.
+    gloo = dist.new_group(backend="gloo")
+    dist.monitored_barrier(gloo, timedelta(seconds=60))
 
 
 def check_group_timeout(ctx):
@@ -123,5 +127,7 @@ def check_group_timeout(ctx):
     # with an error naming the operation, instead of hanging.
     group = dist.new_group(timeout=timedelta(seconds=1))
     if ctx.rank == 0:
-        expect_error(lambda: dist.all_reduce(torch.ones(2), group=group), "all_reduce", "timed out")
+        message = expect_error(lambda: dist.all_reduce(torch.ones(2), group=group), "all_reduce", "timed out")
+        absent = ["rank %d" % r for r in range(1, ctx.world_size)]
+        assert any(a in message for a in absent), "no absent rank named in %r" % message
     dist.barrier()

@@ -22,7 +22,8 @@ DistributedDataParallel. docs/torch.md lists what works and what does not.
 The import also relaxes three torch 1.13 argument checks for tdist groups
 only (see ``tdist.torch.compat``): tensors instead of lists in ``all_to_all``
 and mixed input/output dtypes in ``scatter``, ``reduce_scatter`` and
-``all_to_all``. Other backends see torch's functions unchanged.
+``all_to_all``, and lets ``monitored_barrier`` reach tdist groups. Other
+backends see torch's functions unchanged.
 """
 
 import torch.distributed as _dist
@@ -30,7 +31,11 @@ import torch.distributed as _dist
 if not _dist.is_available():  # pragma: no cover - Debian's torch has it
     raise ImportError("tdist.torch needs torch.distributed, which this torch build lacks")
 
+import atexit as _atexit  # noqa: E402
+from datetime import timedelta as _timedelta  # noqa: E402
+
 from tdist.torch._plugin import ProcessGroupTdist  # noqa: E402
+from tdist.torch._plugin import _drain_completions  # noqa: E402
 from tdist.torch import backend as _backend  # noqa: E402
 from tdist.torch import compat as _compat  # noqa: E402
 
@@ -40,5 +45,9 @@ is_registered = _backend.is_registered
 
 _backend.register()
 _compat.install()
+# Futures complete on the plugin's own threads; let the last completions
+# (and the Python callbacks they drop) finish before the interpreter
+# finalizes, or the process would abort at exit. Bounded: never a hang.
+_atexit.register(_drain_completions, _timedelta(seconds=10))
 
 __all__ = ["BACKEND_NAME", "ProcessGroupTdist", "create_process_group", "is_registered"]

@@ -2,16 +2,21 @@
 
 torch.distributed checks some arguments in Python before any backend sees
 them. The spec's test programs (docs/torch.md) call three functions in forms
-those checks reject, whatever the backend:
+those checks reject, whatever the backend, and one function is refused for
+every backend but gloo:
 
 - ``all_to_all(output, input)`` with two tensors instead of two lists: for a
   tdist group it runs as ``all_to_all_single(output, input)`` (equal splits
   along the first dimension, which is what the lists would hold);
 - ``scatter``, ``reduce_scatter`` and ``all_to_all`` with input tensors whose
   dtype differs from the output's: for a tdist group the inputs are converted
-  to the output dtype first (``Tensor.to``, the rules of ``Tensor.copy_``).
+  to the output dtype first (``Tensor.to``, the rules of ``Tensor.copy_``);
+- ``monitored_barrier(group, timeout, wait_all_ranks)``: torch 1.13 raises
+  "only implemented for GLOO backend" before asking the group; for a tdist
+  group it calls the group's own monitored barrier, with torch's defaults
+  (``timeout=None`` is ``default_pg_timeout``).
 
-``install()`` (run by ``import tdist.torch``) wraps those three functions in
+``install()`` (run by ``import tdist.torch``) wraps those four functions in
 ``torch.distributed``. A wrapper changes nothing unless the call uses one of
 these forms *and* the group's backend is tdist; every other call, and every
 call on another backend, goes to torch's function unchanged (and fails as
@@ -74,7 +79,17 @@ def _reduce_scatter(bound):
     return False, None
 
 
-_ADAPTERS = {"all_to_all": _all_to_all, "scatter": _scatter, "reduce_scatter": _reduce_scatter}
+def _monitored_barrier(bound):
+    group = bound["group"]
+    if not _is_tdist_group(group):
+        return False, None
+    timeout = bound["timeout"] if bound["timeout"] is not None else c10d.default_pg_timeout
+    group_to_use = c10d._get_default_group() if group is None else group
+    return True, group_to_use.monitored_barrier(timeout, wait_all_ranks=bound["wait_all_ranks"])
+
+
+_ADAPTERS = {"all_to_all": _all_to_all, "scatter": _scatter, "reduce_scatter": _reduce_scatter,
+             "monitored_barrier": _monitored_barrier}
 
 
 def _wrap(name, original, adapter):
@@ -94,7 +109,7 @@ def _wrap(name, original, adapter):
 
 
 def install():
-    """Wraps all_to_all, scatter and reduce_scatter of torch.distributed (once)."""
+    """Wraps all_to_all, scatter, reduce_scatter and monitored_barrier of torch.distributed (once)."""
     for name, adapter in _ADAPTERS.items():
         if name in _originals:
             continue
