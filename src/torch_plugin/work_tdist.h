@@ -47,8 +47,8 @@ class WorkTdist final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   void abort() override;
 
-  /// Completes the work: with `error` (translated for torch) or successfully,
-  /// then completes the future. `source_rank` is the sender of a receive.
+  /// Completes the future, with `error` (translated for torch) or the
+  /// outputs, then the work. `source_rank` is the sender of a receive.
   void complete(std::exception_ptr error, int source_rank = -1);
 
   const std::string& op() const { return op_; }
@@ -58,6 +58,8 @@ class WorkTdist final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_alive_;  // guarded by mutex_; dropped on completion
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex future_mutex_;        // orders getFuture() against completion
+  bool future_requested_ = false;  // guarded by future_mutex_
   std::atomic<int> source_rank_{-1};
 };
 
@@ -102,6 +104,8 @@ inline int WorkTdist::sourceRank() const {
 }
 
 inline c10::intrusive_ptr<c10::ivalue::Future> WorkTdist::getFuture() {
+  std::lock_guard<std::mutex> lock(future_mutex_);
+  future_requested_ = true;
   return future_;
 }
 
@@ -117,17 +121,34 @@ inline void WorkTdist::complete(std::exception_ptr error, int source_rank) {
     std::lock_guard<std::mutex> lock(mutex_);
     released.swap(keep_alive_);
   }
-  // Work.wait() returns before the future's callbacks run, as with gloo.
-  // The future completes on a pool thread (completion_pool.h): its callbacks
-  // may wait for further collectives, which need this thread.
-  finish(error);
-  c10::intrusive_ptr<WorkTdist> self = c10::intrusive_ptr<WorkTdist>::reclaim_copy(this);
-  CompletionPool::instance().post([self, error] {
+  // As with gloo, the future completes (and its callbacks run) before
+  // Work.wait() returns, so wait() then get_future().value() is safe.
+  // Callbacks may wait for further collectives, which need this thread, so
+  // a future someone has asked for completes on a pool thread
+  // (completion_pool.h). One nobody has asked for yet (a blocking call, a
+  // plain wait) has no callbacks and completes here, saving the hand-off;
+  // future_mutex_ keeps getFuture() from slipping in between.
+  auto complete_future = [error](const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                                 const std::vector<at::Tensor>& outputs) {
     if (error) {
-      self->future_->setError(error);
+      future->setError(error);
     } else {
-      self->future_->markCompleted(c10::IValue(self->outputs_));
+      future->markCompleted(c10::IValue(outputs));
     }
+  };
+  {
+    std::lock_guard<std::mutex> lock(future_mutex_);
+    if (!future_requested_) {
+      complete_future(future_, outputs_);
+      future_requested_ = true;  // completed: later callers get it as it is
+      finish(error);
+      return;
+    }
+  }
+  c10::intrusive_ptr<WorkTdist> self = c10::intrusive_ptr<WorkTdist>::unsafe_reclaim_from_nonowning(this);
+  CompletionPool::instance().post([self, error, complete_future] {
+    complete_future(self->future_, self->outputs_);
+    self->finish(error);
   });
 }
 

@@ -176,6 +176,16 @@ def check_futures(ctx):
     bf = dist.broadcast(b, src=ctx.world_size - 1, async_op=True).get_future()
     assert_equal(bf.wait()[0], torch.full((1,), float(ctx.world_size - 1)), "broadcast future")
     assert dist.barrier(async_op=True).get_future().wait() == []
+    # As with gloo, the future is complete once Work.wait() returns, whether
+    # it was asked for before (completed off the worker thread) or after.
+    for ask_first in (True, False):
+        t = torch.full((2,), 1.0)
+        work = dist.all_reduce(t, async_op=True)
+        early = work.get_future() if ask_first else None
+        work.wait()
+        for f in filter(None, [early, work.get_future()]):
+            assert f.done(), "future not done after Work.wait() (asked first: %s)" % ask_first
+            assert_equal(f.value()[0], torch.full((2,), float(ctx.world_size)), "value after wait")
 
 
 def check_work_wait_timeout(ctx):
