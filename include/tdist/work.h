@@ -46,6 +46,13 @@ class Future : public std::enable_shared_from_this<Future> {
   /// thread, after waiters are woken.
   void set_value(std::vector<Tensor> value);
   void set_error(std::exception_ptr error);
+  /// Internal: what completes this future (a process group, a transport).
+  /// wait() on the thread that completes it, from a then() callback, raises
+  /// DistError instead of waiting forever. Set before the future is shared.
+  void set_completer(const void* completer) { completer_ = completer; }
+  /// Raises DistError naming `what` if waiting now would deadlock (see
+  /// set_completer()).
+  void check_wait_allowed(const std::string& what) const;
 
  private:
   void finish(std::vector<Tensor> value, std::exception_ptr error);
@@ -55,13 +62,15 @@ class Future : public std::enable_shared_from_this<Future> {
   std::exception_ptr error_;
   std::vector<Tensor> value_;
   std::vector<std::function<void()>> callbacks_;
+  const void* completer_ = nullptr;
 };
 
 /// A handle to one operation, returned when async_op=true.
 class Work {
  public:
-  /// `op` names the operation in messages ("all_reduce").
-  explicit Work(std::string op, std::vector<Tensor> outputs = {});
+  /// `op` names the operation in messages ("all_reduce"); `completer` is
+  /// what finishes it (see Future::set_completer()).
+  explicit Work(std::string op, std::vector<Tensor> outputs = {}, const void* completer = nullptr);
   virtual ~Work() = default;
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;

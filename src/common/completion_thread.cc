@@ -2,6 +2,6 @@
 
 namespace tdist::detail {
 
-thread_local bool CompletionThreadScope::active_ = false;
+thread_local const void* CompletionThreadScope::current_ = nullptr;
 
 }  // namespace tdist::detail

@@ -4,23 +4,26 @@
 // thread and the TCP transport's event loop. Future callbacks run there, so
 // a callback that blocks on another tdist operation would wait for the very
 // thread it occupies. Future::wait() checks the mark and raises an error
-// naming the problem instead of hanging.
+// naming the problem instead of hanging, when the operation waited for is
+// one that this very thread would finish (each Future knows its completer:
+// the group for collectives, the transport for point-to-point).
 
 namespace tdist::detail {
 
 class CompletionThreadScope {
  public:
-  CompletionThreadScope() : previous_(active_) { active_ = true; }
-  ~CompletionThreadScope() { active_ = previous_; }
+  /// `completer` identifies what this thread completes (a group, a transport).
+  explicit CompletionThreadScope(const void* completer) : previous_(current_) { current_ = completer; }
+  ~CompletionThreadScope() { current_ = previous_; }
   CompletionThreadScope(const CompletionThreadScope&) = delete;
   CompletionThreadScope& operator=(const CompletionThreadScope&) = delete;
 
-  /// True on a thread that completes tdist operations.
-  static bool active() { return active_; }
+  /// What this thread completes, or null on other threads.
+  static const void* current() { return current_; }
 
  private:
-  bool previous_;
-  static thread_local bool active_;
+  const void* previous_;
+  static thread_local const void* current_;
 };
 
 }  // namespace tdist::detail

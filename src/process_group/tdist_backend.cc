@@ -132,12 +132,15 @@ ProcessGroupTdist::~ProcessGroupTdist() {
 }
 
 WorkPtr ProcessGroupTdist::enqueue(std::string op, std::vector<Tensor> outputs, Body body) {
-  auto work = std::make_shared<Work>(op, std::move(outputs));
+  auto work = std::make_shared<Work>(op, std::move(outputs), this);
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(op + ": the process group is being destroyed");
     Task task{std::move(op), next_seq_++, work, std::move(body)};
-    if (!detail::BlockingCallScope::active() || running_ || !queue_.empty()) {
+    // Never inline on a thread that completes operations (a callback): it
+    // would hold up the operations that thread must finish meanwhile.
+    if (!detail::BlockingCallScope::active() || running_ || !queue_.empty() ||
+        detail::CompletionThreadScope::current() != nullptr) {
       queue_.push_back(std::move(task));
       lock.unlock();
       cv_.notify_one();
@@ -192,7 +195,7 @@ void ProcessGroupTdist::execute(Task& task) {
   }
   // Callbacks run inside finish(), here: a blocking wait in one of them must
   // raise (the next operation cannot start until this one returns).
-  detail::CompletionThreadScope completing;
+  detail::CompletionThreadScope completing(this);
   task.work->finish(error);
 }
 
@@ -486,7 +489,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor});
+  auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, transport_.get());
   auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes());
   // The callback keeps the tensor (and so the bytes being sent) alive.
   request->on_complete([work, tensor](transport::Request& r) { work->finish(r.error()); });
@@ -495,7 +498,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
-  auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor});
+  auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());
   auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes());
   size_t expected = tensor.nbytes();
   request->on_complete([work, tensor, expected](transport::Request& r) {

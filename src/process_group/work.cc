@@ -4,30 +4,27 @@
 #include "tdist/errors.h"
 
 namespace tdist {
-namespace {
 
-// Waiting for an unfinished operation on the thread that finishes operations
-// (from inside a then() callback) could never end.
-void refuse_wait_on_completion_thread(const std::string& what) {
-  if (!detail::CompletionThreadScope::active()) return;
+void Future::check_wait_allowed(const std::string& what) const {
+  // Waiting for an unfinished operation on the thread that finishes it
+  // (from inside a then() callback) could never end.
+  if (completer_ == nullptr || completer_ != detail::CompletionThreadScope::current() || completed()) return;
   throw DistError(what +
-                  ": wait() inside a then() callback would deadlock: callbacks run on tdist's worker "
-                  "thread, which must finish the awaited operation; return a future from the callback "
-                  "or wait outside it");
+                  ": wait() inside a then() callback would deadlock: the callback runs on the tdist thread "
+                  "that must finish the awaited operation (the group's worker or the transport's event "
+                  "loop); return a future from the callback or wait outside it");
 }
 
-}  // namespace
-
 void Future::wait() {
+  check_wait_allowed("Future");
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_) refuse_wait_on_completion_thread("Future");
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
 }
 
 bool Future::wait_for(std::chrono::milliseconds timeout) {
+  if (timeout.count() != 0) check_wait_allowed("Future");
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_ && timeout.count() != 0) refuse_wait_on_completion_thread("Future");
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
@@ -99,8 +96,10 @@ void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
   for (auto& callback : callbacks) callback();
 }
 
-Work::Work(std::string op, std::vector<Tensor> outputs)
-    : op_(std::move(op)), outputs_(std::move(outputs)), future_(std::make_shared<Future>()) {}
+Work::Work(std::string op, std::vector<Tensor> outputs, const void* completer)
+    : op_(std::move(op)), outputs_(std::move(outputs)), future_(std::make_shared<Future>()) {
+  future_->set_completer(completer);
+}
 
 bool Work::is_completed() const {
   return future_->completed();
@@ -119,7 +118,7 @@ std::exception_ptr Work::exception() const {
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
-  if (!future_->completed()) refuse_wait_on_completion_thread(op_);
+  if (timeout.count() != 0) future_->check_wait_allowed(op_);
   if (!future_->wait_for(timeout)) {
     throw DistTimeoutError(op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
                            " ms; the operation is still running");

@@ -44,7 +44,8 @@ struct Call {
 template <typename F>
 void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
-    group.check_aborted(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group)");
+    if (group.any_aborted())
+      group.check_aborted(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group)");
     body(Call{ctx, group});
   } catch (const DistTimeoutError& e) {
     group.abort(e.what(), ShmGroup::AbortKind::kTimeout);

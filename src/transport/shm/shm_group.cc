@@ -150,6 +150,13 @@ void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
   }
 }
 
+bool ShmGroup::any_aborted() const {
+  for (int r = 0; r < size_; ++r) {
+    if (area(r).aborted.seq.load(std::memory_order_acquire) != 0) return true;
+  }
+  return false;
+}
+
 void ShmGroup::check_aborted(const std::string& op) const {
   for (int r = 0; r < size_; ++r) {
     const RankArea& a = area(r);

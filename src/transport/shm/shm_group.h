@@ -82,6 +82,8 @@ class ShmGroup {
   /// DistNetworkError or DistBackendError): "<op>: rank R aborted the
   /// group: <reason>".
   void check_aborted(const std::string& op) const;
+  /// True if any rank aborted (cheap: no message is built).
+  bool any_aborted() const;
 
  private:
   ShmGroup(Segment segment, int rank, int size, size_t buffer_bytes);

@@ -586,7 +586,8 @@ void TcpTransport::abort_locked(std::exception_ptr error) {
 
 void TcpTransport::loop() {
   // Point-to-point works complete here, so their callbacks run here too.
-  detail::CompletionThreadScope completing;
+  // (The process group names its transport by its Transport* address.)
+  detail::CompletionThreadScope completing(static_cast<const Transport*>(this));
   epoll_event events[64];
   while (!stopping_) {
     int n = epoll_wait(epoll_fd_, events, 64, -1);
