@@ -4,10 +4,14 @@
 // run on the thread that completes it, and torch code (DDP communication
 // hooks such as PowerSGD) waits inside them for further collectives. Run on
 // tdist's worker thread, such a wait would block the only thread that can
-// finish the collective. Here every completion runs on a pool thread, and a
-// new thread starts whenever all are busy, so a callback waiting for the
-// next completion never waits for itself. Idle threads beyond the first
-// leave after a while.
+// finish the collective.
+//
+// Completions run one at a time, in the order they were posted, so that
+// callbacks which start further collectives start them in the same order on
+// every rank. Only when the running completion has been busy for kTakeOver
+// (it is most likely blocked in a wait) does another thread take the next
+// one, so a callback waiting for a later completion never waits for itself.
+// Threads beyond the first leave after a while idle.
 //
 // The pool is never destroyed: its threads may still be parked when the
 // interpreter exits, and joining them from a static destructor could hang.
@@ -26,6 +30,9 @@ namespace tdist::torch_plugin {
 
 class CompletionPool {
  public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kTakeOver{5};
+
   static CompletionPool& instance() {
     static auto* pool = new CompletionPool;  // leaked on purpose: see the file comment
     return *pool;
@@ -41,46 +48,66 @@ class CompletionPool {
   void post(std::function<void()> task) {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(task));
-    if (queue_.size() > idle_) {
+    if (idle_ == 0) {
+      // Nobody is parked: this thread runs the task, or takes over from a
+      // blocked one once kTakeOver has passed.
       ++threads_;
       std::thread([this] { serve(); }).detach();
-    } else {
-      cv_.notify_one();
     }
+    cv_.notify_all();
   }
 
  private:
   CompletionPool() = default;
 
+  // The next task may start: nothing runs, or what runs has been running
+  // long enough to be presumed blocked.
+  bool may_start(Clock::time_point now) const {
+    return !queue_.empty() && (running_ == 0 || now - last_start_ >= kTakeOver);
+  }
+
   void serve() {
     std::unique_lock<std::mutex> lock(mutex_);
+    auto idle_since = Clock::now();
     for (;;) {
       ++idle_;
-      bool woke = cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !queue_.empty(); });
-      --idle_;
-      if (!woke && threads_ > 1) {
-        --threads_;
-        return;
+      if (queue_.empty()) {
+        cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !queue_.empty(); });
+      } else if (!may_start(Clock::now())) {
+        cv_.wait_for(lock, kTakeOver, [&] { return running_ == 0; });
       }
-      if (queue_.empty()) continue;
+      --idle_;
+      auto now = Clock::now();
+      if (!may_start(now)) {
+        if (queue_.empty() && now - idle_since >= std::chrono::seconds(10) && threads_ > 1) {
+          --threads_;
+          return;
+        }
+        continue;
+      }
       auto task = std::move(queue_.front());
       queue_.pop_front();
       ++running_;
+      last_start_ = now;
       lock.unlock();
       task();
       task = nullptr;  // drop what it captured before parking
       lock.lock();
-      if (--running_ == 0 && queue_.empty()) idle_cv_.notify_all();
+      --running_;
+      idle_since = Clock::now();
+      cv_.notify_all();
+      if (running_ == 0 && queue_.empty()) idle_cv_.notify_all();
     }
   }
 
   std::mutex mutex_;
-  std::condition_variable cv_;
-  std::condition_variable idle_cv_;
+  std::condition_variable cv_;       // work to do, or a task finished
+  std::condition_variable idle_cv_;  // nothing queued or running (drain)
   std::deque<std::function<void()>> queue_;
-  size_t idle_ = 0;
-  size_t running_ = 0;
+  size_t idle_ = 0;     // threads parked in serve()
+  size_t running_ = 0;  // tasks running
   size_t threads_ = 0;
+  Clock::time_point last_start_{};
 };
 
 }  // namespace tdist::torch_plugin
