@@ -29,7 +29,8 @@ class Future : public std::enable_shared_from_this<Future> {
   /// Blocks until completed; rethrows the error if it failed.
   void wait();
   /// Like wait() but gives up at the timeout: false if still pending.
-  bool wait_for(std::chrono::milliseconds timeout);
+  /// `what` names the operation in the error wait() inside a callback may raise.
+  bool wait_for(std::chrono::milliseconds timeout, const std::string& what = "Future");
   bool completed() const;
   /// The error it failed with, or null.
   std::exception_ptr error() const;

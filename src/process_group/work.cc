@@ -22,8 +22,8 @@ void Future::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
-bool Future::wait_for(std::chrono::milliseconds timeout) {
-  if (timeout.count() != 0) check_wait_allowed("Future");
+bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what) {
+  if (timeout.count() != 0) check_wait_allowed(what);
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
@@ -118,8 +118,7 @@ std::exception_ptr Work::exception() const {
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
-  if (timeout.count() != 0) future_->check_wait_allowed(op_);
-  if (!future_->wait_for(timeout)) {
+  if (!future_->wait_for(timeout, op_)) {
     throw DistTimeoutError(op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
                            " ms; the operation is still running");
   }

@@ -223,14 +223,16 @@ def check_barrier(ctx):
 
 
 def check_large_messages(ctx):
-    # 2^18 + 3 float32 (about 1 MiB): the pipelined and two-shot paths, with
-    # a ragged last piece, which the small counts above never reach.
+    # Pieces of 2^18 + 3 float32 (about 1 MiB) per rank: the pipelined and
+    # two-shot paths, with a ragged last piece, which the small counts above
+    # never reach.
     count = (1 << 18) + 3
     w = ctx.world_size
     inputs = [make_input(r, count * w, torch.float32, high=1000) for r in ctx.ranks]
+    full = reduce_reference(inputs, "SUM", w, torch.float32)
     t = inputs[ctx.rank].clone()
     dist.all_reduce(t)
-    assert_equal(t, reduce_reference(inputs, "SUM", w, torch.float32), "all_reduce large")
+    assert_equal(t, full, "all_reduce large")
     t = inputs[ctx.rank].clone()
     dist.broadcast(t, src=w - 1)
     assert_equal(t, inputs[w - 1], "broadcast large")
@@ -239,7 +241,6 @@ def check_large_messages(ctx):
     assert_equal(out, torch.cat(inputs), "all_gather_into_tensor large")
     out = torch.empty(count)
     dist.reduce_scatter_tensor(out, inputs[ctx.rank].clone())
-    full = reduce_reference(inputs, "SUM", w, torch.float32)
     assert_equal(out, full[count * ctx.rank:count * (ctx.rank + 1)], "reduce_scatter_tensor large")
     out = torch.empty(count * w)
     dist.all_to_all_single(out, inputs[ctx.rank])

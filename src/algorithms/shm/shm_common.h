@@ -44,7 +44,7 @@ struct Call {
 template <typename F>
 void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
-    if (group.any_aborted())
+    if (group.aborted_rank() >= 0)
       group.check_aborted(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group)");
     body(Call{ctx, group});
   } catch (const DistTimeoutError& e) {

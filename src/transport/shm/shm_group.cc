@@ -130,12 +130,8 @@ uint64_t ShmGroup::begin_round(const FailureCheck& check) {
 }
 
 void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
-  bool first = true;
-  for (int r = 0; r < size_; ++r) {
-    if (area(r).aborted.seq.load(std::memory_order_acquire) != 0) first = false;
-  }
   RankArea& mine = area(rank_);
-  if (first) {
+  if (aborted_rank() < 0) {  // the first to abort gives the reason
     size_t n = std::min(reason.size(), sizeof(mine.reason) - 1);
     std::memcpy(mine.reason, reason.data(), n);
     mine.reason[n] = 0;
@@ -150,27 +146,26 @@ void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
   }
 }
 
-bool ShmGroup::any_aborted() const {
+int ShmGroup::aborted_rank() const {
   for (int r = 0; r < size_; ++r) {
-    if (area(r).aborted.seq.load(std::memory_order_acquire) != 0) return true;
+    if (area(r).aborted.seq.load(std::memory_order_acquire) != 0) return r;
   }
-  return false;
+  return -1;
 }
 
 void ShmGroup::check_aborted(const std::string& op) const {
-  for (int r = 0; r < size_; ++r) {
-    const RankArea& a = area(r);
-    if (a.aborted.seq.load(std::memory_order_acquire) == 0) continue;
-    std::string what = op + ": rank " + std::to_string(r) +
-                       " aborted the group: " + std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
-    switch (static_cast<AbortKind>(a.aborted.payload[0])) {
-      case AbortKind::kTimeout:
-        throw DistTimeoutError(what);
-      case AbortKind::kNetwork:
-        throw DistNetworkError(what);
-      default:
-        throw DistBackendError(what);
-    }
+  int r = aborted_rank();
+  if (r < 0) return;
+  const RankArea& a = area(r);
+  std::string what = op + ": rank " + std::to_string(r) +
+                     " aborted the group: " + std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
+  switch (static_cast<AbortKind>(a.aborted.payload[0])) {
+    case AbortKind::kTimeout:
+      throw DistTimeoutError(what);
+    case AbortKind::kNetwork:
+      throw DistNetworkError(what);
+    default:
+      throw DistBackendError(what);
   }
 }
 

@@ -82,8 +82,8 @@ class ShmGroup {
   /// DistNetworkError or DistBackendError): "<op>: rank R aborted the
   /// group: <reason>".
   void check_aborted(const std::string& op) const;
-  /// True if any rank aborted (cheap: no message is built).
-  bool any_aborted() const;
+  /// The first rank that aborted the group, or -1 (cheap: builds no message).
+  int aborted_rank() const;
 
  private:
   ShmGroup(Segment segment, int rank, int size, size_t buffer_bytes);

@@ -52,8 +52,8 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   // With a core per rank the peer is probably running: spin about 50-150 us
   // (a pause is 10-40 ns) before giving up the core. Shorter spins (800)
   // fell into a pattern where every 8 B all_reduce paid a futex wake-up
-  // (44-68 us instead of 0.9 us, measured 2026-11-23 on 2 vCPUs). Oversubscribed, the
-  // peer may need our core: hand it over almost at once. Either way, sleep
+  // (44-68 us instead of 0.9 us, measured 2026-11-23 on 2 vCPUs).
+  // Oversubscribed, the peer may need our core: hand it over almost at once. Either way, sleep
   // soon: a sleeper woken by the futex is scheduled ahead of busy
   // processes, a yielder waits behind them.
   if (local_ranks <= cores) policy = WaitPolicy{4000, 16};
