@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 #include "transport/transport.h"
@@ -137,12 +138,8 @@ constexpr size_t segment_elements(size_t element_bytes) {
   return element_bytes >= kSegmentBytes ? 1 : kSegmentBytes / element_bytes;
 }
 
-/// Scratch memory, left uninitialized (a std::vector would zero it first, a
-/// wasted pass over buffers that are about to be overwritten).
-using Scratch = std::unique_ptr<uint8_t[]>;
-inline Scratch make_scratch(size_t bytes) {
-  return std::make_unique_for_overwrite<uint8_t[]>(bytes);
-}
+using tdist::detail::make_scratch;
+using tdist::detail::Scratch;
 
 /// wait_all of one request.
 void wait_one(const CallContext& ctx, const RequestPtr& request);

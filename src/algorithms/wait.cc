@@ -54,7 +54,7 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
         continue;
       }
       const auto until = std::min(ctx.deadline, Clock::now() + kErrorPollInterval);
-      if (request->wait_until(until)) {  // rethrows the request's error
+      if (ctx.transport.wait(request, until)) {  // rethrows the request's error
         ++next;
         continue;
       }

@@ -152,11 +152,15 @@ WorkPtr ProcessGroupTdist::enqueue(std::string op, std::vector<Tensor> outputs, 
     lock.unlock();
     execute(task);
   }
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
+    queued = !queue_.empty();
   }
-  cv_.notify_one();
+  // Wake the worker only for work queued meanwhile: a needless wake-up per
+  // call costs it a context switch and this thread a futex call.
+  if (queued) cv_.notify_one();
   return work;
 }
 
@@ -184,6 +188,7 @@ void ProcessGroupTdist::execute(Task& task) {
   algo::CallContext ctx{*transport_, task.op, task.seq, algo::Clock::now() + timeout(), timeout()};
   std::exception_ptr error;
   try {
+    transport::CallScope call(*transport_);
     task.body(ctx);
   } catch (...) {
     error = std::current_exception();

@@ -72,4 +72,19 @@ void Request::fail(std::exception_ptr error) {
   run_callbacks();
 }
 
+bool Request::settle_without_callbacks(int source, size_t received_bytes, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return true;
+    if (!callbacks_.empty()) return false;
+    done_ = true;
+    source_ = source;
+    received_bytes_ = received_bytes;
+    error_ = std::move(error);
+  }
+  // A callback registered from now on sees done_ and runs on its own thread.
+  done_cv_.notify_all();
+  return true;
+}
+
 }  // namespace tdist::transport

@@ -41,6 +41,11 @@ class SubsetTransport final : public Transport {
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override {
     return parent_.irecv_bytes(member(src), tag, std::move(out));
   }
+  bool wait(const RequestPtr& request, Clock::time_point deadline) override {
+    return parent_.wait(request, deadline);
+  }
+  void begin_call() override { parent_.begin_call(); }
+  void end_call() override { parent_.end_call(); }
   void abort(std::exception_ptr error) override { parent_.abort(std::move(error)); }
   bool peer_failed(int peer) const override { return parent_.peer_failed(member(peer)); }
 

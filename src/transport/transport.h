@@ -65,6 +65,10 @@ class Request {
   // Called by transports, never while holding their own locks.
   void complete(int source, size_t received_bytes);
   void fail(std::exception_ptr error);
+  /// complete() (or fail(), with an error) unless callbacks are registered:
+  /// then nothing happens and it returns false, so that a transport can leave
+  /// the callbacks to the thread meant to run them.
+  bool settle_without_callbacks(int source, size_t received_bytes, std::exception_ptr error);
 
  private:
   void run_callbacks();
@@ -106,11 +110,36 @@ class Transport {
   /// Receives a message whose size is not known in advance into `out`.
   virtual RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) = 0;
 
+  /// Waits for `request` like request->wait_until(deadline) (false if the
+  /// deadline passed first; rethrows the request's error), but may use the
+  /// waiting thread to move the transport's data meanwhile, so that a message
+  /// reaches its waiter without a hand-off between threads.
+  virtual bool wait(const RequestPtr& request, Clock::time_point deadline) {
+    return request->wait_until(deadline);
+  }
+  /// Bracket one collective call made by the calling thread (see CallScope):
+  /// within it, the thread that waits through wait() may keep driving the
+  /// transport from one wait to the next.
+  virtual void begin_call() {}
+  virtual void end_call() {}
+
   /// Fails every pending and future request with `error` (e.g. the group was
   /// aborted or destroyed).
   virtual void abort(std::exception_ptr error) = 0;
   /// True if `peer` is known to be dead or disconnected.
   virtual bool peer_failed(int peer) const = 0;
+};
+
+/// Marks the calling thread as running one collective call on a transport.
+class CallScope {
+ public:
+  explicit CallScope(Transport& transport) : transport_(transport) { transport_.begin_call(); }
+  ~CallScope() { transport_.end_call(); }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  Transport& transport_;
 };
 
 }  // namespace tdist::transport

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "common/completion_thread.h"
 #include "common/error_text.h"
@@ -48,6 +49,23 @@ constexpr size_t kReadBudget = size_t{1} << 20;
 // destruction, so every survivor learns of the crash from the dead rank
 // itself (see ~TcpTransport).
 constexpr auto kCrashLinger = std::chrono::seconds(1);
+// A thread that waits while another drives checks back this often, in case
+// the driver stops before completing its request.
+constexpr auto kDriverRecheck = std::chrono::milliseconds(1);
+
+// The transports on which this thread is inside a collective call.
+thread_local std::vector<const Transport*> t_calls;
+
+bool in_call(const Transport* transport) {
+  return std::find(t_calls.begin(), t_calls.end(), transport) != t_calls.end();
+}
+
+timespec to_timespec(Clock::duration d) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::min<Clock::duration>(d, std::chrono::hours(1)))
+                      .count();
+  return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
 
 bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
   return (want_src == kAnySource || want_src == src) && want_tag == tag;
@@ -68,7 +86,8 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets,
     : rank_(rank), size_(size), pairs_(static_cast<size_t>(size)) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epoll_fd_ < 0 || wake_fd_ < 0)
+  driver_wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_fd_ < 0 || wake_fd_ < 0 || driver_wake_fd_ < 0)
     throw DistNetworkError("tcp transport: epoll/eventfd: " + errno_text(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -79,6 +98,7 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets,
     pair.peer = peer;
     if (peer == rank) continue;
     pair.socket = std::move(sockets[static_cast<size_t>(peer)]);
+    pair.stage.resize(tcp::kStageBytes);
     pair.address = addresses[static_cast<size_t>(peer)];
     pair.socket.set_nonblocking(true);
     pair.socket.set_nodelay(true);
@@ -99,6 +119,8 @@ TcpTransport::~TcpTransport() {
     // keep reading, for a moment at most, until the others have closed too.
     std::unique_lock<std::mutex> lock(mutex_);
     if (broken_by_crash_) {
+      watch_ = true;
+      wake_loop_locked();
       closed_cv_.wait_for(lock, kCrashLinger, [&] {
         for (const auto& pair : pairs_) {
           if (pair.peer != rank_ && !pair.closed) return false;
@@ -118,7 +140,11 @@ TcpTransport::~TcpTransport() {
       (void)pair.socket.try_send(&bye, sizeof(bye));
     }
   }
-  stopping_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    wake_loop_locked();
+  }
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
@@ -132,10 +158,18 @@ TcpTransport::~TcpTransport() {
   flush();
   close(epoll_fd_);
   close(wake_fd_);
+  close(driver_wake_fd_);
 }
 
 bool TcpTransport::peer_failed(int peer) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Asked while nobody polls the sockets (a shared-memory collective is
+  // waiting): from now on the loop thread watches them whenever no driver
+  // does, so that a dead peer's end-of-stream is seen.
+  if (!driving_now_) {
+    watch_ = true;
+    wake_loop_locked();
+  }
   return peer >= 0 && peer < size_ && pairs_[static_cast<size_t>(peer)].closed;
 }
 
@@ -161,6 +195,7 @@ RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t n
 
 void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data,
                              size_t nbytes) {
+  claim_for_call_locked();
   if (aborted_) {
     failed(request, aborted_);
     return;
@@ -177,9 +212,15 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
   }
   pair.sends.push_back(SendOp{request, Header{tag, nbytes}, data, nbytes});
   // Write at once from this thread when nothing is queued ahead: small
-  // messages then leave without waking the loop thread.
+  // messages then leave without waking anyone.
   if (pair.sends.size() == 1) write_some(pair);
-  update_polling(pair);
+  if (pair.sends.empty()) return;
+  if (driver_ == std::thread::id()) {
+    update_polling(pair);
+    wake_loop_locked();
+  } else if (!is_driver_locked()) {
+    wake_driver();  // to add this socket's writability to its poll
+  }
 }
 
 RequestPtr TcpTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes) {
@@ -207,6 +248,7 @@ RequestPtr TcpTransport::post_recv(RecvOp op) {
 }
 
 void TcpTransport::match_recv(RecvOp op) {
+  claim_for_call_locked();
   if (aborted_) {
     failed(op.request, aborted_);
     return;
@@ -215,7 +257,7 @@ void TcpTransport::match_recv(RecvOp op) {
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->claimed || !matches(op.src, op.tag, it->src, it->tag)) continue;
     if (it->complete) {
-      finish_into(op, it->src, it->data.data(), it->data.size());
+      finish_into(op, it->src, it->data.get(), it->size);
       unexpected_.erase(it);
     } else {
       it->claimed = std::move(op);
@@ -227,6 +269,7 @@ void TcpTransport::match_recv(RecvOp op) {
     return;
   }
   posted_.push_back(std::move(op));
+  if (driver_ == std::thread::id()) wake_loop_locked();
 }
 
 void TcpTransport::completed(const RequestPtr& request, int source, size_t bytes) {
@@ -239,19 +282,36 @@ void TcpTransport::failed(const RequestPtr& request, std::exception_ptr error) {
 
 void TcpTransport::flush() {
   std::vector<Completion> done;
+  bool driving = false;
+  bool tell_driver = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done.swap(completions_);
+    if (done.empty()) return;
+    driving = is_driver_locked();
+    tell_driver = !driving && driving_now_;
   }
   // Outside the lock: waking waiters and running their callbacks may post
-  // new operations on this transport.
+  // new operations on this transport. The driver runs no callbacks: it is in
+  // the middle of a collective, and a callback that waited for another
+  // operation of the group would wait for itself. The loop thread runs them.
+  std::vector<Completion> for_loop;
   for (auto& c : done) {
-    if (c.error) {
+    if (driving) {
+      if (!c.request->settle_without_callbacks(c.source, c.bytes, c.error)) for_loop.push_back(std::move(c));
+    } else if (c.error) {
       c.request->fail(c.error);
     } else {
       c.request->complete(c.source, c.bytes);
     }
   }
+  if (!for_loop.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& c : for_loop) deferred_.push_back(std::move(c));
+    wake_loop_locked();
+  }
+  // The driver may be asleep in poll waiting for one of these.
+  if (tell_driver) wake_driver();
 }
 
 void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size) {
@@ -274,7 +334,8 @@ void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, siz
     finish_into(op, src, data, size);
     return;
   }
-  Incoming message{src, tag, std::vector<uint8_t>(data, data + size), true, std::nullopt};
+  Incoming message{src, tag, detail::Scratch(size), size, true, std::nullopt};
+  if (size > 0) std::memcpy(message.data.get(), data, size);
   unexpected_.push_back(std::move(message));
 }
 
@@ -317,7 +378,9 @@ bool TcpTransport::write_some(Pair& pair) {
 }
 
 void TcpTransport::update_polling(Pair& pair) {
-  if (pair.closed) return;
+  // The driver polls by itself; the loop's interest is brought up to date
+  // when the driver lets go (release_driver).
+  if (pair.closed || is_driver_locked()) return;
   bool want_out = !pair.sends.empty();
   if (want_out == pair.polling_out) return;
   epoll_event ev{};
@@ -351,10 +414,10 @@ void TcpTransport::start_payload(Pair& pair) {
     pair.direct = std::move(op);
     return;
   }
-  unexpected_.push_back(Incoming{pair.peer, h.tag, std::vector<uint8_t>(h.size), false, std::nullopt});
+  unexpected_.push_back(Incoming{pair.peer, h.tag, detail::Scratch(h.size), h.size, false, std::nullopt});
   pair.incoming = std::prev(unexpected_.end());
   pair.to_incoming = true;
-  pair.target = pair.incoming->data.data();
+  pair.target = pair.incoming->data.get();
 }
 
 void TcpTransport::finish_payload(Pair& pair) {
@@ -392,22 +455,67 @@ void TcpTransport::finish_payload(Pair& pair) {
     message.complete = true;
     if (message.claimed) {
       RecvOp op = std::move(*message.claimed);
-      finish_into(op, message.src, message.data.data(), message.data.size());
+      finish_into(op, message.src, message.data.get(), message.size);
       unexpected_.erase(pair.incoming);
     }
   }
 }
 
-void TcpTransport::read_some(Pair& pair, size_t budget) {
-  while (!pair.closed && budget > 0) {
-    Socket::IoResult r;
-    if (!pair.in_payload) {
-      r = pair.socket.try_recv(reinterpret_cast<uint8_t*>(&pair.header) + pair.header_got,
-                               sizeof(Header) - pair.header_got);
+void TcpTransport::advance(Pair& pair, size_t n) {
+  if (!pair.in_payload) {
+    pair.header_got += n;
+    if (pair.header_got < sizeof(Header)) return;
+    if (pair.header.tag == kAbortTag) {
+      if (pair.header.size > kMaxAbortReason + 1) pair.header.size = 0;  // not ours to trust
+      pair.in_payload = true;
+      pair.payload_got = 0;
+      pair.reading_abort = true;
+      pair.overflow.resize(pair.header.size);
+      pair.target = pair.overflow.data();
+      if (pair.header.size > 0) return;
+    } else if (pair.header.tag == kGoodbyeTag) {
+      pair.said_goodbye = true;
+      pair.header_got = 0;
+      return;
     } else {
-      size_t want = std::min(budget, pair.header.size - pair.payload_got);
-      r = pair.socket.try_recv(pair.target + pair.payload_got, want);
+      start_payload(pair);
+      if (pair.header.size > 0) return;
     }
+  } else {
+    pair.payload_got += n;
+    if (pair.payload_got < pair.header.size) return;
+  }
+  finish_payload(pair);
+}
+
+void TcpTransport::consume_staged(Pair& pair, size_t n) {
+  const uint8_t* bytes = pair.stage.data();
+  size_t off = 0;
+  while (off < n) {
+    size_t take = 0;
+    if (!pair.in_payload) {
+      take = std::min(n - off, sizeof(Header) - pair.header_got);
+      std::memcpy(reinterpret_cast<uint8_t*>(&pair.header) + pair.header_got, bytes + off, take);
+    } else {
+      take = std::min(n - off, pair.header.size - pair.payload_got);
+      std::memcpy(pair.target + pair.payload_got, bytes + off, take);
+    }
+    off += take;
+    advance(pair, take);
+  }
+}
+
+void TcpTransport::read_some(Pair& pair, size_t budget) {
+  // Headers and small payloads are read through the pair's stage, several
+  // messages per system call; the rest of a large payload goes straight
+  // into its buffer. A read that returns less than it asked for emptied the
+  // socket: stop there instead of paying one more call to hear EAGAIN.
+  bool drained = false;
+  while (!pair.closed && budget > 0 && !drained) {
+    const bool direct = pair.in_payload && pair.header.size - pair.payload_got >= tcp::kStageBytes;
+    const size_t want = direct ? std::min(budget, pair.header.size - pair.payload_got) : tcp::kStageBytes;
+    Socket::IoResult r =
+        pair.socket.try_recv(direct ? pair.target + pair.payload_got : pair.stage.data(), want);
     if (r.error == EAGAIN || r.error == EWOULDBLOCK) return;
     if (r.eof || r.error != 0) {
       bool mid_message = pair.in_payload || pair.header_got > 0;
@@ -423,30 +531,13 @@ void TcpTransport::read_some(Pair& pair, size_t budget) {
                  crashed);
       return;
     }
+    drained = r.bytes < want;
     budget -= std::min(budget, r.bytes);
-    if (!pair.in_payload) {
-      pair.header_got += r.bytes;
-      if (pair.header_got < sizeof(Header)) continue;
-      if (pair.header.tag == kAbortTag) {
-        if (pair.header.size > kMaxAbortReason + 1) pair.header.size = 0;  // not ours to trust
-        pair.in_payload = true;
-        pair.payload_got = 0;
-        pair.reading_abort = true;
-        pair.overflow.resize(pair.header.size);
-        pair.target = pair.overflow.data();
-        if (pair.header.size > 0) continue;
-      } else if (pair.header.tag == kGoodbyeTag) {
-        pair.said_goodbye = true;
-        pair.header_got = 0;
-        continue;
-      }
-      start_payload(pair);
-      if (pair.header.size > 0) continue;
+    if (direct) {
+      advance(pair, r.bytes);
     } else {
-      pair.payload_got += r.bytes;
-      if (pair.payload_got < pair.header.size) continue;
+      consume_staged(pair, r.bytes);
     }
-    finish_payload(pair);
   }
 }
 
@@ -589,7 +680,34 @@ void TcpTransport::loop() {
   // (The process group names its transport by its Transport* address.)
   detail::CompletionThreadScope completing(static_cast<const Transport*>(this));
   epoll_event events[64];
-  while (!stopping_) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      for (;;) {
+        if (!deferred_.empty()) {
+          std::vector<Completion> run;
+          run.swap(deferred_);
+          lock.unlock();
+          for (auto& c : run) {
+            if (c.error) {
+              c.request->fail(c.error);
+            } else {
+              c.request->complete(c.source, c.bytes);
+            }
+          }
+          lock.lock();
+          continue;
+        }
+        if (stopping_) return;
+        if (!loop_should_park_locked()) break;
+        loop_parked_ = true;
+        loop_cv_.wait(lock);
+        loop_parked_ = false;
+      }
+      for (auto& pair : pairs_) {
+        if (pair.peer != rank_) update_polling(pair);
+      }
+    }
     int n = epoll_wait(epoll_fd_, events, 64, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -605,6 +723,7 @@ void TcpTransport::loop() {
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (driving_now_) break;  // the driver reads it; park (the events stay ready)
         Pair& pair = pairs_[index];
         if (pair.closed) continue;
         if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_some(pair, kReadBudget);
@@ -615,6 +734,166 @@ void TcpTransport::loop() {
       }
       flush();
     }
+  }
+}
+
+bool TcpTransport::loop_should_park_locked() const {
+  if (stopping_ || !deferred_.empty()) return false;
+  return driving_now_ || (!watch_ && !work_pending_locked());
+}
+
+bool TcpTransport::work_pending_locked() const {
+  if (!posted_.empty()) return true;
+  for (const auto& pair : pairs_) {
+    if (pair.peer == rank_ || pair.closed) continue;
+    if (!pair.sends.empty() || pair.in_payload || pair.header_got > 0) return true;
+  }
+  return false;
+}
+
+void TcpTransport::wake_loop_locked() const {
+  if (loop_parked_) loop_cv_.notify_one();
+}
+
+void TcpTransport::wake_driver() const {
+  uint64_t one = 1;
+  (void)!write(driver_wake_fd_, &one, sizeof(one));
+}
+
+void TcpTransport::claim_for_call_locked() {
+  // A thread inside a collective call will wait for what it posts: it takes
+  // the driver role now, so that the loop thread is not woken for it.
+  if (driver_ != std::thread::id() || !in_call(this)) return;
+  driver_ = std::this_thread::get_id();
+  // The loop thread may have been parked, leaving unread what peers sent
+  // meanwhile. Read what is there before the call starts: if a peer gave up
+  // on the group (its abort notice sits behind the data it sent before), the
+  // call must fail now, not complete on that data.
+  poll_fds_.clear();
+  poll_peers_.clear();
+  for (const auto& pair : pairs_) {
+    if (pair.peer == rank_ || pair.closed) continue;
+    poll_fds_.push_back(pollfd{pair.socket.fd(), POLLIN, 0});
+    poll_peers_.push_back(pair.peer);
+  }
+  const timespec now{0, 0};
+  if (ppoll(poll_fds_.data(), poll_fds_.size(), &now, nullptr) <= 0) return;
+  for (size_t i = 0; i < poll_peers_.size(); ++i) {
+    Pair& pair = pairs_[static_cast<size_t>(poll_peers_[i])];
+    if (poll_fds_[i].revents != 0 && !pair.closed) read_some(pair, kReadBudget);
+  }
+}
+
+bool TcpTransport::claim_driver_locked() {
+  if (driver_ == std::thread::id()) driver_ = std::this_thread::get_id();
+  return is_driver_locked();
+}
+
+void TcpTransport::release_driver() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!is_driver_locked()) return;
+  driver_ = std::thread::id();
+  for (auto& pair : pairs_) {
+    if (pair.peer != rank_) update_polling(pair);
+  }
+  if (watch_ || work_pending_locked()) wake_loop_locked();
+}
+
+void TcpTransport::begin_call() {
+  t_calls.push_back(this);
+}
+
+void TcpTransport::end_call() {
+  auto it = std::find(t_calls.rbegin(), t_calls.rend(), this);
+  if (it != t_calls.rend()) t_calls.erase(std::next(it).base());
+  if (!in_call(this)) release_driver();
+}
+
+bool TcpTransport::wait(const RequestPtr& request, Clock::time_point deadline) {
+  // The loop thread (a callback waiting) cannot drive: it is what runs
+  // when nobody drives.
+  if (request->done() || std::this_thread::get_id() == thread_.get_id()) return request->wait_until(deadline);
+  bool driving = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    driving = claim_driver_locked();
+  }
+  while (!driving) {
+    // Another thread drives: it completes this request too, unless it stops
+    // first.
+    if (request->wait_until(std::min(deadline, Clock::now() + kDriverRecheck))) return true;
+    if (Clock::now() >= deadline) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    driving = claim_driver_locked();
+  }
+  try {
+    drive(*request, deadline);
+  } catch (...) {
+    release_driver();
+    throw;
+  }
+  // Inside a collective call the role is kept for the call's next wait.
+  if (!in_call(this)) release_driver();
+  return request->wait_until(deadline);
+}
+
+void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
+  struct DrivingNow {
+    TcpTransport& t;
+    explicit DrivingNow(TcpTransport& transport) : t(transport) {
+      std::lock_guard<std::mutex> lock(t.mutex_);
+      t.driving_now_ = true;
+    }
+    ~DrivingNow() {
+      std::lock_guard<std::mutex> lock(t.mutex_);
+      t.driving_now_ = false;
+    }
+    DrivingNow(const DrivingNow&) = delete;
+    DrivingNow& operator=(const DrivingNow&) = delete;
+  } driving_now(*this);
+
+  while (!request.done()) {
+    poll_fds_.clear();
+    poll_peers_.clear();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& pair : pairs_) {
+        if (pair.peer == rank_ || pair.closed) continue;
+        const short events = static_cast<short>(POLLIN | (pair.sends.empty() ? 0 : POLLOUT));
+        poll_fds_.push_back(pollfd{pair.socket.fd(), events, 0});
+        poll_peers_.push_back(pair.peer);
+      }
+    }
+    poll_fds_.push_back(pollfd{driver_wake_fd_, POLLIN, 0});
+    const auto now = Clock::now();
+    if (now >= deadline) return;
+    const timespec timeout = to_timespec(deadline - now);
+    int n = ppoll(poll_fds_.data(), poll_fds_.size(), &timeout, nullptr);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw DistNetworkError("rank " + std::to_string(rank_) + ": tcp transport: poll: " + errno_text(errno));
+    }
+    if (n == 0) continue;
+    if (poll_fds_.back().revents != 0) {
+      uint64_t value = 0;
+      (void)!read(driver_wake_fd_, &value, sizeof(value));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 0; i < poll_peers_.size(); ++i) {
+        const short revents = poll_fds_[i].revents;
+        Pair& pair = pairs_[static_cast<size_t>(poll_peers_[i])];
+        // Closed meanwhile by another thread (its fd may even be reused).
+        if (pair.closed || pair.socket.fd() != poll_fds_[i].fd) continue;
+        if (revents & (POLLIN | POLLERR | POLLHUP)) read_some(pair, kReadBudget);
+        // Write whenever there is something to write, not only on POLLOUT:
+        // that comes only once a third of the send buffer is free, while
+        // the acknowledgements of what was just read may have freed less,
+        // and an exchange then moves in lock step.
+        if (!pair.closed && !pair.sends.empty()) write_some(pair);
+      }
+    }
+    flush();
   }
 }
 

@@ -1,10 +1,23 @@
 #pragma once
 
-// The TCP transport: one connection per pair of ranks, non-blocking sockets
-// driven by one epoll thread per transport. Messages are a 16-byte header
-// (tag, size) and the payload, written with writev straight from the sender's
-// buffer and read straight into the posted receive's buffer when one is
-// waiting, so large messages cross without extra copies.
+// The TCP transport: one connection per pair of ranks, non-blocking sockets.
+// Messages are a 16-byte header (tag, size) and the payload, written with
+// sendmsg straight from the sender's buffer and read straight into the posted
+// receive's buffer when one is waiting, so large messages cross without extra
+// copies.
+//
+// Who moves the bytes: a thread that waits for a request through wait()
+// becomes the transport's driver and polls the sockets itself, so a message
+// reaches its waiter with no hand-off between threads (the hand-off, two
+// futex wake-ups per message, used to cost more than the message itself on
+// loopback). One driver at a time; it keeps the role to the end of its
+// collective call (CallScope). The loop thread makes progress when nobody
+// drives: asynchronous sends and receives, and watching for dead peers while
+// shared-memory collectives wait. It sleeps on epoll, and parks on a condition
+// variable while a driver polls or when nothing is pending, so it costs no
+// wake-ups in a loop of collectives.
+
+#include <poll.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -17,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/scratch.h"
 #include "common/socket.h"
 #include "tdist/store.h"
 #include "transport/transport.h"
@@ -64,7 +78,8 @@ struct RecvOp {
 struct Incoming {
   int src;
   uint64_t tag;
-  std::vector<uint8_t> data;
+  detail::Scratch data;  // recycled: see common/scratch.h
+  size_t size = 0;
   bool complete = false;
   std::optional<RecvOp> claimed;  // a receive posted while it was arriving
 };
@@ -76,6 +91,10 @@ struct SendOp {
   size_t size;
   size_t sent = 0;  // counts header bytes first, then payload
 };
+
+// Bytes read from a socket at a time into a pair's stage (headers, small
+// payloads): one system call brings in several small messages.
+constexpr size_t kStageBytes = 4096;
 
 // One peer: its socket, queued sends and the state of the message being read.
 struct Pair {
@@ -98,6 +117,7 @@ struct Pair {
   bool to_incoming = false;
   std::vector<uint8_t> overflow;  // a message too big for its receive
   bool reading_abort = false;     // the payload is a peer's abort notice
+  std::vector<uint8_t> stage;     // kStageBytes
 };
 
 }  // namespace tcp
@@ -113,6 +133,9 @@ class TcpTransport final : public Transport {
   RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) override;
   RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) override;
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override;
+  bool wait(const RequestPtr& request, Clock::time_point deadline) override;
+  void begin_call() override;
+  void end_call() override;
   void abort(std::exception_ptr error) override;
   bool peer_failed(int peer) const override;
 
@@ -140,15 +163,28 @@ class TcpTransport final : public Transport {
   bool write_some(tcp::Pair& pair);  // true when the queue drained
   void update_polling(tcp::Pair& pair);
   void read_some(tcp::Pair& pair, size_t budget);
+  void advance(tcp::Pair& pair, size_t n);     // n more bytes read into the header or the payload
+  void consume_staged(tcp::Pair& pair, size_t n);  // n bytes read into the stage
   void start_payload(tcp::Pair& pair);
   void finish_payload(tcp::Pair& pair);
   void close_pair(tcp::Pair& pair, std::exception_ptr error, bool crashed);
   std::exception_ptr closed_error(const tcp::Pair& pair, const char* what) const;
   void loop();
+  // Driving (see the top of the file).
+  bool claim_driver_locked();
+  void claim_for_call_locked();
+  void release_driver();
+  void drive(const Request& request, Clock::time_point deadline);
+  bool is_driver_locked() const { return driver_ == std::this_thread::get_id(); }
+  bool work_pending_locked() const;
+  void wake_loop_locked() const;
+  void wake_driver() const;
+  bool loop_should_park_locked() const;
 
   const int rank_;
   const int size_;
   mutable std::mutex mutex_;  // guards everything below
+
   std::vector<tcp::Pair> pairs_;
   std::list<tcp::RecvOp> posted_;
   std::list<tcp::Incoming> unexpected_;
@@ -157,8 +193,17 @@ class TcpTransport final : public Transport {
   bool sweeping_ = false;              // close_pair is reading the other connections
   bool broken_by_crash_ = false;       // a peer died without saying goodbye
   std::condition_variable closed_cv_;  // a pair closed
+  std::thread::id driver_;        // the thread holding the driver role, if any
+  bool driving_now_ = false;      // ... and polling the sockets right now
+  std::vector<Completion> deferred_;  // completions with callbacks, for the loop thread
+  bool loop_parked_ = false;
+  mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
+  mutable std::condition_variable loop_cv_;
+  std::vector<pollfd> poll_fds_;  // the driver's, rebuilt on each round
+  std::vector<int> poll_peers_;
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  int wake_fd_ = -1;         // wakes the loop thread from epoll_wait
+  int driver_wake_fd_ = -1;  // wakes the driver from poll
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
