@@ -7,6 +7,7 @@
 #include "algorithms/shm/shm_collectives.h"
 #include "blocking_call.h"
 #include "common/completion_thread.h"
+#include "common/scratch.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/tcp/tcp_transport.h"
@@ -51,7 +52,8 @@ std::vector<size_t> nbytes_of(const std::vector<Tensor>& tensors) {
 // memory when they are back to back, else a staging buffer.
 struct Blocks {
   std::vector<Tensor> tensors;
-  std::vector<uint8_t> staging;
+  detail::Scratch staging;  // recycled memory: no page faults per call
+  bool staged_ = false;
   uint8_t* base = nullptr;
 
   explicit Blocks(std::vector<Tensor> list) : tensors(std::move(list)) {
@@ -60,11 +62,12 @@ struct Blocks {
     } else {
       size_t total = 0;
       for (const auto& t : tensors) total += t.nbytes();
-      staging.resize(total);
-      base = staging.data();
+      staging = detail::Scratch(total);
+      staged_ = true;
+      base = staging.get();
     }
   }
-  bool staged() const { return !staging.empty(); }
+  bool staged() const { return staged_; }
   void copy_in() {
     if (!staged()) return;
     size_t offset = 0;
@@ -261,12 +264,16 @@ WorkPtr ProcessGroupTdist::reduce(const Tensor& tensor, int root, const ReduceOp
   validate::rank_in_group("reduce", "dst", root, size());
   validate::reduce_op("reduce", tensor, op);
   return enqueue("reduce", {tensor}, [this, tensor, root, op](const algo::CallContext& ctx) {
-    // Non-root ranks keep their input intact (the algorithm may use the
-    // buffer it is given as scratch).
-    Tensor buffer = ctx.rank() == root ? tensor : tensor.clone();
+    const size_t count = to_size(tensor.numel());
+    // The shared-memory reduce never writes a non-root rank's input.
     if (auto* shm = shm_for<algo::ReduceAlgo>())
-      return algo::shm::reduce(ctx, *shm, buffer.data(), to_size(buffer.numel()), buffer.dtype(), op, root);
-    algo::reduce(ctx, buffer.data(), to_size(buffer.numel()), buffer.dtype(), op, root);
+      return algo::shm::reduce(ctx, *shm, tensor.data(), count, tensor.dtype(), op, root);
+    if (ctx.rank() == root) return algo::reduce(ctx, tensor.data(), count, tensor.dtype(), op, root);
+    // The message-passing one uses its buffer as scratch: non-root ranks
+    // keep their input intact by lending it a (recycled) copy.
+    detail::Scratch copy(tensor.nbytes());
+    if (tensor.nbytes() > 0) std::memcpy(copy.get(), tensor.data(), tensor.nbytes());
+    algo::reduce(ctx, copy.get(), count, tensor.dtype(), op, root);
   });
 }
 
