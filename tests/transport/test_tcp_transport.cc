@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <numeric>
+#include <optional>
+#include <thread>
 
 #include "multirank.h"
 #include "tdist/errors.h"
@@ -177,6 +179,67 @@ TEST_P(TcpTransportTest, SizesUnknownInAdvanceAndTooSmallBuffers) {
             "");
 }
 
+// Sizes around the transport's edges: empty, one byte, its 16-byte header,
+// its 4 KiB read stage, and large; several small messages then share one
+// read, and a large one starts inside the stage and ends outside it.
+std::vector<size_t> edge_sizes() {
+  return {0, 1, 15, 16, 17, 3, 4079, 4080, 4095, 4096, 4097, 8191, 2, (size_t{1} << 20) + 5, 0, 7, 65537, 1};
+}
+
+uint8_t pattern_byte(int sender, size_t message, size_t i) {
+  return static_cast<uint8_t>(sender * 31 + message * 7 + i * 13 + (i >> 8));
+}
+
+// Every rank sends the edge sizes to the next and receives them from the
+// previous rank, waiting through Transport::wait (the thread drives the
+// sockets itself), inside a CallScope or not.
+void exchange_edge_sizes(Transport& t, int rank, int n, bool in_call) {
+  const int next = (rank + 1) % n;
+  const int prev = (rank + n - 1) % n;
+  const auto sizes = edge_sizes();
+  std::vector<std::vector<uint8_t>> out(sizes.size()), in(sizes.size());
+  std::vector<transport::RequestPtr> recvs(sizes.size()), sends;
+  std::optional<transport::CallScope> call;
+  if (in_call) call.emplace(t);
+  // Messages of one tag match receives in posting order. The first half of
+  // the receives is posted before the sends, the rest after, so both the
+  // direct path and the unexpected one are taken.
+  const size_t half = sizes.size() / 2;
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    out[m].resize(sizes[m]);
+    for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = pattern_byte(rank, m, i);
+    in[m].assign(sizes[m] + 1, 0xEE);  // one byte of room: a size error would show
+    if (m < half) recvs[m] = t.irecv(prev, 9, in[m].data(), in[m].size());
+  }
+  for (size_t m = 0; m < sizes.size(); ++m) sends.push_back(t.isend(next, 9, out[m].data(), out[m].size()));
+  for (size_t m = half; m < sizes.size(); ++m) recvs[m] = t.irecv(prev, 9, in[m].data(), in[m].size());
+  for (const auto* list : {&recvs, &sends}) {
+    for (const auto& r : *list) {
+      if (!t.wait(r, deadline())) throw std::runtime_error("a driven wait timed out");
+    }
+  }
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    if (recvs[m]->received_bytes() != sizes[m]) {
+      throw std::runtime_error("message " + std::to_string(m) + ": " + std::to_string(recvs[m]->received_bytes()) +
+                               " bytes, expected " + std::to_string(sizes[m]));
+    }
+    for (size_t i = 0; i < sizes[m]; ++i) {
+      if (in[m][i] != pattern_byte(prev, m, i)) {
+        throw std::runtime_error("message " + std::to_string(m) + " byte " + std::to_string(i) + " is wrong");
+      }
+    }
+  }
+}
+
+TEST_P(TcpTransportTest, DrivenWaitsDeliverEdgeSizesIntactAndInOrder) {
+  EXPECT_EQ(with_transport(mode(), n(),
+                           [&](Transport& t, int rank) {
+                             exchange_edge_sizes(t, rank, n(), /*in_call=*/true);
+                             exchange_edge_sizes(t, rank, n(), /*in_call=*/false);
+                           }),
+            "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, TcpTransportTest,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(1, 2, 3, 5, 8)),
@@ -184,6 +247,93 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TcpTransportTest,
                            return std::string(mode_name(std::get<0>(p.param))) + "_" +
                                   std::to_string(std::get<1>(p.param));
                          });
+
+// A thread inside a call drives the sockets, and so reads messages meant for
+// other threads' requests too. It must not run their callbacks (they might
+// wait for the very call it is in): the loop thread runs them.
+TEST(TcpTransportDriving, CallbacksOfRequestsTheDriverCompletesRunOnTheLoopThread) {
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    EXPECT_EQ(with_transport(mode, 2,
+                             [&](Transport& t, int rank) {
+                               int value = 0;
+                               if (rank == 1) {
+                                 int a = 11;
+                                 int b = 22;
+                                 wait_ok(t.isend(0, 1, &a, 4));  // tag 1 first: read on the way to tag 2
+                                 wait_ok(t.isend(0, 2, &b, 4));
+                                 return;
+                               }
+                               std::mutex mutex;
+                               std::condition_variable cv;
+                               bool ran = false;
+                               std::thread::id ran_on;
+                               auto early = t.irecv(1, 1, &value, 4);
+                               early->on_complete([&](transport::Request&) {
+                                 std::lock_guard<std::mutex> lock(mutex);
+                                 ran = true;
+                                 ran_on = std::this_thread::get_id();
+                                 cv.notify_all();
+                               });
+                               int other = 0;
+                               {
+                                 transport::CallScope call(t);
+                                 auto mine = t.irecv(1, 2, &other, 4);
+                                 if (!t.wait(mine, deadline())) throw std::runtime_error("driven wait timed out");
+                               }
+                               std::unique_lock<std::mutex> lock(mutex);
+                               if (!cv.wait_for(lock, 20s, [&] { return ran; }))
+                                 throw std::runtime_error("the callback never ran");
+                               if (ran_on == std::this_thread::get_id())
+                                 throw std::runtime_error("the driving thread ran another request's callback");
+                               if (value != 11 || other != 22) throw std::runtime_error("wrong values");
+                             }),
+              "")
+        << mode_name(mode);
+  }
+}
+
+// Two threads wait on one transport at once: one drives, the other waits for
+// the driver (or takes over when it stops); both complete, whatever order
+// the messages come in.
+TEST(TcpTransportDriving, TwoThreadsWaitingOnOneTransportBothComplete) {
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    EXPECT_EQ(with_transport(mode, 2,
+                             [&](Transport& t, int rank) {
+                               constexpr int kRounds = 200;
+                               if (rank == 1) {
+                                 for (int i = 0; i < kRounds; ++i) {
+                                   int a = i;
+                                   int b = -i;
+                                   // Alternate which of the two waiters is served first.
+                                   wait_ok(t.isend(0, (i % 2) ? 1 : 2, (i % 2) ? &a : &b, 4));
+                                   wait_ok(t.isend(0, (i % 2) ? 2 : 1, (i % 2) ? &b : &a, 4));
+                                 }
+                                 return;
+                               }
+                               std::string error;
+                               std::mutex error_mutex;
+                               auto waiter = [&](uint64_t tag, int sign) {
+                                 try {
+                                   for (int i = 0; i < kRounds; ++i) {
+                                     int got = 12345;
+                                     auto r = t.irecv(1, tag, &got, 4);
+                                     if (!t.wait(r, deadline())) throw std::runtime_error("wait timed out");
+                                     if (got != sign * i) throw std::runtime_error("wrong value");
+                                   }
+                                 } catch (const std::exception& e) {
+                                   std::lock_guard<std::mutex> lock(error_mutex);
+                                   error = e.what();
+                                 }
+                               };
+                               std::thread other(waiter, 2, -1);
+                               waiter(1, 1);
+                               other.join();
+                               if (!error.empty()) throw std::runtime_error(error);
+                             }),
+              "")
+        << mode_name(mode);
+  }
+}
 
 TEST(TcpTransportFailure, AKilledPeerFailsPendingAndFutureOperationsNamingIt) {
   constexpr int kRanks = 3;
