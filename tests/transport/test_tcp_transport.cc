@@ -248,6 +248,70 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TcpTransportTest,
                                   std::to_string(std::get<1>(p.param));
                          });
 
+// Large messages travel in stripes over several connections per pair. The
+// rank that connects chooses how many; here every rank chooses differently
+// (1 to 5), so pairs with one, two, ... connections all carry messages of
+// many sizes around the striping threshold, in both directions at once.
+TEST(TcpTransportStriping, PairsWithDifferentConnectionCountsCarryLargeMessagesIntact) {
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    constexpr int kRanks = 5;
+    std::string failures = run_with_store(mode, kRanks, [&](Store& store, int rank) -> KeepAlive {
+      transport::TcpOptions options;
+      options.timeout = 30s;
+      options.sockets_per_peer = rank + 1;
+      std::shared_ptr<Transport> t = transport::connect_tcp(store, rank, kRanks, options);
+      const std::vector<size_t> sizes = {transport::tcp::kStripeMinBytes - 1, transport::tcp::kStripeMinBytes,
+                                         transport::tcp::kStripeMinBytes + 4097, (size_t{3} << 20) + 7, 5};
+      std::vector<std::vector<uint8_t>> out, in;
+      std::vector<transport::RequestPtr> recvs, sends;
+      for (int peer = 0; peer < kRanks; ++peer) {
+        if (peer == rank) continue;
+        for (size_t m = 0; m < sizes.size(); ++m) {
+          out.emplace_back(sizes[m]);
+          for (size_t i = 0; i < sizes[m]; ++i) out.back()[i] = pattern_byte(rank * 8 + peer, m, i);
+          in.emplace_back(sizes[m]);
+          recvs.push_back(t->irecv(peer, 4, in.back().data(), sizes[m]));
+          sends.push_back(t->isend(peer, 4, out.back().data(), sizes[m]));
+        }
+      }
+      for (auto& r : recvs) wait_ok(r);
+      for (auto& r : sends) wait_ok(r);
+      size_t k = 0;
+      for (int peer = 0; peer < kRanks; ++peer) {
+        if (peer == rank) continue;
+        for (size_t m = 0; m < sizes.size(); ++m, ++k) {
+          for (size_t i = 0; i < sizes[m]; ++i) {
+            if (in[k][i] != pattern_byte(peer * 8 + rank, m, i)) {
+              throw std::runtime_error("from rank " + std::to_string(peer) + ", message " + std::to_string(m) +
+                                       ": byte " + std::to_string(i) + " is wrong");
+            }
+          }
+        }
+      }
+      return t;
+    });
+    EXPECT_EQ(failures, "") << mode_name(mode);
+  }
+}
+
+TEST(TcpTransportStriping, StripesStartOnPageBoundariesAndCoverTheMessage) {
+  for (size_t size : {size_t{1} << 20, (size_t{1} << 20) + 1, (size_t{64} << 20) + 12345}) {
+    for (int parts : {1, 2, 3, 4, 7, 16}) {
+      size_t previous = 0;
+      EXPECT_EQ(transport::tcp::stripe_begin(size, parts, 0), 0U);
+      for (int i = 1; i <= parts; ++i) {
+        const size_t begin = transport::tcp::stripe_begin(size, parts, i);
+        EXPECT_GT(begin, previous) << size << " bytes, stripe " << i << " of " << parts << " is empty";
+        if (i < parts) {
+          EXPECT_EQ(begin % 4096, 0U);
+        }
+        previous = begin;
+      }
+      EXPECT_EQ(previous, size);
+    }
+  }
+}
+
 // A thread inside a call drives the sockets, and so reads messages meant for
 // other threads' requests too. It must not run their callbacks (they might
 // wait for the very call it is in): the loop thread runs them.

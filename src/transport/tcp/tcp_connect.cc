@@ -1,13 +1,17 @@
 // Connection setup of the TCP transport: every rank listens, publishes its
 // address in the store, connects to every lower rank and accepts every
-// higher one. Connects cannot deadlock with accepts: the kernel completes a
-// handshake into the listen backlog before accept() is called.
+// higher one, several connections per pair (TcpOptions::sockets_per_peer,
+// chosen by the connecting rank and announced in each greeting). Connects
+// cannot deadlock with accepts: the kernel completes a handshake into the
+// listen backlog before accept() is called.
 
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/env.h"
@@ -25,7 +29,21 @@ struct Hello {
   uint32_t magic;
   uint32_t rank;
   uint32_t size;
+  uint32_t connection;   // which of the pair's connections this is
+  uint32_t connections;  // how many the pair has
 };
+
+int sockets_per_peer(const TcpOptions& options, int size) {
+  if (options.sockets_per_peer > 0) return std::min(options.sockets_per_peer, kMaxSocketsPerPeer);
+  if (auto n = env_int("TDIST_TCP_SOCKETS", 1, kMaxSocketsPerPeer)) return static_cast<int>(*n);
+  // The default must not run a large job out of file descriptors: keep the
+  // connections within half of the soft limit (1024 by default, so 128
+  // ranks and more get one connection per peer).
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return kDefaultSocketsPerPeer;
+  const auto fit = static_cast<int64_t>(limit.rlim_cur / 2) / std::max(1, size - 1);
+  return static_cast<int>(std::clamp<int64_t>(fit, 1, kDefaultSocketsPerPeer));
+}
 
 std::string address_key(int rank) {
   return "tcp/addr/" + std::to_string(rank);
@@ -69,7 +87,7 @@ std::string choose_tcp_address(const TcpOptions& options) {
 
 std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const TcpOptions& options) {
   Deadline deadline = deadline_after(options.timeout);
-  std::vector<Socket> sockets(static_cast<size_t>(size));
+  std::vector<std::vector<Socket>> sockets(static_cast<size_t>(size));
   std::vector<std::string> addresses(static_cast<size_t>(size));
   if (size == 1) return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
 
@@ -83,18 +101,27 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
   TDIST_LOG(DEBUG) << "tcp transport: rank " << rank << " of " << size << " listening on " << me;
 
   std::string where = "tcp transport: rank " + std::to_string(rank) + " of " + std::to_string(size);
+  const int connections = sockets_per_peer(options, size);
   for (int peer = 0; peer < rank; ++peer) {
     std::string text = to_string(store.get(address_key(peer)));
     HostPort target = parse_host_port(text);
     ConnectOptions connect_options;
     connect_options.domain = ErrorDomain::kNetwork;
     connect_options.what = where + " connecting to rank " + std::to_string(peer);
-    Socket socket = connect_with_retry(target.host, target.port, deadline, connect_options);
-    Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size)};
-    socket.send_all(&hello, sizeof(hello), deadline);
-    sockets[static_cast<size_t>(peer)] = std::move(socket);
+    for (int c = 0; c < connections; ++c) {
+      Socket socket = connect_with_retry(target.host, target.port, deadline, connect_options);
+      Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size), static_cast<uint32_t>(c),
+                  static_cast<uint32_t>(connections)};
+      socket.send_all(&hello, sizeof(hello), deadline);
+      sockets[static_cast<size_t>(peer)].push_back(std::move(socket));
+    }
     addresses[static_cast<size_t>(peer)] = text;
   }
+  // A higher rank is connected once all of its connections are in.
+  auto complete = [&](int peer) {
+    const auto& list = sockets[static_cast<size_t>(peer)];
+    return !list.empty() && std::all_of(list.begin(), list.end(), [](const Socket& s) { return s.valid(); });
+  };
   for (int accepted = 0; accepted < size - 1 - rank;) {
     pollfd pfd{listener.fd(), POLLIN, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now()).count();
@@ -102,7 +129,7 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
       if (left > 0 && errno == EINTR) continue;
       std::string missing;
       for (int peer = rank + 1; peer < size; ++peer) {
-        if (!sockets[static_cast<size_t>(peer)]) missing += " " + std::to_string(peer);
+        if (!complete(peer)) missing += " " + std::to_string(peer);
       }
       throw DistNetworkTimeoutError(where + ": timed out after " + std::to_string(options.timeout.count()) +
                                     " ms waiting for ranks" + missing + " to connect to " + me);
@@ -118,15 +145,21 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
       TDIST_LOG(WARNING) << where << ": dropping a connection that sent no greeting: " << e.what();
       continue;
     }
+    auto* list = hello.rank < static_cast<uint32_t>(size) ? &sockets[hello.rank] : nullptr;
     if (hello.magic != kHelloMagic || static_cast<int>(hello.size) != size ||
-        static_cast<int>(hello.rank) <= rank || static_cast<int>(hello.rank) >= size || sockets[hello.rank]) {
+        static_cast<int>(hello.rank) <= rank || list == nullptr || hello.connections == 0 ||
+        hello.connections > static_cast<uint32_t>(kMaxSocketsPerPeer) || hello.connection >= hello.connections ||
+        (!list->empty() && list->size() != hello.connections) ||
+        (!list->empty() && (*list)[hello.connection].valid())) {
       TDIST_LOG(WARNING) << where << ": dropping a connection from " << socket.peer_address().to_string()
-                         << " with a bad greeting (rank " << hello.rank << ", size " << hello.size << ")";
+                         << " with a bad greeting (rank " << hello.rank << ", size " << hello.size
+                         << ", connection " << hello.connection << " of " << hello.connections << ")";
       continue;
     }
-    addresses[hello.rank] = socket.peer_address().to_string();
-    sockets[hello.rank] = std::move(socket);
-    ++accepted;
+    if (list->empty()) list->resize(hello.connections);
+    if (hello.connection == 0) addresses[hello.rank] = socket.peer_address().to_string();
+    (*list)[hello.connection] = std::move(socket);
+    if (complete(static_cast<int>(hello.rank))) ++accepted;
   }
   return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
 }

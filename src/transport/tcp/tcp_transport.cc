@@ -67,6 +67,13 @@ timespec to_timespec(Clock::duration d) {
   return timespec{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
 }
 
+// epoll/poll ids: the pair's first connection is its peer number, lane j
+// (connection j + 1) adds j + 1 in the high half; the wake fd has its own.
+constexpr uint64_t kWakeId = ~uint64_t{0};
+uint64_t lane_id(int peer, size_t lane) {
+  return (static_cast<uint64_t>(lane + 1) << 32) | static_cast<uint32_t>(peer);
+}
+
 bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
   return (want_src == kAnySource || want_src == src) && want_tag == tag;
 }
@@ -81,7 +88,14 @@ std::exception_ptr too_big(int rank, int src, uint64_t tag, size_t size, size_t 
 
 }  // namespace
 
-TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets,
+size_t tcp::stripe_begin(size_t size, int parts, int i) {
+  if (i <= 0) return 0;
+  if (i >= parts) return size;
+  const size_t begin = size / static_cast<size_t>(parts) * static_cast<size_t>(i);
+  return std::min(size, begin / 4096 * 4096);
+}
+
+TcpTransport::TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
                            std::vector<std::string> addresses)
     : rank_(rank), size_(size), pairs_(static_cast<size_t>(size)) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -91,21 +105,32 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<Socket> sockets,
     throw DistNetworkError("tcp transport: epoll/eventfd: " + errno_text(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = static_cast<uint64_t>(size);  // index past the pairs = the wake fd
+  ev.data.u64 = kWakeId;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  auto watch = [&](const Socket& socket, uint64_t id, uint32_t events) {
+    socket.set_nonblocking(true);
+    socket.set_nodelay(true);
+    epoll_event e{};
+    e.events = events;
+    e.data.u64 = id;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket.fd(), &e) != 0) {
+      throw DistNetworkError("tcp transport: epoll_ctl: " + errno_text(errno));
+    }
+  };
   for (int peer = 0; peer < size; ++peer) {
     Pair& pair = pairs_[static_cast<size_t>(peer)];
     pair.peer = peer;
     if (peer == rank) continue;
-    pair.socket = std::move(sockets[static_cast<size_t>(peer)]);
+    auto& connections = sockets[static_cast<size_t>(peer)];
+    pair.socket = std::move(connections.at(0));
     pair.stage.resize(tcp::kStageBytes);
     pair.address = addresses[static_cast<size_t>(peer)];
-    pair.socket.set_nonblocking(true);
-    pair.socket.set_nodelay(true);
-    ev.events = EPOLLIN;
-    ev.data.u64 = static_cast<uint64_t>(peer);
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair.socket.fd(), &ev) != 0) {
-      throw DistNetworkError("tcp transport: epoll_ctl: " + errno_text(errno));
+    pair.polling = EPOLLIN;
+    watch(pair.socket, static_cast<uint64_t>(peer), pair.polling);
+    pair.lanes.resize(connections.size() - 1);
+    for (size_t j = 0; j < pair.lanes.size(); ++j) {
+      pair.lanes[j].socket = std::move(connections[j + 1]);
+      watch(pair.lanes[j].socket, lane_id(peer, j), 0);  // nothing expected yet
     }
   }
   thread_ = std::thread([this] { loop(); });
@@ -137,6 +162,8 @@ TcpTransport::~TcpTransport() {
     Header bye{kGoodbyeTag, 0};
     for (auto& pair : pairs_) {
       if (pair.peer == rank_ || pair.closed || !pair.sends.empty()) continue;
+      if (std::any_of(pair.lanes.begin(), pair.lanes.end(), [](const tcp::Lane& l) { return !l.sends.empty(); }))
+        continue;
       (void)pair.socket.try_send(&bye, sizeof(bye));
     }
   }
@@ -210,11 +237,28 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
     failed(request, closed_error(pair, "send to"));
     return;
   }
-  pair.sends.push_back(SendOp{request, Header{tag, nbytes}, data, nbytes});
+  const int parts = 1 + static_cast<int>(pair.lanes.size());
+  if (parts > 1 && nbytes >= tcp::kStripeMinBytes) {
+    // One stripe per connection; the request completes with the last one.
+    auto striped = std::make_shared<tcp::StripedSend>(tcp::StripedSend{request, nbytes, parts});
+    pair.sends.push_back(
+        SendOp{request, Header{tag, nbytes}, data, tcp::stripe_begin(nbytes, parts, 1), 0, striped, false});
+    for (int j = 1; j < parts; ++j) {
+      const size_t begin = tcp::stripe_begin(nbytes, parts, j);
+      const size_t end = tcp::stripe_begin(nbytes, parts, j + 1);
+      tcp::Lane& lane = pair.lanes[static_cast<size_t>(j - 1)];
+      lane.sends.push_back(SendOp{request, Header{}, data + begin, end - begin, 0, striped, true});
+      if (lane.sends.size() == 1) write_queue(pair, lane.socket, lane.sends);
+    }
+  } else {
+    pair.sends.push_back(SendOp{request, Header{tag, nbytes}, data, nbytes});
+  }
   // Write at once from this thread when nothing is queued ahead: small
   // messages then leave without waking anyone.
-  if (pair.sends.size() == 1) write_some(pair);
-  if (pair.sends.empty()) return;
+  if (!pair.closed && pair.sends.size() == 1) write_some(pair);
+  const bool queued = !pair.sends.empty() || std::any_of(pair.lanes.begin(), pair.lanes.end(),
+                                                         [](const tcp::Lane& l) { return !l.sends.empty(); });
+  if (pair.closed || !queued) return;
   if (driver_ == std::thread::id()) {
     update_polling(pair);
     wake_loop_locked();
@@ -340,54 +384,79 @@ void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, siz
 }
 
 bool TcpTransport::write_some(Pair& pair) {
-  while (!pair.sends.empty()) {
-    SendOp& op = pair.sends.front();
+  write_queue(pair, pair.socket, pair.sends);
+  return pair.sends.empty();
+}
+
+void TcpTransport::write_queue(Pair& pair, const Socket& socket, std::deque<SendOp>& sends) {
+  while (!pair.closed && !sends.empty()) {
+    SendOp& op = sends.front();
+    const size_t header_bytes = op.header_bytes();
     iovec iov[2];
-    int count = 0;
-    size_t header_left = op.sent < sizeof(Header) ? sizeof(Header) - op.sent : 0;
-    if (header_left > 0) {
-      iov[count++] = {reinterpret_cast<uint8_t*>(&op.header) + op.sent, header_left};
+    size_t count = 0;
+    if (op.sent < header_bytes) {
+      iov[count++] = {reinterpret_cast<uint8_t*>(&op.header) + op.sent, header_bytes - op.sent};
     }
-    size_t data_done = op.sent > sizeof(Header) ? op.sent - sizeof(Header) : 0;
+    const size_t data_done = op.sent > header_bytes ? op.sent - header_bytes : 0;
     if (op.size > data_done) iov[count++] = {const_cast<uint8_t*>(op.data) + data_done, op.size - data_done};
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(count);
-    ssize_t n = sendmsg(pair.socket.fd(), &msg, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
-      int err = errno;
-      close_pair(
-          pair,
-          std::make_exception_ptr(DistNetworkError(
-              "rank " + std::to_string(rank_) + ": sending to rank " + std::to_string(pair.peer) + " (" +
-              pair.address + ") failed: " + errno_text(err) + "; the peer process probably died")),
-          true);
-      return true;
+    if (count > 0) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = count;
+      ssize_t n = sendmsg(socket.fd(), &msg, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        int err = errno;
+        close_pair(
+            pair,
+            std::make_exception_ptr(DistNetworkError(
+                "rank " + std::to_string(rank_) + ": sending to rank " + std::to_string(pair.peer) + " (" +
+                pair.address + ") failed: " + errno_text(err) + "; the peer process probably died")),
+            true);
+        return;
+      }
+      op.sent += static_cast<size_t>(n);
     }
-    op.sent += static_cast<size_t>(n);
-    if (op.sent == sizeof(Header) + op.size) {
-      RequestPtr request = op.request;
-      size_t size = op.size;
-      pair.sends.pop_front();
-      completed(request, rank_, size);
+    if (op.sent == header_bytes + op.size) {
+      SendOp done = std::move(op);
+      sends.pop_front();
+      sent_part(done);
     }
   }
-  return true;
+}
+
+void TcpTransport::sent_part(const SendOp& op) {
+  if (!op.striped) {
+    completed(op.request, rank_, op.size);
+  } else if (--op.striped->parts_left == 0) {
+    completed(op.request, rank_, op.striped->size);
+  }
+}
+
+void TcpTransport::set_polling(int fd, uint64_t id, uint32_t& current, uint32_t want) {
+  if (want == current) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = id;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+  current = want;
 }
 
 void TcpTransport::update_polling(Pair& pair) {
   // The driver polls by itself; the loop's interest is brought up to date
   // when the driver lets go (release_driver).
   if (pair.closed || is_driver_locked()) return;
-  bool want_out = !pair.sends.empty();
-  if (want_out == pair.polling_out) return;
-  epoll_event ev{};
-  ev.events = want_out ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
-  ev.data.u64 = static_cast<uint64_t>(pair.peer);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, pair.socket.fd(), &ev);
-  pair.polling_out = want_out;
+  // The first connection is not read while it waits for the stripes of its
+  // message (level-triggered epoll would report its data over and over);
+  // a lane is read only while it has a stripe to read.
+  set_polling(pair.socket.fd(), static_cast<uint64_t>(pair.peer), pair.polling,
+              (pair.waiting_lanes ? 0U : uint32_t{EPOLLIN}) | (pair.sends.empty() ? 0U : uint32_t{EPOLLOUT}));
+  for (size_t j = 0; j < pair.lanes.size(); ++j) {
+    tcp::Lane& lane = pair.lanes[j];
+    set_polling(lane.socket.fd(), lane_id(pair.peer, j), lane.polling,
+                (lane.expecting ? uint32_t{EPOLLIN} : 0U) | (lane.sends.empty() ? 0U : uint32_t{EPOLLOUT}));
+  }
 }
 
 void TcpTransport::start_payload(Pair& pair) {
@@ -423,6 +492,8 @@ void TcpTransport::start_payload(Pair& pair) {
 void TcpTransport::finish_payload(Pair& pair) {
   pair.in_payload = false;
   pair.header_got = 0;
+  pair.waiting_lanes = false;
+  pair.stripes_left = 0;
   size_t size = pair.header.size;
   if (pair.reading_abort) {
     pair.reading_abort = false;
@@ -472,6 +543,8 @@ void TcpTransport::advance(Pair& pair, size_t n) {
       pair.reading_abort = true;
       pair.overflow.resize(pair.header.size);
       pair.target = pair.overflow.data();
+      pair.payload_end = pair.header.size;
+      pair.stripes_left = 0;
       if (pair.header.size > 0) return;
     } else if (pair.header.tag == kGoodbyeTag) {
       pair.said_goodbye = true;
@@ -479,28 +552,90 @@ void TcpTransport::advance(Pair& pair, size_t n) {
       return;
     } else {
       start_payload(pair);
+      pair.payload_end = pair.header.size;
+      pair.stripes_left = 0;
+      const int parts = 1 + static_cast<int>(pair.lanes.size());
+      if (parts > 1 && pair.header.size >= tcp::kStripeMinBytes) {
+        // Stripe 0 comes here; stripe j on lane j - 1, into the same target.
+        pair.payload_end = tcp::stripe_begin(pair.header.size, parts, 1);
+        for (int j = 1; j < parts; ++j) {
+          tcp::Lane& lane = pair.lanes[static_cast<size_t>(j - 1)];
+          lane.offset = tcp::stripe_begin(pair.header.size, parts, j);
+          lane.length = tcp::stripe_begin(pair.header.size, parts, j + 1) - lane.offset;
+          lane.got = 0;
+          lane.expecting = lane.length > 0;
+          if (lane.expecting) ++pair.stripes_left;
+        }
+      }
       if (pair.header.size > 0) return;
     }
   } else {
     pair.payload_got += n;
-    if (pair.payload_got < pair.header.size) return;
+    if (pair.payload_got < pair.payload_end) return;
+    if (pair.stripes_left > 0) {
+      pair.waiting_lanes = true;  // finish_payload once the lanes are done
+      return;
+    }
   }
   finish_payload(pair);
 }
 
-void TcpTransport::consume_staged(Pair& pair, size_t n) {
-  const uint8_t* bytes = pair.stage.data();
-  size_t off = 0;
-  while (off < n) {
+void TcpTransport::read_lane(Pair& pair, tcp::Lane& lane) {
+  while (lane.expecting && !pair.closed) {
+    const size_t want = lane.length - lane.got;
+    Socket::IoResult r = lane.socket.try_recv(pair.target + lane.offset + lane.got, want);
+    if (r.error == EAGAIN || r.error == EWOULDBLOCK) return;
+    if (r.eof || r.error != 0) {
+      connection_failed(pair, r.eof ? "closed a connection in the middle of a message"
+                                    : "connection failed: " + errno_text(r.error));
+      return;
+    }
+    lane.got += r.bytes;
+    if (lane.got == lane.length) {
+      lane.expecting = false;
+      lane_finished(pair);
+      return;
+    }
+    if (r.bytes < want) return;  // drained
+  }
+}
+
+void TcpTransport::lane_finished(Pair& pair) {
+  if (--pair.stripes_left > 0 || !pair.waiting_lanes) return;
+  finish_payload(pair);
+  consume_staged(pair);  // what the first connection read past the message
+}
+
+void TcpTransport::connection_failed(Pair& pair, const std::string& why) {
+  // A goodbye may wait on the first connection: read it first, so that a
+  // peer that shut down cleanly is not reported as crashed.
+  if (!pair.waiting_lanes) read_some(pair, SIZE_MAX);
+  if (pair.closed) return;
+  const bool crashed = !pair.said_goodbye;
+  close_pair(pair,
+             std::make_exception_ptr(DistNetworkError(
+                 "rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) + " (" + pair.address +
+                 ") " + why +
+                 (crashed ? "; the peer process probably died or was killed"
+                          : " after shutting down its process group"))),
+             crashed);
+}
+
+void TcpTransport::consume_staged(Pair& pair) {
+  // Stops early when the message waits for its stripes: the bytes left
+  // belong to the next message and wait in the stage.
+  while (pair.staged_len > 0 && !pair.waiting_lanes && !pair.closed) {
+    const uint8_t* bytes = pair.stage.data() + pair.staged_off;
     size_t take = 0;
     if (!pair.in_payload) {
-      take = std::min(n - off, sizeof(Header) - pair.header_got);
-      std::memcpy(reinterpret_cast<uint8_t*>(&pair.header) + pair.header_got, bytes + off, take);
+      take = std::min(pair.staged_len, sizeof(Header) - pair.header_got);
+      std::memcpy(reinterpret_cast<uint8_t*>(&pair.header) + pair.header_got, bytes, take);
     } else {
-      take = std::min(n - off, pair.header.size - pair.payload_got);
-      std::memcpy(pair.target + pair.payload_got, bytes + off, take);
+      take = std::min(pair.staged_len, pair.payload_end - pair.payload_got);
+      std::memcpy(pair.target + pair.payload_got, bytes, take);
     }
-    off += take;
+    pair.staged_off += take;
+    pair.staged_len -= take;
     advance(pair, take);
   }
 }
@@ -510,10 +645,11 @@ void TcpTransport::read_some(Pair& pair, size_t budget) {
   // messages per system call; the rest of a large payload goes straight
   // into its buffer. A read that returns less than it asked for emptied the
   // socket: stop there instead of paying one more call to hear EAGAIN.
+  consume_staged(pair);
   bool drained = false;
-  while (!pair.closed && budget > 0 && !drained) {
-    const bool direct = pair.in_payload && pair.header.size - pair.payload_got >= tcp::kStageBytes;
-    const size_t want = direct ? std::min(budget, pair.header.size - pair.payload_got) : tcp::kStageBytes;
+  while (!pair.closed && budget > 0 && !drained && !pair.waiting_lanes) {
+    const bool direct = pair.in_payload && pair.payload_end - pair.payload_got >= tcp::kStageBytes;
+    const size_t want = direct ? std::min(budget, pair.payload_end - pair.payload_got) : tcp::kStageBytes;
     Socket::IoResult r =
         pair.socket.try_recv(direct ? pair.target + pair.payload_got : pair.stage.data(), want);
     if (r.error == EAGAIN || r.error == EWOULDBLOCK) return;
@@ -536,7 +672,9 @@ void TcpTransport::read_some(Pair& pair, size_t budget) {
     if (direct) {
       advance(pair, r.bytes);
     } else {
-      consume_staged(pair, r.bytes);
+      pair.staged_off = 0;
+      pair.staged_len = r.bytes;
+      consume_staged(pair);
     }
   }
 }
@@ -565,6 +703,7 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   pair.socket.close();
   for (auto& op : pair.sends) failed(op.request, error);
   pair.sends.clear();
+  close_lanes(pair, error);
   if (pair.direct) {
     failed(pair.direct->request, error);
     pair.direct.reset();
@@ -590,6 +729,9 @@ void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed
   }
   pair.in_payload = false;
   pair.header_got = 0;
+  pair.staged_len = 0;
+  pair.waiting_lanes = false;
+  pair.stripes_left = 0;
   // A crashed peer breaks every collective of the group: fail all pending
   // and future operations now, naming it, instead of letting ranks that were
   // waiting on someone else find out at the timeout.
@@ -605,8 +747,12 @@ void TcpTransport::break_locked(std::exception_ptr error) {
     if (pair.peer == rank_) continue;
     for (auto& op : pair.sends) failed(op.request, error);
     pair.sends.clear();
+    for (auto& lane : pair.lanes) {
+      for (auto& op : lane.sends) failed(op.request, error);
+      lane.sends.clear();
+    }
     if (pair.direct) {
-      // The rest of this message lands in scratch: the receiver's buffer may
+      // The rest of this message (and its stripes) lands in scratch: the receiver's buffer may
       // be freed as soon as its request has failed.
       failed(pair.direct->request, error);
       pair.direct.reset();
@@ -652,6 +798,18 @@ void TcpTransport::notify_abort(const std::exception_ptr& error) {
   }
 }
 
+void TcpTransport::close_lanes(Pair& pair, const std::exception_ptr& error) {
+  for (auto& lane : pair.lanes) {
+    if (lane.socket) {
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lane.socket.fd(), nullptr);
+      lane.socket.close();
+    }
+    for (auto& op : lane.sends) failed(op.request, error);
+    lane.sends.clear();
+    lane.expecting = false;
+  }
+}
+
 void TcpTransport::abort_locked(std::exception_ptr error) {
   if (!aborted_) aborted_ = error;
   for (auto& pair : pairs_) {
@@ -664,6 +822,9 @@ void TcpTransport::abort_locked(std::exception_ptr error) {
     }
     for (auto& op : pair.sends) failed(op.request, error);
     pair.sends.clear();
+    close_lanes(pair, error);
+    pair.waiting_lanes = false;
+    pair.staged_len = 0;
     if (pair.direct) failed(pair.direct->request, error);
     pair.direct.reset();
   }
@@ -715,8 +876,8 @@ void TcpTransport::loop() {
       return;
     }
     for (int i = 0; i < n; ++i) {
-      size_t index = events[i].data.u64;
-      if (index >= pairs_.size()) {
+      const uint64_t id = events[i].data.u64;
+      if (id == kWakeId) {
         uint64_t value = 0;
         (void)!read(wake_fd_, &value, sizeof(value));
         continue;
@@ -724,17 +885,33 @@ void TcpTransport::loop() {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (driving_now_) break;  // the driver reads it; park (the events stay ready)
-        Pair& pair = pairs_[index];
-        if (pair.closed) continue;
-        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_some(pair, kReadBudget);
-        if (!pair.closed && (events[i].events & EPOLLOUT)) {
-          write_some(pair);
-          update_polling(pair);
-        }
+        const uint32_t e = events[i].events;
+        handle_event(id, (e & EPOLLIN) != 0, (e & EPOLLOUT) != 0, (e & (EPOLLERR | EPOLLHUP)) != 0);
       }
       flush();
     }
   }
+}
+
+void TcpTransport::handle_event(uint64_t id, bool readable, bool writable, bool hangup) {
+  const size_t peer = id & 0xffffffffU;
+  const size_t lane = id >> 32;  // 0: the first connection, j: lanes[j - 1]
+  if (peer >= pairs_.size()) return;
+  Pair& pair = pairs_[peer];
+  if (pair.closed) return;
+  if (lane == 0) {
+    if (readable || hangup) read_some(pair, kReadBudget);
+    if (!pair.closed && writable && !pair.sends.empty()) write_some(pair);
+  } else if (lane <= pair.lanes.size()) {
+    tcp::Lane& l = pair.lanes[lane - 1];
+    if (l.expecting && (readable || hangup)) {
+      read_lane(pair, l);
+    } else if (hangup) {
+      connection_failed(pair, "closed a connection");
+    }
+    if (!pair.closed && writable && !l.sends.empty()) write_queue(pair, l.socket, l.sends);
+  }
+  update_polling(pair);
 }
 
 bool TcpTransport::loop_should_park_locked() const {
@@ -746,7 +923,10 @@ bool TcpTransport::work_pending_locked() const {
   if (!posted_.empty()) return true;
   for (const auto& pair : pairs_) {
     if (pair.peer == rank_ || pair.closed) continue;
-    if (!pair.sends.empty() || pair.in_payload || pair.header_got > 0) return true;
+    if (!pair.sends.empty() || pair.in_payload || pair.header_got > 0 || pair.staged_len > 0) return true;
+    for (const auto& lane : pair.lanes) {
+      if (!lane.sends.empty() || lane.expecting) return true;
+    }
   }
   return false;
 }
@@ -770,16 +950,16 @@ void TcpTransport::claim_for_call_locked() {
   // on the group (its abort notice sits behind the data it sent before), the
   // call must fail now, not complete on that data.
   poll_fds_.clear();
-  poll_peers_.clear();
+  poll_ids_.clear();
   for (const auto& pair : pairs_) {
-    if (pair.peer == rank_ || pair.closed) continue;
+    if (pair.peer == rank_ || pair.closed || pair.waiting_lanes) continue;
     poll_fds_.push_back(pollfd{pair.socket.fd(), POLLIN, 0});
-    poll_peers_.push_back(pair.peer);
+    poll_ids_.push_back(static_cast<uint64_t>(pair.peer));
   }
   const timespec now{0, 0};
   if (ppoll(poll_fds_.data(), poll_fds_.size(), &now, nullptr) <= 0) return;
-  for (size_t i = 0; i < poll_peers_.size(); ++i) {
-    Pair& pair = pairs_[static_cast<size_t>(poll_peers_[i])];
+  for (size_t i = 0; i < poll_ids_.size(); ++i) {
+    Pair& pair = pairs_[poll_ids_[i]];
     if (poll_fds_[i].revents != 0 && !pair.closed) read_some(pair, kReadBudget);
   }
 }
@@ -854,14 +1034,22 @@ void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
 
   while (!request.done()) {
     poll_fds_.clear();
-    poll_peers_.clear();
+    poll_ids_.clear();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& pair : pairs_) {
         if (pair.peer == rank_ || pair.closed) continue;
-        const short events = static_cast<short>(POLLIN | (pair.sends.empty() ? 0 : POLLOUT));
-        poll_fds_.push_back(pollfd{pair.socket.fd(), events, 0});
-        poll_peers_.push_back(pair.peer);
+        poll_fds_.push_back(pollfd{
+            pair.socket.fd(),
+            static_cast<short>((pair.waiting_lanes ? 0 : POLLIN) | (pair.sends.empty() ? 0 : POLLOUT)), 0});
+        poll_ids_.push_back(static_cast<uint64_t>(pair.peer));
+        for (size_t j = 0; j < pair.lanes.size(); ++j) {
+          const tcp::Lane& lane = pair.lanes[j];
+          const int events = (lane.expecting ? POLLIN : 0) | (lane.sends.empty() ? 0 : POLLOUT);
+          if (events == 0) continue;  // idle lane: its hang-up shows on the first connection too
+          poll_fds_.push_back(pollfd{lane.socket.fd(), static_cast<short>(events), 0});
+          poll_ids_.push_back(lane_id(pair.peer, j));
+        }
       }
     }
     poll_fds_.push_back(pollfd{driver_wake_fd_, POLLIN, 0});
@@ -880,17 +1068,15 @@ void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < poll_peers_.size(); ++i) {
+      for (size_t i = 0; i < poll_ids_.size(); ++i) {
         const short revents = poll_fds_[i].revents;
-        Pair& pair = pairs_[static_cast<size_t>(poll_peers_[i])];
-        // Closed meanwhile by another thread (its fd may even be reused).
-        if (pair.closed || pair.socket.fd() != poll_fds_[i].fd) continue;
-        if (revents & (POLLIN | POLLERR | POLLHUP)) read_some(pair, kReadBudget);
         // Write whenever there is something to write, not only on POLLOUT:
         // that comes only once a third of the send buffer is free, while
         // the acknowledgements of what was just read may have freed less,
-        // and an exchange then moves in lock step.
-        if (!pair.closed && !pair.sends.empty()) write_some(pair);
+        // and an exchange then moves in lock step. (A pair closed meanwhile
+        // by another thread is skipped: its fd may even be reused.)
+        handle_event(poll_ids_[i], (revents & POLLIN) != 0, /*writable=*/true,
+                     (revents & (POLLERR | POLLHUP)) != 0);
       }
     }
     flush();

@@ -47,7 +47,16 @@ struct TcpOptions {
   /// A host every rank can reach (the TCPStore master); the local address
   /// used to reach it is the one advertised. Empty: loopback.
   std::string reach_host;
+  /// Connections per pair of ranks; messages of tcp::kStripeMinBytes or more
+  /// are cut into one stripe per connection. 0: TDIST_TCP_SOCKETS, else
+  /// kDefaultSocketsPerPeer. The rank that connects decides for its pair.
+  int sockets_per_peer = 0;
 };
+
+/// Measured on loopback, 2 ranks on 2 cores (docs/performance.md): 4
+/// connections moved a 64 MiB exchange some 10% faster than one.
+inline constexpr int kDefaultSocketsPerPeer = 4;
+inline constexpr int kMaxSocketsPerPeer = 16;
 
 /// Publishes this rank's address in `store` (keys "tcp/addr/<rank>"),
 /// connects to every other rank and returns the transport. Raises
@@ -84,12 +93,42 @@ struct Incoming {
   std::optional<RecvOp> claimed;  // a receive posted while it was arriving
 };
 
+// Messages this large or larger travel in stripes, one per connection of
+// the pair: the header and stripe 0 on the first, stripe i on connection i.
+constexpr size_t kStripeMinBytes = size_t{1} << 20;
+
+/// Where stripe i of a message of `size` bytes cut into `parts` begins
+/// (i == parts: the end); stripes start on 4 KiB boundaries.
+size_t stripe_begin(size_t size, int parts, int i);
+
+// A striped send: done when every connection has written its stripe.
+struct StripedSend {
+  RequestPtr request;
+  size_t size;
+  int parts_left;
+};
+
 struct SendOp {
   RequestPtr request;
   Header header;
   const uint8_t* data;
-  size_t size;
+  size_t size;      // payload bytes on this connection
   size_t sent = 0;  // counts header bytes first, then payload
+  std::shared_ptr<StripedSend> striped;  // set for the stripes of one message
+  bool raw = false;                      // a stripe: no header
+  size_t header_bytes() const { return raw ? 0 : sizeof(Header); }
+};
+
+// An extra connection to a peer: it carries only stripes, in message order.
+struct Lane {
+  Socket socket;
+  std::deque<SendOp> sends;
+  // The stripe of the pair's current message still to read here.
+  bool expecting = false;
+  size_t offset = 0;
+  size_t length = 0;
+  size_t got = 0;
+  uint32_t polling = 0;  // events registered with epoll
 };
 
 // Bytes read from a socket at a time into a pair's stage (headers, small
@@ -105,7 +144,8 @@ struct Pair {
   bool said_goodbye = false;  // closed on purpose, not crashed
   std::exception_ptr error;   // why it closed
   std::deque<SendOp> sends;
-  bool polling_out = false;
+  uint32_t polling = 0;     // events registered with epoll
+  std::vector<Lane> lanes;  // connections 1.. (see kStripeMinBytes)
   // Reading.
   Header header{};
   size_t header_got = 0;
@@ -118,13 +158,20 @@ struct Pair {
   std::vector<uint8_t> overflow;  // a message too big for its receive
   bool reading_abort = false;     // the payload is a peer's abort notice
   std::vector<uint8_t> stage;     // kStageBytes
+  size_t staged_off = 0;          // stage bytes read but not consumed yet
+  size_t staged_len = 0;
+  size_t payload_end = 0;         // payload bytes this connection carries
+  int stripes_left = 0;           // lanes still reading the current message
+  bool waiting_lanes = false;     // this connection is done with it; they are not
 };
 
 }  // namespace tcp
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(int rank, int size, std::vector<Socket> sockets, std::vector<std::string> addresses);
+  /// sockets[peer]: the connections to `peer` (the first carries headers).
+  TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
+               std::vector<std::string> addresses);
   ~TcpTransport() override;
 
   int rank() const override { return rank_; }
@@ -161,10 +208,18 @@ class TcpTransport final : public Transport {
   void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
   void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
   bool write_some(tcp::Pair& pair);  // true when the queue drained
+  void write_queue(tcp::Pair& pair, const Socket& socket, std::deque<tcp::SendOp>& sends);
+  void sent_part(const tcp::SendOp& op);
+  void read_lane(tcp::Pair& pair, tcp::Lane& lane);
+  void lane_finished(tcp::Pair& pair);
+  void connection_failed(tcp::Pair& pair, const std::string& why);
+  void close_lanes(tcp::Pair& pair, const std::exception_ptr& error);
+  void handle_event(uint64_t id, bool readable, bool writable, bool hangup);
+  void set_polling(int fd, uint64_t id, uint32_t& current, uint32_t want);
   void update_polling(tcp::Pair& pair);
   void read_some(tcp::Pair& pair, size_t budget);
   void advance(tcp::Pair& pair, size_t n);     // n more bytes read into the header or the payload
-  void consume_staged(tcp::Pair& pair, size_t n);  // n bytes read into the stage
+  void consume_staged(tcp::Pair& pair);  // the unconsumed bytes of the stage
   void start_payload(tcp::Pair& pair);
   void finish_payload(tcp::Pair& pair);
   void close_pair(tcp::Pair& pair, std::exception_ptr error, bool crashed);
@@ -200,7 +255,7 @@ class TcpTransport final : public Transport {
   mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
   mutable std::condition_variable loop_cv_;
   std::vector<pollfd> poll_fds_;  // the driver's, rebuilt on each round
-  std::vector<int> poll_peers_;
+  std::vector<uint64_t> poll_ids_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;         // wakes the loop thread from epoll_wait
   int driver_wake_fd_ = -1;  // wakes the driver from poll
