@@ -4,6 +4,7 @@
 // there straight into their outputs. A rank never writes into another rank's
 // memory, so a slow reader only delays the writer two rounds later.
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,14 @@ namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
 using transport::shm::kPayloadBytes;
+
+// Rounds of broadcast and all_gather/gather carry at most this much per rank,
+// though a buffer holds more: a round's piece then stays in the L2 caches
+// between the writer's copy and the readers'. Measured 2026-11-23 on 2 vCPUs:
+// a 2-rank 16 MiB broadcast ran at 8 GB/s in 1 MiB rounds, 27 GB/s in
+// 256 KiB rounds; all_gather 10 -> 18 GB/s. (The reducing ops keep whole
+// buffers: smaller rounds made them slower.)
+constexpr size_t kCopyRoundBytes = size_t{256} << 10;
 
 void copy(void* dst, const void* src, size_t n) {
   if (n > 0 && dst != src) std::memcpy(dst, src, n);
@@ -49,7 +58,7 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   const size_t max_block = largest(bytes);
   if (p == 1 || max_block == 0) return;
   const bool payload = max_block <= kPayloadBytes;
-  const size_t piece = payload ? kPayloadBytes : call.group.buffer_bytes();
+  const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
   const size_t rounds = ceil_div(max_block, piece);
   for (size_t i = 0; i < rounds; ++i) {
     uint64_t k = call.begin_round();
@@ -83,7 +92,7 @@ void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbyte
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
     const bool payload = nbytes <= kPayloadBytes;
-    const size_t piece = payload ? kPayloadBytes : call.group.buffer_bytes();
+    const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     auto* bytes = static_cast<uint8_t*>(data);
     for (size_t i = 0, rounds = ceil_div(nbytes, piece); i < rounds; ++i) {
       Piece part = piece_of(nbytes, piece, i);
