@@ -54,8 +54,9 @@ class Cache {
     // Over the limits: drop the smallest blocks first; the large ones are
     // the expensive ones to fault in again.
     while (blocks_.size() > kMaxBlocks || bytes_ > kMaxBytes) {
-      auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
-                                       [](const Block& a, const Block& b) { return a.capacity < b.capacity; });
+      auto smallest = std::min_element(blocks_.begin(), blocks_.end(), [](const Block& a, const Block& b) {
+        return a.capacity < b.capacity;
+      });
       bytes_ -= smallest->capacity;
       delete[] smallest->data;
       blocks_.erase(smallest);

@@ -220,8 +220,9 @@ void exchange_edge_sizes(Transport& t, int rank, int n, bool in_call) {
   }
   for (size_t m = 0; m < sizes.size(); ++m) {
     if (recvs[m]->received_bytes() != sizes[m]) {
-      throw std::runtime_error("message " + std::to_string(m) + ": " + std::to_string(recvs[m]->received_bytes()) +
-                               " bytes, expected " + std::to_string(sizes[m]));
+      throw std::runtime_error("message " + std::to_string(m) + ": " +
+                               std::to_string(recvs[m]->received_bytes()) + " bytes, expected " +
+                               std::to_string(sizes[m]));
     }
     for (size_t i = 0; i < sizes[m]; ++i) {
       if (in[m][i] != pattern_byte(prev, m, i)) {
@@ -282,8 +283,8 @@ TEST(TcpTransportStriping, PairsWithDifferentConnectionCountsCarryLargeMessagesI
         for (size_t m = 0; m < sizes.size(); ++m, ++k) {
           for (size_t i = 0; i < sizes[m]; ++i) {
             if (in[k][i] != pattern_byte(peer * 8 + rank, m, i)) {
-              throw std::runtime_error("from rank " + std::to_string(peer) + ", message " + std::to_string(m) +
-                                       ": byte " + std::to_string(i) + " is wrong");
+              throw std::runtime_error("from rank " + std::to_string(peer) + ", message " +
+                                       std::to_string(m) + ": byte " + std::to_string(i) + " is wrong");
             }
           }
         }
@@ -317,41 +318,42 @@ TEST(TcpTransportStriping, StripesStartOnPageBoundariesAndCoverTheMessage) {
 // wait for the very call it is in): the loop thread runs them.
 TEST(TcpTransportDriving, CallbacksOfRequestsTheDriverCompletesRunOnTheLoopThread) {
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
-    EXPECT_EQ(with_transport(mode, 2,
-                             [&](Transport& t, int rank) {
-                               int value = 0;
-                               if (rank == 1) {
-                                 int a = 11;
-                                 int b = 22;
-                                 wait_ok(t.isend(0, 1, &a, 4));  // tag 1 first: read on the way to tag 2
-                                 wait_ok(t.isend(0, 2, &b, 4));
-                                 return;
-                               }
-                               std::mutex mutex;
-                               std::condition_variable cv;
-                               bool ran = false;
-                               std::thread::id ran_on;
-                               auto early = t.irecv(1, 1, &value, 4);
-                               early->on_complete([&](transport::Request&) {
-                                 std::lock_guard<std::mutex> lock(mutex);
-                                 ran = true;
-                                 ran_on = std::this_thread::get_id();
-                                 cv.notify_all();
-                               });
-                               int other = 0;
-                               {
-                                 transport::CallScope call(t);
-                                 auto mine = t.irecv(1, 2, &other, 4);
-                                 if (!t.wait(mine, deadline())) throw std::runtime_error("driven wait timed out");
-                               }
-                               std::unique_lock<std::mutex> lock(mutex);
-                               if (!cv.wait_for(lock, 20s, [&] { return ran; }))
-                                 throw std::runtime_error("the callback never ran");
-                               if (ran_on == std::this_thread::get_id())
-                                 throw std::runtime_error("the driving thread ran another request's callback");
-                               if (value != 11 || other != 22) throw std::runtime_error("wrong values");
-                             }),
-              "")
+    EXPECT_EQ(
+        with_transport(mode, 2,
+                       [&](Transport& t, int rank) {
+                         int value = 0;
+                         if (rank == 1) {
+                           int a = 11;
+                           int b = 22;
+                           wait_ok(t.isend(0, 1, &a, 4));  // tag 1 first: read on the way to tag 2
+                           wait_ok(t.isend(0, 2, &b, 4));
+                           return;
+                         }
+                         std::mutex mutex;
+                         std::condition_variable cv;
+                         bool ran = false;
+                         std::thread::id ran_on;
+                         auto early = t.irecv(1, 1, &value, 4);
+                         early->on_complete([&](transport::Request&) {
+                           std::lock_guard<std::mutex> lock(mutex);
+                           ran = true;
+                           ran_on = std::this_thread::get_id();
+                           cv.notify_all();
+                         });
+                         int other = 0;
+                         {
+                           transport::CallScope call(t);
+                           auto mine = t.irecv(1, 2, &other, 4);
+                           if (!t.wait(mine, deadline())) throw std::runtime_error("driven wait timed out");
+                         }
+                         std::unique_lock<std::mutex> lock(mutex);
+                         if (!cv.wait_for(lock, 20s, [&] { return ran; }))
+                           throw std::runtime_error("the callback never ran");
+                         if (ran_on == std::this_thread::get_id())
+                           throw std::runtime_error("the driving thread ran another request's callback");
+                         if (value != 11 || other != 22) throw std::runtime_error("wrong values");
+                       }),
+        "")
         << mode_name(mode);
   }
 }

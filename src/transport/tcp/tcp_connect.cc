@@ -110,8 +110,8 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     connect_options.what = where + " connecting to rank " + std::to_string(peer);
     for (int c = 0; c < connections; ++c) {
       Socket socket = connect_with_retry(target.host, target.port, deadline, connect_options);
-      Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size), static_cast<uint32_t>(c),
-                  static_cast<uint32_t>(connections)};
+      Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size),
+                  static_cast<uint32_t>(c), static_cast<uint32_t>(connections)};
       socket.send_all(&hello, sizeof(hello), deadline);
       sockets[static_cast<size_t>(peer)].push_back(std::move(socket));
     }
@@ -148,8 +148,8 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     auto* list = hello.rank < static_cast<uint32_t>(size) ? &sockets[hello.rank] : nullptr;
     if (hello.magic != kHelloMagic || static_cast<int>(hello.size) != size ||
         static_cast<int>(hello.rank) <= rank || list == nullptr || hello.connections == 0 ||
-        hello.connections > static_cast<uint32_t>(kMaxSocketsPerPeer) || hello.connection >= hello.connections ||
-        (!list->empty() && list->size() != hello.connections) ||
+        hello.connections > static_cast<uint32_t>(kMaxSocketsPerPeer) ||
+        hello.connection >= hello.connections || (!list->empty() && list->size() != hello.connections) ||
         (!list->empty() && (*list)[hello.connection].valid())) {
       TDIST_LOG(WARNING) << where << ": dropping a connection from " << socket.peer_address().to_string()
                          << " with a bad greeting (rank " << hello.rank << ", size " << hello.size

@@ -162,7 +162,8 @@ TcpTransport::~TcpTransport() {
     Header bye{kGoodbyeTag, 0};
     for (auto& pair : pairs_) {
       if (pair.peer == rank_ || pair.closed || !pair.sends.empty()) continue;
-      if (std::any_of(pair.lanes.begin(), pair.lanes.end(), [](const tcp::Lane& l) { return !l.sends.empty(); }))
+      if (std::any_of(pair.lanes.begin(), pair.lanes.end(),
+                      [](const tcp::Lane& l) { return !l.sends.empty(); }))
         continue;
       (void)pair.socket.try_send(&bye, sizeof(bye));
     }
@@ -612,13 +613,13 @@ void TcpTransport::connection_failed(Pair& pair, const std::string& why) {
   if (!pair.waiting_lanes) read_some(pair, SIZE_MAX);
   if (pair.closed) return;
   const bool crashed = !pair.said_goodbye;
-  close_pair(pair,
-             std::make_exception_ptr(DistNetworkError(
-                 "rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) + " (" + pair.address +
-                 ") " + why +
-                 (crashed ? "; the peer process probably died or was killed"
-                          : " after shutting down its process group"))),
-             crashed);
+  close_pair(
+      pair,
+      std::make_exception_ptr(DistNetworkError("rank " + std::to_string(rank_) + ": rank " +
+                                               std::to_string(pair.peer) + " (" + pair.address + ") " + why +
+                                               (crashed ? "; the peer process probably died or was killed"
+                                                        : " after shutting down its process group"))),
+      crashed);
 }
 
 void TcpTransport::consume_staged(Pair& pair) {
@@ -679,7 +680,7 @@ void TcpTransport::read_some(Pair& pair, size_t budget) {
   }
 }
 
-void TcpTransport::close_pair(Pair& pair, std::exception_ptr error, bool crashed) {
+void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool crashed) {
   if (pair.closed) return;
   pair.closed = true;
   pair.error = error;
@@ -810,7 +811,7 @@ void TcpTransport::close_lanes(Pair& pair, const std::exception_ptr& error) {
   }
 }
 
-void TcpTransport::abort_locked(std::exception_ptr error) {
+void TcpTransport::abort_locked(const std::exception_ptr& error) {
   if (!aborted_) aborted_ = error;
   for (auto& pair : pairs_) {
     if (pair.peer == rank_) continue;

@@ -112,8 +112,8 @@ struct SendOp {
   RequestPtr request;
   Header header;
   const uint8_t* data;
-  size_t size;      // payload bytes on this connection
-  size_t sent = 0;  // counts header bytes first, then payload
+  size_t size;                           // payload bytes on this connection
+  size_t sent = 0;                       // counts header bytes first, then payload
   std::shared_ptr<StripedSend> striped;  // set for the stripes of one message
   bool raw = false;                      // a stripe: no header
   size_t header_bytes() const { return raw ? 0 : sizeof(Header); }
@@ -160,9 +160,9 @@ struct Pair {
   std::vector<uint8_t> stage;     // kStageBytes
   size_t staged_off = 0;          // stage bytes read but not consumed yet
   size_t staged_len = 0;
-  size_t payload_end = 0;         // payload bytes this connection carries
-  int stripes_left = 0;           // lanes still reading the current message
-  bool waiting_lanes = false;     // this connection is done with it; they are not
+  size_t payload_end = 0;      // payload bytes this connection carries
+  int stripes_left = 0;        // lanes still reading the current message
+  bool waiting_lanes = false;  // this connection is done with it; they are not
 };
 
 }  // namespace tcp
@@ -202,7 +202,7 @@ class TcpTransport final : public Transport {
   RequestPtr post_recv(tcp::RecvOp op);
   void match_recv(tcp::RecvOp op);
   void post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes);
-  void abort_locked(std::exception_ptr error);
+  void abort_locked(const std::exception_ptr& error);
   void break_locked(std::exception_ptr error);
   void notify_abort(const std::exception_ptr& error);
   void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
@@ -218,11 +218,11 @@ class TcpTransport final : public Transport {
   void set_polling(int fd, uint64_t id, uint32_t& current, uint32_t want);
   void update_polling(tcp::Pair& pair);
   void read_some(tcp::Pair& pair, size_t budget);
-  void advance(tcp::Pair& pair, size_t n);     // n more bytes read into the header or the payload
-  void consume_staged(tcp::Pair& pair);  // the unconsumed bytes of the stage
+  void advance(tcp::Pair& pair, size_t n);  // n more bytes read into the header or the payload
+  void consume_staged(tcp::Pair& pair);     // the unconsumed bytes of the stage
   void start_payload(tcp::Pair& pair);
   void finish_payload(tcp::Pair& pair);
-  void close_pair(tcp::Pair& pair, std::exception_ptr error, bool crashed);
+  void close_pair(tcp::Pair& pair, const std::exception_ptr& error, bool crashed);
   std::exception_ptr closed_error(const tcp::Pair& pair, const char* what) const;
   void loop();
   // Driving (see the top of the file).
@@ -248,9 +248,9 @@ class TcpTransport final : public Transport {
   bool sweeping_ = false;              // close_pair is reading the other connections
   bool broken_by_crash_ = false;       // a peer died without saying goodbye
   std::condition_variable closed_cv_;  // a pair closed
-  std::thread::id driver_;        // the thread holding the driver role, if any
-  bool driving_now_ = false;      // ... and polling the sockets right now
-  std::vector<Completion> deferred_;  // completions with callbacks, for the loop thread
+  std::thread::id driver_;             // the thread holding the driver role, if any
+  bool driving_now_ = false;           // ... and polling the sockets right now
+  std::vector<Completion> deferred_;   // completions with callbacks, for the loop thread
   bool loop_parked_ = false;
   mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
   mutable std::condition_variable loop_cv_;
