@@ -68,15 +68,32 @@ class Cache {
   size_t bytes_ = 0;
 };
 
-Cache& cache() {
-  thread_local Cache c;
-  return c;
+// Set once this thread's cache is destroyed (a trivially destructible
+// thread_local stays readable after that): a Scratch that outlives it, say
+// in an object with static lifetime destroyed at exit, frees its block
+// directly.
+thread_local bool t_cache_gone = false;
+
+struct OwnedCache {
+  Cache cache;
+  OwnedCache() = default;
+  OwnedCache(const OwnedCache&) = delete;
+  OwnedCache& operator=(const OwnedCache&) = delete;
+  ~OwnedCache() { t_cache_gone = true; }
+};
+
+Cache* cache() {
+  if (t_cache_gone) return nullptr;
+  thread_local OwnedCache c;
+  return &c.cache;
 }
 
 }  // namespace
 
 Scratch::Scratch(size_t bytes) {
-  Block block = cache().take(bytes);
+  Cache* c = cache();
+  Block block = c != nullptr ? c->take(bytes)
+                             : Block{new uint8_t[std::max<size_t>(1, bytes)], std::max<size_t>(1, bytes)};
   data_ = block.data;
   capacity_ = block.capacity;
 }
@@ -100,7 +117,11 @@ Scratch& Scratch::operator=(Scratch&& other) noexcept {
 void Scratch::give_back() noexcept {
   if (data_ == nullptr) return;
   try {
-    cache().give(Block{data_, capacity_});
+    if (Cache* c = cache()) {
+      c->give(Block{data_, capacity_});
+    } else {
+      delete[] data_;
+    }
   } catch (...) {
     delete[] data_;  // the cache could not grow; just free it
   }

@@ -92,3 +92,28 @@ TEST(Scratch, EachThreadHasItsOwnCache) {
 
 }  // namespace
 }  // namespace tdist::detail
+
+namespace tdist::detail {
+namespace {
+
+// A Scratch that outlives its thread's cache (here a thread_local made
+// before the cache, so destroyed after it; at exit, an object with static
+// lifetime) frees its block itself. Under ASan the old code read the
+// destroyed cache.
+struct LateHolder {
+  Scratch scratch;
+};
+
+TEST(Scratch, AScratchDestroyedAfterItsThreadsCacheIsFreedCleanly) {
+  bool ran = false;
+  std::thread([&] {
+    thread_local LateHolder holder;       // constructed first, destroyed last
+    holder.scratch = Scratch(300 << 10);  // constructs the cache
+    std::memset(holder.scratch.get(), 3, 300 << 10);
+    ran = true;
+  }).join();
+  EXPECT_TRUE(ran);
+}
+
+}  // namespace
+}  // namespace tdist::detail

@@ -248,6 +248,7 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
       const size_t begin = tcp::stripe_begin(nbytes, parts, j);
       const size_t end = tcp::stripe_begin(nbytes, parts, j + 1);
       tcp::Lane& lane = pair.lanes[static_cast<size_t>(j - 1)];
+      if (pair.closed) break;  // a write failed: the request has failed with it
       lane.sends.push_back(SendOp{request, Header{}, data + begin, end - begin, 0, striped, true});
       if (lane.sends.size() == 1) write_queue(pair, lane.socket, lane.sends);
     }
@@ -328,13 +329,11 @@ void TcpTransport::failed(const RequestPtr& request, std::exception_ptr error) {
 void TcpTransport::flush() {
   std::vector<Completion> done;
   bool driving = false;
-  bool tell_driver = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done.swap(completions_);
     if (done.empty()) return;
     driving = is_driver_locked();
-    tell_driver = !driving && driving_now_;
   }
   // Outside the lock: waking waiters and running their callbacks may post
   // new operations on this transport. The driver runs no callbacks: it is in
@@ -354,9 +353,27 @@ void TcpTransport::flush() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& c : for_loop) deferred_.push_back(std::move(c));
     wake_loop_locked();
+    // The loop thread may be in epoll_wait with nothing left to read.
+    if (!loop_parked_) interrupt_loop();
   }
-  // The driver may be asleep in poll waiting for one of these.
-  if (tell_driver) wake_driver();
+  if (!driving) wake_driver_if_polling();
+}
+
+void TcpTransport::wake_driver_if_polling() {
+  // Asked after the completions, not before: a driver that started polling
+  // meanwhile has checked its request before this thread completed it, and
+  // may be asleep in poll waiting for it.
+  bool polling = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    polling = driving_now_ && !is_driver_locked();
+  }
+  if (polling) wake_driver();
+}
+
+void TcpTransport::interrupt_loop() const {
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
 }
 
 void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size) {
@@ -608,18 +625,39 @@ void TcpTransport::lane_finished(Pair& pair) {
 }
 
 void TcpTransport::connection_failed(Pair& pair, const std::string& why) {
+  std::optional<RecvOp> orphan;
+  if (pair.waiting_lanes) {
+    // The message whose stripes were coming can no longer complete. What
+    // follows its first stripe on the first connection can still be read,
+    // and may say why: the peer's abort notice or its goodbye.
+    if (pair.direct) {
+      orphan = std::move(pair.direct);
+      pair.direct.reset();
+    } else if (pair.to_incoming) {
+      orphan = std::move(pair.incoming->claimed);
+      unexpected_.erase(pair.incoming);
+      pair.to_incoming = false;
+    }
+    pair.in_payload = false;
+    pair.header_got = 0;
+    pair.waiting_lanes = false;
+    pair.stripes_left = 0;
+    for (auto& lane : pair.lanes) lane.expecting = false;
+  }
   // A goodbye may wait on the first connection: read it first, so that a
   // peer that shut down cleanly is not reported as crashed.
-  if (!pair.waiting_lanes) read_some(pair, SIZE_MAX);
-  if (pair.closed) return;
-  const bool crashed = !pair.said_goodbye;
-  close_pair(
-      pair,
-      std::make_exception_ptr(DistNetworkError("rank " + std::to_string(rank_) + ": rank " +
-                                               std::to_string(pair.peer) + " (" + pair.address + ") " + why +
-                                               (crashed ? "; the peer process probably died or was killed"
-                                                        : " after shutting down its process group"))),
-      crashed);
+  read_some(pair, SIZE_MAX);
+  if (!pair.closed) {
+    const bool crashed = !pair.said_goodbye;
+    close_pair(pair,
+               std::make_exception_ptr(
+                   DistNetworkError("rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) +
+                                    " (" + pair.address + ") " + why +
+                                    (crashed ? "; the peer process probably died or was killed"
+                                             : " after shutting down its process group"))),
+               crashed);
+  }
+  if (orphan) failed(orphan->request, aborted_ ? aborted_ : pair.error);
 }
 
 void TcpTransport::consume_staged(Pair& pair) {
@@ -857,6 +895,7 @@ void TcpTransport::loop() {
               c.request->complete(c.source, c.bytes);
             }
           }
+          wake_driver_if_polling();
           lock.lock();
           continue;
         }

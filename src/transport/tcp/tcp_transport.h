@@ -235,6 +235,8 @@ class TcpTransport final : public Transport {
   bool work_pending_locked() const;
   void wake_loop_locked() const;
   void wake_driver() const;
+  void wake_driver_if_polling();  // not from the driver itself
+  void interrupt_loop() const;    // wakes the loop thread out of epoll_wait
   bool loop_should_park_locked() const;
 
   const int rank_;
