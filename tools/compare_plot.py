@@ -276,7 +276,11 @@ def machine(build_dir, load_before):
     # from it (read-only git commands).
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     commit = run(["git", "-C", repo, "log", "-1", "--format=%h (%cs)"])
-    dirty = run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"])
+    # The chart and the rows this run has just written are not changes to
+    # what was measured.
+    dirty = run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                 ":(exclude)docs/performance.png", ":(exclude)docs/performance.jsonl",
+                 ":(exclude)docs/performance.md"])
     tdist = f"commit {commit}" + (" plus uncommitted changes" if dirty else "") if commit else "unknown revision"
     if compiler or build_type:
         tdist += f", built {build_type or 'with the default build type'} by {compiler or 'c++'}"
