@@ -141,6 +141,47 @@ TEST(PgErrors, ALateRankFailsOnAGroupItsPeerAbortedAfterATimeout) {
   }
 }
 
+// all_to_all_single with split sizes the ranks disagree on: rank 1 sends
+// rank 0 two elements where rank 0 expects three. Rank 0 must say so (a
+// shorter block read as a longer one would hand back bytes nobody wrote),
+// over shared memory as over TCP, never hang. Rank 1's own part is
+// consistent: it may complete, or fail because rank 0 gave up.
+TEST(PgErrors, AllToAllWithSplitSizesTheRanksDisagreeOnIsAnError) {
+  for (const char* transport : {"auto", "tcp"}) {
+    std::string path = temp_path("a2a");
+    auto outcomes = run_forked(
+        2,
+        [&](int rank) {
+          setenv("TDIST_TRANSPORT", transport, 1);
+          auto store = std::make_shared<FileStore>(path, 2);
+          ProcessGroupOptions options;
+          options.timeout = 20s;
+          auto pg = create_process_group("tdist", store, rank, 2, options);
+          // split[j]: elements sent to (in) or received from (out) rank j.
+          const std::vector<int64_t> in_split =
+              rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 2};
+          const std::vector<int64_t> out_split =
+              rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{3, 2};
+          Tensor input = Tensor::zeros(DType::kFloat32, {4});
+          Tensor output = Tensor::zeros(DType::kFloat32, {out_split[0] + out_split[1]});
+          try {
+            pg->all_to_all_single(output, input, out_split, in_split)->wait();
+          } catch (const DistError& e) {
+            std::string what = e.what();
+            check(rank == 1 || what.find("expected 12 bytes from rank 1 but it sent 8") != std::string::npos,
+                  "rank 0 does not name the sizes: " + what);
+            if (rank == 1) store->set("rank1_failed", "1");
+            return;
+          }
+          check(rank == 1, "rank 0 accepted a block shorter than it expected");
+        },
+        40s);
+    for (const auto& outcome : outcomes)
+      EXPECT_TRUE(outcome.ok) << transport << ": " << describe_failures(outcomes);
+    unlink(path.c_str());
+  }
+}
+
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
   constexpr int kRanks = 4;
   std::string path = temp_path("kill");

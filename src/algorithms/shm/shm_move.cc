@@ -10,6 +10,7 @@
 
 #include "algorithms/shm/shm_collectives.h"
 #include "algorithms/shm/shm_common.h"
+#include "tdist/errors.h"
 
 namespace tdist::algorithms::shm {
 namespace {
@@ -168,9 +169,20 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // Only the sizes of this rank's own blocks are known here, so the ranks
     // first agree on the largest block (in the flag payload): it fixes how
     // many rounds everyone runs.
+    // The same round carries every rank's send sizes (in its buffer), so a
+    // receiver can check them against the sizes it expects, as the TCP
+    // algorithm does with the sizes that arrive: reading a shorter block
+    // than expected would hand back bytes nobody wrote.
     uint64_t k = call.begin_round();
     uint64_t my_max = std::max(largest(send_bytes), largest(recv_bytes));
     std::memcpy(call.group.arrive(me, k).payload, &my_max, sizeof(my_max));
+    const bool sizes_fit = static_cast<size_t>(p) * sizeof(uint64_t) <= call.group.buffer_bytes();
+    if (sizes_fit) {
+      for (int d = 0; d < p; ++d) {
+        const uint64_t n = send_bytes[static_cast<size_t>(d)];
+        std::memcpy(call.group.buffer(me, k) + static_cast<size_t>(d) * sizeof(uint64_t), &n, sizeof(n));
+      }
+    }
     call.group.publish_arrive(k);
     uint64_t max_block = my_max;
     for (int r = 0; r < p; ++r) {
@@ -179,6 +191,15 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       uint64_t theirs = 0;
       std::memcpy(&theirs, call.group.arrive(r, k).payload, sizeof(theirs));
       max_block = std::max(max_block, theirs);
+      if (!sizes_fit) continue;
+      uint64_t sent = 0;
+      std::memcpy(&sent, call.group.buffer(r, k) + m * sizeof(uint64_t), sizeof(sent));
+      if (sent != recv_bytes[static_cast<size_t>(r)]) {
+        throw DistInvalidArgument(call.ctx.op + ": rank " + std::to_string(me) + " expected " +
+                                  std::to_string(recv_bytes[static_cast<size_t>(r)]) + " bytes from rank " +
+                                  std::to_string(r) + " but it sent " + std::to_string(sent) +
+                                  " (do the ranks' split sizes agree?)");
+      }
     }
     if (max_block == 0) return;
     const size_t section = section_bytes(call.group, p, 1);
