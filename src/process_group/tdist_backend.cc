@@ -52,8 +52,7 @@ std::vector<size_t> nbytes_of(const std::vector<Tensor>& tensors) {
 // memory when they are back to back, else a staging buffer.
 struct Blocks {
   std::vector<Tensor> tensors;
-  detail::Scratch staging;  // recycled memory: no page faults per call
-  bool staged_ = false;
+  detail::Scratch staging;  // recycled memory: no page faults per call; empty when not staged
   uint8_t* base = nullptr;
 
   explicit Blocks(std::vector<Tensor> list) : tensors(std::move(list)) {
@@ -63,11 +62,10 @@ struct Blocks {
       size_t total = 0;
       for (const auto& t : tensors) total += t.nbytes();
       staging = detail::Scratch(total);
-      staged_ = true;
       base = staging.get();
     }
   }
-  bool staged() const { return staged_; }
+  bool staged() const { return staging.get() != nullptr; }
   void copy_in() {
     if (!staged()) return;
     size_t offset = 0;

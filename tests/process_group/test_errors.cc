@@ -95,44 +95,22 @@ TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
             "");
 }
 
-// Rank 0 gives up on all_reduce #1 (rank 1 is late) and aborts the group;
-// rank 1 then makes the same call, and the next one. Both must fail naming
-// rank 0's abort: over shared memory rank 0's data and flags are already
-// there, so without the check the late call would "succeed" alone.
-TEST(PgErrors, ALateRankFailsOnAGroupItsPeerAbortedAfterATimeout) {
+// Runs `body` on 2 forked ranks of a tdist group (timeout `timeout`), once
+// over each transport choice ("auto" is shared memory here, and "tcp"), and
+// expects every rank to come out without an error.
+void on_two_forked_ranks(const char* name, std::chrono::milliseconds timeout,
+                         const std::function<void(int rank, Store& store, ProcessGroup& pg)>& body) {
   for (const char* transport : {"auto", "tcp"}) {
-    std::string path = temp_path("late");
+    std::string path = temp_path(name);
     auto outcomes = run_forked(
         2,
         [&](int rank) {
           setenv("TDIST_TRANSPORT", transport, 1);
           auto store = std::make_shared<FileStore>(path, 2);
           ProcessGroupOptions options;
-          options.timeout = 1000ms;
+          options.timeout = timeout;
           auto pg = create_process_group("tdist", store, rank, 2, options);
-          Tensor t = Tensor::zeros(DType::kFloat32, {16});
-          pg->barrier()->wait();  // call #0 everywhere
-          if (rank == 0) {
-            try {
-              pg->all_reduce(t, ReduceOp::SUM)->wait();
-              throw std::runtime_error("all_reduce #1 completed without rank 1");
-            } catch (const DistTimeoutError&) {
-            }
-            store->set("rank0_gave_up", "1");
-            return;
-          }
-          store->wait({"rank0_gave_up"}, 30s);
-          for (int call = 1; call <= 2; ++call) {
-            try {
-              pg->all_reduce(t, ReduceOp::SUM)->wait();
-              throw std::runtime_error("all_reduce #" + std::to_string(call) +
-                                       " succeeded on a group rank 0 aborted");
-            } catch (const DistError& e) {
-              std::string what = e.what();
-              check(what.find("all_reduce") != std::string::npos && what.find("rank 0") != std::string::npos,
-                    std::string("op or aborting rank not named: ") + what);
-            }
-          }
+          body(rank, *store, *pg);
         },
         40s);
     for (const auto& outcome : outcomes)
@@ -141,45 +119,61 @@ TEST(PgErrors, ALateRankFailsOnAGroupItsPeerAbortedAfterATimeout) {
   }
 }
 
+// Rank 0 gives up on all_reduce #1 (rank 1 is late) and aborts the group;
+// rank 1 then makes the same call, and the next one. Both must fail naming
+// rank 0's abort: over shared memory rank 0's data and flags are already
+// there, so without the check the late call would "succeed" alone.
+TEST(PgErrors, ALateRankFailsOnAGroupItsPeerAbortedAfterATimeout) {
+  on_two_forked_ranks("late", 1000ms, [](int rank, Store& store, ProcessGroup& pg) {
+    Tensor t = Tensor::zeros(DType::kFloat32, {16});
+    pg.barrier()->wait();  // call #0 everywhere
+    if (rank == 0) {
+      try {
+        pg.all_reduce(t, ReduceOp::SUM)->wait();
+        throw std::runtime_error("all_reduce #1 completed without rank 1");
+      } catch (const DistTimeoutError&) {
+      }
+      store.set("rank0_gave_up", "1");
+      return;
+    }
+    store.wait({"rank0_gave_up"}, 30s);
+    for (int call = 1; call <= 2; ++call) {
+      try {
+        pg.all_reduce(t, ReduceOp::SUM)->wait();
+        throw std::runtime_error("all_reduce #" + std::to_string(call) +
+                                 " succeeded on a group rank 0 aborted");
+      } catch (const DistError& e) {
+        std::string what = e.what();
+        check(what.find("all_reduce") != std::string::npos && what.find("rank 0") != std::string::npos,
+              std::string("op or aborting rank not named: ") + what);
+      }
+    }
+  });
+}
+
 // all_to_all_single with split sizes the ranks disagree on: rank 1 sends
 // rank 0 two elements where rank 0 expects three. Rank 0 must say so (a
 // shorter block read as a longer one would hand back bytes nobody wrote),
 // over shared memory as over TCP, never hang. Rank 1's own part is
 // consistent: it may complete, or fail because rank 0 gave up.
 TEST(PgErrors, AllToAllWithSplitSizesTheRanksDisagreeOnIsAnError) {
-  for (const char* transport : {"auto", "tcp"}) {
-    std::string path = temp_path("a2a");
-    auto outcomes = run_forked(
-        2,
-        [&](int rank) {
-          setenv("TDIST_TRANSPORT", transport, 1);
-          auto store = std::make_shared<FileStore>(path, 2);
-          ProcessGroupOptions options;
-          options.timeout = 20s;
-          auto pg = create_process_group("tdist", store, rank, 2, options);
-          // split[j]: elements sent to (in) or received from (out) rank j.
-          const std::vector<int64_t> in_split =
-              rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 2};
-          const std::vector<int64_t> out_split =
-              rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{3, 2};
-          Tensor input = Tensor::zeros(DType::kFloat32, {4});
-          Tensor output = Tensor::zeros(DType::kFloat32, {out_split[0] + out_split[1]});
-          try {
-            pg->all_to_all_single(output, input, out_split, in_split)->wait();
-          } catch (const DistError& e) {
-            std::string what = e.what();
-            check(rank == 1 || what.find("expected 12 bytes from rank 1 but it sent 8") != std::string::npos,
-                  "rank 0 does not name the sizes: " + what);
-            if (rank == 1) store->set("rank1_failed", "1");
-            return;
-          }
-          check(rank == 1, "rank 0 accepted a block shorter than it expected");
-        },
-        40s);
-    for (const auto& outcome : outcomes)
-      EXPECT_TRUE(outcome.ok) << transport << ": " << describe_failures(outcomes);
-    unlink(path.c_str());
-  }
+  on_two_forked_ranks("a2a", 20s, [](int rank, Store& /*store*/, ProcessGroup& pg) {
+    // split[j]: elements sent to (in) or received from (out) rank j.
+    const std::vector<int64_t> in_split = rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 2};
+    const std::vector<int64_t> out_split =
+        rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{3, 2};
+    Tensor input = Tensor::zeros(DType::kFloat32, {4});
+    Tensor output = Tensor::zeros(DType::kFloat32, {out_split[0] + out_split[1]});
+    try {
+      pg.all_to_all_single(output, input, out_split, in_split)->wait();
+    } catch (const DistError& e) {
+      std::string what = e.what();
+      check(rank == 1 || what.find("expected 12 bytes from rank 1 but it sent 8") != std::string::npos,
+            "rank 0 does not name the sizes: " + what);
+      return;
+    }
+    check(rank == 1, "rank 0 accepted a block shorter than it expected");
+  });
 }
 
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {

@@ -60,6 +60,16 @@ bool in_call(const Transport* transport) {
   return std::find(t_calls.begin(), t_calls.end(), transport) != t_calls.end();
 }
 
+// Eventfds wake a thread in epoll_wait or poll.
+void signal_fd(int fd) {
+  uint64_t one = 1;
+  (void)!write(fd, &one, sizeof(one));
+}
+void drain_fd(int fd) {
+  uint64_t value = 0;
+  (void)!read(fd, &value, sizeof(value));
+}
+
 timespec to_timespec(Clock::duration d) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::min<Clock::duration>(d, std::chrono::hours(1)))
@@ -161,10 +171,7 @@ TcpTransport::~TcpTransport() {
     std::lock_guard<std::mutex> lock(mutex_);
     Header bye{kGoodbyeTag, 0};
     for (auto& pair : pairs_) {
-      if (pair.peer == rank_ || pair.closed || !pair.sends.empty()) continue;
-      if (std::any_of(pair.lanes.begin(), pair.lanes.end(),
-                      [](const tcp::Lane& l) { return !l.sends.empty(); }))
-        continue;
+      if (pair.peer == rank_ || pair.closed || pair.sending()) continue;
       (void)pair.socket.try_send(&bye, sizeof(bye));
     }
   }
@@ -173,8 +180,7 @@ TcpTransport::~TcpTransport() {
     stopping_ = true;
     wake_loop_locked();
   }
-  uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof(one));
+  interrupt_loop();
   if (thread_.joinable()) thread_.join();
   // Fail what is still pending here, without an abort notice: the peers got
   // a goodbye, and a clean shutdown is not their error.
@@ -258,9 +264,7 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
   // Write at once from this thread when nothing is queued ahead: small
   // messages then leave without waking anyone.
   if (!pair.closed && pair.sends.size() == 1) write_some(pair);
-  const bool queued = !pair.sends.empty() || std::any_of(pair.lanes.begin(), pair.lanes.end(),
-                                                         [](const tcp::Lane& l) { return !l.sends.empty(); });
-  if (pair.closed || !queued) return;
+  if (pair.closed || !pair.sending()) return;
   if (driver_ == std::thread::id()) {
     update_polling(pair);
     wake_loop_locked();
@@ -326,6 +330,14 @@ void TcpTransport::failed(const RequestPtr& request, std::exception_ptr error) {
   completions_.push_back(Completion{request, -1, 0, std::move(error)});
 }
 
+void TcpTransport::Completion::deliver() const {
+  if (error) {
+    request->fail(error);
+  } else {
+    request->complete(source, bytes);
+  }
+}
+
 void TcpTransport::flush() {
   std::vector<Completion> done;
   bool driving = false;
@@ -341,12 +353,10 @@ void TcpTransport::flush() {
   // operation of the group would wait for itself. The loop thread runs them.
   std::vector<Completion> for_loop;
   for (auto& c : done) {
-    if (driving) {
-      if (!c.request->settle_without_callbacks(c.source, c.bytes, c.error)) for_loop.push_back(std::move(c));
-    } else if (c.error) {
-      c.request->fail(c.error);
-    } else {
-      c.request->complete(c.source, c.bytes);
+    if (!driving) {
+      c.deliver();
+    } else if (!c.request->settle_without_callbacks(c.source, c.bytes, c.error)) {
+      for_loop.push_back(std::move(c));
     }
   }
   if (!for_loop.empty()) {
@@ -372,8 +382,7 @@ void TcpTransport::wake_driver_if_polling() {
 }
 
 void TcpTransport::interrupt_loop() const {
-  uint64_t one = 1;
-  (void)!write(wake_fd_, &one, sizeof(one));
+  signal_fd(wake_fd_);
 }
 
 void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size) {
@@ -399,11 +408,6 @@ void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, siz
   Incoming message{src, tag, detail::Scratch(size), size, true, std::nullopt};
   if (size > 0) std::memcpy(message.data.get(), data, size);
   unexpected_.push_back(std::move(message));
-}
-
-bool TcpTransport::write_some(Pair& pair) {
-  write_queue(pair, pair.socket, pair.sends);
-  return pair.sends.empty();
 }
 
 void TcpTransport::write_queue(Pair& pair, const Socket& socket, std::deque<SendOp>& sends) {
@@ -570,21 +574,7 @@ void TcpTransport::advance(Pair& pair, size_t n) {
       return;
     } else {
       start_payload(pair);
-      pair.payload_end = pair.header.size;
-      pair.stripes_left = 0;
-      const int parts = 1 + static_cast<int>(pair.lanes.size());
-      if (parts > 1 && pair.header.size >= tcp::kStripeMinBytes) {
-        // Stripe 0 comes here; stripe j on lane j - 1, into the same target.
-        pair.payload_end = tcp::stripe_begin(pair.header.size, parts, 1);
-        for (int j = 1; j < parts; ++j) {
-          tcp::Lane& lane = pair.lanes[static_cast<size_t>(j - 1)];
-          lane.offset = tcp::stripe_begin(pair.header.size, parts, j);
-          lane.length = tcp::stripe_begin(pair.header.size, parts, j + 1) - lane.offset;
-          lane.got = 0;
-          lane.expecting = lane.length > 0;
-          if (lane.expecting) ++pair.stripes_left;
-        }
-      }
+      begin_stripes(pair);
       if (pair.header.size > 0) return;
     }
   } else {
@@ -596,6 +586,24 @@ void TcpTransport::advance(Pair& pair, size_t n) {
     }
   }
   finish_payload(pair);
+}
+
+void TcpTransport::begin_stripes(Pair& pair) {
+  pair.payload_end = pair.header.size;
+  pair.stripes_left = 0;
+  const int parts = 1 + static_cast<int>(pair.lanes.size());
+  if (parts == 1 || pair.header.size < tcp::kStripeMinBytes) return;
+  // Stripe 0 comes on this connection; stripe j on lane j - 1, into the
+  // same target.
+  pair.payload_end = tcp::stripe_begin(pair.header.size, parts, 1);
+  for (int j = 1; j < parts; ++j) {
+    tcp::Lane& lane = pair.lanes[static_cast<size_t>(j - 1)];
+    lane.offset = tcp::stripe_begin(pair.header.size, parts, j);
+    lane.length = tcp::stripe_begin(pair.header.size, parts, j + 1) - lane.offset;
+    lane.got = 0;
+    lane.expecting = lane.length > 0;
+    if (lane.expecting) ++pair.stripes_left;
+  }
 }
 
 void TcpTransport::read_lane(Pair& pair, tcp::Lane& lane) {
@@ -638,11 +646,7 @@ void TcpTransport::connection_failed(Pair& pair, const std::string& why) {
       unexpected_.erase(pair.incoming);
       pair.to_incoming = false;
     }
-    pair.in_payload = false;
-    pair.header_got = 0;
-    pair.waiting_lanes = false;
-    pair.stripes_left = 0;
-    for (auto& lane : pair.lanes) lane.expecting = false;
+    pair.forget_message();  // the staged bytes after it stay, to be read
   }
   // A goodbye may wait on the first connection: read it first, so that a
   // peer that shut down cleanly is not reported as crashed.
@@ -766,11 +770,8 @@ void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool 
       ++it;
     }
   }
-  pair.in_payload = false;
-  pair.header_got = 0;
+  pair.forget_message();
   pair.staged_len = 0;
-  pair.waiting_lanes = false;
-  pair.stripes_left = 0;
   // A crashed peer breaks every collective of the group: fail all pending
   // and future operations now, naming it, instead of letting ranks that were
   // waiting on someone else find out at the timeout.
@@ -845,7 +846,6 @@ void TcpTransport::close_lanes(Pair& pair, const std::exception_ptr& error) {
     }
     for (auto& op : lane.sends) failed(op.request, error);
     lane.sends.clear();
-    lane.expecting = false;
   }
 }
 
@@ -862,7 +862,7 @@ void TcpTransport::abort_locked(const std::exception_ptr& error) {
     for (auto& op : pair.sends) failed(op.request, error);
     pair.sends.clear();
     close_lanes(pair, error);
-    pair.waiting_lanes = false;
+    pair.forget_message();
     pair.staged_len = 0;
     if (pair.direct) failed(pair.direct->request, error);
     pair.direct.reset();
@@ -888,13 +888,7 @@ void TcpTransport::loop() {
           std::vector<Completion> run;
           run.swap(deferred_);
           lock.unlock();
-          for (auto& c : run) {
-            if (c.error) {
-              c.request->fail(c.error);
-            } else {
-              c.request->complete(c.source, c.bytes);
-            }
-          }
+          for (const auto& c : run) c.deliver();
           wake_driver_if_polling();
           lock.lock();
           continue;
@@ -918,8 +912,7 @@ void TcpTransport::loop() {
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kWakeId) {
-        uint64_t value = 0;
-        (void)!read(wake_fd_, &value, sizeof(value));
+        drain_fd(wake_fd_);
         continue;
       }
       {
@@ -963,10 +956,7 @@ bool TcpTransport::work_pending_locked() const {
   if (!posted_.empty()) return true;
   for (const auto& pair : pairs_) {
     if (pair.peer == rank_ || pair.closed) continue;
-    if (!pair.sends.empty() || pair.in_payload || pair.header_got > 0 || pair.staged_len > 0) return true;
-    for (const auto& lane : pair.lanes) {
-      if (!lane.sends.empty() || lane.expecting) return true;
-    }
+    if (pair.sending() || pair.in_payload || pair.header_got > 0 || pair.staged_len > 0) return true;
   }
   return false;
 }
@@ -976,8 +966,7 @@ void TcpTransport::wake_loop_locked() const {
 }
 
 void TcpTransport::wake_driver() const {
-  uint64_t one = 1;
-  (void)!write(driver_wake_fd_, &one, sizeof(one));
+  signal_fd(driver_wake_fd_);
 }
 
 void TcpTransport::claim_for_call_locked() {
@@ -989,19 +978,9 @@ void TcpTransport::claim_for_call_locked() {
   // meanwhile. Read what is there before the call starts: if a peer gave up
   // on the group (its abort notice sits behind the data it sent before), the
   // call must fail now, not complete on that data.
-  poll_fds_.clear();
-  poll_ids_.clear();
-  for (const auto& pair : pairs_) {
-    if (pair.peer == rank_ || pair.closed || pair.waiting_lanes) continue;
-    poll_fds_.push_back(pollfd{pair.socket.fd(), POLLIN, 0});
-    poll_ids_.push_back(static_cast<uint64_t>(pair.peer));
-  }
+  build_poll_set_locked();
   const timespec now{0, 0};
-  if (ppoll(poll_fds_.data(), poll_fds_.size(), &now, nullptr) <= 0) return;
-  for (size_t i = 0; i < poll_ids_.size(); ++i) {
-    Pair& pair = pairs_[poll_ids_[i]];
-    if (poll_fds_[i].revents != 0 && !pair.closed) read_some(pair, kReadBudget);
-  }
+  if (ppoll(poll_fds_.data(), poll_fds_.size(), &now, nullptr) > 0) handle_polled_locked();
 }
 
 bool TcpTransport::claim_driver_locked() {
@@ -1073,26 +1052,10 @@ void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
   } driving_now(*this);
 
   while (!request.done()) {
-    poll_fds_.clear();
-    poll_ids_.clear();
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& pair : pairs_) {
-        if (pair.peer == rank_ || pair.closed) continue;
-        poll_fds_.push_back(pollfd{
-            pair.socket.fd(),
-            static_cast<short>((pair.waiting_lanes ? 0 : POLLIN) | (pair.sends.empty() ? 0 : POLLOUT)), 0});
-        poll_ids_.push_back(static_cast<uint64_t>(pair.peer));
-        for (size_t j = 0; j < pair.lanes.size(); ++j) {
-          const tcp::Lane& lane = pair.lanes[j];
-          const int events = (lane.expecting ? POLLIN : 0) | (lane.sends.empty() ? 0 : POLLOUT);
-          if (events == 0) continue;  // idle lane: its hang-up shows on the first connection too
-          poll_fds_.push_back(pollfd{lane.socket.fd(), static_cast<short>(events), 0});
-          poll_ids_.push_back(lane_id(pair.peer, j));
-        }
-      }
+      build_poll_set_locked();
     }
-    poll_fds_.push_back(pollfd{driver_wake_fd_, POLLIN, 0});
     const auto now = Clock::now();
     if (now >= deadline) return;
     const timespec timeout = to_timespec(deadline - now);
@@ -1102,24 +1065,45 @@ void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
       throw DistNetworkError("rank " + std::to_string(rank_) + ": tcp transport: poll: " + errno_text(errno));
     }
     if (n == 0) continue;
-    if (poll_fds_.back().revents != 0) {
-      uint64_t value = 0;
-      (void)!read(driver_wake_fd_, &value, sizeof(value));
-    }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < poll_ids_.size(); ++i) {
-        const short revents = poll_fds_[i].revents;
-        // Write whenever there is something to write, not only on POLLOUT:
-        // that comes only once a third of the send buffer is free, while
-        // the acknowledgements of what was just read may have freed less,
-        // and an exchange then moves in lock step. (A pair closed meanwhile
-        // by another thread is skipped: its fd may even be reused.)
-        handle_event(poll_ids_[i], (revents & POLLIN) != 0, /*writable=*/true,
-                     (revents & (POLLERR | POLLHUP)) != 0);
-      }
+      handle_polled_locked();
     }
     flush();
+  }
+}
+
+void TcpTransport::build_poll_set_locked() {
+  poll_fds_.clear();
+  poll_ids_.clear();
+  for (const auto& pair : pairs_) {
+    if (pair.peer == rank_ || pair.closed) continue;
+    poll_fds_.push_back(pollfd{
+        pair.socket.fd(),
+        static_cast<short>((pair.waiting_lanes ? 0 : POLLIN) | (pair.sends.empty() ? 0 : POLLOUT)), 0});
+    poll_ids_.push_back(static_cast<uint64_t>(pair.peer));
+    for (size_t j = 0; j < pair.lanes.size(); ++j) {
+      const tcp::Lane& lane = pair.lanes[j];
+      const int events = (lane.expecting ? POLLIN : 0) | (lane.sends.empty() ? 0 : POLLOUT);
+      if (events == 0) continue;  // idle lane: its hang-up shows on the first connection too
+      poll_fds_.push_back(pollfd{lane.socket.fd(), static_cast<short>(events), 0});
+      poll_ids_.push_back(lane_id(pair.peer, j));
+    }
+  }
+  poll_fds_.push_back(pollfd{driver_wake_fd_, POLLIN, 0});
+}
+
+void TcpTransport::handle_polled_locked() {
+  if (poll_fds_.back().revents != 0) drain_fd(driver_wake_fd_);
+  for (size_t i = 0; i < poll_ids_.size(); ++i) {
+    const short revents = poll_fds_[i].revents;
+    // Write whenever there is something to write, not only on POLLOUT: that
+    // comes only once a third of the send buffer is free, while the
+    // acknowledgements of what was just read may have freed less, and an
+    // exchange then moves in lock step. (A pair closed meanwhile by another
+    // thread is skipped: its fd may even be reused.)
+    handle_event(poll_ids_[i], (revents & POLLIN) != 0, /*writable=*/true,
+                 (revents & (POLLERR | POLLHUP)) != 0);
   }
 }
 

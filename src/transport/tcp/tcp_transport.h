@@ -19,6 +19,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -164,6 +165,20 @@ struct Pair {
   size_t payload_end = 0;      // payload bytes this connection carries
   int stripes_left = 0;        // lanes still reading the current message
   bool waiting_lanes = false;  // this connection is done with it; they are not
+
+  /// Something is queued to write, on any connection.
+  bool sending() const {
+    return !sends.empty() ||
+           std::any_of(lanes.begin(), lanes.end(), [](const Lane& l) { return !l.sends.empty(); });
+  }
+  /// Drops the state of the message being read (not the stage's bytes).
+  void forget_message() {
+    in_payload = false;
+    header_got = 0;
+    waiting_lanes = false;
+    stripes_left = 0;
+    for (auto& lane : lanes) lane.expecting = false;
+  }
 };
 
 }  // namespace tcp
@@ -195,6 +210,7 @@ class TcpTransport final : public Transport {
     int source;
     size_t bytes;
     std::exception_ptr error;
+    void deliver() const;  // complete or fail the request (runs its callbacks)
   };
   void completed(const RequestPtr& request, int source, size_t bytes);
   void failed(const RequestPtr& request, std::exception_ptr error);
@@ -208,7 +224,7 @@ class TcpTransport final : public Transport {
   void notify_abort(const std::exception_ptr& error);
   void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
   void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
-  bool write_some(tcp::Pair& pair);  // true when the queue drained
+  void write_some(tcp::Pair& pair) { write_queue(pair, pair.socket, pair.sends); }
   void write_queue(tcp::Pair& pair, const Socket& socket, std::deque<tcp::SendOp>& sends);
   void sent_part(const tcp::SendOp& op);
   void read_lane(tcp::Pair& pair, tcp::Lane& lane);
@@ -228,6 +244,9 @@ class TcpTransport final : public Transport {
   void loop();
   // Driving (see the top of the file).
   bool claim_driver_locked();
+  void build_poll_set_locked();  // poll_fds_/poll_ids_ for every open connection, and the driver's wake fd
+  void handle_polled_locked();   // after ppoll on that set
+  void begin_stripes(tcp::Pair& pair);  // the header of a message just arrived
   void claim_for_call_locked();
   void release_driver();
   void drive(const Request& request, Clock::time_point deadline);
