@@ -42,6 +42,21 @@ size_t largest(const std::vector<size_t>& bytes) {
   return m;
 }
 
+// all_to_all's first round: every rank's send sizes, then (when they fit)
+// one section per destination for the blocks themselves.
+struct OneRoundLayout {
+  bool sizes_fit;      // the sizes fit in a buffer
+  size_t data_offset;  // where the sections start: after the sizes, on a cache line
+  size_t section;      // bytes per destination; 0 when nothing fits
+};
+OneRoundLayout one_round_layout(const ShmGroup& group, int p) {
+  const size_t sizes = static_cast<size_t>(p) * sizeof(uint64_t);
+  const size_t data_offset = (sizes + 63) / 64 * 64;
+  if (data_offset > group.buffer_bytes()) return OneRoundLayout{sizes <= group.buffer_bytes(), data_offset, 0};
+  const size_t room = group.buffer_bytes() - data_offset;
+  return OneRoundLayout{true, data_offset, room / static_cast<size_t>(p) / 64 * 64};
+}
+
 // Where rank r's data of round k lives: its flag payload for tiny rounds.
 uint8_t* slot(const Call& call, int r, uint64_t k, bool payload) {
   return payload ? call.group.arrive(r, k).payload : call.group.buffer(r, k);
@@ -169,18 +184,30 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // Only the sizes of this rank's own blocks are known here, so the ranks
     // first agree on the largest block (in the flag payload): it fixes how
     // many rounds everyone runs.
-    // The same round carries every rank's send sizes (in its buffer), so a
-    // receiver can check them against the sizes it expects, as the TCP
-    // algorithm does with the sizes that arrive: reading a shorter block
-    // than expected would hand back bytes nobody wrote.
+    // The same round carries every rank's send sizes (at the start of its
+    // buffer), so a receiver can check them against the sizes it expects, as
+    // the TCP algorithm does with the sizes that arrive: reading a shorter
+    // block than expected would hand back bytes nobody wrote.
+    // Small blocks ride along in the same round (after the sizes), so that a
+    // small all_to_all costs one flag round, not two. A sender adds them when
+    // its own blocks fit; receivers read them when everyone's did (the
+    // largest block agreed on fits), which needs no flag of its own.
     uint64_t k = call.begin_round();
     uint64_t my_max = std::max(largest(send_bytes), largest(recv_bytes));
     std::memcpy(call.group.arrive(me, k).payload, &my_max, sizeof(my_max));
-    const bool sizes_fit = static_cast<size_t>(p) * sizeof(uint64_t) <= call.group.buffer_bytes();
-    if (sizes_fit) {
+    const OneRoundLayout first = one_round_layout(call.group, p);
+    uint8_t* my_first = call.group.buffer(me, k);
+    if (first.sizes_fit) {
       for (int d = 0; d < p; ++d) {
         const uint64_t n = send_bytes[static_cast<size_t>(d)];
-        std::memcpy(call.group.buffer(me, k) + static_cast<size_t>(d) * sizeof(uint64_t), &n, sizeof(n));
+        std::memcpy(my_first + static_cast<size_t>(d) * sizeof(uint64_t), &n, sizeof(n));
+      }
+      if (largest(send_bytes) <= first.section) {
+        for (int d = 0; d < p; ++d) {
+          if (d == me) continue;
+          copy(my_first + first.data_offset + static_cast<size_t>(d) * first.section,
+               input + send_offsets[static_cast<size_t>(d)], send_bytes[static_cast<size_t>(d)]);
+        }
       }
     }
     call.group.publish_arrive(k);
@@ -191,7 +218,7 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       uint64_t theirs = 0;
       std::memcpy(&theirs, call.group.arrive(r, k).payload, sizeof(theirs));
       max_block = std::max(max_block, theirs);
-      if (!sizes_fit) continue;
+      if (!first.sizes_fit) continue;
       uint64_t sent = 0;
       std::memcpy(&sent, call.group.buffer(r, k) + m * sizeof(uint64_t), sizeof(sent));
       if (sent != recv_bytes[static_cast<size_t>(r)]) {
@@ -202,6 +229,14 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       }
     }
     if (max_block == 0) return;
+    if (first.sizes_fit && max_block <= first.section) {
+      for (int step = 1; step < p; ++step) {
+        int s = (me + step) % p;
+        copy(output + recv_offsets[static_cast<size_t>(s)],
+             call.group.buffer(s, k) + first.data_offset + m * first.section, recv_bytes[static_cast<size_t>(s)]);
+      }
+      return;
+    }
     const size_t section = section_bytes(call.group, p, 1);
     for (size_t i = 0, rounds = ceil_div(max_block, section); i < rounds; ++i) {
       k = call.begin_round();
