@@ -9,4 +9,24 @@ cd "$BUILD_DIR"
 if [[ ${TDIST_SANITIZE:-} == *thread* ]]; then
   export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-}"
 fi
-ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@"
+rc=0
+ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@" || rc=$?
+if ((rc != 0)) && [[ -f Testing/Temporary/LastTest.log ]]; then
+  # CI shows only the end of the output: repeat the last lines of every
+  # failed test's output there, after ctest's summary.
+  echo "=== the end of each failed test's output (from $BUILD_DIR/Testing/Temporary/LastTest.log) ==="
+  awk '
+    /^[0-9]+\/[0-9]+ Testing: / { name = $0; n = 0; next }
+    { lines[n++] = $0 }
+    /^Test Failed\./ {
+      print "--- " name
+      shown = 0  # the lines that say what went wrong, then the last ones
+      for (i = 0; i < n && shown < 30; i++)
+        if (lines[i] ~ /Failure|Which is|Error|error|assert|FAILED|Traceback|killed|timed out|deadline/) {
+          print lines[i]; shown++
+        }
+      print "..."
+      for (i = (n > 25 ? n - 25 : 0); i < n; i++) print lines[i]
+    }' Testing/Temporary/LastTest.log
+fi
+exit "$rc"
