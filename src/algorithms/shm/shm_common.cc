@@ -11,6 +11,22 @@ uint64_t Call::begin_round() {
   return group.begin_round([this] { check(-1); });
 }
 
+uint64_t Call::begin_eager() {
+  const uint64_t n = group.next_eager();
+  if (n % ShmGroup::kEagerCheck == 0 && n >= ShmGroup::kEagerCheck) {
+    // The slots of the next kEagerCheck ops were last used kEagerSlots ops
+    // before them: every rank must be done with those.
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank()) wait(group.eager_done(r), n - ShmGroup::kEagerCheck, r, "its eager operations");
+    }
+  }
+  return n;
+}
+
+void Call::end_eager(uint64_t n) {
+  if ((n + 1) % ShmGroup::kEagerCheck == 0) transport::shm::publish(group.eager_done(rank()), n + 1);
+}
+
 void Call::check(int peer) const {
   group.check_aborted(ctx.op);
   for (int r = 0; r < size(); ++r) {

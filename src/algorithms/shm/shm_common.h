@@ -28,6 +28,11 @@ struct Call {
   int rank() const { return group.rank(); }
   int size() const { return group.size(); }
   uint64_t begin_round();
+  /// Eager ops (see ShmGroup::next_eager): begin returns the op's number n,
+  /// after making sure every rank is done with what its slots held; end
+  /// says this rank is done with n.
+  uint64_t begin_eager();
+  void end_eager(uint64_t n);
   /// Waits for `peer`'s `line` to reach `target` (`what` names the flag).
   void wait(const FlagLine& line, uint64_t target, int peer, const char* what) const;
   void wait_arrive(int peer, uint64_t k) const { wait(group.arrive(peer, k), k, peer, "its data"); }

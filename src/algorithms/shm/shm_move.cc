@@ -104,9 +104,29 @@ void barrier(const CallContext& ctx, ShmGroup& group) {
   });
 }
 
+// A broadcast of at most kPayloadBytes, eagerly (see ShmGroup::next_eager):
+// the root does not wait for the readers, so back-to-back small broadcasts
+// cost the root one flag write each, not a round trip. On 4 ranks sharing
+// 2 cores the rounds cost a wake-up of every rank per call (18 us against
+// Open MPI's 0.5 us for 8 B, 2026-11-23); Open MPI's broadcast runs ahead
+// the same way.
+void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
+  const uint64_t n = call.begin_eager();
+  FlagLine& slot = call.group.eager_slot(root, n);
+  if (call.rank() == root) {
+    std::memcpy(slot.payload, data, nbytes);
+    transport::shm::publish(slot, n + 1);
+  } else {
+    call.wait(slot, n + 1, root, "its broadcast");
+    std::memcpy(data, slot.payload, nbytes);
+  }
+  call.end_eager(n);
+}
+
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
+    if (nbytes <= kPayloadBytes) return eager_broadcast(call, data, nbytes, root);
     const bool payload = nbytes <= kPayloadBytes;
     const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     auto* bytes = static_cast<uint8_t*>(data);

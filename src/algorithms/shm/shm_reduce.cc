@@ -60,6 +60,28 @@ void reduce_everything(Call& call, void* data, size_t count, DType dtype, const 
   reduce_sources(data, srcs.data(), call.size(), count, dtype, op, call.size());
 }
 
+// A reduce of at most kPayloadBytes, eagerly (as a small broadcast, see
+// shm_move.cc): every rank writes its contribution into its slot of the
+// eager ring and only the root waits, for all of them, so the other ranks
+// run on. Open MPI's reduce runs ahead the same way; with rounds, a 4-rank
+// 8 B reduce on 2 cores took 12-14 us against its 3-6 us (2026-11-23).
+void eager_reduce(Call& call, void* data, size_t count, DType dtype, const ReduceOp& op, int root) {
+  const uint64_t n = call.begin_eager();
+  FlagLine& mine = call.group.eager_slot(call.rank(), n);
+  contribute(mine.payload, data, count, dtype, op);
+  transport::shm::publish(mine, n + 1);
+  if (call.rank() == root) {
+    std::vector<const void*> srcs(static_cast<size_t>(call.size()));
+    for (int r = 0; r < call.size(); ++r) {
+      FlagLine& theirs = call.group.eager_slot(r, n);
+      if (r != call.rank()) call.wait(theirs, n + 1, r, "its contribution");
+      srcs[static_cast<size_t>(r)] = theirs.payload;
+    }
+    reduce_sources(data, srcs.data(), call.size(), count, dtype, op, call.size());
+  }
+  call.end_eager(n);
+}
+
 // Two-shot. `copy_out`: which pieces come back to `data`: all (all_reduce),
 // none but at root (reduce).
 void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const ReduceOp& op, int root) {
@@ -115,7 +137,9 @@ void reduce_impl(Call& call, void* data, size_t count, DType dtype, const Reduce
     if (op.kind == ReduceOp::PREMUL_SUM) premultiply(data, count, dtype, op);
     return;
   }
-  if (nbytes <= transport::shm::kPayloadBytes ||
+  if (root >= 0 && nbytes <= transport::shm::kPayloadBytes) {
+    eager_reduce(call, data, count, dtype, op, root);
+  } else if (nbytes <= transport::shm::kPayloadBytes ||
       (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
     reduce_everything(call, data, count, dtype, op, root);
   } else {

@@ -17,6 +17,8 @@ struct ShmGroup::RankArea {
   FlagLine arrive[2];
   FlagLine reduced;
   FlagLine aborted;   // seq != 0: this rank aborted; payload[0]: its AbortKind
+  FlagLine eager_done;                          // eager broadcasts this rank has finished
+  FlagLine eager[ShmGroup::kEagerSlots];        // this rank's eager broadcasts as root
   char reason[1024];  // why, NUL-terminated
 };
 
@@ -119,6 +121,14 @@ FlagLine& ShmGroup::reduced(int r) const {
   return area(r).reduced;
 }
 
+FlagLine& ShmGroup::eager_slot(int root, uint64_t n) const {
+  return area(root).eager[n % kEagerSlots];
+}
+
+FlagLine& ShmGroup::eager_done(int r) const {
+  return area(r).eager_done;
+}
+
 uint64_t ShmGroup::begin_round(const FailureCheck& check) {
   uint64_t k = ++round_;
   if (k >= 2) {
@@ -143,6 +153,8 @@ void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
     wake_all(area(r).arrive[0]);
     wake_all(area(r).arrive[1]);
     wake_all(area(r).reduced);
+    wake_all(area(r).eager_done);
+    for (auto& slot : area(r).eager) wake_all(slot);
   }
 }
 

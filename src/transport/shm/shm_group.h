@@ -72,6 +72,19 @@ class ShmGroup {
   void publish_arrive(uint64_t k) { publish(arrive(rank_, k), k); }
   void publish_reduced(uint64_t k) { publish(reduced(rank_), k); }
 
+  /// Eager broadcasts (at most kPayloadBytes) bypass the rounds: the root
+  /// writes broadcast n into slot n % kEagerSlots of its own ring and goes
+  /// on; readers take it from there whenever they get to it. Every rank
+  /// counts them alike (next_eager() returns n). A slot is written again
+  /// kEagerSlots broadcasts later, so every kEagerCheck broadcasts each rank
+  /// publishes how many it has finished (eager_done) and waits until every
+  /// rank has finished all but the last kEagerCheck of them.
+  static constexpr uint64_t kEagerSlots = 32;
+  static constexpr uint64_t kEagerCheck = kEagerSlots / 2;
+  uint64_t next_eager() { return eager_++; }
+  FlagLine& eager_slot(int root, uint64_t n) const;
+  FlagLine& eager_done(int r) const;
+
   /// Why a rank aborted; peers raise the same exception type.
   enum class AbortKind : uint8_t { kOther = 0, kTimeout = 1, kNetwork = 2 };
   /// Marks this rank as failed with `reason` (unless another rank already
@@ -96,6 +109,7 @@ class ShmGroup {
   size_t data_offset_;
   WaitPolicy policy_;
   uint64_t round_ = 0;
+  uint64_t eager_ = 0;
 };
 
 /// The bytes of a segment for `size` ranks and `buffer_bytes` per buffer.
