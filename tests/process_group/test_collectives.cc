@@ -219,28 +219,28 @@ TEST_P(Collectives, BroadcastFromEveryRoot) {
 }
 
 TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          for (int root = 0; root < pg.size(); ++root) {
-                            for (Kind kind : {Kind::SUM, Kind::MAX, Kind::AVG}) {
-                              for (int64_t count : {0, 1, 7, 100003}) {
-                                Tensor t = make_tensor(DType::kFloat64, count, [&](int64_t i) {
-                                  return contribution(DType::kFloat64, kind, rank, i);
-                                });
-                                Tensor before = t.clone();
-                                pg.reduce(t, root, make_op(kind))->wait();
-                                if (rank == root) {
-                                  expect_reduced(t, kind, pg.size(),
-                                                 label("reduce", DType::kFloat64, kind, count));
-                                } else {
-                                  check(t.nbytes() == 0 || std::memcmp(t.data(), before.data(), t.nbytes()) == 0,
-                                        "reduce changed a non-root input");
-                                }
-                              }
-                            }
+  EXPECT_EQ(
+      with_groups(mode(), n(),
+                  [&](ProcessGroup& pg, int rank) {
+                    for (int root = 0; root < pg.size(); ++root) {
+                      for (Kind kind : {Kind::SUM, Kind::MAX, Kind::AVG}) {
+                        for (int64_t count : {0, 1, 7, 100003}) {
+                          Tensor t = make_tensor(DType::kFloat64, count, [&](int64_t i) {
+                            return contribution(DType::kFloat64, kind, rank, i);
+                          });
+                          Tensor before = t.clone();
+                          pg.reduce(t, root, make_op(kind))->wait();
+                          if (rank == root) {
+                            expect_reduced(t, kind, pg.size(), label("reduce", DType::kFloat64, kind, count));
+                          } else {
+                            check(t.nbytes() == 0 || std::memcmp(t.data(), before.data(), t.nbytes()) == 0,
+                                  "reduce changed a non-root input");
                           }
-                        }),
-            "");
+                        }
+                      }
+                    }
+                  }),
+      "");
 }
 
 TEST_P(Collectives, AllGatherListWithDifferentSizesPerRank) {
@@ -468,42 +468,43 @@ TEST_P(Collectives, AllToAllBlocksAroundTheOneRoundLimit) {
   // ones of the shm4k run, for every world size: equal blocks, and blocks
   // where only rank 0's are large (so the others packed theirs in the first
   // round while the call needs more rounds).
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          const int p = pg.size();
-                          for (int64_t big : {int64_t{448}, int64_t{449}, int64_t{2017}, int64_t{5000},
-                                              int64_t{600'000}}) {
-                            for (bool only_rank0 : {false, true}) {
-                              auto block = [&](int src) { return only_rank0 && src != 0 ? int64_t{3} : big; };
-                              auto value = [](int src, int dst, int64_t i) {
-                                return static_cast<double>((src * 31 + dst * 7 + i) % 251);
-                              };
-                              std::vector<int64_t> in_splits(static_cast<size_t>(p), block(rank));
-                              std::vector<int64_t> out_splits;
-                              int64_t out_total = 0;
-                              for (int s = 0; s < p; ++s) {
-                                out_splits.push_back(block(s));
-                                out_total += block(s);
-                              }
-                              Tensor in = make_tensor(DType::kUInt8, block(rank) * p, [&](int64_t i) {
-                                return value(rank, static_cast<int>(i / block(rank)), i % block(rank));
-                              });
-                              Tensor out = Tensor::zeros(DType::kUInt8, {out_total});
-                              pg.all_to_all_single(out, in, out_splits, in_splits)->wait();
-                              int64_t at = 0;
-                              for (int s = 0; s < p; ++s) {
-                                for (int64_t i = 0; i < block(s); ++i, ++at) {
-                                  if (real_at(out, at) != value(s, rank, i)) {
-                                    check(false, "all_to_all of " + std::to_string(big) + "-byte blocks" +
-                                                     (only_rank0 ? " (rank 0 only)" : "") + ": byte " +
-                                                     std::to_string(i) + " from rank " + std::to_string(s));
-                                  }
-                                }
-                              }
-                            }
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(
+          mode(), n(),
+          [&](ProcessGroup& pg, int rank) {
+            const int p = pg.size();
+            for (int64_t big : {int64_t{448}, int64_t{449}, int64_t{2017}, int64_t{5000}, int64_t{600'000}}) {
+              for (bool only_rank0 : {false, true}) {
+                auto block = [&](int src) { return only_rank0 && src != 0 ? int64_t{3} : big; };
+                auto value = [](int src, int dst, int64_t i) {
+                  return static_cast<double>((src * 31 + dst * 7 + i) % 251);
+                };
+                std::vector<int64_t> in_splits(static_cast<size_t>(p), block(rank));
+                std::vector<int64_t> out_splits;
+                int64_t out_total = 0;
+                for (int s = 0; s < p; ++s) {
+                  out_splits.push_back(block(s));
+                  out_total += block(s);
+                }
+                Tensor in = make_tensor(DType::kUInt8, block(rank) * p, [&](int64_t i) {
+                  return value(rank, static_cast<int>(i / block(rank)), i % block(rank));
+                });
+                Tensor out = Tensor::zeros(DType::kUInt8, {out_total});
+                pg.all_to_all_single(out, in, out_splits, in_splits)->wait();
+                int64_t at = 0;
+                for (int s = 0; s < p; ++s) {
+                  for (int64_t i = 0; i < block(s); ++i, ++at) {
+                    if (real_at(out, at) != value(s, rank, i)) {
+                      check(false, "all_to_all of " + std::to_string(big) + "-byte blocks" +
+                                       (only_rank0 ? " (rank 0 only)" : "") + ": byte " + std::to_string(i) +
+                                       " from rank " + std::to_string(s));
+                    }
+                  }
+                }
+              }
+            }
+          }),
+      "");
 }
 
 TEST_P(Collectives, ManySmallBroadcastsAndReducesFromRotatingRootsAmidOtherOps) {
@@ -512,37 +513,39 @@ TEST_P(Collectives, ManySmallBroadcastsAndReducesFromRotatingRootsAmidOtherOps) 
   // broadcasts in a row from changing roots, of 1 to 49 bytes (49 takes the
   // rounds), with a small reduce every fifth and an all_reduce now and then:
   // every value must arrive, none overwritten before every rank read it.
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          const int p = pg.size();
-                          for (int i = 0; i < 200; ++i) {
-                            const int root = (i * 7 / 3) % p;
-                            const int64_t bytes = 1 + (i * 13) % 49;
-                            auto value = [&](int64_t j) { return static_cast<double>((i * 5 + j) % 256); };
-                            Tensor t = rank == root ? make_tensor(DType::kUInt8, bytes, value)
-                                                    : Tensor::zeros(DType::kUInt8, {bytes});
-                            pg.broadcast(t, root)->wait();
-                            for (int64_t j = 0; j < bytes; ++j) {
-                              if (real_at(t, j) != value(j)) {
-                                check(false, "broadcast #" + std::to_string(i) + " from rank " +
-                                                 std::to_string(root) + ": byte " + std::to_string(j));
-                              }
-                            }
-                            if (i % 5 == 4) {  // a small reduce takes the same ring
-                              Tensor r = make_tensor(DType::kFloat64, 5, [&](int64_t j) { return rank * 10 + j + i; });
-                              pg.reduce(r, root, ReduceOp::SUM)->wait();
-                              if (rank == root) {
-                                check(real_at(r, 4) == 10.0 * p * (p - 1) / 2 + p * (4 + i), "reduce between broadcasts");
-                              }
-                            }
-                            if (i % 37 == 36) {
-                              Tensor s = make_tensor(DType::kInt64, 3, [&](int64_t j) { return rank + j; });
-                              pg.all_reduce(s, ReduceOp::SUM)->wait();
-                              check(real_at(s, 2) == p * (p - 1) / 2 + 2 * p, "all_reduce between broadcasts");
-                            }
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(
+          mode(), n(),
+          [&](ProcessGroup& pg, int rank) {
+            const int p = pg.size();
+            for (int i = 0; i < 200; ++i) {
+              const int root = (i * 7 / 3) % p;
+              const int64_t bytes = 1 + (i * 13) % 49;
+              auto value = [&](int64_t j) { return static_cast<double>((i * 5 + j) % 256); };
+              Tensor t = rank == root ? make_tensor(DType::kUInt8, bytes, value)
+                                      : Tensor::zeros(DType::kUInt8, {bytes});
+              pg.broadcast(t, root)->wait();
+              for (int64_t j = 0; j < bytes; ++j) {
+                if (real_at(t, j) != value(j)) {
+                  check(false, "broadcast #" + std::to_string(i) + " from rank " + std::to_string(root) +
+                                   ": byte " + std::to_string(j));
+                }
+              }
+              if (i % 5 == 4) {  // a small reduce takes the same ring
+                Tensor r = make_tensor(DType::kFloat64, 5, [&](int64_t j) { return rank * 10 + j + i; });
+                pg.reduce(r, root, ReduceOp::SUM)->wait();
+                if (rank == root) {
+                  check(real_at(r, 4) == 10.0 * p * (p - 1) / 2 + p * (4 + i), "reduce between broadcasts");
+                }
+              }
+              if (i % 37 == 36) {
+                Tensor s = make_tensor(DType::kInt64, 3, [&](int64_t j) { return rank + j; });
+                pg.all_reduce(s, ReduceOp::SUM)->wait();
+                check(real_at(s, 2) == p * (p - 1) / 2 + 2 * p, "all_reduce between broadcasts");
+              }
+            }
+          }),
+      "");
 }
 
 TEST_P(Collectives, ARootRunningAheadOfALateReaderNeverOverwritesWhatItHasNotRead) {
@@ -550,21 +553,22 @@ TEST_P(Collectives, ARootRunningAheadOfALateReaderNeverOverwritesWhatItHasNotRea
   // late (the pause only lets the root get ahead; nothing waits on it): the
   // root may run at most one ring of slots ahead, and the late rank must
   // still read every message as it was sent.
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          const int p = pg.size();
-                          if (p > 1 && rank == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                          for (int i = 0; i < 100; ++i) {
-                            Tensor t = rank == 0 ? make_tensor(DType::kInt32, 4, [&](int64_t j) { return i * 4 + j; })
-                                                 : Tensor::zeros(DType::kInt32, {4});
-                            pg.broadcast(t, 0)->wait();
-                            for (int64_t j = 0; j < 4; ++j) {
-                              if (real_at(t, j) != i * 4 + j) {
-                                check(false, "broadcast #" + std::to_string(i) + " element " + std::to_string(j));
-                              }
-                            }
-                          }
-                        }),
+  EXPECT_EQ(with_groups(
+                mode(), n(),
+                [&](ProcessGroup& pg, int rank) {
+                  const int p = pg.size();
+                  if (p > 1 && rank == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                  for (int i = 0; i < 100; ++i) {
+                    Tensor t = rank == 0 ? make_tensor(DType::kInt32, 4, [&](int64_t j) { return i * 4 + j; })
+                                         : Tensor::zeros(DType::kInt32, {4});
+                    pg.broadcast(t, 0)->wait();
+                    for (int64_t j = 0; j < 4; ++j) {
+                      if (real_at(t, j) != i * 4 + j) {
+                        check(false, "broadcast #" + std::to_string(i) + " element " + std::to_string(j));
+                      }
+                    }
+                  }
+                }),
             "");
 }
 

@@ -52,7 +52,8 @@ struct OneRoundLayout {
 OneRoundLayout one_round_layout(const ShmGroup& group, int p) {
   const size_t sizes = static_cast<size_t>(p) * sizeof(uint64_t);
   const size_t data_offset = (sizes + 63) / 64 * 64;
-  if (data_offset > group.buffer_bytes()) return OneRoundLayout{sizes <= group.buffer_bytes(), data_offset, 0};
+  if (data_offset > group.buffer_bytes())
+    return OneRoundLayout{sizes <= group.buffer_bytes(), data_offset, 0};
   const size_t room = group.buffer_bytes() - data_offset;
   return OneRoundLayout{true, data_offset, room / static_cast<size_t>(p) / 64 * 64};
 }
@@ -253,7 +254,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       for (int step = 1; step < p; ++step) {
         int s = (me + step) % p;
         copy(output + recv_offsets[static_cast<size_t>(s)],
-             call.group.buffer(s, k) + first.data_offset + m * first.section, recv_bytes[static_cast<size_t>(s)]);
+             call.group.buffer(s, k) + first.data_offset + m * first.section,
+             recv_bytes[static_cast<size_t>(s)]);
       }
       return;
     }

@@ -140,7 +140,7 @@ void reduce_impl(Call& call, void* data, size_t count, DType dtype, const Reduce
   if (root >= 0 && nbytes <= transport::shm::kPayloadBytes) {
     eager_reduce(call, data, count, dtype, op, root);
   } else if (nbytes <= transport::shm::kPayloadBytes ||
-      (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
+             (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
     reduce_everything(call, data, count, dtype, op, root);
   } else {
     reduce_two_shot(call, static_cast<uint8_t*>(data), count, dtype, op, root);

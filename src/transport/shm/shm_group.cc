@@ -16,10 +16,10 @@ namespace tdist::transport::shm {
 struct ShmGroup::RankArea {
   FlagLine arrive[2];
   FlagLine reduced;
-  FlagLine aborted;   // seq != 0: this rank aborted; payload[0]: its AbortKind
-  FlagLine eager_done;                          // eager broadcasts this rank has finished
-  FlagLine eager[ShmGroup::kEagerSlots];        // this rank's eager broadcasts as root
-  char reason[1024];  // why, NUL-terminated
+  FlagLine aborted;                       // seq != 0: this rank aborted; payload[0]: its AbortKind
+  FlagLine eager_done;                    // eager operations this rank has finished
+  FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
+  char reason[1024];                      // why, NUL-terminated
 };
 
 namespace {
@@ -86,6 +86,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
   if (rank == 0) {
     std::vector<std::string> keys;
+    keys.reserve(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) keys.push_back(prefix + "mapped/" + std::to_string(r));
     store.wait(keys, timeout);
     // Every rank maps it: drop the name, so the memory goes with the last
