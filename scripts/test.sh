@@ -10,8 +10,9 @@ if [[ ${TDIST_SANITIZE:-} == *thread* ]]; then
   export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan.supp ${TSAN_OPTIONS:-}"
 fi
 rc=0
+started=$(mktemp)  # a failed run's log is newer than this (not one left by an older run)
 ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@" || rc=$?
-if ((rc != 0)) && [[ -f Testing/Temporary/LastTest.log ]]; then
+if ((rc != 0)) && [[ Testing/Temporary/LastTest.log -nt $started ]]; then
   # CI shows only the end of the output: repeat the last lines of every
   # failed test's output there, after ctest's summary.
   echo "=== the end of each failed test's output (from $BUILD_DIR/Testing/Temporary/LastTest.log) ==="
@@ -29,4 +30,5 @@ if ((rc != 0)) && [[ -f Testing/Temporary/LastTest.log ]]; then
       for (i = (n > 25 ? n - 25 : 0); i < n; i++) print lines[i]
     }' Testing/Temporary/LastTest.log
 fi
+rm -f "$started"
 exit "$rc"

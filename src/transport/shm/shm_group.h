@@ -17,6 +17,10 @@
 // buffers, so a buffer is never overwritten while somebody reads it. Every
 // rank runs the same rounds in the same order because every rank runs the
 // same collectives with the same sizes.
+//
+// Small broadcasts and reduces skip the rounds and use each rank's ring of
+// eager slots instead (next_eager() below): their writers do not wait for
+// the readers.
 
 #include <chrono>
 #include <cstddef>
