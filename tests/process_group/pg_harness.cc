@@ -79,4 +79,15 @@ void check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
+void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
+                    const std::string& what) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (real_at(t, first + i) != want(i)) {
+      throw std::runtime_error(what + ": element " + std::to_string(i) + " is " +
+                               std::to_string(real_at(t, first + i)) + ", expected " +
+                               std::to_string(want(i)));
+    }
+  }
+}
+
 }  // namespace tdist::testing

@@ -29,5 +29,9 @@ void set_at(const Tensor& t, int64_t i, double v);
 
 /// Throws std::runtime_error with `what` if !ok.
 void check(bool ok, const std::string& what);
+/// Checks elements [first, first + count) of `t` against want(0..count-1);
+/// the error names `what` and the first index that differs.
+void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
+                    const std::string& what);
 
 }  // namespace tdist::testing

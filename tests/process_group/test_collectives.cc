@@ -493,13 +493,11 @@ TEST_P(Collectives, AllToAllBlocksAroundTheOneRoundLimit) {
                 pg.all_to_all_single(out, in, out_splits, in_splits)->wait();
                 int64_t at = 0;
                 for (int s = 0; s < p; ++s) {
-                  for (int64_t i = 0; i < block(s); ++i, ++at) {
-                    if (real_at(out, at) != value(s, rank, i)) {
-                      check(false, "all_to_all of " + std::to_string(big) + "-byte blocks" +
-                                       (only_rank0 ? " (rank 0 only)" : "") + ": byte " + std::to_string(i) +
-                                       " from rank " + std::to_string(s));
-                    }
-                  }
+                  check_elements(
+                      out, at, block(s), [&](int64_t i) { return value(s, rank, i); },
+                      "all_to_all of " + std::to_string(big) + "-byte blocks" +
+                          (only_rank0 ? " (rank 0 only)" : "") + ", block from rank " + std::to_string(s));
+                  at += block(s);
                 }
               }
             }
@@ -525,12 +523,8 @@ TEST_P(Collectives, ManySmallBroadcastsAndReducesFromRotatingRootsAmidOtherOps) 
               Tensor t = rank == root ? make_tensor(DType::kUInt8, bytes, value)
                                       : Tensor::zeros(DType::kUInt8, {bytes});
               pg.broadcast(t, root)->wait();
-              for (int64_t j = 0; j < bytes; ++j) {
-                if (real_at(t, j) != value(j)) {
-                  check(false, "broadcast #" + std::to_string(i) + " from rank " + std::to_string(root) +
-                                   ": byte " + std::to_string(j));
-                }
-              }
+              check_elements(t, 0, bytes, value,
+                             "broadcast #" + std::to_string(i) + " from rank " + std::to_string(root));
               if (i % 5 == 4) {  // a small reduce takes the same ring
                 Tensor r = make_tensor(DType::kFloat64, 5, [&](int64_t j) { return rank * 10 + j + i; });
                 pg.reduce(r, root, ReduceOp::SUM)->wait();
@@ -553,22 +547,19 @@ TEST_P(Collectives, ARootRunningAheadOfALateReaderNeverOverwritesWhatItHasNotRea
   // late (the pause only lets the root get ahead; nothing waits on it): the
   // root may run at most one ring of slots ahead, and the late rank must
   // still read every message as it was sent.
-  EXPECT_EQ(with_groups(
-                mode(), n(),
-                [&](ProcessGroup& pg, int rank) {
-                  const int p = pg.size();
-                  if (p > 1 && rank == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                  for (int i = 0; i < 100; ++i) {
-                    Tensor t = rank == 0 ? make_tensor(DType::kInt32, 4, [&](int64_t j) { return i * 4 + j; })
-                                         : Tensor::zeros(DType::kInt32, {4});
-                    pg.broadcast(t, 0)->wait();
-                    for (int64_t j = 0; j < 4; ++j) {
-                      if (real_at(t, j) != i * 4 + j) {
-                        check(false, "broadcast #" + std::to_string(i) + " element " + std::to_string(j));
-                      }
-                    }
-                  }
-                }),
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          if (p > 1 && rank == p - 1)
+                            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                          for (int i = 0; i < 100; ++i) {
+                            auto value = [&](int64_t j) { return static_cast<double>(i * 4 + j); };
+                            Tensor t = rank == 0 ? make_tensor(DType::kInt32, 4, value)
+                                                 : Tensor::zeros(DType::kInt32, {4});
+                            pg.broadcast(t, 0)->wait();
+                            check_elements(t, 0, 4, value, "broadcast #" + std::to_string(i));
+                          }
+                        }),
             "");
 }
 

@@ -128,19 +128,18 @@ void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbyte
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
     if (nbytes <= kPayloadBytes) return eager_broadcast(call, data, nbytes, root);
-    const bool payload = nbytes <= kPayloadBytes;
-    const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
+    const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     auto* bytes = static_cast<uint8_t*>(data);
     for (size_t i = 0, rounds = ceil_div(nbytes, piece); i < rounds; ++i) {
       Piece part = piece_of(nbytes, piece, i);
       uint64_t k = call.begin_round();
       if (call.rank() == root) {
-        copy(slot(call, root, k, payload), bytes + part.begin, part.length);
+        copy(call.group.buffer(root, k), bytes + part.begin, part.length);
         call.group.publish_arrive(k);
       } else {
         call.group.publish_arrive(k);
         call.wait_arrive(root, k);
-        copy(bytes + part.begin, slot(call, root, k, payload), part.length);
+        copy(bytes + part.begin, call.group.buffer(root, k), part.length);
       }
     }
   });

@@ -122,8 +122,8 @@ FlagLine& ShmGroup::reduced(int r) const {
   return area(r).reduced;
 }
 
-FlagLine& ShmGroup::eager_slot(int root, uint64_t n) const {
-  return area(root).eager[n % kEagerSlots];
+FlagLine& ShmGroup::eager_slot(int writer, uint64_t n) const {
+  return area(writer).eager[n % kEagerSlots];
 }
 
 FlagLine& ShmGroup::eager_done(int r) const {

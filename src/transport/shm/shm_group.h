@@ -76,17 +76,18 @@ class ShmGroup {
   void publish_arrive(uint64_t k) { publish(arrive(rank_, k), k); }
   void publish_reduced(uint64_t k) { publish(reduced(rank_), k); }
 
-  /// Eager broadcasts (at most kPayloadBytes) bypass the rounds: the root
-  /// writes broadcast n into slot n % kEagerSlots of its own ring and goes
+  /// Eager operations (broadcast and reduce of at most kPayloadBytes)
+  /// bypass the rounds: a writer (the broadcast's root, every rank of a
+  /// reduce) puts op n into slot n % kEagerSlots of its own ring and goes
   /// on; readers take it from there whenever they get to it. Every rank
   /// counts them alike (next_eager() returns n). A slot is written again
-  /// kEagerSlots broadcasts later, so every kEagerCheck broadcasts each rank
-  /// publishes how many it has finished (eager_done) and waits until every
-  /// rank has finished all but the last kEagerCheck of them.
+  /// kEagerSlots ops later, so every kEagerCheck ops each rank publishes how
+  /// many it has finished (eager_done) and waits until every rank has
+  /// finished all but the last kEagerCheck of them (Call::begin_eager).
   static constexpr uint64_t kEagerSlots = 32;
   static constexpr uint64_t kEagerCheck = kEagerSlots / 2;
   uint64_t next_eager() { return eager_++; }
-  FlagLine& eager_slot(int root, uint64_t n) const;
+  FlagLine& eager_slot(int writer, uint64_t n) const;
   FlagLine& eager_done(int r) const;
 
   /// Why a rank aborted; peers raise the same exception type.
