@@ -17,6 +17,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/scratch.h"
@@ -32,8 +33,9 @@ using transport::RequestPtr;
 /// Everything one collective call needs besides its buffers.
 struct CallContext {
   transport::Transport& transport;
-  /// The op's name for messages: "all_reduce".
-  std::string op;
+  /// The op's name for messages: "all_reduce". Views a string that outlives
+  /// the call (a literal, or the queued task's name).
+  std::string_view op;
   /// The call's sequence number in its group; identical on every rank.
   uint64_t seq = 0;
   /// When the call must give up, and the timeout it came from (for messages).

@@ -145,7 +145,7 @@ void all_gather(const CallContext& ctx, const void* in, void* out, const std::ve
   const int p = ctx.size();
   const int rank = ctx.rank();
   if (bytes.size() != static_cast<size_t>(p)) {
-    throw DistInvalidArgument(ctx.op + ": expected " + std::to_string(p) + " block sizes, got " +
+    throw DistInvalidArgument(std::string(ctx.op) + ": expected " + std::to_string(p) + " block sizes, got " +
                               std::to_string(bytes.size()));
   }
   const Bounds bounds = detail::prefix_bounds(bytes);

@@ -43,7 +43,7 @@ RequestPtr post_recv_from(const CallContext& ctx, const Blocks& b, int src) {
 void check_received(const CallContext& ctx, const Blocks& b, const RequestPtr& recv) {
   const size_t expected = b.recv_bytes[static_cast<size_t>(recv->peer())];
   if (recv->received_bytes() != expected) {
-    throw DistInvalidArgument(ctx.op + ": rank " + std::to_string(ctx.rank()) + " expected " +
+    throw DistInvalidArgument(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) + " expected " +
                               std::to_string(expected) + " bytes from rank " + std::to_string(recv->peer()) +
                               " but it sent " + std::to_string(recv->received_bytes()) +
                               " (do the ranks' split sizes agree?)");
@@ -93,13 +93,13 @@ void all_to_all(const CallContext& ctx, const void* in, const std::vector<size_t
   const auto n = static_cast<size_t>(p);
   if (send_bytes.size() != n || send_offsets.size() != n || recv_bytes.size() != n ||
       recv_offsets.size() != n) {
-    throw DistInvalidArgument(ctx.op + ": expected " + std::to_string(p) +
+    throw DistInvalidArgument(std::string(ctx.op) + ": expected " + std::to_string(p) +
                               " sizes and offsets for sending and receiving");
   }
   const auto me = static_cast<size_t>(ctx.rank());
   if (send_bytes[me] != recv_bytes[me]) {
-    throw DistInvalidArgument(ctx.op + ": rank " + std::to_string(ctx.rank()) + " sends itself " +
-                              std::to_string(send_bytes[me]) + " bytes but expects " +
+    throw DistInvalidArgument(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) +
+                              " sends itself " + std::to_string(send_bytes[me]) + " bytes but expects " +
                               std::to_string(recv_bytes[me]));
   }
   size_t total = 0;

@@ -24,8 +24,8 @@ using patterns::ChunkRange;
 
 void check_blocks(const CallContext& ctx, const std::vector<size_t>& bytes) {
   if (bytes.size() != static_cast<size_t>(ctx.size())) {
-    throw DistInvalidArgument(ctx.op + ": expected " + std::to_string(ctx.size()) + " block sizes, got " +
-                              std::to_string(bytes.size()));
+    throw DistInvalidArgument(std::string(ctx.op) + ": expected " + std::to_string(ctx.size()) +
+                              " block sizes, got " + std::to_string(bytes.size()));
   }
 }
 

@@ -235,8 +235,8 @@ void reduce_scatter(const CallContext& ctx, const void* in, void* out, const std
   const int p = ctx.size();
   const int rank = ctx.rank();
   if (counts.size() != static_cast<size_t>(p)) {
-    throw DistInvalidArgument(ctx.op + ": expected " + std::to_string(p) + " block counts, got " +
-                              std::to_string(counts.size()));
+    throw DistInvalidArgument(std::string(ctx.op) + ": expected " + std::to_string(p) +
+                              " block counts, got " + std::to_string(counts.size()));
   }
   const Combiner combiner{dtype, op, element_size(dtype), p};
   const Bounds bounds = detail::prefix_bounds(counts);

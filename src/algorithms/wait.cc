@@ -38,7 +38,7 @@ std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr
       first = false;
     }
   }
-  return ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+  return std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
          std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
 }
 

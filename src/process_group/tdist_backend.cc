@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
@@ -90,6 +91,42 @@ std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
   return offsets;
 }
 
+// forced_algos_'s bit of each op.
+template <typename Algo>
+constexpr uint32_t forced_bit() {
+  using std::is_same_v;
+  if constexpr (is_same_v<Algo, algo::AllReduceAlgo>) return 1U << 0;
+  if constexpr (is_same_v<Algo, algo::BroadcastAlgo>) return 1U << 1;
+  if constexpr (is_same_v<Algo, algo::ReduceAlgo>) return 1U << 2;
+  if constexpr (is_same_v<Algo, algo::AllGatherAlgo>) return 1U << 3;
+  if constexpr (is_same_v<Algo, algo::GatherAlgo>) return 1U << 4;
+  if constexpr (is_same_v<Algo, algo::ScatterAlgo>) return 1U << 5;
+  if constexpr (is_same_v<Algo, algo::ReduceScatterAlgo>) return 1U << 6;
+  if constexpr (is_same_v<Algo, algo::AllToAllAlgo>) return 1U << 7;
+  if constexpr (is_same_v<Algo, algo::BarrierAlgo>) return 1U << 8;
+  return 0;
+}
+
+// forced_bit<Algo>() if TDIST_ALGO_<OP> forces a TCP algorithm. An invalid
+// name counts as forced: the TCP path then raises the error naming it, at
+// the call, as before the variables were read once per group.
+template <typename Algo>
+uint32_t forced_if_set() {
+  try {
+    return algo::env_algo<Algo>() ? forced_bit<Algo>() : 0;
+  } catch (const DistInvalidArgument&) {
+    return forced_bit<Algo>();
+  }
+}
+
+uint32_t forced_algorithms() {
+  return forced_if_set<algo::AllReduceAlgo>() | forced_if_set<algo::BroadcastAlgo>() |
+         forced_if_set<algo::ReduceAlgo>() | forced_if_set<algo::AllGatherAlgo>() |
+         forced_if_set<algo::GatherAlgo>() | forced_if_set<algo::ScatterAlgo>() |
+         forced_if_set<algo::ReduceScatterAlgo>() | forced_if_set<algo::AllToAllAlgo>() |
+         forced_if_set<algo::BarrierAlgo>();
+}
+
 }  // namespace
 
 Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size,
@@ -111,6 +148,8 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   transport_ = transport::connect_tcp(*store, rank, size, tcp);
   domains_ = connect_collective_domains(*store, *transport_, options.timeout);
   shm_ = domains_.shm.get();
+  forced_algos_ = forced_algorithms();
+  all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
   TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
                    << (shm_             ? "shared memory"
                        : domains_.local ? "shared memory inside hosts, TCP across"
@@ -132,36 +171,57 @@ ProcessGroupTdist::~ProcessGroupTdist() {
   }
 }
 
-WorkPtr ProcessGroupTdist::enqueue(std::string op, std::vector<Tensor> outputs, Body body) {
+std::vector<Tensor> ProcessGroupTdist::Outputs::get() const {
+  if (list != nullptr) return *list;
+  if (one != nullptr) return {*one};
+  return {};
+}
+
+bool ProcessGroupTdist::claim_inline() {
+  // Never inline on a thread that completes operations (a callback): it
+  // would hold up the operations that thread must finish meanwhile.
+  if (!detail::BlockingCallScope::active() || detail::CompletionThreadScope::current() != nullptr)
+    return false;
+  uint64_t idle = 0;
+  // Acquire: what the previous operation did to the group's state (shared
+  // memory rounds, transport) happened before this one starts.
+  return state_.compare_exchange_strong(idle, 1, std::memory_order_acquire, std::memory_order_relaxed);
+}
+
+void ProcessGroupTdist::run_inline(const char* op, BodyRef body) {
+  struct Release {
+    ProcessGroupTdist& group;
+    ~Release() {
+      // Work queued meanwhile by other threads waits for this call: wake the
+      // worker only then (a needless wake-up costs a futex call per op).
+      if (group.state_.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+        std::lock_guard<std::mutex> lock(group.mutex_);
+        group.cv_.notify_one();
+      }
+    }
+  } release{*this};
+  const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
+  algo::CallContext ctx{*transport_, op, seq, transport::coarse_now() + timeout(), timeout()};
+  try {
+    // Only calls that may wait on TCP need it (see transport.h).
+    std::optional<transport::CallScope> call;
+    if (!all_on_shared_memory_) call.emplace(*transport_);
+    body(ctx);
+  } catch (const std::exception& e) {
+    TDIST_LOG(DEBUG) << op << " (call #" << seq << ") failed: " << e.what();
+    throw;
+  }
+}
+
+WorkPtr ProcessGroupTdist::enqueue(const char* op, std::vector<Tensor> outputs, Body body) {
   auto work = std::make_shared<Work>(op, std::move(outputs), this);
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (stopping_) throw DistError(op + ": the process group is being destroyed");
-    Task task{std::move(op), next_seq_++, work, std::move(body)};
-    // Never inline on a thread that completes operations (a callback): it
-    // would hold up the operations that thread must finish meanwhile.
-    if (!detail::BlockingCallScope::active() || running_ || !queue_.empty() ||
-        detail::CompletionThreadScope::current() != nullptr) {
-      queue_.push_back(std::move(task));
-      lock.unlock();
-      cv_.notify_one();
-      return work;
-    }
-    // A blocking call with nothing ahead of it: run it here. running_ keeps
-    // the worker from starting anything queued meanwhile by other threads.
-    running_ = true;
-    lock.unlock();
-    execute(task);
-  }
-  bool queued = false;
-  {
     std::lock_guard<std::mutex> lock(mutex_);
-    running_ = false;
-    queued = !queue_.empty();
+    if (stopping_) throw DistError(std::string(op) + ": the process group is being destroyed");
+    state_.fetch_add(2, std::memory_order_relaxed);
+    queue_.push_back(Task{op, next_seq_.fetch_add(1, std::memory_order_relaxed), work, std::move(body)});
   }
-  // Wake the worker only for work queued meanwhile: a needless wake-up per
-  // call costs it a context switch and this thread a futex call.
-  if (queued) cv_.notify_one();
+  cv_.notify_one();
   return work;
 }
 
@@ -170,23 +230,19 @@ void ProcessGroupTdist::run() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
-      if (queue_.empty() || running_) return;
+      auto inline_running = [&] { return (state_.load(std::memory_order_acquire) & 1) != 0; };
+      cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !inline_running()); });
+      if (queue_.empty() || inline_running()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
-      running_ = true;
     }
     execute(task);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      running_ = false;
-    }
-    cv_.notify_all();
+    state_.fetch_sub(2, std::memory_order_release);
   }
 }
 
 void ProcessGroupTdist::execute(Task& task) {
-  algo::CallContext ctx{*transport_, task.op, task.seq, algo::Clock::now() + timeout(), timeout()};
+  algo::CallContext ctx{*transport_, task.op, task.seq, transport::coarse_now() + timeout(), timeout()};
   std::exception_ptr error;
   try {
     transport::CallScope call(*transport_);
@@ -207,7 +263,7 @@ void ProcessGroupTdist::execute(Task& task) {
 
 template <typename Algo>
 transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
-  if (!shm_ || algo::env_algo<Algo>()) return nullptr;
+  if (!shm_ || (forced_algos_ & forced_bit<Algo>()) != 0) return nullptr;
   return shm_;
 }
 
@@ -235,44 +291,60 @@ void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const voi
   algo::all_to_all(ctx, in, send_bytes, offsets_of(send_bytes), out, recv_bytes, offsets_of(recv_bytes));
 }
 
+void ProcessGroupTdist::run_broadcast(const algo::CallContext& ctx, const Tensor& tensor, int root) {
+  if (auto* shm = shm_for<algo::BroadcastAlgo>())
+    return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
+  algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
+}
+
 WorkPtr ProcessGroupTdist::broadcast(const Tensor& tensor, int root) {
   validate::rank_in_group("broadcast", "src", root, size());
-  return enqueue("broadcast", {tensor}, [this, tensor, root](const algo::CallContext& ctx) {
-    if (auto* shm = shm_for<algo::BroadcastAlgo>())
-      return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
-    algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
-  });
+  return submit("broadcast", {.one = &tensor}, &ProcessGroupTdist::run_broadcast, tensor, root);
+}
+
+void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tensor& tensor,
+                                       const ReduceOp& op) {
+  if (auto* shm = shm_for<algo::AllReduceAlgo>())
+    return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
+  if (domains_.local && (forced_algos_ & forced_bit<algo::AllReduceAlgo>()) == 0) {
+    return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks,
+                                              *domains_.cross_ranks, tensor.data(), to_size(tensor.numel()),
+                                              tensor.dtype(), op);
+  }
+  algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
 }
 
 WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) {
   validate::reduce_op("all_reduce", tensor, op);
-  return enqueue("all_reduce", {tensor}, [this, tensor, op](const algo::CallContext& ctx) {
-    if (auto* shm = shm_for<algo::AllReduceAlgo>())
-      return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
-    if (domains_.local && !algo::env_algo<algo::AllReduceAlgo>()) {
-      return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks,
-                                                *domains_.cross_ranks, tensor.data(), to_size(tensor.numel()),
-                                                tensor.dtype(), op);
-    }
-    algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
-  });
+  return submit("all_reduce", {.one = &tensor}, &ProcessGroupTdist::run_all_reduce, tensor, op);
+}
+
+void ProcessGroupTdist::run_reduce(const algo::CallContext& ctx, const Tensor& tensor, int root,
+                                   const ReduceOp& op) {
+  const size_t count = to_size(tensor.numel());
+  // The shared-memory reduce never writes a non-root rank's input.
+  if (auto* shm = shm_for<algo::ReduceAlgo>())
+    return algo::shm::reduce(ctx, *shm, tensor.data(), count, tensor.dtype(), op, root);
+  if (ctx.rank() == root) return algo::reduce(ctx, tensor.data(), count, tensor.dtype(), op, root);
+  // The message-passing one uses its buffer as scratch: non-root ranks
+  // keep their input intact by lending it a (recycled) copy.
+  detail::Scratch copy(tensor.nbytes());
+  if (tensor.nbytes() > 0) std::memcpy(copy.get(), tensor.data(), tensor.nbytes());
+  algo::reduce(ctx, copy.get(), count, tensor.dtype(), op, root);
 }
 
 WorkPtr ProcessGroupTdist::reduce(const Tensor& tensor, int root, const ReduceOp& op) {
   validate::rank_in_group("reduce", "dst", root, size());
   validate::reduce_op("reduce", tensor, op);
-  return enqueue("reduce", {tensor}, [this, tensor, root, op](const algo::CallContext& ctx) {
-    const size_t count = to_size(tensor.numel());
-    // The shared-memory reduce never writes a non-root rank's input.
-    if (auto* shm = shm_for<algo::ReduceAlgo>())
-      return algo::shm::reduce(ctx, *shm, tensor.data(), count, tensor.dtype(), op, root);
-    if (ctx.rank() == root) return algo::reduce(ctx, tensor.data(), count, tensor.dtype(), op, root);
-    // The message-passing one uses its buffer as scratch: non-root ranks
-    // keep their input intact by lending it a (recycled) copy.
-    detail::Scratch copy(tensor.nbytes());
-    if (tensor.nbytes() > 0) std::memcpy(copy.get(), tensor.data(), tensor.nbytes());
-    algo::reduce(ctx, copy.get(), count, tensor.dtype(), op, root);
-  });
+  return submit("reduce", {.one = &tensor}, &ProcessGroupTdist::run_reduce, tensor, root, op);
+}
+
+void ProcessGroupTdist::run_all_gather(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
+                                       const Tensor& input) {
+  Blocks blocks(outputs);
+  auto bytes = nbytes_of(outputs);
+  all_gather_bytes(ctx, input.data(), blocks.base, bytes);
+  blocks.copy_out();
 }
 
 WorkPtr ProcessGroupTdist::all_gather(const std::vector<Tensor>& outputs, const Tensor& input) {
@@ -283,12 +355,12 @@ WorkPtr ProcessGroupTdist::all_gather(const std::vector<Tensor>& outputs, const 
   }
   validate::numel_equals("all_gather", "this rank's tensor_list entry", outputs[to_size(rank())],
                          input.numel());
-  return enqueue("all_gather", outputs, [this, outputs, input](const algo::CallContext& ctx) {
-    Blocks blocks(outputs);
-    auto bytes = nbytes_of(outputs);
-    all_gather_bytes(ctx, input.data(), blocks.base, bytes);
-    blocks.copy_out();
-  });
+  return submit("all_gather", {.list = &outputs}, &ProcessGroupTdist::run_all_gather, outputs, input);
+}
+
+void ProcessGroupTdist::run_all_gather_into_tensor(const algo::CallContext& ctx, const Tensor& output,
+                                                   const Tensor& input, size_t block) {
+  all_gather_bytes(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
 }
 
 WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Tensor& input) {
@@ -298,10 +370,14 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Te
   bool in_place = block > 0 && input.data() == slot;
   if (!in_place)
     validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
-  return enqueue(
-      "all_gather_into_tensor", {output}, [this, output, input, block](const algo::CallContext& ctx) {
-        all_gather_bytes(ctx, input.data(), output.data(), std::vector<size_t>(to_size(ctx.size()), block));
-      });
+  return submit("all_gather_into_tensor", {.one = &output}, &ProcessGroupTdist::run_all_gather_into_tensor,
+                output, input, block);
+}
+
+void ProcessGroupTdist::run_all_gather_into_tensor_uneven(const algo::CallContext& ctx, const Tensor& output,
+                                                          const Tensor& input,
+                                                          const std::vector<size_t>& bytes) {
+  all_gather_bytes(ctx, input.data(), output.data(), bytes);
 }
 
 WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
@@ -318,9 +394,25 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, c
   const auto* slot = static_cast<const uint8_t*>(output.data()) + offsets_of(bytes)[to_size(rank())];
   if (!(input.nbytes() > 0 && input.data() == slot))
     validate::no_overlap(op, "output", output, "input", input);
-  return enqueue(op, {output}, [this, output, input, bytes](const algo::CallContext& ctx) {
-    all_gather_bytes(ctx, input.data(), output.data(), bytes);
-  });
+  return submit(op, {.one = &output}, &ProcessGroupTdist::run_all_gather_into_tensor_uneven, output, input,
+                bytes);
+}
+
+void ProcessGroupTdist::run_gather(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
+                                   const Tensor& input, const std::vector<size_t>& bytes, int root) {
+  auto* shm = shm_for<algo::GatherAlgo>();
+  if (ctx.rank() != root) {
+    if (shm) return algo::shm::gather(ctx, *shm, input.data(), nullptr, bytes, root);
+    algo::gather(ctx, input.data(), nullptr, bytes, root);
+    return;
+  }
+  Blocks blocks(outputs);
+  if (shm) {
+    algo::shm::gather(ctx, *shm, input.data(), blocks.base, bytes, root);
+  } else {
+    algo::gather(ctx, input.data(), blocks.base, bytes, root);
+  }
+  blocks.copy_out();
 }
 
 WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
@@ -338,21 +430,22 @@ WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tens
                               " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), input.nbytes());
-  return enqueue("gather", outputs, [this, outputs, input, bytes, root](const algo::CallContext& ctx) {
-    auto* shm = shm_for<algo::GatherAlgo>();
-    if (ctx.rank() != root) {
-      if (shm) return algo::shm::gather(ctx, *shm, input.data(), nullptr, bytes, root);
-      algo::gather(ctx, input.data(), nullptr, bytes, root);
-      return;
-    }
-    Blocks blocks(outputs);
-    if (shm) {
-      algo::shm::gather(ctx, *shm, input.data(), blocks.base, bytes, root);
-    } else {
-      algo::gather(ctx, input.data(), blocks.base, bytes, root);
-    }
-    blocks.copy_out();
-  });
+  return submit("gather", {.list = &outputs}, &ProcessGroupTdist::run_gather, outputs, input, bytes, root);
+}
+
+void ProcessGroupTdist::run_scatter(const algo::CallContext& ctx, const Tensor& output,
+                                    const std::vector<Tensor>& inputs, const std::vector<size_t>& bytes,
+                                    int root) {
+  auto* shm = shm_for<algo::ScatterAlgo>();
+  if (ctx.rank() != root) {
+    if (shm) return algo::shm::scatter(ctx, *shm, nullptr, output.data(), bytes, root);
+    algo::scatter(ctx, nullptr, output.data(), bytes, root);
+    return;
+  }
+  Blocks blocks(inputs);
+  blocks.copy_in();
+  if (shm) return algo::shm::scatter(ctx, *shm, blocks.base, output.data(), bytes, root);
+  algo::scatter(ctx, blocks.base, output.data(), bytes, root);
 }
 
 WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
@@ -370,18 +463,15 @@ WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tenso
                               " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), output.nbytes());
-  return enqueue("scatter", {output}, [this, output, inputs, bytes, root](const algo::CallContext& ctx) {
-    auto* shm = shm_for<algo::ScatterAlgo>();
-    if (ctx.rank() != root) {
-      if (shm) return algo::shm::scatter(ctx, *shm, nullptr, output.data(), bytes, root);
-      algo::scatter(ctx, nullptr, output.data(), bytes, root);
-      return;
-    }
-    Blocks blocks(inputs);
-    blocks.copy_in();
-    if (shm) return algo::shm::scatter(ctx, *shm, blocks.base, output.data(), bytes, root);
-    algo::scatter(ctx, blocks.base, output.data(), bytes, root);
-  });
+  return submit("scatter", {.one = &output}, &ProcessGroupTdist::run_scatter, output, inputs, bytes, root);
+}
+
+void ProcessGroupTdist::run_reduce_scatter(const algo::CallContext& ctx, const Tensor& output,
+                                           const std::vector<Tensor>& inputs,
+                                           const std::vector<size_t>& counts, const ReduceOp& op) {
+  Blocks blocks(inputs);
+  blocks.copy_in();
+  reduce_scatter_elements(ctx, blocks.base, output, counts, op);
 }
 
 WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -397,12 +487,14 @@ WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vecto
   std::vector<size_t> counts;
   counts.reserve(inputs.size());
   for (const auto& t : inputs) counts.push_back(to_size(t.numel()));
-  return enqueue("reduce_scatter", {output},
-                 [this, output, inputs, counts, op](const algo::CallContext& ctx) {
-                   Blocks blocks(inputs);
-                   blocks.copy_in();
-                   reduce_scatter_elements(ctx, blocks.base, output, counts, op);
-                 });
+  return submit("reduce_scatter", {.one = &output}, &ProcessGroupTdist::run_reduce_scatter, output, inputs,
+                counts, op);
+}
+
+void ProcessGroupTdist::run_reduce_scatter_tensor(const algo::CallContext& ctx, const Tensor& output,
+                                                  const Tensor& input, const std::vector<size_t>& counts,
+                                                  const ReduceOp& op) {
+  reduce_scatter_elements(ctx, input.data(), output, counts, op);
 }
 
 WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
@@ -411,10 +503,15 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Ten
   validate::reduce_op("reduce_scatter_tensor", output, op);
   validate::no_overlap("reduce_scatter_tensor", "input", input, "output", output);
   std::vector<size_t> counts(to_size(size()), to_size(output.numel()));
-  return enqueue("reduce_scatter_tensor", {output},
-                 [this, output, input, counts, op](const algo::CallContext& ctx) {
-                   reduce_scatter_elements(ctx, input.data(), output, counts, op);
-                 });
+  return submit("reduce_scatter_tensor", {.one = &output}, &ProcessGroupTdist::run_reduce_scatter_tensor,
+                output, input, counts, op);
+}
+
+void ProcessGroupTdist::run_reduce_scatter_tensor_uneven(const algo::CallContext& ctx, const Tensor& output,
+                                                         const Tensor& input,
+                                                         const std::vector<size_t>& counts,
+                                                         const ReduceOp& op) {
+  reduce_scatter_elements(ctx, input.data(), output, counts, op);
 }
 
 WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
@@ -431,9 +528,19 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, co
   std::vector<size_t> counts;
   counts.reserve(input_split_sizes.size());
   for (int64_t rows : input_split_sizes) counts.push_back(to_size(rows * row));
-  return enqueue(name, {output}, [this, output, input, counts, op](const algo::CallContext& ctx) {
-    reduce_scatter_elements(ctx, input.data(), output, counts, op);
-  });
+  return submit(name, {.one = &output}, &ProcessGroupTdist::run_reduce_scatter_tensor_uneven, output, input,
+                counts, op);
+}
+
+void ProcessGroupTdist::run_all_to_all(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
+                                       const std::vector<Tensor>& inputs) {
+  Blocks in(inputs);
+  in.copy_in();
+  Blocks out(outputs);
+  auto send_bytes = nbytes_of(inputs);
+  auto recv_bytes = nbytes_of(outputs);
+  all_to_all_bytes(ctx, in.base, send_bytes, out.base, recv_bytes);
+  out.copy_out();
 }
 
 WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs) {
@@ -445,15 +552,13 @@ WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const 
     for (const auto& out : outputs)
       validate::no_overlap("all_to_all", "an output", out, "an input", inputs[r]);
   }
-  return enqueue("all_to_all", outputs, [this, outputs, inputs](const algo::CallContext& ctx) {
-    Blocks in(inputs);
-    in.copy_in();
-    Blocks out(outputs);
-    auto send_bytes = nbytes_of(inputs);
-    auto recv_bytes = nbytes_of(outputs);
-    all_to_all_bytes(ctx, in.base, send_bytes, out.base, recv_bytes);
-    out.copy_out();
-  });
+  return submit("all_to_all", {.list = &outputs}, &ProcessGroupTdist::run_all_to_all, outputs, inputs);
+}
+
+void ProcessGroupTdist::run_all_to_all_single(const algo::CallContext& ctx, const Tensor& output,
+                                              const Tensor& input, const std::vector<size_t>& send_bytes,
+                                              const std::vector<size_t>& recv_bytes) {
+  all_to_all_bytes(ctx, input.data(), send_bytes, output.data(), recv_bytes);
 }
 
 WorkPtr ProcessGroupTdist::all_to_all_single(const Tensor& output, const Tensor& input,
@@ -481,16 +586,17 @@ WorkPtr ProcessGroupTdist::all_to_all_single(const Tensor& output, const Tensor&
   };
   auto send_bytes = splits_to_bytes(input, input_split_sizes, "input_split_sizes");
   auto recv_bytes = splits_to_bytes(output, output_split_sizes, "output_split_sizes");
-  return enqueue(op, {output}, [this, output, input, send_bytes, recv_bytes](const algo::CallContext& ctx) {
-    all_to_all_bytes(ctx, input.data(), send_bytes, output.data(), recv_bytes);
-  });
+  return submit(op, {.one = &output}, &ProcessGroupTdist::run_all_to_all_single, output, input, send_bytes,
+                recv_bytes);
+}
+
+void ProcessGroupTdist::run_barrier(const algo::CallContext& ctx) {
+  if (auto* shm = shm_for<algo::BarrierAlgo>()) return algo::shm::barrier(ctx, *shm);
+  algo::barrier(ctx);
 }
 
 WorkPtr ProcessGroupTdist::barrier() {
-  return enqueue("barrier", {}, [this](const algo::CallContext& ctx) {
-    if (auto* shm = shm_for<algo::BarrierAlgo>()) return algo::shm::barrier(ctx, *shm);
-    algo::barrier(ctx);
-  });
+  return submit("barrier", {}, &ProcessGroupTdist::run_barrier);
 }
 
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {

@@ -8,6 +8,7 @@
 // blocking_call.h). Point-to-point operations go straight to the transport.
 // Every argument is checked on the caller's thread first.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "algorithms/algorithms.h"
+#include "common/function_ref.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
 #include "transport/transport.h"
@@ -66,17 +68,71 @@ class ProcessGroupTdist final : public ProcessGroup {
     WorkPtr work;
     Body body;
   };
-  /// Queues a collective; its sequence number is taken now, in call order.
-  WorkPtr enqueue(std::string op, std::vector<Tensor> outputs, Body body);
-  WorkPtr gather_blocks(const char* op, std::vector<Tensor> outputs, const Tensor& input,
-                        std::vector<size_t> bytes, int root);
+  /// The tensors a queued operation's future completes with: one, a list,
+  /// or none. Copied only when the operation is queued.
+  struct Outputs {
+    const Tensor* one = nullptr;
+    const std::vector<Tensor>* list = nullptr;
+    std::vector<Tensor> get() const;
+  };
+  using BodyRef = detail::FunctionRef<void(const algorithms::CallContext&)>;
+  /// Runs (this->*body)(ctx, args...) as operation `op`. A blocking call of
+  /// the functional API with nothing queued or running before it runs here,
+  /// on the caller's thread, and returns null (done; its error propagates);
+  /// anything else is queued for the worker, with copies of `args`, and
+  /// returns its work. The sequence number is taken now, in call order.
+  template <typename... Params, typename... Args>
+  WorkPtr submit(const char* op, Outputs outputs,
+                 void (ProcessGroupTdist::*body)(const algorithms::CallContext&, Params...),
+                 const Args&... args) {
+    if (claim_inline()) {
+      run_inline(op, [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
+      return nullptr;
+    }
+    return enqueue(op, outputs.get(), [this, body, args...](const algorithms::CallContext& ctx) {
+      (this->*body)(ctx, args...);
+    });
+  }
+  /// True if this call may run on the calling thread now; it then owns the
+  /// group until run_inline() returns.
+  bool claim_inline();
+  void run_inline(const char* op, BodyRef body);
+  /// Queues a collective for the worker.
+  WorkPtr enqueue(const char* op, std::vector<Tensor> outputs, Body body);
   void run();
-  /// Runs one task and finishes its work.
+  /// Runs one queued task and finishes its work.
   void execute(Task& task);
   /// The shared-memory domain, unless absent or TDIST_ALGO_<OP> forces one
   /// of the TCP algorithms for this op.
   template <typename Algo>
   transport::shm::ShmGroup* shm_for() const;
+  // The ops' bodies, run inline or on the worker.
+  void run_broadcast(const algorithms::CallContext& ctx, const Tensor& tensor, int root);
+  void run_all_reduce(const algorithms::CallContext& ctx, const Tensor& tensor, const ReduceOp& op);
+  void run_reduce(const algorithms::CallContext& ctx, const Tensor& tensor, int root, const ReduceOp& op);
+  void run_all_gather(const algorithms::CallContext& ctx, const std::vector<Tensor>& outputs,
+                      const Tensor& input);
+  void run_all_gather_into_tensor(const algorithms::CallContext& ctx, const Tensor& output,
+                                  const Tensor& input, size_t block);
+  void run_all_gather_into_tensor_uneven(const algorithms::CallContext& ctx, const Tensor& output,
+                                         const Tensor& input, const std::vector<size_t>& bytes);
+  void run_gather(const algorithms::CallContext& ctx, const std::vector<Tensor>& outputs, const Tensor& input,
+                  const std::vector<size_t>& bytes, int root);
+  void run_scatter(const algorithms::CallContext& ctx, const Tensor& output,
+                   const std::vector<Tensor>& inputs, const std::vector<size_t>& bytes, int root);
+  void run_reduce_scatter(const algorithms::CallContext& ctx, const Tensor& output,
+                          const std::vector<Tensor>& inputs, const std::vector<size_t>& counts,
+                          const ReduceOp& op);
+  void run_reduce_scatter_tensor(const algorithms::CallContext& ctx, const Tensor& output,
+                                 const Tensor& input, const std::vector<size_t>& counts, const ReduceOp& op);
+  void run_reduce_scatter_tensor_uneven(const algorithms::CallContext& ctx, const Tensor& output,
+                                        const Tensor& input, const std::vector<size_t>& counts,
+                                        const ReduceOp& op);
+  void run_all_to_all(const algorithms::CallContext& ctx, const std::vector<Tensor>& outputs,
+                      const std::vector<Tensor>& inputs);
+  void run_all_to_all_single(const algorithms::CallContext& ctx, const Tensor& output, const Tensor& input,
+                             const std::vector<size_t>& send_bytes, const std::vector<size_t>& recv_bytes);
+  void run_barrier(const algorithms::CallContext& ctx);
   // The bodies shared by several ops, on shared memory or TCP.
   void all_gather_bytes(const algorithms::CallContext& ctx, const void* in, void* out,
                         const std::vector<size_t>& bytes) const;
@@ -90,12 +146,21 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
   transport::shm::ShmGroup* shm_ = nullptr;  // domains_.shm: every rank on this host
+  // Ops whose TCP algorithm TDIST_ALGO_<OP> forces (read once, at creation),
+  // bit i for the i-th Algo enum of algorithms.h.
+  uint32_t forced_algos_ = 0;
+  // Every collective runs on shared memory: none needs a TCP CallScope.
+  bool all_on_shared_memory_ = false;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  uint64_t next_seq_ = 0;
   bool stopping_ = false;
-  bool running_ = false;  // a task is running (on the worker or a caller)
+  // Bit 0: an inline call runs; above: 2 x (tasks queued or on the worker).
+  // An inline call claims the group by moving it from 0 to 1, so it runs
+  // only when nothing is queued or running, and the worker starts nothing
+  // while bit 0 is set: every operation of the group runs alone, in order.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<uint64_t> next_seq_{0};
   std::thread worker_;
 };
 

@@ -11,6 +11,8 @@
 // that arrives before its receive is posted waits in an unexpected queue;
 // otherwise it is read straight into the receiver's buffer.
 
+#include <time.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -24,6 +26,17 @@
 namespace tdist::transport {
 
 using Clock = std::chrono::steady_clock;
+
+/// Clock::now() read from the kernel's coarse monotonic clock: up to one
+/// tick (a few ms) behind, at a quarter of the cost (4 vs 17 ns here). For
+/// the deadline of a whole call, taken once per collective, where the
+/// 17 ns were a tenth of a small collective's time.
+inline Clock::time_point coarse_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 /// Source rank of a receive that accepts any sender.
 constexpr int kAnySource = -1;

@@ -462,47 +462,49 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
 }
 
 TEST_P(Collectives, AllToAllBlocksAroundTheOneRoundLimit) {
-  // On shared memory, blocks that fit one section of a buffer travel with
-  // the sizes in one round; larger ones take rounds of their own. These
-  // sizes straddle the limit for the default 1 MiB buffers and for the 4 KiB
-  // ones of the shm4k run, for every world size: equal blocks, and blocks
-  // where only rank 0's are large (so the others packed theirs in the first
-  // round while the call needs more rounds).
-  EXPECT_EQ(
-      with_groups(
-          mode(), n(),
-          [&](ProcessGroup& pg, int rank) {
-            const int p = pg.size();
-            for (int64_t big : {int64_t{448}, int64_t{449}, int64_t{2017}, int64_t{5000}, int64_t{600'000}}) {
-              for (bool only_rank0 : {false, true}) {
-                auto block = [&](int src) { return only_rank0 && src != 0 ? int64_t{3} : big; };
-                auto value = [](int src, int dst, int64_t i) {
-                  return static_cast<double>((src * 31 + dst * 7 + i) % 251);
-                };
-                std::vector<int64_t> in_splits(static_cast<size_t>(p), block(rank));
-                std::vector<int64_t> out_splits;
-                int64_t out_total = 0;
-                for (int s = 0; s < p; ++s) {
-                  out_splits.push_back(block(s));
-                  out_total += block(s);
-                }
-                Tensor in = make_tensor(DType::kUInt8, block(rank) * p, [&](int64_t i) {
-                  return value(rank, static_cast<int>(i / block(rank)), i % block(rank));
-                });
-                Tensor out = Tensor::zeros(DType::kUInt8, {out_total});
-                pg.all_to_all_single(out, in, out_splits, in_splits)->wait();
-                int64_t at = 0;
-                for (int s = 0; s < p; ++s) {
-                  check_elements(
-                      out, at, block(s), [&](int64_t i) { return value(s, rank, i); },
-                      "all_to_all of " + std::to_string(big) + "-byte blocks" +
-                          (only_rank0 ? " (rank 0 only)" : "") + ", block from rank " + std::to_string(s));
-                  at += block(s);
-                }
-              }
-            }
-          }),
-      "");
+  // On shared memory, tiny blocks travel in the flag line, blocks that fit
+  // one section of a buffer with the sizes in one round, larger ones take
+  // rounds of their own. These sizes straddle the flag line's limit (16
+  // bytes per block at 2 ranks, 3 at 8) and the section's for the default
+  // 1 MiB buffers and for the 4 KiB ones of the shm4k run, for every world
+  // size: equal blocks, and blocks where only rank 0's are large (so the
+  // others packed theirs in the flag line or the first round while the call
+  // needs the buffer or more rounds).
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          for (int64_t big : {int64_t{3}, int64_t{16}, int64_t{17}, int64_t{448},
+                                              int64_t{449}, int64_t{2017}, int64_t{5000}, int64_t{600'000}}) {
+                            for (bool only_rank0 : {false, true}) {
+                              auto block = [&](int src) { return only_rank0 && src != 0 ? int64_t{3} : big; };
+                              auto value = [](int src, int dst, int64_t i) {
+                                return static_cast<double>((src * 31 + dst * 7 + i) % 251);
+                              };
+                              std::vector<int64_t> in_splits(static_cast<size_t>(p), block(rank));
+                              std::vector<int64_t> out_splits;
+                              int64_t out_total = 0;
+                              for (int s = 0; s < p; ++s) {
+                                out_splits.push_back(block(s));
+                                out_total += block(s);
+                              }
+                              Tensor in = make_tensor(DType::kUInt8, block(rank) * p, [&](int64_t i) {
+                                return value(rank, static_cast<int>(i / block(rank)), i % block(rank));
+                              });
+                              Tensor out = Tensor::zeros(DType::kUInt8, {out_total});
+                              pg.all_to_all_single(out, in, out_splits, in_splits)->wait();
+                              int64_t at = 0;
+                              for (int s = 0; s < p; ++s) {
+                                check_elements(
+                                    out, at, block(s), [&](int64_t i) { return value(s, rank, i); },
+                                    "all_to_all of " + std::to_string(big) + "-byte blocks" +
+                                        (only_rank0 ? " (rank 0 only)" : "") + ", block from rank " +
+                                        std::to_string(s));
+                                at += block(s);
+                              }
+                            }
+                          }
+                        }),
+            "");
 }
 
 TEST_P(Collectives, ManySmallBroadcastsAndReducesFromRotatingRootsAmidOtherOps) {

@@ -156,24 +156,38 @@ TEST(PgErrors, ALateRankFailsOnAGroupItsPeerAbortedAfterATimeout) {
 // shorter block read as a longer one would hand back bytes nobody wrote),
 // over shared memory as over TCP, never hang. Rank 1's own part is
 // consistent: it may complete, or fail because rank 0 gave up.
-TEST(PgErrors, AllToAllWithSplitSizesTheRanksDisagreeOnIsAnError) {
-  on_two_forked_ranks("a2a", 20s, [](int rank, Store& /*store*/, ProcessGroup& pg) {
+// Rank 1 sends rank 0 fewer elements than rank 0 expects: rank 0 must say
+// so. `scale` elements per unit: 1 puts the blocks in the shared-memory flag
+// line, 64 in the buffer.
+void check_all_to_all_split_disagreement(int64_t scale) {
+  on_two_forked_ranks("a2a", 20s, [scale](int rank, Store& /*store*/, ProcessGroup& pg) {
     // split[j]: elements sent to (in) or received from (out) rank j.
-    const std::vector<int64_t> in_split = rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 2};
-    const std::vector<int64_t> out_split =
-        rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{3, 2};
-    Tensor input = Tensor::zeros(DType::kFloat32, {4});
+    std::vector<int64_t> in_split = rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 2};
+    std::vector<int64_t> out_split = rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{3, 2};
+    for (auto* split : {&in_split, &out_split}) {
+      for (auto& n : *split) n *= scale;
+    }
+    Tensor input = Tensor::zeros(DType::kFloat32, {4 * scale});
     Tensor output = Tensor::zeros(DType::kFloat32, {out_split[0] + out_split[1]});
+    const std::string expected = "expected " + std::to_string(12 * scale) +
+                                 " bytes from rank 1 but it sent " + std::to_string(8 * scale);
     try {
       pg.all_to_all_single(output, input, out_split, in_split)->wait();
     } catch (const DistError& e) {
       std::string what = e.what();
-      check(rank == 1 || what.find("expected 12 bytes from rank 1 but it sent 8") != std::string::npos,
-            "rank 0 does not name the sizes: " + what);
+      check(rank == 1 || what.find(expected) != std::string::npos, "rank 0 does not name the sizes: " + what);
       return;
     }
     check(rank == 1, "rank 0 accepted a block shorter than it expected");
   });
+}
+
+TEST(PgErrors, AllToAllWithSplitSizesTheRanksDisagreeOnIsAnError) {
+  check_all_to_all_split_disagreement(1);
+}
+
+TEST(PgErrors, AllToAllWithLargerSplitSizesTheRanksDisagreeOnIsAnError) {
+  check_all_to_all_split_disagreement(64);
 }
 
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {

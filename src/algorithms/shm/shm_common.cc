@@ -32,13 +32,13 @@ void Call::check(int peer) const {
   for (int r = 0; r < size(); ++r) {
     if (r == rank() || (peer >= 0 && r != peer)) continue;
     if (ctx.transport.peer_failed(r)) {
-      throw DistNetworkError(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): rank " +
-                             std::to_string(r) + " died or closed its connection");
+      throw DistNetworkError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
+                             " in this group): rank " + std::to_string(r) + " died or closed its connection");
     }
   }
   if (Clock::now() >= ctx.deadline) {
     throw DistTimeoutError(
-        ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+        std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
         std::to_string(ctx.timeout.count()) + " ms waiting for " +
         (peer >= 0 ? "rank " + std::to_string(peer) : std::string("the other ranks")) + " (shared memory)");
   }

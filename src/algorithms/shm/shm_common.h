@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithms.h"
 #include "tdist/errors.h"
@@ -50,7 +51,7 @@ template <typename F>
 void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
     if (group.aborted_rank() >= 0)
-      group.check_aborted(ctx.op + " (call #" + std::to_string(ctx.seq) + " in this group)");
+      group.check_aborted(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group)");
     body(Call{ctx, group});
   } catch (const DistTimeoutError& e) {
     group.abort(e.what(), ShmGroup::AbortKind::kTimeout);
@@ -85,6 +86,23 @@ inline size_t ceil_div(size_t a, size_t b) {
 /// Bytes of a buffer each of `parts` sections may use: a multiple of 64
 /// (sections start on cache lines) and of `element_bytes`.
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes);
+
+/// The sources of a reduction, one per rank: on the stack for groups of up
+/// to 16 ranks (no allocation on a small collective's path).
+class Sources {
+ public:
+  explicit Sources(int n) : n_(static_cast<size_t>(n)) {
+    if (n_ > kInline) heap_.resize(n_);
+  }
+  const void*& operator[](size_t i) { return n_ > kInline ? heap_[i] : inline_[i]; }
+  const void* const* data() const { return n_ > kInline ? heap_.data() : inline_; }
+
+ private:
+  static constexpr size_t kInline = 16;
+  size_t n_;
+  const void* inline_[kInline] = {};
+  std::vector<const void*> heap_;
+};
 
 /// dst = srcs[0] op srcs[1] op ... (in that order), count elements; for AVG
 /// also divides. Tiles the range so the partial result stays in L1. With

@@ -58,6 +58,22 @@ OneRoundLayout one_round_layout(const ShmGroup& group, int p) {
   return OneRoundLayout{true, data_offset, room / static_cast<size_t>(p) / 64 * 64};
 }
 
+// all_to_all's first round in the flag line alone, for tiny blocks: the
+// largest block (8 bytes), a flag, the send sizes (a byte each), then one
+// section per destination. Saves the peers a second cache line per call.
+struct TinyLayout {
+  static constexpr size_t kFlag = 8;
+  static constexpr size_t kSizes = 9;
+  size_t data_offset;  // on 8 bytes
+  size_t section;      // bytes per destination; 0 when nothing fits
+};
+TinyLayout tiny_layout(int p) {
+  const size_t data_offset = (TinyLayout::kSizes + static_cast<size_t>(p) + 7) / 8 * 8;
+  const size_t section =
+      data_offset < kPayloadBytes ? (kPayloadBytes - data_offset) / static_cast<size_t>(p) : 0;
+  return TinyLayout{data_offset, std::min<size_t>(section, 255)};
+}
+
 // Where rank r's data of round k lives: its flag payload for tiny rounds.
 uint8_t* slot(const Call& call, int r, uint64_t k, bool payload) {
   return payload ? call.group.arrive(r, k).payload : call.group.buffer(r, k);
@@ -212,12 +228,26 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // small all_to_all costs one flag round, not two. A sender adds them when
     // its own blocks fit; receivers read them when everyone's did (the
     // largest block agreed on fits), which needs no flag of its own.
+    // Tiny blocks (a few bytes each) travel in the flag line itself, sizes
+    // included; a receiver reads each sender's flag to know which it did.
     uint64_t k = call.begin_round();
-    uint64_t my_max = std::max(largest(send_bytes), largest(recv_bytes));
-    std::memcpy(call.group.arrive(me, k).payload, &my_max, sizeof(my_max));
+    const uint64_t my_max = std::max(largest(send_bytes), largest(recv_bytes));
+    uint8_t* my_line = call.group.arrive(me, k).payload;
+    std::memcpy(my_line, &my_max, sizeof(my_max));
+    const TinyLayout tiny = tiny_layout(p);
+    const bool i_am_tiny = tiny.section > 0 && largest(send_bytes) <= tiny.section;
+    my_line[TinyLayout::kFlag] = i_am_tiny ? 1 : 0;
     const OneRoundLayout first = one_round_layout(call.group, p);
-    uint8_t* my_first = call.group.buffer(me, k);
-    if (first.sizes_fit) {
+    if (i_am_tiny) {
+      for (int d = 0; d < p; ++d) {
+        const size_t n = send_bytes[static_cast<size_t>(d)];
+        my_line[TinyLayout::kSizes + static_cast<size_t>(d)] = static_cast<uint8_t>(n);
+        if (d != me)
+          copy(my_line + tiny.data_offset + static_cast<size_t>(d) * tiny.section,
+               input + send_offsets[static_cast<size_t>(d)], n);
+      }
+    } else if (first.sizes_fit) {
+      uint8_t* my_first = call.group.buffer(me, k);
       for (int d = 0; d < p; ++d) {
         const uint64_t n = send_bytes[static_cast<size_t>(d)];
         std::memcpy(my_first + static_cast<size_t>(d) * sizeof(uint64_t), &n, sizeof(n));
@@ -235,14 +265,20 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     for (int r = 0; r < p; ++r) {
       if (r == me) continue;
       call.wait_arrive(r, k);
+      const uint8_t* line = call.group.arrive(r, k).payload;
       uint64_t theirs = 0;
-      std::memcpy(&theirs, call.group.arrive(r, k).payload, sizeof(theirs));
+      std::memcpy(&theirs, line, sizeof(theirs));
       max_block = std::max(max_block, theirs);
-      if (!first.sizes_fit) continue;
       uint64_t sent = 0;
-      std::memcpy(&sent, call.group.buffer(r, k) + m * sizeof(uint64_t), sizeof(sent));
+      if (line[TinyLayout::kFlag] != 0) {
+        sent = line[TinyLayout::kSizes + m];
+      } else if (first.sizes_fit) {
+        std::memcpy(&sent, call.group.buffer(r, k) + m * sizeof(uint64_t), sizeof(sent));
+      } else {
+        continue;
+      }
       if (sent != recv_bytes[static_cast<size_t>(r)]) {
-        throw DistInvalidArgument(call.ctx.op + ": rank " + std::to_string(me) + " expected " +
+        throw DistInvalidArgument(std::string(call.ctx.op) + ": rank " + std::to_string(me) + " expected " +
                                   std::to_string(recv_bytes[static_cast<size_t>(r)]) + " bytes from rank " +
                                   std::to_string(r) + " but it sent " + std::to_string(sent) +
                                   " (do the ranks' split sizes agree?)");
@@ -250,11 +286,14 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     }
     if (max_block == 0) return;
     if (first.sizes_fit && max_block <= first.section) {
+      // One round: each sender's blocks are in its flag line (tiny) or its buffer.
       for (int step = 1; step < p; ++step) {
         int s = (me + step) % p;
-        copy(output + recv_offsets[static_cast<size_t>(s)],
-             call.group.buffer(s, k) + first.data_offset + m * first.section,
-             recv_bytes[static_cast<size_t>(s)]);
+        const uint8_t* line = call.group.arrive(s, k).payload;
+        const uint8_t* from = line[TinyLayout::kFlag] != 0
+                                  ? line + tiny.data_offset + m * tiny.section
+                                  : call.group.buffer(s, k) + first.data_offset + m * first.section;
+        copy(output + recv_offsets[static_cast<size_t>(s)], from, recv_bytes[static_cast<size_t>(s)]);
       }
       return;
     }

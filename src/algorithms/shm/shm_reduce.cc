@@ -51,7 +51,7 @@ void reduce_everything(Call& call, void* data, size_t count, DType dtype, const 
   contribute(mine, data, count, dtype, op);
   call.group.publish_arrive(k);
   if (root >= 0 && root != call.rank()) return;
-  std::vector<const void*> srcs(static_cast<size_t>(call.size()));
+  Sources srcs(call.size());
   for (int r = 0; r < call.size(); ++r) {
     if (r != call.rank()) call.wait_arrive(r, k);
     srcs[static_cast<size_t>(r)] = payload ? static_cast<const void*>(call.group.arrive(r, k).payload)
@@ -71,7 +71,7 @@ void eager_reduce(Call& call, void* data, size_t count, DType dtype, const Reduc
   contribute(mine.payload, data, count, dtype, op);
   transport::shm::publish(mine, n + 1);
   if (call.rank() == root) {
-    std::vector<const void*> srcs(static_cast<size_t>(call.size()));
+    Sources srcs(call.size());
     for (int r = 0; r < call.size(); ++r) {
       FlagLine& theirs = call.group.eager_slot(r, n);
       if (r != call.rank()) call.wait(theirs, n + 1, r, "its contribution");
@@ -91,7 +91,7 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   const size_t section = section_bytes(call.group, p, eb) / eb;  // elements per piece
   const size_t chunk = section * static_cast<size_t>(p);         // elements per round
   const bool premul = op.kind == ReduceOp::PREMUL_SUM;
-  std::vector<const void*> srcs(static_cast<size_t>(p));
+  Sources srcs(p);
   for (size_t start = 0; start < count; start += chunk) {
     const size_t round_count = std::min(chunk, count - start);
     uint8_t* round_data = data + start * eb;
@@ -180,13 +180,18 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
     for (size_t c : counts) largest = std::max(largest, c);
     if (largest == 0) return;
     // Each round carries `section` elements of every block; rank j reduces
-    // block j's section of every rank into its output.
-    const size_t section = section_bytes(call.group, p, eb) / eb;
+    // block j's section of every rank into its output. When every block
+    // fits, the sections ride in the flag line: one cache line per peer.
+    const bool payload = static_cast<size_t>(p) * largest * eb <= transport::shm::kPayloadBytes;
+    const size_t section = payload ? largest : section_bytes(call.group, p, eb) / eb;
     const size_t rounds = ceil_div(largest, section);
-    std::vector<const void*> srcs(static_cast<size_t>(p));
+    Sources srcs(p);
+    auto area = [&](int r, uint64_t k) -> uint8_t* {
+      return payload ? call.group.arrive(r, k).payload : call.group.buffer(r, k);
+    };
     for (size_t i = 0; i < rounds; ++i) {
       uint64_t k = call.begin_round();
-      uint8_t* mine = call.group.buffer(me, k);
+      uint8_t* mine = area(me, k);
       for (int j = 0; j < p; ++j) {
         if (j == me && !premul) continue;
         Piece piece = piece_of(counts[static_cast<size_t>(j)], section, i);
@@ -199,7 +204,7 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
         if (r != me) call.wait_arrive(r, k);
         srcs[static_cast<size_t>(r)] = (r == me && !premul)
                                            ? input + (offsets[static_cast<size_t>(me)] + own.begin) * eb
-                                           : call.group.buffer(r, k) + static_cast<size_t>(me) * section * eb;
+                                           : area(r, k) + static_cast<size_t>(me) * section * eb;
       }
       if (own.length > 0) reduce_sources(output + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
     }

@@ -17,6 +17,7 @@ struct ShmGroup::RankArea {
   FlagLine arrive[2];
   FlagLine reduced;
   FlagLine aborted;                       // seq != 0: this rank aborted; payload[0]: its AbortKind
+  FlagLine any_aborted;                   // rank 0's only: seq != 0 once any rank aborted
   FlagLine eager_done;                    // eager operations this rank has finished
   FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
   char reason[1024];                      // why, NUL-terminated
@@ -130,7 +131,7 @@ FlagLine& ShmGroup::eager_done(int r) const {
   return area(r).eager_done;
 }
 
-uint64_t ShmGroup::begin_round(const FailureCheck& check) {
+uint64_t ShmGroup::begin_round(FailureCheck check) {
   uint64_t k = ++round_;
   if (k >= 2) {
     for (int r = 0; r < size_; ++r) {
@@ -148,6 +149,7 @@ void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
     mine.reason[n] = 0;
     mine.aborted.payload[0] = static_cast<uint8_t>(kind);
     mine.aborted.seq.store(1, std::memory_order_release);
+    area(0).any_aborted.seq.store(1, std::memory_order_release);
   }
   // Sleepers wait on other lines; wake them all so they see the abort.
   for (int r = 0; r < size_; ++r) {
@@ -160,17 +162,19 @@ void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {
 }
 
 int ShmGroup::aborted_rank() const {
+  // One line to read on every call; the scan only once something failed.
+  if (area(0).any_aborted.seq.load(std::memory_order_acquire) == 0) return -1;
   for (int r = 0; r < size_; ++r) {
     if (area(r).aborted.seq.load(std::memory_order_acquire) != 0) return r;
   }
   return -1;
 }
 
-void ShmGroup::check_aborted(const std::string& op) const {
+void ShmGroup::check_aborted(std::string_view op) const {
   int r = aborted_rank();
   if (r < 0) return;
   const RankArea& a = area(r);
-  std::string what = op + ": rank " + std::to_string(r) +
+  std::string what = std::string(op) + ": rank " + std::to_string(r) +
                      " aborted the group: " + std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
   switch (static_cast<AbortKind>(a.aborted.payload[0])) {
     case AbortKind::kTimeout:

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tdist/store.h"
@@ -66,7 +67,7 @@ class ShmGroup {
 
   /// Starts the next round (see above) and returns its number. `check` runs
   /// while waiting.
-  uint64_t begin_round(const FailureCheck& check);
+  uint64_t begin_round(FailureCheck check);
   /// Rank r's data buffer of round k.
   uint8_t* buffer(int r, uint64_t k) const;
   /// Rank r's arrive flag line of round k (its payload is free for data).
@@ -99,7 +100,7 @@ class ShmGroup {
   /// If any rank aborted, throws what it failed with (DistTimeoutError,
   /// DistNetworkError or DistBackendError): "<op>: rank R aborted the
   /// group: <reason>".
-  void check_aborted(const std::string& op) const;
+  void check_aborted(std::string_view op) const;
   /// The first rank that aborted the group, or -1 (cheap: builds no message).
   int aborted_rank() const;
 

@@ -62,8 +62,7 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   return policy;
 }
 
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
-                   const FailureCheck& check) {
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck check) {
   for (int i = 0; i < policy.spins; ++i) {
     if (reached(line, target)) return;
     cpu_relax();
@@ -77,11 +76,11 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
   for (int i = 0; i < policy.yields; ++i) {
     if (reached(line, target)) return;
     sched_yield();
-    if ((i & 31) == 31 && check) check();
+    if ((i & 31) == 31) check();
   }
   auto& sleepers = const_cast<std::atomic<uint32_t>&>(line.sleepers);
   for (;;) {
-    if (check) check();
+    check();
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     uint64_t seen = line.seq.load(std::memory_order_seq_cst);
     if (seen >= target) {

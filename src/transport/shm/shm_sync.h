@@ -16,7 +16,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+
+#include "common/function_ref.h"
 
 namespace tdist::transport::shm {
 
@@ -46,13 +47,12 @@ struct WaitPolicy {
 };
 
 /// What a wait does between sleeps: throws to abandon the wait (a peer died
-/// or aborted, the deadline passed).
-using FailureCheck = std::function<void()>;
+/// or aborted, the deadline passed). A reference: the check outlives the wait.
+using FailureCheck = detail::FunctionRef<void()>;
 
 /// Returns once line.seq >= target (acquire). Calls `check` every few
 /// milliseconds while waiting; its exception propagates.
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
-                   const FailureCheck& check);
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck check);
 
 /// True once line.seq >= target (acquire), without waiting.
 inline bool reached(const FlagLine& line, uint64_t target) {

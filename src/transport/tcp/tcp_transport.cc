@@ -265,7 +265,7 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
   // messages then leave without waking anyone.
   if (!pair.closed && pair.sends.size() == 1) write_some(pair);
   if (pair.closed || !pair.sending()) return;
-  if (driver_ == std::thread::id()) {
+  if (driver_.load(std::memory_order_relaxed) == std::thread::id()) {
     update_polling(pair);
     wake_loop_locked();
   } else if (!is_driver_locked()) {
@@ -319,7 +319,7 @@ void TcpTransport::match_recv(RecvOp op) {
     return;
   }
   posted_.push_back(std::move(op));
-  if (driver_ == std::thread::id()) wake_loop_locked();
+  if (driver_.load(std::memory_order_relaxed) == std::thread::id()) wake_loop_locked();
 }
 
 void TcpTransport::completed(const RequestPtr& request, int source, size_t bytes) {
@@ -972,8 +972,8 @@ void TcpTransport::wake_driver() const {
 void TcpTransport::claim_for_call_locked() {
   // A thread inside a collective call will wait for what it posts: it takes
   // the driver role now, so that the loop thread is not woken for it.
-  if (driver_ != std::thread::id() || !in_call(this)) return;
-  driver_ = std::this_thread::get_id();
+  if (driver_.load(std::memory_order_relaxed) != std::thread::id() || !in_call(this)) return;
+  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   // The loop thread may have been parked, leaving unread what peers sent
   // meanwhile. Read what is there before the call starts: if a peer gave up
   // on the group (its abort notice sits behind the data it sent before), the
@@ -984,14 +984,17 @@ void TcpTransport::claim_for_call_locked() {
 }
 
 bool TcpTransport::claim_driver_locked() {
-  if (driver_ == std::thread::id()) driver_ = std::this_thread::get_id();
+  if (driver_.load(std::memory_order_relaxed) == std::thread::id())
+    driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   return is_driver_locked();
 }
 
 void TcpTransport::release_driver() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // A call that never waited on TCP (a shared-memory collective) never took
+  // the role: no lock for it.
   if (!is_driver_locked()) return;
-  driver_ = std::thread::id();
+  std::lock_guard<std::mutex> lock(mutex_);
+  driver_.store(std::thread::id(), std::memory_order_relaxed);
   for (auto& pair : pairs_) {
     if (pair.peer != rank_) update_polling(pair);
   }

@@ -250,7 +250,9 @@ class TcpTransport final : public Transport {
   void claim_for_call_locked();
   void release_driver();
   void drive(const Request& request, Clock::time_point deadline);
-  bool is_driver_locked() const { return driver_ == std::this_thread::get_id(); }
+  bool is_driver_locked() const {
+    return driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
   bool work_pending_locked() const;
   void wake_loop_locked() const;
   void wake_driver() const;
@@ -270,9 +272,12 @@ class TcpTransport final : public Transport {
   bool sweeping_ = false;              // close_pair is reading the other connections
   bool broken_by_crash_ = false;       // a peer died without saying goodbye
   std::condition_variable closed_cv_;  // a pair closed
-  std::thread::id driver_;             // the thread holding the driver role, if any
-  bool driving_now_ = false;           // ... and polling the sockets right now
-  std::vector<Completion> deferred_;   // completions with callbacks, for the loop thread
+  // The thread holding the driver role, if any. Written under mutex_;
+  // atomic so that a thread can see without the lock that it is not the
+  // driver (only a thread itself makes it its own id).
+  std::atomic<std::thread::id> driver_;
+  bool driving_now_ = false;          // ... and polling the sockets right now
+  std::vector<Completion> deferred_;  // completions with callbacks, for the loop thread
   bool loop_parked_ = false;
   mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
   mutable std::condition_variable loop_cv_;
