@@ -10,6 +10,7 @@
 
 #include "algorithms/shm/shm_collectives.h"
 #include "algorithms/shm/shm_common.h"
+#include "common/stream_copy.h"
 #include "tdist/errors.h"
 
 namespace tdist::algorithms::shm {
@@ -28,6 +29,23 @@ constexpr size_t kCopyRoundBytes = size_t{256} << 10;
 
 void copy(void* dst, const void* src, size_t n) {
   if (n > 0 && dst != src) std::memcpy(dst, src, n);
+}
+
+// A copy into the caller's output: streaming stores when the call's output
+// is too large for the caches (common/stream_copy.h).
+void copy_out(void* dst, const void* src, size_t n, bool streaming) {
+  if (n == 0 || dst == src) return;
+  if (streaming) {
+    tdist::detail::stream_copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
+size_t total(const std::vector<size_t>& bytes) {
+  size_t sum = 0;
+  for (size_t b : bytes) sum += b;
+  return sum;
 }
 
 std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
@@ -87,7 +105,8 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   const auto offsets = offsets_of(bytes);
   auto* output = static_cast<uint8_t*>(out);
   const bool reader = root < 0 || root == me;
-  if (reader) copy(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)]);
+  const bool streaming = total(bytes) >= tdist::detail::streaming_threshold();
+  if (reader) copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
   const size_t max_block = largest(bytes);
   if (p == 1 || max_block == 0) return;
   const bool payload = max_block <= kPayloadBytes;
@@ -104,7 +123,8 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
       Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, i);
       if (theirs.length == 0) continue;
       call.wait_arrive(r, k);
-      copy(output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload), theirs.length);
+      copy_out(output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload), theirs.length,
+               streaming);
     }
   }
 }
@@ -145,6 +165,7 @@ void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbyte
     if (call.size() == 1 || nbytes == 0) return;
     if (nbytes <= kPayloadBytes) return eager_broadcast(call, data, nbytes, root);
     const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
+    const bool streaming = nbytes >= tdist::detail::streaming_threshold();
     auto* bytes = static_cast<uint8_t*>(data);
     for (size_t i = 0, rounds = ceil_div(nbytes, piece); i < rounds; ++i) {
       Piece part = piece_of(nbytes, piece, i);
@@ -155,7 +176,7 @@ void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbyte
       } else {
         call.group.publish_arrive(k);
         call.wait_arrive(root, k);
-        copy(bytes + part.begin, call.group.buffer(root, k), part.length);
+        copy_out(bytes + part.begin, call.group.buffer(root, k), part.length, streaming);
       }
     }
   });
@@ -215,7 +236,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     const auto* input = static_cast<const uint8_t*>(in);
     auto* output = static_cast<uint8_t*>(out);
     const auto m = static_cast<size_t>(me);
-    copy(output + recv_offsets[m], input + send_offsets[m], std::min(send_bytes[m], recv_bytes[m]));
+    const bool streaming = total(recv_bytes) >= tdist::detail::streaming_threshold();
+    copy_out(output + recv_offsets[m], input + send_offsets[m], std::min(send_bytes[m], recv_bytes[m]), streaming);
     if (p == 1) return;
     // Only the sizes of this rank's own blocks are known here, so the ranks
     // first agree on the largest block (in the flag payload): it fixes how
@@ -313,8 +335,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
         Piece part = piece_of(recv_bytes[static_cast<size_t>(s)], section, i);
         if (part.length == 0) continue;
         call.wait_arrive(s, k);
-        copy(output + recv_offsets[static_cast<size_t>(s)] + part.begin,
-             call.group.buffer(s, k) + m * section, part.length);
+        copy_out(output + recv_offsets[static_cast<size_t>(s)] + part.begin, call.group.buffer(s, k) + m * section,
+                 part.length, streaming);
       }
     }
   });
