@@ -1,7 +1,10 @@
 #include "algorithms/shm/shm_common.h"
 
+#include <cstdint>
+
 #include "common/reduce_kernels.h"
 #include "tdist/errors.h"
+#include "transport/shm/shm_single_copy.h"
 
 namespace tdist::algorithms::shm::detail {
 
@@ -47,6 +50,26 @@ void Call::check(int peer) const {
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what) const {
   (void)what;
   transport::shm::wait_at_least(line, target, group.policy(), [this, peer] { check(peer); });
+}
+
+transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {
+  if (!group.single_copy()) return transport::shm::SingleCopyWindow{SIZE_MAX, 0};
+  return transport::shm::single_copy_window(shape, group.policy().oversubscribed);
+}
+
+const void* Call::address_of(int peer, uint64_t k, size_t offset) const {
+  uint64_t address = 0;
+  std::memcpy(&address, group.arrive(peer, k).payload + offset, sizeof(address));
+  return reinterpret_cast<const void*>(static_cast<uintptr_t>(address));
+}
+
+void Call::publish_address(uint64_t k, const void* address, size_t offset) {
+  const uint64_t value = reinterpret_cast<uintptr_t>(address);
+  std::memcpy(group.arrive(rank(), k).payload + offset, &value, sizeof(value));
+}
+
+void Call::read_from(int peer, void* local, const void* remote, size_t n) const {
+  if (n > 0) transport::shm::read_peer_memory(group.pid(peer), peer, local, remote, n);
 }
 
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {

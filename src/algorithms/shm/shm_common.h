@@ -14,6 +14,7 @@
 #include "algorithms/algorithms.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_group.h"
+#include "transport/shm/shm_single_copy.h"
 
 namespace tdist::algorithms::shm::detail {
 
@@ -40,6 +41,25 @@ struct Call {
   void wait_reduced(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its reduced piece"); }
   /// Throws if a peer aborted, died, or the deadline passed (`peer`: who we wait for).
   void check(int peer) const;
+
+  // Single copy (transport/shm/shm_single_copy.h): a rank publishes the
+  // address of its data in its arrive line, readers copy from there and
+  // say so on their `reduced` line, and the owner of the data returns only
+  // once its readers are done.
+  /// The block sizes with which a call of `shape` copies directly (empty
+  /// when the group cannot).
+  transport::shm::SingleCopyWindow single_copy_window(transport::shm::SingleCopyShape shape) const;
+  /// True if a call of `shape` whose blocks are at most `bytes` long copies directly.
+  bool single_copy(transport::shm::SingleCopyShape shape, size_t bytes) const {
+    return single_copy_window(shape).contains(bytes);
+  }
+  /// Rank `peer`'s published address, at `offset` in its arrive line of round k.
+  const void* address_of(int peer, uint64_t k, size_t offset = 0) const;
+  void publish_address(uint64_t k, const void* address, size_t offset = 0);
+  /// Copies `n` bytes at `remote` in `peer`'s memory to `local`.
+  void read_from(int peer, void* local, const void* remote, size_t n) const;
+  /// Waits until `peer` has copied what it needed of this rank's data in round k.
+  void wait_copied(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its copy of our data"); }
 };
 
 /// Runs a collective's body; on any exception marks the group aborted (so

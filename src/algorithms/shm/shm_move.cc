@@ -12,12 +12,14 @@
 #include "algorithms/shm/shm_common.h"
 #include "common/stream_copy.h"
 #include "tdist/errors.h"
+#include "transport/shm/shm_single_copy.h"
 
 namespace tdist::algorithms::shm {
 namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
 using transport::shm::kPayloadBytes;
+using transport::shm::SingleCopyShape;
 
 // Rounds of broadcast and all_gather/gather carry at most this much per rank,
 // though a buffer holds more: a round's piece then stays in the L2 caches
@@ -60,15 +62,16 @@ size_t largest(const std::vector<size_t>& bytes) {
   return m;
 }
 
-// all_to_all's first round: every rank's send sizes, then (when they fit)
-// one section per destination for the blocks themselves.
+// all_to_all's first round: every rank's send sizes and offsets (where each
+// block starts in its input, for single copy), then (when they fit) one
+// section per destination for the blocks themselves.
 struct OneRoundLayout {
-  bool sizes_fit;      // the sizes fit in a buffer
-  size_t data_offset;  // where the sections start: after the sizes, on a cache line
+  bool sizes_fit;      // the sizes and offsets fit in a buffer
+  size_t data_offset;  // where the sections start: after them, on a cache line
   size_t section;      // bytes per destination; 0 when nothing fits
 };
 OneRoundLayout one_round_layout(const ShmGroup& group, int p) {
-  const size_t sizes = static_cast<size_t>(p) * sizeof(uint64_t);
+  const size_t sizes = 2 * static_cast<size_t>(p) * sizeof(uint64_t);
   const size_t data_offset = (sizes + 63) / 64 * 64;
   if (data_offset > group.buffer_bytes())
     return OneRoundLayout{sizes <= group.buffer_bytes(), data_offset, 0};
@@ -82,6 +85,8 @@ OneRoundLayout one_round_layout(const ShmGroup& group, int p) {
 struct TinyLayout {
   static constexpr size_t kFlag = 8;
   static constexpr size_t kSizes = 9;
+  // A rank that is not tiny puts its input's address here (single copy).
+  static constexpr size_t kAddress = 16;
   size_t data_offset;  // on 8 bytes
   size_t section;      // bytes per destination; 0 when nothing fits
 };
@@ -106,9 +111,32 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   auto* output = static_cast<uint8_t*>(out);
   const bool reader = root < 0 || root == me;
   const bool streaming = total(bytes) >= tdist::detail::streaming_threshold();
-  if (reader) copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
+  if (reader)
+    copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
   const size_t max_block = largest(bytes);
   if (p == 1 || max_block == 0) return;
+  if (call.single_copy(SingleCopyShape::kGather, max_block)) {
+    // Readers copy every block straight from its owner's input; an owner
+    // returns once its readers have (its input must not change before).
+    const uint64_t k = call.begin_round();
+    call.publish_address(k, in);
+    call.group.publish_arrive(k);
+    if (reader) {
+      for (int step = 1; step < p; ++step) {
+        int r = (me + step) % p;
+        if (bytes[static_cast<size_t>(r)] == 0) continue;
+        call.wait_arrive(r, k);
+        call.read_from(r, output + offsets[static_cast<size_t>(r)], call.address_of(r, k),
+                       bytes[static_cast<size_t>(r)]);
+      }
+    }
+    call.group.publish_reduced(k);
+    if (bytes[static_cast<size_t>(me)] == 0) return;
+    for (int r = 0; r < p; ++r) {
+      if (r != me && (root < 0 || r == root)) call.wait_copied(r, k);
+    }
+    return;
+  }
   const bool payload = max_block <= kPayloadBytes;
   const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
   const size_t rounds = ceil_div(max_block, piece);
@@ -123,8 +151,8 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
       Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, i);
       if (theirs.length == 0) continue;
       call.wait_arrive(r, k);
-      copy_out(output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload), theirs.length,
-               streaming);
+      copy_out(output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload),
+               theirs.length, streaming);
     }
   }
 }
@@ -160,10 +188,29 @@ void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
   call.end_eager(n);
 }
 
+// Readers copy straight from the root's tensor; the root returns once they have.
+void single_copy_broadcast(Call& call, void* data, size_t nbytes, int root) {
+  const uint64_t k = call.begin_round();
+  if (call.rank() == root) {
+    call.publish_address(k, data);
+    call.group.publish_arrive(k);
+    for (int r = 0; r < call.size(); ++r) {
+      if (r != root) call.wait_copied(r, k);
+    }
+    return;
+  }
+  call.group.publish_arrive(k);
+  call.wait_arrive(root, k);
+  call.read_from(root, data, call.address_of(root, k), nbytes);
+  call.group.publish_reduced(k);
+}
+
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
     if (nbytes <= kPayloadBytes) return eager_broadcast(call, data, nbytes, root);
+    if (call.single_copy(SingleCopyShape::kOneSource, nbytes))
+      return single_copy_broadcast(call, data, nbytes, root);
     const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     const bool streaming = nbytes >= tdist::detail::streaming_threshold();
     auto* bytes = static_cast<uint8_t*>(data);
@@ -202,6 +249,28 @@ void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
     if (me == root) copy(out, input + offsets[static_cast<size_t>(me)], bytes[static_cast<size_t>(me)]);
     const size_t max_block = largest(bytes);
     if (p == 1 || max_block == 0) return;
+    if (call.single_copy(SingleCopyShape::kOneSource, max_block)) {
+      // Every rank copies its block straight from root's input.
+      const uint64_t k = call.begin_round();
+      if (me == root) {
+        call.publish_address(k, input);
+        call.group.publish_arrive(k);
+        for (int r = 0; r < p; ++r) {
+          if (r != me && bytes[static_cast<size_t>(r)] > 0) call.wait_copied(r, k);
+        }
+        return;
+      }
+      call.group.publish_arrive(k);
+      if (bytes[static_cast<size_t>(me)] > 0) {
+        call.wait_arrive(root, k);
+        call.read_from(
+            root, out,
+            static_cast<const uint8_t*>(call.address_of(root, k)) + offsets[static_cast<size_t>(me)],
+            bytes[static_cast<size_t>(me)]);
+      }
+      call.group.publish_reduced(k);
+      return;
+    }
     // Root's buffer holds one section per rank each round.
     const size_t section = section_bytes(call.group, p, 1);
     for (size_t i = 0, rounds = ceil_div(max_block, section); i < rounds; ++i) {
@@ -237,7 +306,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     auto* output = static_cast<uint8_t*>(out);
     const auto m = static_cast<size_t>(me);
     const bool streaming = total(recv_bytes) >= tdist::detail::streaming_threshold();
-    copy_out(output + recv_offsets[m], input + send_offsets[m], std::min(send_bytes[m], recv_bytes[m]), streaming);
+    copy_out(output + recv_offsets[m], input + send_offsets[m], std::min(send_bytes[m], recv_bytes[m]),
+             streaming);
     if (p == 1) return;
     // Only the sizes of this rank's own blocks are known here, so the ranks
     // first agree on the largest block (in the flag payload): it fixes how
@@ -260,6 +330,11 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     const bool i_am_tiny = tiny.section > 0 && largest(send_bytes) <= tiny.section;
     my_line[TinyLayout::kFlag] = i_am_tiny ? 1 : 0;
     const OneRoundLayout first = one_round_layout(call.group, p);
+    // Single copy fetches blocks in its window, and any that a one-round
+    // buffer would have carried once the agreed largest block reaches the
+    // window: a sender whose own blocks reach it need not fill its sections
+    // (the agreed largest is at least its own). See `direct` below.
+    const transport::shm::SingleCopyWindow window = call.single_copy_window(SingleCopyShape::kAllToAll);
     if (i_am_tiny) {
       for (int d = 0; d < p; ++d) {
         const size_t n = send_bytes[static_cast<size_t>(d)];
@@ -269,12 +344,18 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
                input + send_offsets[static_cast<size_t>(d)], n);
       }
     } else if (first.sizes_fit) {
+      call.publish_address(k, input, TinyLayout::kAddress);
       uint8_t* my_first = call.group.buffer(me, k);
       for (int d = 0; d < p; ++d) {
         const uint64_t n = send_bytes[static_cast<size_t>(d)];
+        const uint64_t at = send_offsets[static_cast<size_t>(d)];
         std::memcpy(my_first + static_cast<size_t>(d) * sizeof(uint64_t), &n, sizeof(n));
+        std::memcpy(my_first + static_cast<size_t>(p + d) * sizeof(uint64_t), &at, sizeof(at));
       }
-      if (largest(send_bytes) <= first.section) {
+      // Blocks that single copy will fetch need no copy here: the agreed
+      // largest block is then at least ours (see `direct` below).
+      const bool fetched = largest(send_bytes) >= window.min;
+      if (largest(send_bytes) <= first.section && !fetched) {
         for (int d = 0; d < p; ++d) {
           if (d == me) continue;
           copy(my_first + first.data_offset + static_cast<size_t>(d) * first.section,
@@ -307,6 +388,36 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       }
     }
     if (max_block == 0) return;
+    // Single copy from each sender's input, for blocks in its range, and for
+    // every size a one-round buffer would have carried (a sender that
+    // expected single copy did not fill its sections).
+    const bool direct =
+        first.sizes_fit && max_block >= window.min && (max_block <= window.max || max_block <= first.section);
+    if (direct) {
+      for (int step = 1; step < p; ++step) {
+        int s = (me + step) % p;
+        const uint8_t* line = call.group.arrive(s, k).payload;
+        if (line[TinyLayout::kFlag] != 0) {
+          copy(output + recv_offsets[static_cast<size_t>(s)], line + tiny.data_offset + m * tiny.section,
+               recv_bytes[static_cast<size_t>(s)]);
+          continue;
+        }
+        uint64_t at = 0;
+        std::memcpy(&at, call.group.buffer(s, k) + (static_cast<size_t>(p) + m) * sizeof(uint64_t),
+                    sizeof(at));
+        call.read_from(s, output + recv_offsets[static_cast<size_t>(s)],
+                       static_cast<const uint8_t*>(call.address_of(s, k, TinyLayout::kAddress)) + at,
+                       recv_bytes[static_cast<size_t>(s)]);
+      }
+      call.group.publish_reduced(k);
+      // Our input must not change before every reader has copied from it.
+      if (!i_am_tiny) {
+        for (int r = 0; r < p; ++r) {
+          if (r != me) call.wait_copied(r, k);
+        }
+      }
+      return;
+    }
     if (first.sizes_fit && max_block <= first.section) {
       // One round: each sender's blocks are in its flag line (tiny) or its buffer.
       for (int step = 1; step < p; ++step) {
@@ -335,8 +446,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
         Piece part = piece_of(recv_bytes[static_cast<size_t>(s)], section, i);
         if (part.length == 0) continue;
         call.wait_arrive(s, k);
-        copy_out(output + recv_offsets[static_cast<size_t>(s)] + part.begin, call.group.buffer(s, k) + m * section,
-                 part.length, streaming);
+        copy_out(output + recv_offsets[static_cast<size_t>(s)] + part.begin,
+                 call.group.buffer(s, k) + m * section, part.length, streaming);
       }
     }
   });

@@ -7,9 +7,11 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <random>
 
 #include "common/env.h"
 #include "tdist/errors.h"
+#include "transport/shm/shm_single_copy.h"
 
 namespace tdist::transport::shm {
 
@@ -21,6 +23,11 @@ struct ShmGroup::RankArea {
   FlagLine eager_done;                    // eager operations this rank has finished
   FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
   char reason[1024];                      // why, NUL-terminated
+  // Written once at connect, for single copy: the process to read from, and
+  // a word the neighbour reads to probe that it can.
+  uint64_t pid;
+  uint64_t probe_address;
+  uint64_t probe_value;
 };
 
 namespace {
@@ -84,17 +91,44 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
     buffer_bytes = static_cast<size_t>(parse_int(value.substr(space + 1), "shm/segment buffer size", 1));
     segment = Segment::open(value.substr(0, space), segment_bytes(size, buffer_bytes));
   }
+  auto* areas = reinterpret_cast<RankArea*>(segment.data());
+  // The probe word lives on this stack until every rank has probed.
+  const uint64_t probe = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  areas[rank].pid = static_cast<uint64_t>(getpid());
+  areas[rank].probe_address = reinterpret_cast<uintptr_t>(&probe);
+  areas[rank].probe_value = probe;
   store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
+  // Single copy: can this rank read its neighbour's memory? Every rank must
+  // (and allow it), else nobody uses it.
+  bool can_read = single_copy_allowed();
+  if (can_read && size > 1) {
+    const int next = (rank + 1) % size;
+    store.wait({prefix + "mapped/" + std::to_string(next)}, timeout);
+    const RankArea& theirs = areas[next];
+    can_read = can_read_peer_memory(
+        static_cast<pid_t>(theirs.pid),
+        reinterpret_cast<const void*>(static_cast<uintptr_t>(theirs.probe_address)), theirs.probe_value);
+  }
+  store.set(prefix + "single_copy/" + std::to_string(rank), to_bytes(can_read ? "1" : "0"));
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + "single_copy/" + std::to_string(r));
+  store.wait(keys, timeout);
+  bool single_copy = true;
+  for (const auto& key : keys) single_copy = single_copy && to_string(store.get(key)) == "1";
   if (rank == 0) {
-    std::vector<std::string> keys;
-    keys.reserve(static_cast<size_t>(size));
-    for (int r = 0; r < size; ++r) keys.push_back(prefix + "mapped/" + std::to_string(r));
-    store.wait(keys, timeout);
-    // Every rank maps it: drop the name, so the memory goes with the last
-    // process that maps it, however it ends.
+    // Every rank has mapped it (it wrote its key after mapping): drop the
+    // name, so the memory goes with the last process that maps it, however
+    // it ends.
     segment.unlink();
   }
-  return std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
+  auto group = std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
+  group->single_copy_ = single_copy;
+  return group;
+}
+
+pid_t ShmGroup::pid(int r) const {
+  return static_cast<pid_t>(area(r).pid);
 }
 
 ShmGroup::ShmGroup(Segment segment, int rank, int size, size_t buffer_bytes)

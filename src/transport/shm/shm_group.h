@@ -22,6 +22,8 @@
 // eager slots instead (next_eager() below): their writers do not wait for
 // the readers.
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -91,6 +93,12 @@ class ShmGroup {
   FlagLine& eager_slot(int writer, uint64_t n) const;
   FlagLine& eager_done(int r) const;
 
+  /// True if every rank can read every other rank's memory directly
+  /// (shm_single_copy.h); decided at connect.
+  bool single_copy() const { return single_copy_; }
+  /// Rank r's process, for single copy.
+  pid_t pid(int r) const;
+
   /// Why a rank aborted; peers raise the same exception type.
   enum class AbortKind : uint8_t { kOther = 0, kTimeout = 1, kNetwork = 2 };
   /// Marks this rank as failed with `reason` (unless another rank already
@@ -116,6 +124,7 @@ class ShmGroup {
   WaitPolicy policy_;
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
+  bool single_copy_ = false;
 };
 
 /// The bytes of a segment for `size` ranks and `buffer_bytes` per buffer.

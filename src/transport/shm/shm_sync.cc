@@ -48,7 +48,7 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   cpu_set_t set;
   CPU_ZERO(&set);
   int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  WaitPolicy policy{32, 64};
+  WaitPolicy policy{32, 64, local_ranks > cores};
   // With a core per rank the peer is probably running: spin about 50-150 us
   // (a pause is 10-40 ns) before giving up the core. Shorter spins (800)
   // fell into a pattern where every 8 B all_reduce paid a futex wake-up
@@ -56,7 +56,7 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   // Oversubscribed, the peer may need our core: hand it over almost at once. Either way, sleep
   // soon: a sleeper woken by the futex is scheduled ahead of busy
   // processes, a yielder waits behind them.
-  if (local_ranks <= cores) policy = WaitPolicy{4000, 16};
+  if (local_ranks <= cores) policy = WaitPolicy{4000, 16, false};
   if (auto spins = env_int("TDIST_SHM_SPINS", 0, 1 << 30)) policy.spins = static_cast<int>(*spins);
   if (auto yields = env_int("TDIST_SHM_YIELDS", 0, 1 << 30)) policy.yields = static_cast<int>(*yields);
   return policy;

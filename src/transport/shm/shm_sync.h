@@ -43,6 +43,8 @@ void publish(FlagLine& line, uint64_t value);
 struct WaitPolicy {
   int spins = 0;
   int yields = 0;
+  /// More ranks on the host than cores this process may run on.
+  bool oversubscribed = false;
   static WaitPolicy for_ranks(int local_ranks);
 };
 
