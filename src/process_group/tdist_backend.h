@@ -34,6 +34,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   std::string backend_name() const override { return "tdist"; }
   /// True if the collectives run on shared memory (every rank on this host).
   bool collectives_on_shared_memory() const { return shm_ != nullptr; }
+  /// True if collectives on shared memory may copy straight from a peer's
+  /// tensor (the group's probe found that every rank can read its peers).
+  bool single_copy() const { return shm_ != nullptr && shm_->single_copy(); }
   /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
   bool hierarchical() const { return domains_.local != nullptr; }
 

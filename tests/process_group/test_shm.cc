@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,6 +78,56 @@ TEST(Shm, RanksOnOneHostUseSharedMemoryAndTcpModeDoesNot) {
           for (int64_t i = 0; i < 5; ++i) check(real_at(t, i) == double(3 * i + 3), "wrong sum");
         });
     EXPECT_EQ(describe_failures(outcomes), "") << mode;
+    unlink(path.c_str());
+  }
+}
+
+// Whether this process may read a forked child's memory with
+// process_vm_readv: computed here the plain way, to check the group's probe.
+bool kernel_lets_us_read_a_child() {
+  const uint64_t value = 0x7d157e5eedULL;
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  pid_t child = fork();
+  if (child == 0) {
+    close(fds[1]);
+    char c;
+    ssize_t ignored = read(fds[0], &c, 1);  // EOF once the parent is done (or dead)
+    (void)ignored;
+    _exit(0);
+  }
+  uint64_t seen = 0;
+  iovec mine{&seen, sizeof(seen)};
+  iovec theirs{const_cast<uint64_t*>(&value), sizeof(value)};
+  bool ok = process_vm_readv(child, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(seen)) && seen == value;
+  close(fds[1]);
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  return ok;
+}
+
+TEST(Shm, SingleCopyIsUsedWhereTheKernelAllowsItUnlessTurnedOff) {
+  const bool allowed = kernel_lets_us_read_a_child();
+  for (const char* setting : {"1", "0"}) {
+    const bool expected = allowed && std::string(setting) == "1";
+    std::string path = temp_path("shm_single_copy");
+    auto outcomes = forked_groups(
+        3, path, [&](int) { setenv("TDIST_SHM_SINGLE_COPY", setting, 1); },
+        [&](ProcessGroup& pg, Store&, int rank) {
+          check(dynamic_cast<ProcessGroupTdist&>(pg).single_copy() == expected,
+                std::string("single copy ") + (expected ? "not " : "") + "used with TDIST_SHM_SINGLE_COPY=" + setting);
+          // 64 KiB blocks: single copy if it is on, the buffers if not.
+          const int64_t block = 16384;
+          Tensor in = make_tensor(DType::kFloat32, block, [&](int64_t i) { return double(rank * 100000 + i); });
+          Tensor out = Tensor::zeros(DType::kFloat32, {3 * block});
+          pg.all_gather_into_tensor(out, in)->wait();
+          for (int r = 0; r < 3; ++r) {
+            check_elements(
+                out, r * block, block, [&](int64_t i) { return double(r * 100000 + i); },
+                "all_gather block of rank " + std::to_string(r));
+          }
+        });
+    EXPECT_EQ(describe_failures(outcomes), "") << "TDIST_SHM_SINGLE_COPY=" << setting;
     unlink(path.c_str());
   }
 }
