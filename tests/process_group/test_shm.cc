@@ -328,6 +328,20 @@ TEST(Shm, AWaitEndsWhenTheFlagIsPublishedFromAnotherThread) {
   EXPECT_EQ(line.seq.load(), 1000u);
 }
 
+TEST(Shm, AFailureSeenAfterTheFlagArrivedDoesNotFailTheWait) {
+  // The peer published the flag and then left (finished the call, destroyed
+  // the group): the failure check sees it gone, but the flag is there.
+  alignas(64) shm::FlagLine line{};
+  int checks = 0;
+  shm::WaitPolicy policy{1, 40};  // reaches a check while yielding
+  EXPECT_NO_THROW(shm::wait_at_least(line, 7, policy, [&] {
+    ++checks;
+    line.seq.store(7, std::memory_order_release);
+    throw DistNetworkError("rank 1 died or closed its connection");
+  }));
+  EXPECT_EQ(checks, 1);
+}
+
 TEST(Shm, AWaitIsAbandonedWhenTheFailureCheckThrows) {
   alignas(64) shm::FlagLine line{};
   int checks = 0;

@@ -62,7 +62,18 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   return policy;
 }
 
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck check) {
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck failure_check) {
+  // A failure seen while waiting counts only if the flag is still not
+  // there: a peer that published it and then left (it finished the call and
+  // destroyed the group, closing its connections) is not a failure, and the
+  // flag may have arrived between our last look and the check.
+  auto check = [&] {
+    try {
+      failure_check();
+    } catch (...) {
+      if (!reached(line, target)) throw;
+    }
+  };
   for (int i = 0; i < policy.spins; ++i) {
     if (reached(line, target)) return;
     cpu_relax();
