@@ -32,10 +32,7 @@ class NonMemberGroup final : public ProcessGroup {
 struct State {
   std::mutex mutex;
   Group world;
-  // world.get(), for the collectives to read without the lock (set and
-  // cleared under it). As in torch.distributed, the default group must not
-  // be destroyed while another thread is inside a call on it.
-  std::atomic<ProcessGroup*> world_ptr{nullptr};
+
   std::shared_ptr<Store> store;  // prefixed, shared by every group
   std::string backend;
   std::chrono::milliseconds timeout{kDefaultPgTimeout};
@@ -48,6 +45,12 @@ State& state() {
   static State instance;
   return instance;
 }
+
+// state().world.get(), for the collectives to read without the lock (set
+// and cleared under it; a constant-initialized global, so reading it needs
+// no guard either). As in torch.distributed, the default group must not be
+// destroyed while another thread is inside a call on it.
+constinit std::atomic<ProcessGroup*> g_world{nullptr};
 
 Group world_or_throw() {
   std::lock_guard<std::mutex> lock(state().mutex);
@@ -66,17 +69,14 @@ Group resolve(const Group& group) {
 // path (an 8 B collective takes a few hundred nanoseconds in all).
 ProcessGroup& group_or_world(const Group& group) {
   if (group) return *group;
-  ProcessGroup* world = state().world_ptr.load(std::memory_order_acquire);
+  ProcessGroup* world = g_world.load(std::memory_order_acquire);
   if (world == nullptr) return *world_or_throw();  // raises
   return *world;
 }
 
-int to_group_rank(const ProcessGroup& g, int global_rank, const char* op, const char* what) {
+// The member of `g` with global rank `global_rank`, or DistInvalidArgument.
+int group_rank_or_throw(const ProcessGroup& g, int global_rank, const char* op, const char* what) {
   const auto& ranks = g.global_ranks();
-  // The world and groups of leading ranks map a rank to itself.
-  if (global_rank >= 0 && static_cast<size_t>(global_rank) < ranks.size() &&
-      ranks[static_cast<size_t>(global_rank)] == global_rank)
-    return global_rank;
   auto it = std::find(ranks.begin(), ranks.end(), global_rank);
   if (it == ranks.end()) {
     std::string members;
@@ -85,6 +85,15 @@ int to_group_rank(const ProcessGroup& g, int global_rank, const char* op, const 
                               " is not a member of the group (global ranks " + members + ")");
   }
   return static_cast<int>(it - ranks.begin());
+}
+
+inline int to_group_rank(const ProcessGroup& g, int global_rank, const char* op, const char* what) {
+  // The world and groups of leading ranks map a rank to itself.
+  const auto& ranks = g.global_ranks();
+  if (global_rank >= 0 && static_cast<size_t>(global_rank) < ranks.size() &&
+      ranks[static_cast<size_t>(global_rank)] == global_rank)
+    return global_rank;
+  return group_rank_or_throw(g, global_rank, op, what);
 }
 
 // A blocking call that the backend ran on this thread returns no work: it
@@ -137,7 +146,7 @@ void init_process_group(const InitProcessGroupOptions& options) {
                                      r.world_size, pg_options);
   std::lock_guard<std::mutex> lock(state().mutex);
   state().world = std::move(world);
-  state().world_ptr.store(state().world.get(), std::memory_order_release);
+  g_world.store(state().world.get(), std::memory_order_release);
   state().store = std::move(store);
   state().backend = backend;
   state().timeout = options.timeout;
@@ -149,7 +158,7 @@ void init_process_group(const InitProcessGroupOptions& options) {
 void destroy_process_group(const Group& group) {
   std::lock_guard<std::mutex> lock(state().mutex);
   if (group && group != state().world) return;  // the handle's owner frees it
-  state().world_ptr.store(nullptr, std::memory_order_release);
+  g_world.store(nullptr, std::memory_order_release);
   state().world.reset();
   state().store.reset();
 }

@@ -188,7 +188,7 @@ bool ProcessGroupTdist::claim_inline() {
   return state_.compare_exchange_strong(idle, 1, std::memory_order_acquire, std::memory_order_relaxed);
 }
 
-void ProcessGroupTdist::run_inline(const char* op, BodyRef body) {
+void ProcessGroupTdist::run_inline(std::string_view op, BodyRef body) {
   struct Release {
     ProcessGroupTdist& group;
     ~Release() {
@@ -213,13 +213,14 @@ void ProcessGroupTdist::run_inline(const char* op, BodyRef body) {
   }
 }
 
-WorkPtr ProcessGroupTdist::enqueue(const char* op, std::vector<Tensor> outputs, Body body) {
-  auto work = std::make_shared<Work>(op, std::move(outputs), this);
+WorkPtr ProcessGroupTdist::enqueue(std::string_view op, std::vector<Tensor> outputs, Body body) {
+  auto work = std::make_shared<Work>(std::string(op), std::move(outputs), this);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(std::string(op) + ": the process group is being destroyed");
     state_.fetch_add(2, std::memory_order_relaxed);
-    queue_.push_back(Task{op, next_seq_.fetch_add(1, std::memory_order_relaxed), work, std::move(body)});
+    queue_.push_back(
+        Task{std::string(op), next_seq_.fetch_add(1, std::memory_order_relaxed), work, std::move(body)});
   }
   cv_.notify_one();
   return work;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 #include "algorithms/algorithms.h"
@@ -85,7 +86,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// anything else is queued for the worker, with copies of `args`, and
   /// returns its work. The sequence number is taken now, in call order.
   template <typename... Params, typename... Args>
-  WorkPtr submit(const char* op, Outputs outputs,
+  WorkPtr submit(std::string_view op, Outputs outputs,
                  void (ProcessGroupTdist::*body)(const algorithms::CallContext&, Params...),
                  const Args&... args) {
     if (claim_inline()) {
@@ -99,9 +100,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// True if this call may run on the calling thread now; it then owns the
   /// group until run_inline() returns.
   bool claim_inline();
-  void run_inline(const char* op, BodyRef body);
+  void run_inline(std::string_view op, BodyRef body);
   /// Queues a collective for the worker.
-  WorkPtr enqueue(const char* op, std::vector<Tensor> outputs, Body body);
+  WorkPtr enqueue(std::string_view op, std::vector<Tensor> outputs, Body body);
   void run();
   /// Runs one queued task and finishes its work.
   void execute(Task& task);

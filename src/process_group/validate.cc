@@ -13,11 +13,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-void rank_in_group(const char* op, const char* what, int rank, int size) {
-  if (rank < 0 || rank >= size) {
-    throw DistInvalidArgument(std::string(op) + ": " + what + " " + std::to_string(rank) +
-                              " is not a rank of the group (size " + std::to_string(size) + ")");
-  }
+void throw_rank_not_in_group(const char* op, const char* what, int rank, int size) {
+  throw DistInvalidArgument(std::string(op) + ": " + what + " " + std::to_string(rank) +
+                            " is not a rank of the group (size " + std::to_string(size) + ")");
 }
 
 void list_length(const char* op, const char* what, size_t got, int size) {

@@ -12,7 +12,10 @@
 
 namespace tdist::validate {
 
-void rank_in_group(const char* op, const char* what, int rank, int size);
+[[noreturn]] void throw_rank_not_in_group(const char* op, const char* what, int rank, int size);
+inline void rank_in_group(const char* op, const char* what, int rank, int size) {
+  if (rank < 0 || rank >= size) throw_rank_not_in_group(op, what, rank, size);
+}
 void list_length(const char* op, const char* what, size_t got, int size);
 void same_dtype(const char* op, const char* what, const Tensor& tensor, DType expected);
 void numel_equals(const char* op, const char* what, const Tensor& tensor, int64_t expected);
