@@ -150,6 +150,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   shm_ = domains_.shm.get();
   forced_algos_ = forced_algorithms();
   all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
+  if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
   TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
                    << (shm_             ? "shared memory"
                        : domains_.local ? "shared memory inside hosts, TCP across"
@@ -309,8 +310,8 @@ void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tenso
     return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
   if (domains_.local && (forced_algos_ & forced_bit<algo::AllReduceAlgo>()) == 0) {
     return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks,
-                                              *domains_.cross_ranks, tensor.data(), to_size(tensor.numel()),
-                                              tensor.dtype(), op);
+                                              *domains_.cross_ranks, *cross_worker_, tensor.data(),
+                                              to_size(tensor.numel()), tensor.dtype(), op);
   }
   algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
 }

@@ -19,6 +19,7 @@
 
 #include "algorithms/algorithms.h"
 #include "common/function_ref.h"
+#include "common/worker_thread.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
 #include "transport/transport.h"
@@ -150,6 +151,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
   transport::shm::ShmGroup* shm_ = nullptr;  // domains_.shm: every rank on this host
+  // Hierarchical groups: runs the TCP stage of the pipelined all_reduce.
+  // Destroyed first: its tasks use the domains and the transport.
+  std::unique_ptr<detail::WorkerThread> cross_worker_;
   // Ops whose TCP algorithm TDIST_ALGO_<OP> forces (read once, at creation),
   // bit i for the i-th Algo enum of algorithms.h.
   uint32_t forced_algos_ = 0;

@@ -99,7 +99,8 @@ bool kernel_lets_us_read_a_child() {
   uint64_t seen = 0;
   iovec mine{&seen, sizeof(seen)};
   iovec theirs{const_cast<uint64_t*>(&value), sizeof(value)};
-  bool ok = process_vm_readv(child, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(seen)) && seen == value;
+  bool ok =
+      process_vm_readv(child, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(seen)) && seen == value;
   close(fds[1]);
   close(fds[0]);
   waitpid(child, nullptr, 0);
@@ -115,10 +116,12 @@ TEST(Shm, SingleCopyIsUsedWhereTheKernelAllowsItUnlessTurnedOff) {
         3, path, [&](int) { setenv("TDIST_SHM_SINGLE_COPY", setting, 1); },
         [&](ProcessGroup& pg, Store&, int rank) {
           check(dynamic_cast<ProcessGroupTdist&>(pg).single_copy() == expected,
-                std::string("single copy ") + (expected ? "not " : "") + "used with TDIST_SHM_SINGLE_COPY=" + setting);
+                std::string("single copy ") + (expected ? "not " : "") +
+                    "used with TDIST_SHM_SINGLE_COPY=" + setting);
           // 64 KiB blocks: single copy if it is on, the buffers if not.
           const int64_t block = 16384;
-          Tensor in = make_tensor(DType::kFloat32, block, [&](int64_t i) { return double(rank * 100000 + i); });
+          Tensor in =
+              make_tensor(DType::kFloat32, block, [&](int64_t i) { return double(rank * 100000 + i); });
           Tensor out = Tensor::zeros(DType::kFloat32, {3 * block});
           pg.all_gather_into_tensor(out, in)->wait();
           for (int r = 0; r < 3; ++r) {
@@ -157,49 +160,56 @@ TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
 TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
   // 2 "hosts" x 3 ranks (ranks 0, 2, 4 on host a), and 3 x 2: shared memory
   // inside each host, TCP across. Every op and dtype class, odd counts, the
-  // AVG and PREMUL_SUM special cases, bitwise identical on every rank.
-  for (int hosts : {2, 3}) {
-    const int n = 6;
-    std::string path = temp_path("shm_hier");
-    auto outcomes = forked_groups(
-        n, path, [&](int rank) { setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1); },
-        [&](ProcessGroup& pg, Store&, int rank) {
-          check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
-          for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{100'003}}) {
-            Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return double(i % 11 + rank); });
-            pg.all_reduce(t, ReduceOp::SUM)->wait();
-            for (int64_t i = 0; i < count; ++i)
-              check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
-            Tensor m = make_tensor(DType::kInt32, count, [&](int64_t i) { return double((i + rank) % 6); });
-            pg.all_reduce(m, ReduceOp::MAX)->wait();
-            for (int64_t i = 0; i < count; ++i) check(real_at(m, i) == 5.0, "wrong MAX");
-            // Integer AVG truncates once: (sum of rank) / 6 = 15 / 6 = 2.
-            Tensor a = make_tensor(DType::kInt64, count, [&](int64_t) { return double(rank); });
-            pg.all_reduce(a, ReduceOp::AVG)->wait();
-            for (int64_t i = 0; i < count; ++i) check(real_at(a, i) == 2.0, "wrong integer AVG");
-            Tensor p = make_tensor(DType::kFloat64, count, [&](int64_t i) { return double(i % 3 + rank); });
-            pg.all_reduce(p, ReduceOp::premul_sum(0.5))->wait();
-            for (int64_t i = 0; i < count; ++i) {
-              check(real_at(p, i) == 0.5 * double(6 * (i % 3) + 15), "wrong PREMUL_SUM");
+  // AVG and PREMUL_SUM special cases, bitwise identical on every rank. With
+  // the default chunks (one per message here) and with 8 KiB chunks, so that
+  // the stages overlap over up to a hundred chunks of uneven shares.
+  for (const char* chunk : {"", "8192"})
+    for (int hosts : {2, 3}) {
+      const int n = 6;
+      std::string path = temp_path("shm_hier");
+      auto outcomes = forked_groups(
+          n, path,
+          [&](int rank) {
+            setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1);
+            if (*chunk != 0) setenv("TDIST_HIER_CHUNK_BYTES", chunk, 1);
+          },
+          [&](ProcessGroup& pg, Store&, int rank) {
+            check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
+            for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{100'003}}) {
+              Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return double(i % 11 + rank); });
+              pg.all_reduce(t, ReduceOp::SUM)->wait();
+              for (int64_t i = 0; i < count; ++i)
+                check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
+              Tensor m = make_tensor(DType::kInt32, count, [&](int64_t i) { return double((i + rank) % 6); });
+              pg.all_reduce(m, ReduceOp::MAX)->wait();
+              for (int64_t i = 0; i < count; ++i) check(real_at(m, i) == 5.0, "wrong MAX");
+              // Integer AVG truncates once: (sum of rank) / 6 = 15 / 6 = 2.
+              Tensor a = make_tensor(DType::kInt64, count, [&](int64_t) { return double(rank); });
+              pg.all_reduce(a, ReduceOp::AVG)->wait();
+              for (int64_t i = 0; i < count; ++i) check(real_at(a, i) == 2.0, "wrong integer AVG");
+              Tensor p = make_tensor(DType::kFloat64, count, [&](int64_t i) { return double(i % 3 + rank); });
+              pg.all_reduce(p, ReduceOp::premul_sum(0.5))->wait();
+              for (int64_t i = 0; i < count; ++i) {
+                check(real_at(p, i) == 0.5 * double(6 * (i % 3) + 15), "wrong PREMUL_SUM");
+              }
             }
-          }
-          // Floating point: same bits on every rank (checked through a
-          // second all_reduce of MIN and MAX of the bit patterns).
-          const int64_t count = 4099;
-          Tensor f =
-              make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
-          pg.all_reduce(f, ReduceOp::SUM)->wait();
-          Tensor lo = f.clone();
-          Tensor hi = f.clone();
-          pg.all_reduce(lo, ReduceOp::MIN)->wait();
-          pg.all_reduce(hi, ReduceOp::MAX)->wait();
-          check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
-                    std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
-                "float results differ between ranks");
-        });
-    EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts";
-    unlink(path.c_str());
-  }
+            // Floating point: same bits on every rank (checked through a
+            // second all_reduce of MIN and MAX of the bit patterns).
+            const int64_t count = 4099;
+            Tensor f =
+                make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
+            pg.all_reduce(f, ReduceOp::SUM)->wait();
+            Tensor lo = f.clone();
+            Tensor hi = f.clone();
+            pg.all_reduce(lo, ReduceOp::MIN)->wait();
+            pg.all_reduce(hi, ReduceOp::MAX)->wait();
+            check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
+                      std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
+                  "float results differ between ranks");
+          });
+      EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts, chunk bytes '" << chunk << "'";
+      unlink(path.c_str());
+    }
 }
 
 TEST(Shm, UnequalHostsFallBackToTcp) {

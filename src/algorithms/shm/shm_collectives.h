@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "common/worker_thread.h"
 #include "transport/shm/shm_group.h"
 
 namespace tdist::algorithms::shm {
@@ -44,7 +45,7 @@ void barrier(const CallContext& ctx, ShmGroup& group);
 /// transport, `cross_ranks` the ranks with this rank's local index on every
 /// host. `ctx` is the call on the whole group.
 void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
-                             transport::Transport& cross_ranks, void* data, size_t count, DType dtype,
-                             const ReduceOp& op);
+                             transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                             void* data, size_t count, DType dtype, const ReduceOp& op);
 
 }  // namespace tdist::algorithms::shm
