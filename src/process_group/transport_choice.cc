@@ -66,7 +66,7 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   for (const auto& ranks : by_host) cross.push_back(ranks[local_index]);
   domains.local =
       transport::shm::ShmGroup::connect(store, static_cast<int>(local_index), static_cast<int>(per_host),
-                                        timeout, "shm/host" + std::to_string(host) + "/");
+                                        timeout, "shm/host" + std::to_string(host) + "/", local);
   domains.local_ranks = std::make_unique<transport::SubsetTransport>(tcp, local);
   domains.cross_ranks = std::make_unique<transport::SubsetTransport>(tcp, cross);
   return domains;

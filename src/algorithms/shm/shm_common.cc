@@ -36,14 +36,16 @@ void Call::check(int peer) const {
     if (r == rank() || (peer >= 0 && r != peer)) continue;
     if (ctx.transport.peer_failed(r)) {
       throw DistNetworkError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
-                             " in this group): rank " + std::to_string(r) + " died or closed its connection");
+                             " in this group): rank " + std::to_string(group.group_rank(r)) +
+                             " died or closed its connection");
     }
   }
   if (Clock::now() >= ctx.deadline) {
     throw DistTimeoutError(
         std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
         std::to_string(ctx.timeout.count()) + " ms waiting for " +
-        (peer >= 0 ? "rank " + std::to_string(peer) : std::string("the other ranks")) + " (shared memory)");
+        (peer >= 0 ? "rank " + std::to_string(group.group_rank(peer)) : std::string("the other ranks")) +
+        " (shared memory)");
   }
 }
 
@@ -69,7 +71,7 @@ void Call::publish_address(uint64_t k, const void* address, size_t offset) {
 }
 
 void Call::read_from(int peer, void* local, const void* remote, size_t n) const {
-  if (n > 0) transport::shm::read_peer_memory(group.pid(peer), peer, local, remote, n);
+  if (n > 0) transport::shm::read_peer_memory(group.pid(peer), group.group_rank(peer), local, remote, n);
 }
 
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {

@@ -76,7 +76,8 @@ std::string host_identity() {
 }
 
 std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
-                                            std::chrono::milliseconds timeout, const std::string& prefix) {
+                                            std::chrono::milliseconds timeout, const std::string& prefix,
+                                            std::vector<int> group_ranks) {
   Segment segment;
   size_t buffer_bytes = 0;
   if (rank == 0) {
@@ -124,6 +125,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   }
   auto group = std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
   group->single_copy_ = single_copy;
+  group->group_ranks_ = std::move(group_ranks);
   return group;
 }
 
@@ -208,7 +210,7 @@ void ShmGroup::check_aborted(std::string_view op) const {
   int r = aborted_rank();
   if (r < 0) return;
   const RankArea& a = area(r);
-  std::string what = std::string(op) + ": rank " + std::to_string(r) +
+  std::string what = std::string(op) + ": rank " + std::to_string(group_rank(r)) +
                      " aborted the group: " + std::string(a.reason, strnlen(a.reason, sizeof(a.reason)));
   switch (static_cast<AbortKind>(a.aborted.payload[0])) {
     case AbortKind::kTimeout:

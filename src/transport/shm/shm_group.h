@@ -54,14 +54,19 @@ class ShmGroup {
 
   /// Creates (rank 0) or opens the group's segment, agreeing through `store`
   /// (keys under `prefix`). Every rank of the group must call it.
+  /// `group_ranks[r]` is member r's rank in the process group, for
+  /// messages (a host's part of a larger group); empty: the same numbers.
   static std::unique_ptr<ShmGroup> connect(Store& store, int rank, int size,
                                            std::chrono::milliseconds timeout,
-                                           const std::string& prefix = "shm/");
+                                           const std::string& prefix = "shm/",
+                                           std::vector<int> group_ranks = {});
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   int rank() const { return rank_; }
+  /// Member r's rank in the process group, as messages name it.
+  int group_rank(int r) const { return group_ranks_.empty() ? r : group_ranks_[static_cast<size_t>(r)]; }
   int size() const { return size_; }
   size_t buffer_bytes() const { return buffer_bytes_; }
   const WaitPolicy& policy() const { return policy_; }
@@ -125,6 +130,7 @@ class ShmGroup {
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
   bool single_copy_ = false;
+  std::vector<int> group_ranks_;
 };
 
 /// The bytes of a segment for `size` ranks and `buffer_bytes` per buffer.

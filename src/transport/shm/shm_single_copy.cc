@@ -25,6 +25,11 @@ void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size
     ssize_t got = process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
     if (got <= 0) {
       int error = got < 0 ? errno : EFAULT;
+      if (error == ESRCH) {
+        throw DistNetworkError("shared memory: rank " + std::to_string(peer) + " (pid " +
+                               std::to_string(pid) +
+                               ") died: its memory is gone (process_vm_readv: no such process)");
+      }
       throw DistBackendError("shared memory: reading " + std::to_string(n) + " bytes from rank " +
                              std::to_string(peer) + " (pid " + std::to_string(pid) +
                              ") with process_vm_readv failed: " + std::strerror(error));

@@ -22,8 +22,8 @@
 namespace tdist::transport::shm {
 
 /// Copies `n` bytes at `remote` in process `pid` (group rank `peer`) to
-/// `local`. Raises DistBackendError naming the peer, the size and the
-/// system's error.
+/// `local`. Raises DistNetworkError if the peer's process is gone, else
+/// DistBackendError naming the peer, the size and the system's error.
 void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size_t n);
 
 /// True if this process can read the 8 bytes at `remote` in `pid` and they

@@ -62,7 +62,8 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   return policy;
 }
 
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck failure_check) {
+void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
+                   FailureCheck failure_check) {
   // A failure seen while waiting counts only if the flag is still not
   // there: a peer that published it and then left (it finished the call and
   // destroyed the group, closing its connections) is not a failure, and the
