@@ -14,7 +14,7 @@
 
 namespace tdist {
 
-thread_local bool detail::BlockingCallScope::active_ = false;
+thread_local const void* detail::BlockingCallScope::target_ = nullptr;
 namespace {
 
 // What a process that is not in a group holds for it: it knows the members
@@ -307,21 +307,21 @@ std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
 WorkPtr broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.broadcast(tensor, to_group_rank(g, src, "broadcast", "src")), async_op);
 }
 
 WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op, const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_reduce(tensor, op), async_op);
 }
 
 WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce(tensor, to_group_rank(g, dst, "reduce", "dst"), op), async_op);
 }
 
@@ -329,7 +329,7 @@ WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor,
                    bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather(tensor_list, tensor), async_op);
 }
 
@@ -337,7 +337,7 @@ WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_
                                bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather_into_tensor(output_tensor, input_tensor), async_op);
 }
 
@@ -346,7 +346,7 @@ WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
                                       bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather_into_tensor_uneven(output, input, output_split_sizes), async_op);
 }
 
@@ -354,7 +354,7 @@ WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int
                bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.gather(gather_list, tensor, to_group_rank(g, dst, "gather", "dst")), async_op);
 }
 
@@ -362,7 +362,7 @@ WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, i
                 bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.scatter(tensor, scatter_list, to_group_rank(g, src, "scatter", "src")), async_op);
 }
 
@@ -370,7 +370,7 @@ WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_li
                        const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter(output, input_list, op), async_op);
 }
 
@@ -378,7 +378,7 @@ WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const R
                               const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter_tensor(output, input, op), async_op);
 }
 
@@ -387,7 +387,7 @@ WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
                                      const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter_tensor_uneven(output, input, input_split_sizes, op), async_op);
 }
 
@@ -395,7 +395,7 @@ WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
                    const std::vector<Tensor>& input_tensor_list, const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_to_all(output_tensor_list, input_tensor_list), async_op);
 }
 
@@ -404,14 +404,14 @@ WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
                           const std::vector<int64_t>& input_split_sizes, const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_to_all_single(output, input, output_split_sizes, input_split_sizes), async_op);
 }
 
 WorkPtr barrier(const Group& group, bool async_op) {
   ProcessGroup& g = group_or_world(group);
   if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(!async_op);
+  detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.barrier(), async_op);
 }
 

@@ -179,9 +179,12 @@ std::vector<Tensor> ProcessGroupTdist::Outputs::get() const {
 }
 
 bool ProcessGroupTdist::claim_inline() {
-  // Never inline on a thread that completes operations (a callback): it
-  // would hold up the operations that thread must finish meanwhile.
-  if (!detail::BlockingCallScope::active() || detail::CompletionThreadScope::current() != nullptr)
+  // Only the call the functional API made on this very group (not a call
+  // that some other backend makes on it from inside that one), and never on
+  // a thread that completes operations (a callback): it would hold up the
+  // operations that thread must finish meanwhile.
+  if (!detail::BlockingCallScope::take(static_cast<const ProcessGroup*>(this)) ||
+      detail::CompletionThreadScope::current() != nullptr)
     return false;
   uint64_t idle = 0;
   // Acquire: what the previous operation did to the group's state (shared
@@ -201,7 +204,7 @@ void ProcessGroupTdist::run_inline(std::string_view op, BodyRef body) {
       }
     }
   } release{*this};
-  const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t seq = next_seq_++;  // only the thread that owns the group counts
   algo::CallContext ctx{*transport_, op, seq, transport::coarse_now() + timeout(), timeout()};
   try {
     // Only calls that may wait on TCP need it (see transport.h).
@@ -219,9 +222,10 @@ WorkPtr ProcessGroupTdist::enqueue(std::string_view op, std::vector<Tensor> outp
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(std::string(op) + ": the process group is being destroyed");
+    queue_.push_back(Task{std::string(op), 0, work, std::move(body)});
+    // Counted once queued (a failed push leaves no trace); nobody takes the
+    // task before this lock is released.
     state_.fetch_add(2, std::memory_order_relaxed);
-    queue_.push_back(
-        Task{std::string(op), next_seq_.fetch_add(1, std::memory_order_relaxed), work, std::move(body)});
   }
   cv_.notify_one();
   return work;
@@ -238,6 +242,9 @@ void ProcessGroupTdist::run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    // Numbered when it runs: operations run one at a time in call order, so
+    // the numbers follow the order in which they run on every rank.
+    task.seq = next_seq_++;
     execute(task);
     state_.fetch_sub(2, std::memory_order_release);
   }
@@ -309,9 +316,9 @@ void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tenso
   if (auto* shm = shm_for<algo::AllReduceAlgo>())
     return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
   if (domains_.local && (forced_algos_ & forced_bit<algo::AllReduceAlgo>()) == 0) {
-    return algo::shm::hierarchical_all_reduce(ctx, *domains_.local, *domains_.local_ranks,
-                                              *domains_.cross_ranks, *cross_worker_, tensor.data(),
-                                              to_size(tensor.numel()), tensor.dtype(), op);
+    return algo::shm::hierarchical_all_reduce(
+        ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
+        domains_.hierarchy_chunk_bytes, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
   }
   algo::all_reduce(ctx, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
 }

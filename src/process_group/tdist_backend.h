@@ -85,7 +85,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// the functional API with nothing queued or running before it runs here,
   /// on the caller's thread, and returns null (done; its error propagates);
   /// anything else is queued for the worker, with copies of `args`, and
-  /// returns its work. The sequence number is taken now, in call order.
+  /// returns its work. Sequence numbers are taken as operations start, in
+  /// the order they run.
   template <typename... Params, typename... Args>
   WorkPtr submit(std::string_view op, Outputs outputs,
                  void (ProcessGroupTdist::*body)(const algorithms::CallContext&, Params...),
@@ -168,7 +169,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   // only when nothing is queued or running, and the worker starts nothing
   // while bit 0 is set: every operation of the group runs alone, in order.
   std::atomic<uint64_t> state_{0};
-  std::atomic<uint64_t> next_seq_{0};
+  // The next operation's sequence number, taken when it starts to run, by
+  // the thread that owns the group then (state_ orders them).
+  uint64_t next_seq_ = 0;
   std::thread worker_;
 };
 

@@ -67,6 +67,13 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   domains.local =
       transport::shm::ShmGroup::connect(store, static_cast<int>(local_index), static_cast<int>(per_host),
                                         timeout, "shm/host" + std::to_string(host) + "/", local);
+  // Every rank must cut the message into the same chunks: rank 0 decides.
+  if (rank == 0) {
+    const auto chunk = env_int("TDIST_HIER_CHUNK_BYTES", 64, int64_t{1} << 40).value_or(int64_t{2} << 20);
+    store.set("shm/hier_chunk", to_bytes(std::to_string(chunk)));
+  }
+  domains.hierarchy_chunk_bytes =
+      static_cast<size_t>(parse_int(to_string(store.get("shm/hier_chunk")), "shm/hier_chunk", 64));
   domains.local_ranks = std::make_unique<transport::SubsetTransport>(tcp, local);
   domains.cross_ranks = std::make_unique<transport::SubsetTransport>(tcp, cross);
   return domains;

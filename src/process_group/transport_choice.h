@@ -31,6 +31,9 @@ struct CollectiveDomains {
   std::unique_ptr<transport::shm::ShmGroup> local;
   std::unique_ptr<transport::SubsetTransport> local_ranks;
   std::unique_ptr<transport::SubsetTransport> cross_ranks;
+  /// The hierarchy's pipeline chunk: group rank 0's TDIST_HIER_CHUNK_BYTES
+  /// (default 2 MiB), the same on every rank.
+  size_t hierarchy_chunk_bytes = 0;
 };
 
 /// Every rank must call it, with the group's TCP transport. Mode shm with

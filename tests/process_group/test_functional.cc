@@ -263,6 +263,55 @@ TEST(Functional, FileAndTcpInitMethodsAndAnExplicitStore) {
       "");
 }
 
+// A backend that forwards to a tdist group and waits for it itself, as a
+// wrapper or a Python ProcessGroup subclass would.
+class ForwardingBackend final : public ProcessGroup {
+ public:
+  ForwardingBackend(Group inner, const ProcessGroupOptions& options)
+      : ProcessGroup(inner->rank(), inner->size(), options), inner_(std::move(inner)) {}
+  std::string backend_name() const override { return "forwarding"; }
+  WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op) override {
+    auto work = inner_->all_reduce(tensor, op);  // must be a real work, even inside a blocking call
+    work->wait();
+    auto done = std::make_shared<Work>("all_reduce", std::vector<Tensor>{tensor});
+    done->finish(nullptr);
+    return done;
+  }
+
+ private:
+  Group inner_;
+};
+
+TEST(Functional, ABackendForwardingToATdistGroupGetsARealWork) {
+  // A blocking call of the functional API runs a tdist group's operation on
+  // the caller's thread and returns no work; that must hold for the group
+  // the call was made on only, not for one the backend calls inside it.
+  register_backend(
+      "forwarding",
+      [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) -> Group {
+        return std::make_shared<ForwardingBackend>(
+            create_process_group("tdist", std::make_shared<PrefixStore>("inner", store), rank, size, options),
+            options);
+      });
+  std::string path = temp_path("forwarding");
+  EXPECT_EQ(
+      describe_failures(run_forked(
+          3,
+          [&](int rank) {
+            init_process_group(
+                {.backend = "forwarding", .init_method = "file://" + path, .world_size = 3, .rank = rank});
+            for (int i = 0; i < 3; ++i) {
+              Tensor t = Tensor::from_vector<float>({1.0f + float(rank)});
+              all_reduce(t);
+              check(real_at(t, 0) == 6.0, "all_reduce through the forwarding backend");
+            }
+            destroy_process_group();
+          },
+          60s)),
+      "");
+  unlink(path.c_str());
+}
+
 TEST(Functional, MisuseIsReportedClearly) {
   EXPECT_EQ(
       describe_failures(run_forked(

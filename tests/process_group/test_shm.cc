@@ -5,6 +5,7 @@
 // over shared memory, TCP and small buffers; see CMakeLists.txt.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/uio.h>
@@ -133,6 +134,52 @@ TEST(Shm, SingleCopyIsUsedWhereTheKernelAllowsItUnlessTurnedOff) {
     EXPECT_EQ(describe_failures(outcomes), "") << "TDIST_SHM_SINGLE_COPY=" << setting;
     unlink(path.c_str());
   }
+}
+
+TEST(Shm, RanksWithDifferentCpuAffinityTakeTheSamePaths) {
+  // Whether ranks outnumber cores changes which sizes copy directly; a rank
+  // pinned to one core sees itself oversubscribed where its peer does not.
+  // The group agrees on one answer at creation, else the two would take
+  // different paths (stale data on one, a hang on the other).
+  std::string path = temp_path("shm_affinity");
+  auto outcomes = forked_groups(
+      2, path,
+      [&](int rank) {
+        if (rank != 1) return;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(0, &one);
+        sched_setaffinity(0, sizeof(one), &one);
+      },
+      [&](ProcessGroup& pg, Store&, int rank) {
+        for (int64_t count : {int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
+          Tensor b =
+              make_tensor(DType::kFloat32, count, [&](int64_t i) { return double(rank * 7 + i % 13); });
+          pg.broadcast(b, 0)->wait();
+          check_elements(
+              b, 0, count, [&](int64_t i) { return double(i % 13); }, "broadcast");
+          Tensor in =
+              make_tensor(DType::kFloat32, count, [&](int64_t i) { return double(rank * 1000 + i % 17); });
+          Tensor out = Tensor::zeros(DType::kFloat32, {2 * count});
+          pg.all_gather_into_tensor(out, in)->wait();
+          for (int r = 0; r < 2; ++r) {
+            check_elements(
+                out, r * count, count, [&](int64_t i) { return double(r * 1000 + i % 17); }, "all_gather");
+          }
+          Tensor sent = make_tensor(DType::kFloat32, 2 * count,
+                                    [&](int64_t i) { return double(rank * 100 + (i / count) * 10 + i % 7); });
+          Tensor got = Tensor::zeros(DType::kFloat32, {2 * count});
+          pg.all_to_all_single(got, sent, {}, {})->wait();
+          for (int r = 0; r < 2; ++r) {
+            check_elements(
+                got, r * count, count,
+                [&](int64_t i) { return double(r * 100 + rank * 10 + (rank * count + i) % 7); },
+                "all_to_all");
+          }
+        }
+      });
+  EXPECT_EQ(describe_failures(outcomes), "");
+  unlink(path.c_str());
 }
 
 TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {

@@ -46,6 +46,6 @@ void barrier(const CallContext& ctx, ShmGroup& group);
 /// host. `ctx` is the call on the whole group.
 void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
                              transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
-                             void* data, size_t count, DType dtype, const ReduceOp& op);
+                             size_t chunk_bytes, void* data, size_t count, DType dtype, const ReduceOp& op);
 
 }  // namespace tdist::algorithms::shm

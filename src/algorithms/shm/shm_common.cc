@@ -55,8 +55,7 @@ void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* wha
 }
 
 transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {
-  if (!group.single_copy()) return transport::shm::SingleCopyWindow{SIZE_MAX, 0};
-  return transport::shm::single_copy_window(shape, group.policy().oversubscribed);
+  return group.single_copy_settings().window(shape);
 }
 
 const void* Call::address_of(int peer, uint64_t k, size_t offset) const {
@@ -71,7 +70,11 @@ void Call::publish_address(uint64_t k, const void* address, size_t offset) {
 }
 
 void Call::read_from(int peer, void* local, const void* remote, size_t n) const {
-  if (n > 0) transport::shm::read_peer_memory(group.pid(peer), group.group_rank(peer), local, remote, n);
+  if (n == 0) return;
+  transport::shm::read_peer_memory(group.pid(peer), group.group_rank(peer), local, remote, n);
+  // The owner may have given up meanwhile (a timeout) and reused its
+  // memory: what we read then is not its data.
+  if (group.aborted_rank() >= 0) group.check_aborted(ctx.op);
 }
 
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {

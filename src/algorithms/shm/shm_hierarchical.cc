@@ -24,22 +24,12 @@
 
 #include "algorithms/shm/shm_collectives.h"
 #include "algorithms/shm/shm_common.h"
-#include "common/env.h"
 #include "common/reduce_kernels.h"
 
 namespace tdist::algorithms::shm {
 namespace {
 
 using detail::ceil_div;
-
-// Bytes per pipeline chunk (TDIST_HIER_CHUNK_BYTES overrides it, for tests
-// and tuning). Large enough that a chunk's TCP all_reduce is mostly
-// bandwidth, small enough that a 16 MiB message overlaps in 8 chunks.
-size_t chunk_bytes() {
-  static const size_t bytes =
-      static_cast<size_t>(env_int("TDIST_HIER_CHUNK_BYTES", 64, int64_t{1} << 40).value_or(int64_t{2} << 20));
-  return bytes;
-}
 
 // One chunk: its elements in the message, every local rank's share of them
 // and where this rank's share lives in the scratch.
@@ -91,7 +81,7 @@ struct CrossState {
 
 void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
                              transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
-                             void* data, size_t count, DType dtype, const ReduceOp& op) {
+                             size_t chunk_bytes, void* data, size_t count, DType dtype, const ReduceOp& op) {
   const int l = local.size();
   const size_t me = static_cast<size_t>(local.rank());
   const size_t eb = element_size(dtype);
@@ -102,7 +92,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
   const ReduceOp inside = op.kind == ReduceOp::AVG ? ReduceOp(ReduceOp::SUM) : op;
   const ReduceOp across =
       (op.kind == ReduceOp::AVG || op.kind == ReduceOp::PREMUL_SUM) ? ReduceOp(ReduceOp::SUM) : op;
-  const std::vector<Chunk> chunks = plan_chunks(count, std::max<size_t>(1, chunk_bytes() / eb), l, me);
+  const std::vector<Chunk> chunks = plan_chunks(count, std::max<size_t>(1, chunk_bytes / eb), l, me);
   size_t mine_total = 0;
   for (const auto& c : chunks) mine_total += c.counts[me];
   auto pieces = algorithms::detail::make_scratch(mine_total * eb);
@@ -183,7 +173,6 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     wait_crossed(chunks.size() - 1);
     all_gather_chunk(chunks.back());
   } catch (...) {
-    local.abort(what_of(std::current_exception()), ShmGroup::AbortKind::kOther);
     {
       std::lock_guard<std::mutex> lock(state.mutex);
       state.stop = true;
@@ -193,6 +182,8 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     // aborted; `state` and the pieces must outlive it.
     algorithms::detail::abort_call(between, std::current_exception());
     helper_finished();
+    // Only now (the helper is gone): building the reason may throw.
+    local.abort(what_of(std::current_exception()), ShmGroup::AbortKind::kOther);
     throw;
   }
   helper_finished();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <new>
 #include <random>
+#include <sstream>
 
 #include "common/env.h"
 #include "tdist/errors.h"
@@ -75,22 +76,45 @@ std::string host_identity() {
   return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" + shm_id;
 }
 
+namespace {
+
+// Rank 0's record of the segment: its name, the buffer size and rank 0's
+// single-copy window overrides ("-" when unset), which every rank uses.
+std::string optional_text(const std::optional<size_t>& v) {
+  return v ? std::to_string(*v) : std::string("-");
+}
+
+std::optional<size_t> parse_optional(const std::string& text, const char* what) {
+  if (text == "-") return std::nullopt;
+  return static_cast<size_t>(parse_int(text, what, 0));
+}
+
+}  // namespace
+
 std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
                                             std::chrono::milliseconds timeout, const std::string& prefix,
                                             std::vector<int> group_ranks) {
   Segment segment;
   size_t buffer_bytes = 0;
+  SingleCopySettings single_copy;
   if (rank == 0) {
     buffer_bytes = configured_buffer_bytes();
+    single_copy.min_bytes = env_single_copy_min_bytes();
+    single_copy.max_bytes = env_single_copy_max_bytes();
     segment = Segment::create(segment_bytes(size, buffer_bytes));
-    store.set(prefix + "segment", to_bytes(segment.name() + " " + std::to_string(buffer_bytes)));
+    store.set(prefix + "segment",
+              to_bytes(segment.name() + " " + std::to_string(buffer_bytes) + " " +
+                       optional_text(single_copy.min_bytes) + " " + optional_text(single_copy.max_bytes)));
   } else {
-    std::string value = to_string(store.get(prefix + "segment"));
-    auto space = value.rfind(' ');
-    if (space == std::string::npos)
+    const std::string value = to_string(store.get(prefix + "segment"));
+    std::istringstream fields(value);
+    std::string name, buffer, min, max;
+    if (!(fields >> name >> buffer >> min >> max))
       throw DistBackendError("shared memory: bad segment record '" + value + "'");
-    buffer_bytes = static_cast<size_t>(parse_int(value.substr(space + 1), "shm/segment buffer size", 1));
-    segment = Segment::open(value.substr(0, space), segment_bytes(size, buffer_bytes));
+    buffer_bytes = static_cast<size_t>(parse_int(buffer, "shm/segment buffer size", 1));
+    single_copy.min_bytes = parse_optional(min, "shm/segment single-copy minimum");
+    single_copy.max_bytes = parse_optional(max, "shm/segment single-copy maximum");
+    segment = Segment::open(name, segment_bytes(size, buffer_bytes));
   }
   auto* areas = reinterpret_cast<RankArea*>(segment.data());
   // The probe word lives on this stack until every rank has probed.
@@ -99,24 +123,36 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   areas[rank].probe_address = reinterpret_cast<uintptr_t>(&probe);
   areas[rank].probe_value = probe;
   store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
-  // Single copy: can this rank read its neighbour's memory? Every rank must
-  // (and allow it), else nobody uses it.
+  // Single copy: can this rank read every other rank's memory? Every rank
+  // must (and allow it), else nobody uses it. Whether ranks outnumber cores
+  // changes the windows, so that too is agreed: one rank's affinity must
+  // not make it take another path than its peers.
   bool can_read = single_copy_allowed();
   if (can_read && size > 1) {
-    const int next = (rank + 1) % size;
-    store.wait({prefix + "mapped/" + std::to_string(next)}, timeout);
-    const RankArea& theirs = areas[next];
-    can_read = can_read_peer_memory(
-        static_cast<pid_t>(theirs.pid),
-        reinterpret_cast<const void*>(static_cast<uintptr_t>(theirs.probe_address)), theirs.probe_value);
+    std::vector<std::string> mapped;
+    for (int r = 0; r < size; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
+    store.wait(mapped, timeout);
+    for (int r = 0; r < size && can_read; ++r) {
+      if (r == rank) continue;
+      const RankArea& theirs = areas[r];
+      can_read = can_read_peer_memory(
+          static_cast<pid_t>(theirs.pid),
+          reinterpret_cast<const void*>(static_cast<uintptr_t>(theirs.probe_address)), theirs.probe_value);
+    }
   }
-  store.set(prefix + "single_copy/" + std::to_string(rank), to_bytes(can_read ? "1" : "0"));
+  const bool oversubscribed = WaitPolicy::for_ranks(size).oversubscribed;
+  store.set(prefix + "single_copy/" + std::to_string(rank),
+            to_bytes(std::string(can_read ? "1" : "0") + (oversubscribed ? "1" : "0")));
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "single_copy/" + std::to_string(r));
   store.wait(keys, timeout);
-  bool single_copy = true;
-  for (const auto& key : keys) single_copy = single_copy && to_string(store.get(key)) == "1";
+  single_copy.enabled = true;
+  for (const auto& key : keys) {
+    const std::string v = to_string(store.get(key));
+    single_copy.enabled = single_copy.enabled && v.size() == 2 && v[0] == '1';
+    single_copy.oversubscribed = single_copy.oversubscribed || (v.size() == 2 && v[1] == '1');
+  }
   if (rank == 0) {
     // Every rank has mapped it (it wrote its key after mapping): drop the
     // name, so the memory goes with the last process that maps it, however

@@ -34,6 +34,7 @@
 
 #include "tdist/store.h"
 #include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_single_copy.h"
 #include "transport/shm/shm_sync.h"
 
 namespace tdist::transport::shm {
@@ -100,7 +101,9 @@ class ShmGroup {
 
   /// True if every rank can read every other rank's memory directly
   /// (shm_single_copy.h); decided at connect.
-  bool single_copy() const { return single_copy_; }
+  bool single_copy() const { return single_copy_.enabled; }
+  /// The single-copy settings every rank agreed on at connect.
+  const SingleCopySettings& single_copy_settings() const { return single_copy_; }
   /// Rank r's process, for single copy.
   pid_t pid(int r) const;
 
@@ -129,7 +132,7 @@ class ShmGroup {
   WaitPolicy policy_;
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
-  bool single_copy_ = false;
+  SingleCopySettings single_copy_;
   std::vector<int> group_ranks_;
 };
 

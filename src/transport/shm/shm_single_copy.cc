@@ -80,12 +80,20 @@ Window default_window(SingleCopyShape shape, bool oversubscribed) {
 
 }  // namespace
 
-SingleCopyWindow single_copy_window(SingleCopyShape shape, bool oversubscribed) {
-  static const std::optional<int64_t> min = env_int("TDIST_SHM_SINGLE_COPY_MIN_BYTES", 0, int64_t{1} << 50);
-  static const std::optional<int64_t> max = env_int("TDIST_SHM_SINGLE_COPY_MAX_BYTES", 0, int64_t{1} << 50);
-  if (min || max)
-    return Window{min ? static_cast<size_t>(*min) : 0, max ? static_cast<size_t>(*max) : SIZE_MAX};
+SingleCopyWindow SingleCopySettings::window(SingleCopyShape shape) const {
+  if (!enabled) return kNever;
+  if (min_bytes || max_bytes) return Window{min_bytes.value_or(0), max_bytes.value_or(SIZE_MAX)};
   return default_window(shape, oversubscribed);
+}
+
+std::optional<size_t> env_single_copy_min_bytes() {
+  auto v = env_int("TDIST_SHM_SINGLE_COPY_MIN_BYTES", 0, int64_t{1} << 50);
+  return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
+}
+
+std::optional<size_t> env_single_copy_max_bytes() {
+  auto v = env_int("TDIST_SHM_SINGLE_COPY_MAX_BYTES", 0, int64_t{1} << 50);
+  return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
 }
 
 }  // namespace tdist::transport::shm

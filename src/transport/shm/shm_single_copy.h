@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace tdist::transport::shm {
 
@@ -48,10 +49,25 @@ struct SingleCopyWindow {
   bool contains(size_t bytes) const { return bytes >= min && bytes <= max; }
 };
 
-/// The window of `shape`, which depends on whether the host's ranks
-/// outnumber its cores (see the .cc). TDIST_SHM_SINGLE_COPY_MIN_BYTES and
-/// _MAX_BYTES, when either is set, replace it for every shape. Every rank
-/// must see the same values.
-SingleCopyWindow single_copy_window(SingleCopyShape shape, bool oversubscribed);
+/// What a group agreed on at connect (ShmGroup::connect), so that every rank
+/// takes the same path in every call: the windows must not depend on one
+/// rank's own view (its CPU affinity, its environment).
+struct SingleCopySettings {
+  /// Every rank can read every other rank's memory and allows it.
+  bool enabled = false;
+  /// Some rank of the group may run on fewer cores than the group has ranks.
+  bool oversubscribed = false;
+  /// Rank 0's TDIST_SHM_SINGLE_COPY_MIN_BYTES and _MAX_BYTES: when either
+  /// is set they replace the measured windows for every shape.
+  std::optional<size_t> min_bytes;
+  std::optional<size_t> max_bytes;
+
+  /// The window of `shape` (empty when not enabled); see the .cc.
+  SingleCopyWindow window(SingleCopyShape shape) const;
+};
+
+/// This process's TDIST_SHM_SINGLE_COPY_MIN_BYTES and _MAX_BYTES.
+std::optional<size_t> env_single_copy_min_bytes();
+std::optional<size_t> env_single_copy_max_bytes();
 
 }  // namespace tdist::transport::shm
