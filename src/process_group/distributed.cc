@@ -48,8 +48,8 @@ State& state() {
 
 // state().world.get(), for the collectives to read without the lock (set
 // and cleared under it; a constant-initialized global, so reading it needs
-// no guard either). As in torch.distributed, the default group must not be
-// destroyed while another thread is inside a call on it.
+// no guard either). The default group must not be destroyed while another
+// thread is inside a call on it (distributed.h).
 constinit std::atomic<ProcessGroup*> g_world{nullptr};
 
 Group world_or_throw() {
