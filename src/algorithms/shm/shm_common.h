@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,17 @@ inline Piece piece_of(size_t total, size_t piece, size_t index) {
 
 inline size_t ceil_div(size_t a, size_t b) {
   return (a + b - 1) / b;
+}
+
+/// Elements per piece of one two-shot round of `round_count` elements
+/// (`element_bytes` each) over `p` ranks, at most `full_section`: an even
+/// share, rounded up to whole cache lines. A round shorter than a buffer
+/// (the last one, or a message smaller than a buffer) cut into full sections
+/// would leave all the reducing to the first ranks (a 2-rank 256 KiB
+/// all_reduce took 46 us instead of 25 with 1 MiB buffers).
+inline size_t two_shot_section(size_t round_count, int p, size_t element_bytes, size_t full_section) {
+  const size_t line = 64 / std::gcd(size_t{64}, element_bytes);  // elements per cache line
+  return std::min(full_section, ceil_div(ceil_div(round_count, static_cast<size_t>(p)), line) * line);
 }
 
 /// Bytes of a buffer each of `parts` sections may use: a multiple of 64
