@@ -1,7 +1,11 @@
 #include "pg_harness.h"
 
+#include <signal.h>
+
 #include <complex>
 #include <stdexcept>
+
+#include "tdist/file_store.h"
 
 namespace tdist::testing {
 
@@ -88,6 +92,43 @@ void check_elements(const Tensor& t, int64_t first, int64_t count, const std::fu
                                std::to_string(want(i)));
     }
   }
+}
+
+std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size_t floats, int victim,
+                                        const std::function<void(int)>& setup,
+                                        const std::function<void(ProcessGroup&)>& on_group,
+                                        const std::function<void(const DistError&)>& judge) {
+  auto outcomes = run_forked(
+      ranks,
+      [&](int rank) {
+        setup(rank);
+        auto store = std::make_shared<FileStore>(path, ranks);
+        ProcessGroupOptions options;
+        options.timeout = std::chrono::seconds(60);
+        auto pg = create_process_group("tdist", store, rank, ranks, options);
+        on_group(*pg);
+        std::vector<float> data(floats, 1.0f);
+        Tensor t = Tensor::wrap(data);
+        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes everywhere
+        if (store->add("first_done", 1) == ranks) store->set("all_first_done", "1");
+        auto work = pg->all_reduce(t, ReduceOp::SUM);
+        if (rank == victim) {
+          store->wait({"all_first_done"});
+          raise(SIGKILL);
+        }
+        try {
+          work->wait();
+        } catch (const DistError& e) {
+          judge(e);
+          return;
+        }
+        throw std::runtime_error("all_reduce completed although rank " + std::to_string(victim) +
+                                 " was killed");
+      },
+      std::chrono::seconds(50));
+  bool as_expected = true;
+  for (const auto& o : outcomes) as_expected = as_expected && (o.rank == victim ? o.signal == SIGKILL : o.ok);
+  return as_expected ? "" : describe_failures(outcomes);
 }
 
 }  // namespace tdist::testing

@@ -6,8 +6,10 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "multirank.h"
+#include "tdist/errors.h"
 #include "tdist/process_group.h"
 #include "tdist/tensor.h"
 
@@ -33,5 +35,17 @@ void check(bool ok, const std::string& what);
 /// the error names `what` and the first index that differs.
 void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
                     const std::string& what);
+
+/// Forked ranks (a FileStore at `path`, a 60 s group timeout, so errors
+/// come from the dead peer) run two all_reduces of `floats` float32
+/// elements; rank `victim` dies with SIGKILL in the middle of the second,
+/// once every rank finished the first. Every other rank must fail with a
+/// DistError that `judge` accepts (it throws otherwise). `setup(rank)` runs
+/// first (environment), `on_group` once the group exists. Returns what went
+/// otherwise ("" if the victim was killed and every other rank returned).
+std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size_t floats, int victim,
+                                        const std::function<void(int)>& setup,
+                                        const std::function<void(ProcessGroup&)>& on_group,
+                                        const std::function<void(const DistError&)>& judge);
 
 }  // namespace tdist::testing

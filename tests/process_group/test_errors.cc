@@ -191,41 +191,16 @@ TEST(PgErrors, AllToAllWithLargerSplitSizesTheRanksDisagreeOnIsAnError) {
 }
 
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
-  constexpr int kRanks = 4;
   std::string path = temp_path("kill");
-  auto outcomes = run_forked(
-      kRanks,
-      [&](int rank) {
-        auto store = std::make_shared<FileStore>(path, kRanks);
-        ProcessGroupOptions options;
-        options.timeout = 60s;  // the error must come from the dead peer, not the timeout
-        auto pg = create_process_group("tdist", store, rank, kRanks, options);
-        std::vector<float> data(size_t{16} << 20, 1.0f);  // 64 MiB
-        Tensor t = Tensor::wrap(data);
-        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes everywhere
-        if (store->add("first_done", 1) == kRanks) store->set("all_first_done", "1");
-        auto work = pg->all_reduce(t, ReduceOp::SUM);
-        if (rank == 2) {
-          // Die in the middle of the second one, once all have finished the first.
-          store->wait({"all_first_done"});
-          raise(SIGKILL);
-        }
-        try {
-          work->wait();
-          throw std::runtime_error("all_reduce completed although rank 2 was killed");
-        } catch (const DistNetworkError& e) {
-          check(std::string(e.what()).find("rank 2") != std::string::npos,
-                std::string("not named: ") + e.what());
-        }
-      },
-      50s);
-  for (int r = 0; r < kRanks; ++r) {
-    if (r == 2) {
-      EXPECT_EQ(outcomes[2].signal, SIGKILL);
-    } else {
-      EXPECT_TRUE(outcomes[static_cast<size_t>(r)].ok) << describe_failures(outcomes);
-    }
-  }
+  EXPECT_EQ(kill_one_rank_in_all_reduce(
+                4, path, size_t{16} << 20 /* 64 MiB */, 2, [](int) {}, [](ProcessGroup&) {},
+                [](const DistError& e) {
+                  check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
+                        std::string("not a network error: ") + e.what());
+                  check(std::string(e.what()).find("rank 2") != std::string::npos,
+                        std::string("not named: ") + e.what());
+                }),
+            "");
   unlink(path.c_str());
 }
 

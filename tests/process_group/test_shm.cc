@@ -261,47 +261,25 @@ TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
 
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
-  // chunks: rank 2 dies mid-call. Its host peer and both ranks of the other
-  // host, whichever stage they are in (shared memory on this thread, TCP on
-  // the helper), must fail with an error, not wait.
-  constexpr int kRanks = 4;
+  // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and
+  // both ranks of the other host, whichever stage they are in (shared memory
+  // on this thread, TCP on the helper), must fail with an error naming it,
+  // directly or through the rank that aborted the group first.
   std::string path = temp_path("kill_hier");
-  auto outcomes = run_forked(
-      kRanks,
-      [&](int rank) {
-        setenv("TDIST_HOST_ID", std::to_string(rank % 2).c_str(), 1);
-        setenv("TDIST_HIER_CHUNK_BYTES", "65536", 1);
-        auto store = std::make_shared<FileStore>(path, kRanks);
-        ProcessGroupOptions options;
-        options.timeout = 60s;  // the error must come from the dead peer, not the timeout
-        auto pg = create_process_group("tdist", store, rank, kRanks, options);
-        check(dynamic_cast<ProcessGroupTdist&>(*pg).hierarchical(), "expected the hierarchy");
-        std::vector<float> data(size_t{8} << 20, 1.0f);  // 32 MiB: 512 chunks
-        Tensor t = Tensor::wrap(data);
-        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes everywhere
-        if (store->add("first_done", 1) == kRanks) store->set("all_first_done", "1");
-        auto work = pg->all_reduce(t, ReduceOp::SUM);
-        if (rank == 2) {
-          store->wait({"all_first_done"});
-          raise(SIGKILL);
-        }
-        try {
-          work->wait();
-          throw std::runtime_error("all_reduce completed although rank 2 was killed");
-        } catch (const DistError& e) {
-          const std::string what = e.what();
-          // Directly or through the rank that aborted the group first.
-          check(what.find("rank 2") != std::string::npos, "the dead rank is not named: " + what);
-        }
-      },
-      50s);
-  for (int r = 0; r < kRanks; ++r) {
-    if (r == 2) {
-      EXPECT_EQ(outcomes[2].signal, SIGKILL);
-    } else {
-      EXPECT_TRUE(outcomes[static_cast<size_t>(r)].ok) << describe_failures(outcomes);
-    }
-  }
+  EXPECT_EQ(kill_one_rank_in_all_reduce(
+                4, path, size_t{8} << 20, 2,
+                [](int rank) {
+                  setenv("TDIST_HOST_ID", std::to_string(rank % 2).c_str(), 1);
+                  setenv("TDIST_HIER_CHUNK_BYTES", "65536", 1);
+                },
+                [](ProcessGroup& pg) {
+                  check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
+                },
+                [](const DistError& e) {
+                  check(std::string(e.what()).find("rank 2") != std::string::npos,
+                        std::string("the dead rank is not named: ") + e.what());
+                }),
+            "");
   unlink(path.c_str());
 }
 

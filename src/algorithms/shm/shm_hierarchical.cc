@@ -24,6 +24,7 @@
 
 #include "algorithms/shm/shm_collectives.h"
 #include "algorithms/shm/shm_common.h"
+#include "common/error_text.h"
 #include "common/reduce_kernels.h"
 
 namespace tdist::algorithms::shm {
@@ -54,16 +55,6 @@ std::vector<Chunk> plan_chunks(size_t count, size_t per_chunk, int l, size_t me)
     if (count == 0) break;
   }
   return chunks;
-}
-
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
 }
 
 // What the caller and the helper thread share during one call.
@@ -119,7 +110,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     } catch (...) {
       // A failure across hosts must also stop this host's ranks waiting in
       // shared memory for this one.
-      local.abort(what_of(std::current_exception()), ShmGroup::AbortKind::kOther);
+      local.abort(exception_text(std::current_exception()), ShmGroup::AbortKind::kOther);
       throw;
     }
     return;
@@ -183,7 +174,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     algorithms::detail::abort_call(between, std::current_exception());
     helper_finished();
     // Only now (the helper is gone): building the reason may throw.
-    local.abort(what_of(std::current_exception()), ShmGroup::AbortKind::kOther);
+    local.abort(exception_text(std::current_exception()), ShmGroup::AbortKind::kOther);
     throw;
   }
   helper_finished();
