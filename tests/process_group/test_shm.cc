@@ -263,8 +263,8 @@ TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
   // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and
   // both ranks of the other host, whichever stage they are in (shared memory
-  // on this thread, TCP on the helper), must fail with an error naming it,
-  // directly or through the rank that aborted the group first.
+  // on this thread, TCP on the helper), must fail with a network error
+  // naming it, directly or through the rank that aborted the group first.
   std::string path = temp_path("kill_hier");
   EXPECT_EQ(kill_one_rank_in_all_reduce(
                 4, path, size_t{8} << 20, 2,
@@ -276,6 +276,9 @@ TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
                   check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
                 },
                 [](const DistError& e) {
+                  // A network error everywhere, through the host's group too.
+                  check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
+                        std::string("not a network error: ") + e.what());
                   check(std::string(e.what()).find("rank 2") != std::string::npos,
                         std::string("the dead rank is not named: ") + e.what());
                 }),

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "common/error_text.h"
 #include "common/reduce_kernels.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_single_copy.h"
@@ -75,6 +76,14 @@ void Call::read_from(int peer, void* local, const void* remote, size_t n) const 
   // The owner may have given up meanwhile (a timeout) and reused its
   // memory: what we read then is not its data.
   if (group.aborted_rank() >= 0) group.check_aborted(ctx.op);
+}
+
+void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept {
+  try {
+    group.abort(exception_text(error), abort_kind_of(error));
+  } catch (...) {
+    group.abort("(the error's text could not be built)", abort_kind_of(error));
+  }
 }
 
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {

@@ -68,22 +68,31 @@ struct Call {
 /// A group that a rank has aborted fails every later call at once: a late
 /// rank could otherwise find all the flags it waits for already published
 /// and "complete" a call its peers have given up on.
+/// What kind of failure `error` is, for peers to raise the same type.
+inline ShmGroup::AbortKind abort_kind_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistTimeoutError&) {
+    return ShmGroup::AbortKind::kTimeout;
+  } catch (const DistNetworkError&) {
+    return ShmGroup::AbortKind::kNetwork;
+  } catch (...) {
+    return ShmGroup::AbortKind::kOther;
+  }
+}
+
+/// Marks `group` aborted with `error` (its text and kind) so peers stop
+/// waiting at once. Never throws.
+void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept;
+
 template <typename F>
 void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
     if (group.aborted_rank() >= 0)
       group.check_aborted(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group)");
     body(Call{ctx, group});
-  } catch (const DistTimeoutError& e) {
-    group.abort(e.what(), ShmGroup::AbortKind::kTimeout);
-    algorithms::detail::abort_call(ctx, std::current_exception());
-    throw;
-  } catch (const DistNetworkError& e) {
-    group.abort(e.what(), ShmGroup::AbortKind::kNetwork);
-    algorithms::detail::abort_call(ctx, std::current_exception());
-    throw;
-  } catch (const std::exception& e) {
-    group.abort(e.what(), ShmGroup::AbortKind::kOther);
+  } catch (...) {
+    abort_group(group, std::current_exception());
     algorithms::detail::abort_call(ctx, std::current_exception());
     throw;
   }

@@ -24,7 +24,6 @@
 
 #include "algorithms/shm/shm_collectives.h"
 #include "algorithms/shm/shm_common.h"
-#include "common/error_text.h"
 #include "common/reduce_kernels.h"
 
 namespace tdist::algorithms::shm {
@@ -110,7 +109,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     } catch (...) {
       // A failure across hosts must also stop this host's ranks waiting in
       // shared memory for this one.
-      local.abort(exception_text(std::current_exception()), ShmGroup::AbortKind::kOther);
+      detail::abort_group(local, std::current_exception());
       throw;
     }
     return;
@@ -173,8 +172,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     // aborted; `state` and the pieces must outlive it.
     algorithms::detail::abort_call(between, std::current_exception());
     helper_finished();
-    // Only now (the helper is gone): building the reason may throw.
-    local.abort(exception_text(std::current_exception()), ShmGroup::AbortKind::kOther);
+    detail::abort_group(local, std::current_exception());
     throw;
   }
   helper_finished();
