@@ -45,9 +45,12 @@ struct InitProcessGroupOptions {
 
 /// Initializes the default process group. Raises DistError if it already is.
 void init_process_group(const InitProcessGroupOptions& options = {});
-/// Destroys `group`, or (nullptr) every group and the default one. No other
-/// thread may be inside a call on the default group meanwhile: collectives
-/// read it without a lock or a reference count, for speed.
+/// With nullptr (or the default group), drops the library's references to
+/// the default group and its store: the group is destroyed once no handle
+/// to it is left. Any other group is left alone (its handles own it; it goes
+/// with the last one). No other thread may be inside a call on the default
+/// group meanwhile: collectives read it without a lock or a reference
+/// count, for speed.
 void destroy_process_group(const Group& group = nullptr);
 bool is_initialized();
 /// This process's rank in `group`; -1 if it is not a member.

@@ -6,7 +6,7 @@
 // the reader's copy out). It needs ptrace permission over the peer (same
 // user, no Yama restriction, no seccomp filter: often blocked in
 // containers), so a group probes it when it connects and uses it only if
-// every rank can read its neighbour; the shared buffers stay the fallback.
+// every rank can read every other; the shared buffers stay the fallback.
 //
 // Worth it for mid-size messages whose source sits in the caches: 64 KiB
 // took 2.7 us by CMA against 6.5-9.5 us in and out of a shared buffer, 2
