@@ -29,8 +29,6 @@
 namespace tdist::algorithms::shm {
 namespace {
 
-using detail::ceil_div;
-
 // One chunk: its elements in the message, every local rank's share of them
 // and where this rank's share lives in the scratch.
 struct Chunk {

@@ -339,9 +339,10 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       for (int d = 0; d < p; ++d) {
         const size_t n = send_bytes[static_cast<size_t>(d)];
         my_line[TinyLayout::kSizes + static_cast<size_t>(d)] = static_cast<uint8_t>(n);
-        if (d != me)
+        if (d != me) {
           copy(my_line + tiny.data_offset + static_cast<size_t>(d) * tiny.section,
                input + send_offsets[static_cast<size_t>(d)], n);
+        }
       }
     } else if (first.sizes_fit) {
       call.publish_address(k, input, TinyLayout::kAddress);

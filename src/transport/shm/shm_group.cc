@@ -130,6 +130,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   bool can_read = single_copy_allowed();
   if (can_read && size > 1) {
     std::vector<std::string> mapped;
+    mapped.reserve(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
     store.wait(mapped, timeout);
     for (int r = 0; r < size && can_read; ++r) {

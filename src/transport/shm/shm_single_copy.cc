@@ -4,11 +4,11 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 
 #include "common/env.h"
+#include "common/error_text.h"
 #include "tdist/errors.h"
 
 namespace tdist::transport::shm {
@@ -32,7 +32,7 @@ void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size
       }
       throw DistBackendError("shared memory: reading " + std::to_string(n) + " bytes from rank " +
                              std::to_string(peer) + " (pid " + std::to_string(pid) +
-                             ") with process_vm_readv failed: " + std::strerror(error));
+                             ") with process_vm_readv failed: " + errno_text(error));
     }
     done += static_cast<size_t>(got);
   }
