@@ -42,6 +42,12 @@ class WorkTdist final : public c10d::Work {
   /// and rethrows the operation's error. Raises c10::Error naming the op if the
   /// timeout passes first; the operation itself keeps running.
   bool wait(std::chrono::milliseconds timeout) override;
+  /// The state as of the future: complete() sets the future before the work
+  /// (see there), and a caller whose future.wait() has returned must find the
+  /// work completed too.
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
   std::vector<at::Tensor> result() override;
   int sourceRank() const override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -89,6 +95,20 @@ inline bool WorkTdist::wait(std::chrono::milliseconds timeout) {
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;
+}
+
+inline bool WorkTdist::isCompleted() {
+  return future_->completed() || c10d::Work::isCompleted();
+}
+
+inline bool WorkTdist::isSuccess() const {
+  if (future_->completed()) return !future_->hasError();
+  return c10d::Work::isSuccess();
+}
+
+inline std::exception_ptr WorkTdist::exception() const {
+  if (future_->completed() && future_->hasError()) return future_->exception_ptr();
+  return c10d::Work::exception();
 }
 
 inline std::vector<at::Tensor> WorkTdist::result() {

@@ -110,16 +110,23 @@ def check_size_mismatch_error(ctx):
         t = torch.empty(1)
         dist.recv(t, 0)
         assert_equal(t, torch.tensor([7.0]), "message after the failed one")
-        # The same failure through a future.
-        fut_work = dist.irecv(torch.empty(2), 0)
-        fut = fut_work.get_future()
-        expect_error(fut.wait, "rank 0 sent float32[5]")
-        # (Work.exception() cannot be called from Python in torch 1.13, for any
-        # backend: its exception_ptr has no Python conversion.)
-        assert fut_work.is_completed() and not fut_work.is_success()
+        # The same failure through a future, a few times: once future.wait()
+        # has raised, the work must read as completed and failed (the future
+        # completes on another thread, a moment before the work's own state).
+        for _ in range(FUTURE_ROUNDS):
+            fut_work = dist.irecv(torch.empty(2), 0)
+            fut = fut_work.get_future()
+            expect_error(fut.wait, "rank 0 sent float32[5]")
+            # (Work.exception() cannot be called from Python in torch 1.13, for
+            # any backend: its exception_ptr has no Python conversion.)
+            assert fut_work.is_completed() and not fut_work.is_success()
     if ctx.rank == 0:
-        dist.send(torch.zeros(5), 1)
+        for _ in range(FUTURE_ROUNDS):
+            dist.send(torch.zeros(5), 1)
     dist.barrier()
+
+
+FUTURE_ROUNDS = 20
 
 
 def check_batch_isend_irecv(ctx):
