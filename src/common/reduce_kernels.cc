@@ -200,6 +200,21 @@ TDIST_FLOAT_CLONES void add_float_into_right(float* __restrict dst, const float*
   for (size_t i = 0; i < n; ++i) dst[i] = src[i] + dst[i];
 }
 
+// dst = ((s[0] + s[1]) + s[2]) + ... in one pass: each element is loaded
+// once from every source and stored once, where pairwise reduce_into passes
+// read and write the partial result N - 1 times.
+template <int N>
+[[gnu::always_inline]] inline void sum_float_n(float* __restrict dst, const float* const* srcs,
+                                               size_t count) {
+  const float* s[N];
+  for (int j = 0; j < N; ++j) s[j] = srcs[j];
+  for (size_t i = 0; i < count; ++i) {
+    float acc = s[0][i] + s[1][i];
+    for (int j = 2; j < N; ++j) acc += s[j][i];
+    dst[i] = acc;
+  }
+}
+
 template <typename T, typename Fn>
 void run_binary(void* dst, const void* a, const void* b, size_t n, Fn fn) {
   T* d = static_cast<T*>(dst);
@@ -357,6 +372,34 @@ void reduce_into(void* dst, const void* a, const void* b, size_t count, DType dt
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, bool>) reduce_typed<T>(dst, a, b, count, op.kind);
   });
+}
+
+TDIST_FLOAT_CLONES bool sum_float32_sources(float* dst, const float* const* srcs, int n, size_t count) {
+  switch (n) {
+    case 2:
+      sum_float_n<2>(dst, srcs, count);
+      return true;
+    case 3:
+      sum_float_n<3>(dst, srcs, count);
+      return true;
+    case 4:
+      sum_float_n<4>(dst, srcs, count);
+      return true;
+    case 5:
+      sum_float_n<5>(dst, srcs, count);
+      return true;
+    case 6:
+      sum_float_n<6>(dst, srcs, count);
+      return true;
+    case 7:
+      sum_float_n<7>(dst, srcs, count);
+      return true;
+    case 8:
+      sum_float_n<8>(dst, srcs, count);
+      return true;
+    default:
+      return false;
+  }
 }
 
 void premultiply(void* data, size_t count, DType dtype, const ReduceOp& op) {

@@ -28,6 +28,12 @@ namespace tdist {
 /// PREMUL_SUM sum here.
 void reduce_into(void* dst, const void* a, const void* b, size_t count, DType dtype, const ReduceOp& op);
 
+/// dst[i] = ((srcs[0][i] + srcs[1][i]) + srcs[2][i]) + ... over n float32
+/// sources, in one pass (the pairwise order of reduce_into, so the same
+/// bits). `dst` must not overlap any source. Returns false, doing nothing,
+/// for n outside 2..8.
+bool sum_float32_sources(float* dst, const float* const* srcs, int n, size_t count);
+
 /// For PREMUL_SUM, multiplies data[i] by op.premul_factor (integers: by the
 /// factor truncated toward zero, wrapping on overflow); no-op for other ops.
 void premultiply(void* data, size_t count, DType dtype, const ReduceOp& op);

@@ -788,3 +788,47 @@ TEST(ReduceKernels, AliasingAccumulatesLikeAnAllReduce) {
 
 }  // namespace
 }  // namespace tdist
+
+// The one-pass float32 sum of 2-8 sources gives exactly the bits of the
+// left-to-right sum in double-checked float arithmetic, at every length
+// around the vector widths and at unaligned starts; other counts of sources
+// are refused.
+TEST(ReduceKernels, Float32SumOfSourcesIsTheLeftToRightSum) {
+  std::mt19937 rng(7);
+  // Magnitudes far apart, so that the order of additions changes the bits.
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (int n = 2; n <= 8; ++n) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{1000}}) {
+      for (size_t offset : {size_t{0}, size_t{1}}) {
+        std::vector<std::vector<float>> sources(static_cast<size_t>(n), std::vector<float>(count + offset));
+        for (auto& source : sources) {
+          for (float& x : source) x = std::ldexp(mantissa(rng), exponent(rng));
+        }
+        if (count > 0) sources[0][offset] = NAN;  // a NaN poisons its element
+        std::vector<const float*> pointers;
+        for (auto& source : sources) pointers.push_back(source.data() + offset);
+        std::vector<float> got(count + offset, -1.0f);
+        ASSERT_TRUE(tdist::sum_float32_sources(got.data() + offset, pointers.data(), n, count));
+        for (size_t i = 0; i < count; ++i) {
+          volatile float want = sources[0][offset + i];  // volatile: one float rounding per step
+          for (int j = 1; j < n; ++j) want = want + sources[static_cast<size_t>(j)][offset + i];
+          const float w = want;
+          if (std::isnan(w)) {
+            EXPECT_TRUE(std::isnan(got[offset + i])) << n << " sources, element " << i;
+          } else {
+            EXPECT_EQ(std::memcmp(&got[offset + i], &w, sizeof(float)), 0)
+                << n << " sources, element " << i << ": " << got[offset + i] << " instead of " << w;
+          }
+        }
+      }
+    }
+  }
+  float dst = 0;
+  const float one = 1;
+  const float* single[] = {&one};
+  EXPECT_FALSE(tdist::sum_float32_sources(&dst, single, 1, 1));
+  std::vector<const float*> nine(9, &one);
+  EXPECT_FALSE(tdist::sum_float32_sources(&dst, nine.data(), 9, 1));
+  EXPECT_EQ(dst, 0.0f);
+}

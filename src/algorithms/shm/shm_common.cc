@@ -103,12 +103,25 @@ void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DTy
   // 16 KiB tiles: the partial result stays in L1 across the n - 1 passes.
   const size_t tile = std::max<size_t>(1, (size_t{16} << 10) / eb);
   auto* out = static_cast<uint8_t*>(dst);
+  // float32 sums (AVG and PREMUL_SUM sum too) in one pass over the sources
+  // when the result overlaps none of them (an in-place reduce_scatter's may).
+  const bool sum_kind =
+      op.kind == ReduceOp::SUM || op.kind == ReduceOp::AVG || op.kind == ReduceOp::PREMUL_SUM;
+  bool fused = dtype == DType::kFloat32 && sum_kind && n >= 2 && n <= 8;
+  for (int i = 0; fused && i < n; ++i) {
+    const auto* src = static_cast<const uint8_t*>(srcs[i]);
+    if (src < out + count * eb && out < src + count * eb) fused = false;
+  }
+  const float* tile_srcs[8];
   for (size_t begin = 0; begin < count; begin += tile) {
     size_t len = std::min(tile, count - begin);
     size_t off = begin * eb;
     auto at = [&](int i) { return static_cast<const uint8_t*>(srcs[i]) + off; };
     if (n == 1) {
       if (out + off != at(0)) std::memcpy(out + off, at(0), len * eb);
+    } else if (fused) {
+      for (int i = 0; i < n; ++i) tile_srcs[i] = reinterpret_cast<const float*>(at(i));
+      sum_float32_sources(reinterpret_cast<float*>(out + off), tile_srcs, n, len);
     } else {
       reduce_into(out + off, at(0), at(1), len, dtype, op);
       for (int i = 2; i < n; ++i) reduce_into(out + off, out + off, at(i), len, dtype, op);
