@@ -181,7 +181,10 @@ void combine_self(T* data, size_t n, Fn fn) {
 // the library runs on any x86-64. Measured with the whole library built
 // -march=native (2026-11-25, Xeon VM): 64 MiB all_reduce 2 ranks 9.3-9.6 ->
 // 8.9-9.2 ms, 4 ranks 24.0-25.8 -> 23.6-23.8 ms.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the dynamic loader runs an ifunc's resolver
+// before the sanitizer's runtime has started, and the instrumented resolver
+// then crashes every program at load (those builds run the baseline code).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TDIST_FLOAT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TDIST_FLOAT_CLONES
