@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <complex>
 #include <cstdint>
@@ -807,6 +808,7 @@ TEST(ReduceKernels, Float32SumOfSourcesIsTheLeftToRightSum) {
         }
         if (count > 0) sources[0][offset] = NAN;  // a NaN poisons its element
         std::vector<const float*> pointers;
+        pointers.reserve(sources.size());
         for (auto& source : sources) pointers.push_back(source.data() + offset);
         std::vector<float> got(count + offset, -1.0f);
         ASSERT_TRUE(tdist::sum_float32_sources(got.data() + offset, pointers.data(), n, count));
@@ -817,7 +819,7 @@ TEST(ReduceKernels, Float32SumOfSourcesIsTheLeftToRightSum) {
           if (std::isnan(w)) {
             EXPECT_TRUE(std::isnan(got[offset + i])) << n << " sources, element " << i;
           } else {
-            EXPECT_EQ(std::memcmp(&got[offset + i], &w, sizeof(float)), 0)
+            EXPECT_EQ(std::bit_cast<uint32_t>(got[offset + i]), std::bit_cast<uint32_t>(w))
                 << n << " sources, element " << i << ": " << got[offset + i] << " instead of " << w;
           }
         }
