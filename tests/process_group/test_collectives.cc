@@ -166,6 +166,37 @@ TEST_P(Collectives, AllReduceEveryDtypeAndReduceOp) {
             "");
 }
 
+// Above the one-shot limit (32 KiB) the reductions run two-shot, where
+// PREMUL_SUM puts each rank's own premultiplied piece where its result goes
+// (wrong on ranks 2 and up once: the pairwise passes overwrote it before
+// reading it). Every summing op, two dtypes, all_reduce and reduce to the
+// last rank.
+TEST_P(Collectives, TwoShotSizesForEverySummingOp) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int root = pg.size() - 1;
+                          for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+                            for (Kind kind : {Kind::SUM, Kind::AVG, Kind::PREMUL_SUM}) {
+                              const int64_t count = 20001;  // 80 or 160 KB
+                              auto input = [&] {
+                                return make_tensor(dtype, count, [&](int64_t i) {
+                                  return contribution(dtype, kind, rank, i);
+                                });
+                              };
+                              Tensor t = input();
+                              pg.all_reduce(t, make_op(kind))->wait();
+                              expect_reduced(t, kind, pg.size(), label("all_reduce", dtype, kind, count));
+                              Tensor r = input();
+                              pg.reduce(r, root, make_op(kind))->wait();
+                              if (rank == root) {
+                                expect_reduced(r, kind, pg.size(), label("reduce", dtype, kind, count));
+                              }
+                            }
+                          }
+                        }),
+            "");
+}
+
 TEST_P(Collectives, AllReduceLargeFloat32IsExactAndBitwiseIdentical) {
   EXPECT_EQ(with_groups(mode(), n(),
                         [&](ProcessGroup& pg, int rank) {

@@ -148,7 +148,9 @@ class Sources {
 /// dst = srcs[0] op srcs[1] op ... (in that order), count elements; for AVG
 /// also divides. Tiles the range so the partial result stays in L1. With
 /// `copy_to`, each finished tile is also copied there while still in L1
-/// (cheaper than a second pass over the whole result).
+/// (cheaper than a second pass over the whole result). dst may be one of the
+/// sources (the same elements), not overlap one in any other way; so may
+/// copy_to.
 void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DType dtype, const ReduceOp& op,
                     int world_size, void* copy_to = nullptr);
 
