@@ -86,15 +86,13 @@ void abort_call(const CallContext& ctx, std::exception_ptr error) noexcept {
 }
 
 void Combiner::combine(uint8_t* local, uint8_t* received, size_t count, bool received_first) const {
-  if (!received_first) {
+  // reduce_into keeps the operand order whatever aliases (dst == b still
+  // computes a op b), so both orders reduce straight into `local`.
+  if (received_first) {
+    reduce_into(local, received, local, count, dtype, op);
+  } else {
     reduce_into(local, local, received, count, dtype, op);
-    return;
   }
-  // reduce_into(local, received, local) would compute local op received
-  // (its dst == b path folds `a` into dst), so combine into the received
-  // buffer, which keeps the order, and copy the result over.
-  reduce_into(received, received, local, count, dtype, op);
-  std::memcpy(local, received, count * element_bytes);
 }
 
 void Combiner::finalize(uint8_t* data, size_t count) const {

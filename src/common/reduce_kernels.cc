@@ -178,9 +178,9 @@ void combine_self(T* data, size_t n, Fn fn) {
 // float32 SUM, the reduction that dominates real use, also as AVX2 and
 // AVX-512 code that the dynamic loader picks for the CPU (GCC's
 // target_clones, an ifunc); everything else stays at the x86-64 baseline so
-// the library runs on any x86-64. Measured with the whole library built
-// -march=native (2026-11-25, Xeon VM): 64 MiB all_reduce 2 ranks 9.3-9.6 ->
-// 8.9-9.2 ms, 4 ranks 24.0-25.8 -> 23.6-23.8 ms.
+// the library runs on any x86-64. 64 MiB all_reduce (2026-11-25, Xeon VM):
+// 2 ranks 9.3-9.6 -> 8.9-9.0 ms, 4 ranks 24.0-25.8 -> 23.4-24.2 ms, as fast
+// as a build of the whole library with -march=native run beside it.
 // Not under ThreadSanitizer: the dynamic loader runs an ifunc's resolver
 // before the sanitizer's runtime has started, and the instrumented resolver
 // then crashes every program at load (those builds run the baseline code).

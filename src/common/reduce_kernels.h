@@ -7,11 +7,12 @@
 //   premultiply (or premultiply_into) on each input    -- PREMUL_SUM only
 //   reduce_into, pairwise, n - 1 times                 -- AVG/PREMUL_SUM sum
 //   finalize_reduce once on the result                 -- AVG only
-// Float16 and bfloat16 are computed in float32 and rounded back (to nearest
-// even) at every call. Each function first calls check_reduce_supported, so
-// an invalid (dtype, op) pair raises DistInvalidArgument before any memory is
-// touched. Buffers must be aligned for their element type; a count of 0 does
-// nothing and accepts null pointers.
+// (float32 sums of several sources may instead run in one pass:
+// sum_float32_sources.) Float16 and bfloat16 are computed in float32 and
+// rounded back (to nearest even) at every call. Each function but
+// sum_float32_sources first calls check_reduce_supported, so an invalid
+// (dtype, op) pair raises DistInvalidArgument before any memory is touched. Buffers must be aligned for their
+// element type; a count of 0 does nothing and accepts null pointers.
 
 #include <cstddef>
 

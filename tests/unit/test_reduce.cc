@@ -791,7 +791,7 @@ TEST(ReduceKernels, AliasingAccumulatesLikeAnAllReduce) {
 }  // namespace tdist
 
 // The one-pass float32 sum of 2-8 sources gives exactly the bits of the
-// left-to-right sum in double-checked float arithmetic, at every length
+// left-to-right sum, rounded to float at every step, at every length
 // around the vector widths and at unaligned starts; other counts of sources
 // are refused.
 TEST(ReduceKernels, Float32SumOfSourcesIsTheLeftToRightSum) {

@@ -30,13 +30,14 @@ using namespace detail;  // NOLINT(google-build-using-namespace): this file's ow
 // docs/performance.md).
 constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 
-// Two-shot rounds are at most this long when ranks outnumber cores. Ranks
-// that take turns on a core evict each other's lines; rounds that stay in
-// L2 beat fewer, longer rounds there. 4 ranks on 2 cores, 1 MiB buffers
-// (2026-11-25): 4 MiB 1.7-2.2 -> 1.1-1.2 ms, 16 MiB 6.0 -> 4.7-5.3 ms,
-// 64 MiB 29.8-30.5 -> 25.5-27.5 ms; no change at 64 KiB-1 MiB. With as many
-// cores as ranks shorter rounds gain nothing, and the other collectives
-// lose from them (measured on the same day).
+// Two-shot rounds (all_reduce and reduce) are at most this long when ranks
+// outnumber cores. Ranks that take turns on a core evict each other's
+// lines; rounds that stay in L2 beat fewer, longer rounds there. 4 ranks on
+// 2 cores, 1 MiB buffers, all_reduce (2026-11-25): 4 MiB 1.7-2.2 -> 1.1-1.2
+// ms, 16 MiB 6.0 -> 4.7-5.3 ms, 64 MiB 29.8-30.5 -> 25.5-25.9 ms; no change
+// at 64 KiB-1 MiB. With as many cores as ranks shorter rounds gain nothing,
+// and broadcast, all_gather, reduce_scatter and all_to_all lose from shorter
+// buffers (measured on the same day; reduce was not measured apart).
 constexpr size_t kOversubscribedRoundBytes = size_t{256} << 10;
 
 // Copies `bytes` of a contribution into shared memory, premultiplied for
