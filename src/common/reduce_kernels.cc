@@ -190,17 +190,8 @@ void combine_self(T* data, size_t n, Fn fn) {
 #define TDIST_FLOAT_CLONES
 #endif
 
-TDIST_FLOAT_CLONES void add_float(float* __restrict dst, const float* __restrict a, const float* __restrict b,
-                                  size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
-}
-
 TDIST_FLOAT_CLONES void add_float_into(float* __restrict dst, const float* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = dst[i] + src[i];
-}
-
-TDIST_FLOAT_CLONES void add_float_into_right(float* __restrict dst, const float* __restrict src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i] + dst[i];
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 // dst = ((s[0] + s[1]) + s[2]) + ... in one pass: each element is loaded
@@ -224,16 +215,15 @@ void run_binary(void* dst, const void* a, const void* b, size_t n, Fn fn) {
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Fn, SumFn>) {
-    if (d == x && d != y) {
-      add_float_into(d, y, n);
-      return;
-    }
-    if (d == y && d != x) {
-      add_float_into_right(d, x, n);
-      return;
-    }
+    // The vector clones. A float sum's operands commute bit for bit (only a
+    // NaN's payload may differ, which reduce_into leaves unspecified).
     if (d != x && d != y) {
-      add_float(d, x, y, n);
+      const float* sources[] = {x, y};
+      sum_float32_sources(d, sources, 2, n);
+      return;
+    }
+    if (d != x || d != y) {
+      add_float_into(d, d == x ? y : x, n);
       return;
     }
   }
