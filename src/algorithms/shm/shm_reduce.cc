@@ -100,7 +100,7 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   const int p = call.size();
   const int me = call.rank();
   size_t full_section = section_bytes(call.group, p, eb) / eb;  // elements per piece
-  if (call.group.single_copy_settings().oversubscribed) {       // agreed by all ranks at connect
+  if (call.group.oversubscribed()) {
     full_section = two_shot_section(kOversubscribedRoundBytes / eb, p, eb, full_section);
   }
   const size_t chunk = full_section * static_cast<size_t>(p);  // elements per round

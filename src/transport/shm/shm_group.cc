@@ -99,8 +99,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   SingleCopySettings single_copy;
   if (rank == 0) {
     buffer_bytes = configured_buffer_bytes();
-    single_copy.min_bytes = env_single_copy_min_bytes();
-    single_copy.max_bytes = env_single_copy_max_bytes();
+    single_copy.read_window_overrides();
     segment = Segment::create(segment_bytes(size, buffer_bytes));
     store.set(prefix + "segment",
               to_bytes(segment.name() + " " + std::to_string(buffer_bytes) + " " +

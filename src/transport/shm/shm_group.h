@@ -104,6 +104,10 @@ class ShmGroup {
   bool single_copy() const { return single_copy_.enabled; }
   /// The single-copy settings every rank agreed on at connect.
   const SingleCopySettings& single_copy_settings() const { return single_copy_; }
+  /// Some rank may run on fewer cores than the group has ranks: agreed at
+  /// connect, so every rank picks the same protocol from it (policy() is
+  /// this rank's own view).
+  bool oversubscribed() const { return single_copy_.oversubscribed; }
   /// Rank r's process, for single copy.
   pid_t pid(int r) const;
 

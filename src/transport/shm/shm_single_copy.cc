@@ -86,14 +86,13 @@ SingleCopyWindow SingleCopySettings::window(SingleCopyShape shape) const {
   return default_window(shape, oversubscribed);
 }
 
-std::optional<size_t> env_single_copy_min_bytes() {
-  auto v = env_int("TDIST_SHM_SINGLE_COPY_MIN_BYTES", 0, int64_t{1} << 50);
-  return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
-}
-
-std::optional<size_t> env_single_copy_max_bytes() {
-  auto v = env_int("TDIST_SHM_SINGLE_COPY_MAX_BYTES", 0, int64_t{1} << 50);
-  return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
+void SingleCopySettings::read_window_overrides() {
+  auto bytes = [](const char* name) -> std::optional<size_t> {
+    auto v = env_int(name, 0, int64_t{1} << 50);
+    return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
+  };
+  min_bytes = bytes("TDIST_SHM_SINGLE_COPY_MIN_BYTES");
+  max_bytes = bytes("TDIST_SHM_SINGLE_COPY_MAX_BYTES");
 }
 
 }  // namespace tdist::transport::shm

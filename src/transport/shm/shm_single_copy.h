@@ -64,10 +64,8 @@ struct SingleCopySettings {
 
   /// The window of `shape` (empty when not enabled); see the .cc.
   SingleCopyWindow window(SingleCopyShape shape) const;
+  /// Sets min_bytes and max_bytes from this process's environment.
+  void read_window_overrides();
 };
-
-/// This process's TDIST_SHM_SINGLE_COPY_MIN_BYTES and _MAX_BYTES.
-std::optional<size_t> env_single_copy_min_bytes();
-std::optional<size_t> env_single_copy_max_bytes();
 
 }  // namespace tdist::transport::shm

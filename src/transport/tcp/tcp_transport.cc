@@ -26,8 +26,16 @@ using tcp::Pair;
 using tcp::RecvOp;
 using tcp::SendOp;
 
-// Microseconds a driver polls before sleeping (tcp_spin_time()).
+// Microseconds a driver polls before sleeping (spin_time()).
 constexpr int64_t kDefaultSpinUs = 50;
+
+// How long a thread waiting on TCP polls before it sleeps in poll():
+// TDIST_TCP_SPIN_US, read once.
+std::chrono::microseconds spin_time() {
+  static const auto spin =
+      std::chrono::microseconds(env_int("TDIST_TCP_SPIN_US", 0, 1'000'000).value_or(kDefaultSpinUs));
+  return spin;
+}
 
 // A zero-byte message with this tag says "I am shutting down on purpose".
 constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
@@ -1044,12 +1052,6 @@ bool TcpTransport::wait(const RequestPtr& request, Clock::time_point deadline) {
   return request->wait_until(deadline);
 }
 
-std::chrono::microseconds tcp_spin_time() {
-  static const auto spin =
-      std::chrono::microseconds(env_int("TDIST_TCP_SPIN_US", 0, 1'000'000).value_or(kDefaultSpinUs));
-  return spin;
-}
-
 void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
   struct DrivingNow {
     TcpTransport& t;
@@ -1070,7 +1072,7 @@ void TcpTransport::drive(const Request& request, Clock::time_point deadline) {
   // exchange took 23-30 us with blocking calls, 2.7 us with non-blocking
   // ones, 2026-11-25). Yielding between polls leaves the core to a peer
   // that shares it.
-  const auto spin_until = Clock::now() + spin_;
+  const auto spin_until = Clock::now() + spin_time();
   while (!request.done()) {
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -58,10 +58,6 @@ struct TcpOptions {
 /// all_reduce took 37.5-43.6 ms over 4 connections per pair, 45.5-55.0 ms
 /// over one (three runs each).
 inline constexpr int kDefaultSocketsPerPeer = 4;
-
-/// How long a thread waiting on TCP polls before it sleeps in poll():
-/// TDIST_TCP_SPIN_US, default 50 us.
-std::chrono::microseconds tcp_spin_time();
 inline constexpr int kMaxSocketsPerPeer = 16;
 
 /// Publishes this rank's address in `store` (keys "tcp/addr/<rank>"),
@@ -290,8 +286,6 @@ class TcpTransport final : public Transport {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;         // wakes the loop thread from epoll_wait
   int driver_wake_fd_ = -1;  // wakes the driver from poll
-  // How long a driver polls without sleeping (TDIST_TCP_SPIN_US).
-  std::chrono::microseconds spin_ = tcp_spin_time();
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
