@@ -96,8 +96,7 @@ void check_elements(const Tensor& t, int64_t first, int64_t count, const std::fu
 
 std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size_t floats, int victim,
                                         const std::function<void(int)>& setup,
-                                        const std::function<void(ProcessGroup&)>& on_group,
-                                        const std::function<void(const DistError&)>& judge) {
+                                        const std::function<void(ProcessGroup&)>& on_group) {
   auto outcomes = run_forked(
       ranks,
       [&](int rank) {
@@ -119,7 +118,10 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size
         try {
           work->wait();
         } catch (const DistError& e) {
-          judge(e);
+          check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
+                std::string("not a network error: ") + e.what());
+          check(std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos,
+                std::string("the dead rank is not named: ") + e.what());
           return;
         }
         throw std::runtime_error("all_reduce completed although rank " + std::to_string(victim) +

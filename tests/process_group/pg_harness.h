@@ -40,12 +40,12 @@ void check_elements(const Tensor& t, int64_t first, int64_t count, const std::fu
 /// come from the dead peer) run two all_reduces of `floats` float32
 /// elements; rank `victim` dies with SIGKILL in the middle of the second,
 /// once every rank finished the first. Every other rank must fail with a
-/// DistError that `judge` accepts (it throws otherwise). `setup(rank)` runs
-/// first (environment), `on_group` once the group exists. Returns what went
+/// DistNetworkError naming the victim ("rank <victim>"), directly or through
+/// the rank that aborted the group first. `setup(rank)` runs first
+/// (environment), `on_group` once the group exists. Returns what went
 /// otherwise ("" if the victim was killed and every other rank returned).
 std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size_t floats, int victim,
                                         const std::function<void(int)>& setup,
-                                        const std::function<void(ProcessGroup&)>& on_group,
-                                        const std::function<void(const DistError&)>& judge);
+                                        const std::function<void(ProcessGroup&)>& on_group);
 
 }  // namespace tdist::testing

@@ -274,13 +274,6 @@ TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
                 },
                 [](ProcessGroup& pg) {
                   check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
-                },
-                [](const DistError& e) {
-                  // A network error everywhere, through the host's group too.
-                  check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
-                        std::string("not a network error: ") + e.what());
-                  check(std::string(e.what()).find("rank 2") != std::string::npos,
-                        std::string("the dead rank is not named: ") + e.what());
                 }),
             "");
   unlink(path.c_str());
