@@ -11,8 +11,9 @@
 // sum_float32_sources.) Float16 and bfloat16 are computed in float32 and
 // rounded back (to nearest even) at every call. Each function but
 // sum_float32_sources first calls check_reduce_supported, so an invalid
-// (dtype, op) pair raises DistInvalidArgument before any memory is touched. Buffers must be aligned for their
-// element type; a count of 0 does nothing and accepts null pointers.
+// (dtype, op) pair raises DistInvalidArgument before any memory is touched.
+// Buffers must be aligned for their element type; a count of 0 does nothing
+// and accepts null pointers.
 
 #include <cstddef>
 
