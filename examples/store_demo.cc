@@ -103,14 +103,13 @@ int launch(const char* self, int nproc, int timeout_s) {
       return 1;
     }
     if (pid == 0) {
-      setenv("MASTER_ADDR", "127.0.0.1",
-             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
-      setenv("MASTER_PORT", std::to_string(port).c_str(),
-             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
-      setenv("RANK", std::to_string(rank).c_str(),
-             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(),
-             1);  // NOLINT(concurrency-mt-unsafe): the forked child is single-threaded
+      // The forked child is single-threaded, so setenv is safe here.
+      // NOLINTBEGIN(concurrency-mt-unsafe)
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      // NOLINTEND(concurrency-mt-unsafe)
       std::string timeout = std::to_string(timeout_s);
       execl(self, self, "--timeout", timeout.c_str(), static_cast<char*>(nullptr));
       std::perror("exec");

@@ -47,7 +47,7 @@ Args parse(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
+    std::exit(app.exit(e));  // NOLINT(concurrency-mt-unsafe): no other thread runs yet
   }
   return args;
 }
@@ -74,6 +74,7 @@ double run_mix(uint16_t port, const Args& args, Mix mix) {
   std::vector<std::unique_ptr<tdist::TCPStore>> stores;
   tdist::TCPStoreOptions options;
   options.port = port;
+  stores.reserve(static_cast<size_t>(args.clients));
   for (int i = 0; i < args.clients; ++i)
     stores.push_back(std::make_unique<tdist::TCPStore>("127.0.0.1", options));
   const tdist::Bytes value(args.value_bytes, 'v');
@@ -84,6 +85,7 @@ double run_mix(uint16_t port, const Args& args, Mix mix) {
   std::atomic<uint64_t> total{0};
   std::latch ready(args.clients + 1);
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(args.clients));
   for (int i = 0; i < args.clients; ++i) {
     threads.emplace_back([&, i] {
       tdist::TCPStore& store = *stores[static_cast<size_t>(i)];

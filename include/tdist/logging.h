@@ -61,13 +61,14 @@ struct LogVoidify {
 /// TRACE); the arguments are not evaluated when the level is off.
 /// An expression, not a statement, so it is safe as the body of an unbraced
 /// if: `&` binds looser than `<<`, so the whole line is streamed first.
-// NOLINTNEXTLINE(bugprone-macro-parentheses): the caller's << must follow
+// NOLINTBEGIN(bugprone-macro-parentheses): the caller's << must follow
 #define TDIST_LOG(LEVEL)                                                                             \
   !::tdist::log_enabled(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL)                                  \
       ? (void)0                                                                                      \
       : ::tdist::detail::LogVoidify() &                                                              \
             ::tdist::detail::LogLine(::tdist::LogLevel::TDIST_LOG_LEVEL_##LEVEL, __FILE__, __LINE__) \
                 .stream()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #define TDIST_LOG_LEVEL_ERROR kError
 #define TDIST_LOG_LEVEL_WARNING kWarning

@@ -91,9 +91,9 @@ class Tensor {
   /// A tensor of the given shape owning a copy of `values`, which must hold
   /// exactly as many elements as the shape.
   template <ElementType T>
-  static Tensor from_vector(const std::vector<T>& values, std::vector<int64_t> shape) {
+  static Tensor from_vector(const std::vector<T>& values, const std::vector<int64_t>& shape) {
     detail::check_wrap_size(values.size(), shape);
-    Tensor tensor = empty(dtype_of<T>(), std::move(shape));
+    Tensor tensor = empty(dtype_of<T>(), shape);
     T* out = static_cast<T*>(tensor.data());
     if constexpr (std::is_same_v<T, bool>) {
       for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];

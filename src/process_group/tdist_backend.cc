@@ -129,6 +129,8 @@ uint32_t forced_algorithms() {
 
 }  // namespace
 
+// By value: the signature every backend factory has (see process_group.cc).
+// NOLINTNEXTLINE(performance-unnecessary-value-param)
 Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size,
                                const ProcessGroupOptions& options) {
   return std::make_shared<ProcessGroupTdist>(std::move(store), rank, size, options);

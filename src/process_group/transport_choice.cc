@@ -63,6 +63,7 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   const auto& local = by_host[host];
   const size_t local_index = static_cast<size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
   std::vector<int> cross;
+  cross.reserve(by_host.size());
   for (const auto& ranks : by_host) cross.push_back(ranks[local_index]);
   domains.local =
       transport::shm::ShmGroup::connect(store, static_cast<int>(local_index), static_cast<int>(per_host),

@@ -94,6 +94,7 @@ ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& stor
   // for file://; loopback when neither is known).
   options.master_host = tcp_store_host(store);
   if (options.master_host.empty()) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): tdist never calls setenv
     if (const char* host = std::getenv("MASTER_ADDR")) options.master_host = host;
   }
   pg_ = translate_errors([&] {

@@ -586,7 +586,7 @@ TEST(ReduceKernels, FloatSpecialValues) {
   const float inf = INFINITY, nan = NAN;
   const std::vector<float> a = tile<float>({inf, inf, nan, 1.0f, -inf, 0.0f, 2.0f});
   const std::vector<float> b = tile<float>({-inf, 1.0f, 1.0f, nan, 3.0f, inf, -inf});
-  auto check = [&](ReduceOp op, std::vector<float> pattern) {
+  auto check = [&](ReduceOp op, const std::vector<float>& pattern) {
     const std::vector<float> got = run_reduce(a, b, DType::kFloat32, op);
     const std::vector<float> want = tile(pattern);
     for (size_t i = 0; i < got.size(); ++i) {

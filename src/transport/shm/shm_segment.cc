@@ -126,7 +126,8 @@ int sweep_stale_segments() {
   if (dir == nullptr) return 0;
   const std::string mine = std::string(segment_prefix()) + std::to_string(getuid()) + "-";
   int removed = 0;
-  while (dirent* entry = readdir(dir)) {
+  // readdir is safe on a stream no other thread uses (this one is local).
+  while (dirent* entry = readdir(dir)) {  // NOLINT(concurrency-mt-unsafe)
     std::string name = entry->d_name;
     if (name.rfind(mine, 0) != 0) continue;
     pid_t pid = static_cast<pid_t>(std::strtol(name.c_str() + mine.size(), nullptr, 10));
