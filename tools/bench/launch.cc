@@ -66,12 +66,15 @@ int launch_local(int nproc, char** argv) {
       // A rank must not outlive this launcher (killed by a test deadline, say).
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) _exit(2);
+      // The forked child is single-threaded, so setenv is safe here.
+      // NOLINTBEGIN(concurrency-mt-unsafe)
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      // NOLINTEND(concurrency-mt-unsafe)
       execv("/proc/self/exe", argv);
       std::perror("tdist-bench: exec");
       _exit(127);
