@@ -232,7 +232,19 @@ std::string run_with_store(Mode mode, int n, const std::function<KeepAlive(Store
           file->set_timeout(store_timeout);
           store = file.get();
         }
-        KeepAlive resources = fn(*store, rank);
+        KeepAlive resources;
+        try {
+          resources = fn(*store, rank);
+        } catch (...) {
+          // Open the barrier below for the others: they would otherwise wait
+          // out the store's timeout and then report timeouts of their own
+          // next to (or, in the log, long before) this rank's real error.
+          try {
+            store->set("run_with_store/all_finished", "rank " + std::to_string(rank) + " failed");
+          } catch (...) {  // NOLINT(bugprone-empty-catch): the rank's own error matters more
+          }
+          throw;
+        }
         if (store->add("run_with_store/finished", 1) == n) store->set("run_with_store/all_finished", "1");
         store->wait({"run_with_store/all_finished"});
       },

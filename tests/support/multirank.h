@@ -70,7 +70,9 @@ void exit_barrier(Store& store, int rank, int world_size, const std::string& nam
 /// Runs fn(store, rank) on n ranks that share one store: a HashStore when
 /// ranks are threads, a FileStore when they are processes. What fn returns
 /// (connections, groups) is kept alive until every rank has passed a store
-/// barrier after fn, so no rank tears down what another still uses.
+/// barrier after fn, so no rank tears down what another still uses. A rank
+/// whose fn throws opens that barrier for the others at once, so a failure
+/// is reported as itself, not as the others' store timeouts.
 using KeepAlive = std::shared_ptr<void>;
 std::string run_with_store(Mode mode, int n, const std::function<KeepAlive(Store& store, int rank)>& fn,
                            std::chrono::milliseconds deadline = std::chrono::seconds(60),
