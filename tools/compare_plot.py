@@ -18,7 +18,10 @@ usage:
       command, the chart's file name and the tables.
 
 Every row is one JSON object with the keys lib, op, dtype, world_size, bytes,
-time_us, algbw_GBps, busbw_GBps, errors (docs/benchmark.md).
+time_us, algbw_GBps, busbw_GBps, errors (docs/benchmark.md), and "run" when
+tools/compare --repeat measured every point several times. Such a point is
+drawn and tabled as its median run (the lower middle one for an even
+count), with the largest error count of its runs.
 """
 import argparse
 import datetime
@@ -69,7 +72,27 @@ def load_rows(path):
             rows.append(row)
     if not rows:
         sys.exit(f"compare_plot.py: no rows in {path}")
-    return rows
+    return median_runs(rows)
+
+
+def median_runs(rows):
+    """One row per (lib, op, dtype, world size, size): the run with the
+    median time, with "runs" (how many) and the errors of the worst run."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["lib"], r["op"], r.get("dtype"), r["world_size"], r["bytes"])].append(r)
+    out = []
+    for runs in groups.values():
+        runs.sort(key=lambda r: r["time_us"])
+        row = dict(runs[(len(runs) - 1) // 2])
+        row["runs"] = len(runs)
+        row["errors"] = max(r["errors"] for r in runs)
+        out.append(row)
+    return out
+
+
+def runs_per_point(rows):
+    return max(r.get("runs", 1) for r in rows)
 
 
 # ---- The chart ----
@@ -310,7 +333,9 @@ def update_doc(doc, rows_path, rows, command, build_dir, load_before):
         f"The rows are in `{os.path.relpath(rows_path, os.path.dirname(os.path.abspath(doc)))}`. "
         "Time is the mean per operation in microseconds; busbw is in GB/s (10^9 B/s); "
         "\"time / tdist time\" above 1 means tdist was faster. A dash: no row (the op is unsupported "
-        "or the size holds less than one element per rank).",
+        "or the size holds less than one element per rank)."
+        + (f" Every figure is the median of {runs_per_point(rows)} runs, the libraries taking turns "
+           "in each round; the rows keep every run." if runs_per_point(rows) > 1 else ""),
         "",
         tables(rows).rstrip(),
         END,
