@@ -78,6 +78,23 @@ void Call::read_from(int peer, void* local, const void* remote, size_t n) const 
   if (group.aborted_rank() >= 0) group.check_aborted(ctx.op);
 }
 
+namespace {
+
+// What kind of failure `error` is, for peers to raise the same type.
+ShmGroup::AbortKind abort_kind_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistTimeoutError&) {
+    return ShmGroup::AbortKind::kTimeout;
+  } catch (const DistNetworkError&) {
+    return ShmGroup::AbortKind::kNetwork;
+  } catch (...) {
+    return ShmGroup::AbortKind::kOther;
+  }
+}
+
+}  // namespace
+
 void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept {
   try {
     group.abort(exception_text(error), abort_kind_of(error));
@@ -153,9 +170,7 @@ void reduce_sources(void* dst, const void* const* srcs, int n, size_t count, DTy
     const size_t len = std::min(tile, count - begin);
     const size_t off = begin * eb;
     if (n == 1) {
-      if (out + off != static_cast<const uint8_t*>(srcs[0]) + off) {
-        std::memcpy(out + off, static_cast<const uint8_t*>(srcs[0]) + off, len * eb);
-      }
+      if (out != srcs[0]) std::memcpy(out + off, static_cast<const uint8_t*>(srcs[0]) + off, len * eb);
     } else if (overlap) {
       reduce_tile_via_scratch(out + off, srcs, n, begin, len, dtype, op, one_pass);
     } else {

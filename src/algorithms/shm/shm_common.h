@@ -63,28 +63,15 @@ struct Call {
   void wait_copied(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its copy of our data"); }
 };
 
+/// Marks `group` aborted with `error` (its text and kind) so peers stop
+/// waiting at once. Never throws.
+void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept;
+
 /// Runs a collective's body; on any exception marks the group aborted (so
 /// peers stop waiting at once) and aborts the transport, then rethrows.
 /// A group that a rank has aborted fails every later call at once: a late
 /// rank could otherwise find all the flags it waits for already published
 /// and "complete" a call its peers have given up on.
-/// What kind of failure `error` is, for peers to raise the same type.
-inline ShmGroup::AbortKind abort_kind_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const DistTimeoutError&) {
-    return ShmGroup::AbortKind::kTimeout;
-  } catch (const DistNetworkError&) {
-    return ShmGroup::AbortKind::kNetwork;
-  } catch (...) {
-    return ShmGroup::AbortKind::kOther;
-  }
-}
-
-/// Marks `group` aborted with `error` (its text and kind) so peers stop
-/// waiting at once. Never throws.
-void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept;
-
 template <typename F>
 void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
