@@ -28,5 +28,41 @@ TEST(TwoShotSection, SharesEveryRoundEvenlyInWholeCacheLinesWithinTheBuffer) {
   }
 }
 
+TEST(SingleCopyPiece, CoversTheTensorInWholePagesWithEvenShares) {
+  for (size_t eb : {size_t{1}, size_t{2}, size_t{4}, size_t{8}, size_t{16}}) {
+    const size_t unit = 4096 / eb;  // elements per 4 KiB
+    for (int p : {1, 2, 3, 5, 8}) {
+      for (size_t count : {size_t{1}, size_t{4095}, size_t{8193}, size_t{100003}, size_t{1} << 24}) {
+        SCOPED_TRACE("eb " + std::to_string(eb) + ", p " + std::to_string(p) + ", count " +
+                     std::to_string(count));
+        const size_t piece = single_copy_piece(count, p, eb);
+        EXPECT_EQ(piece % unit, 0U);                                  // owners never share a page's line
+        EXPECT_GE(piece * static_cast<size_t>(p), count);             // the pieces cover the tensor
+        EXPECT_LT(piece, count / static_cast<size_t>(p) + 2 * unit);  // an even share
+        size_t covered = 0;
+        for (int j = 0; j < p; ++j) covered += piece_of(count, piece, static_cast<size_t>(j)).length;
+        EXPECT_EQ(covered, count);
+      }
+    }
+  }
+}
+
+TEST(BroadcastPushedBytes, TheRootWritesAnEvenShareInWholePagesFrom32KiB) {
+  EXPECT_EQ(broadcast_pushed_bytes(0, 2), 0U);
+  EXPECT_EQ(broadcast_pushed_bytes(kBroadcastShareMinBytes - 1, 2), 0U);  // readers copy everything
+  EXPECT_EQ(broadcast_pushed_bytes(kBroadcastShareMinBytes, 2), kBroadcastShareMinBytes / 2);
+  EXPECT_EQ(broadcast_pushed_bytes(size_t{1} << 20, 2), size_t{512} << 10);
+  for (int p : {2, 3, 5, 8}) {
+    for (size_t n : {size_t{32} << 10, size_t{100003}, size_t{1} << 20, (size_t{64} << 20) + 5}) {
+      const size_t pushed = broadcast_pushed_bytes(n, p);
+      SCOPED_TRACE("p " + std::to_string(p) + ", n " + std::to_string(n));
+      EXPECT_EQ(pushed % 4096, 0U);
+      // The root's share over p - 1 readers is about what each reader reads.
+      EXPECT_LE(pushed * static_cast<size_t>(p), n);
+      EXPECT_GT((pushed + 4096) * static_cast<size_t>(p), n);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tdist::algorithms::shm::detail

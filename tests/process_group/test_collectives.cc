@@ -147,22 +147,26 @@ class Collectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {
   int n() const { return std::get<1>(GetParam()); }
 };
 
+// The last count is just past the one-shot limit (32 KiB) in every dtype:
+// two-shot, or single copy where the group can (every rank reads its piece
+// from the others and writes the result into them).
 TEST_P(Collectives, AllReduceEveryDtypeAndReduceOp) {
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          for (DType dtype : kAllDTypes) {
-                            for (Kind kind : kAllOps) {
-                              if (!is_reduce_supported(dtype, make_op(kind))) continue;
-                              for (int64_t count : {0, 1, 7, 33}) {
-                                Tensor t = make_tensor(dtype, count, [&](int64_t i) {
-                                  return contribution(dtype, kind, rank, i);
-                                });
-                                pg.all_reduce(t, make_op(kind))->wait();
-                                expect_reduced(t, kind, pg.size(), label("all_reduce", dtype, kind, count));
-                              }
-                            }
-                          }
-                        }),
+  EXPECT_EQ(with_groups(
+                mode(), n(),
+                [&](ProcessGroup& pg, int rank) {
+                  for (DType dtype : kAllDTypes) {
+                    for (Kind kind : kAllOps) {
+                      if (!is_reduce_supported(dtype, make_op(kind))) continue;
+                      const auto past_one_shot = static_cast<int64_t>(32768 / element_size(dtype) + 7);
+                      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{33}, past_one_shot}) {
+                        Tensor t = make_tensor(dtype, count,
+                                               [&](int64_t i) { return contribution(dtype, kind, rank, i); });
+                        pg.all_reduce(t, make_op(kind))->wait();
+                        expect_reduced(t, kind, pg.size(), label("all_reduce", dtype, kind, count));
+                      }
+                    }
+                  }
+                }),
             "");
 }
 

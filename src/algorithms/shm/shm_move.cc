@@ -188,28 +188,42 @@ void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
   call.end_eager(n);
 }
 
-// Readers copy straight from the root's tensor; the root returns once they have.
+// The root and the readers share the copying (broadcast_pushed_bytes): the
+// root writes the front of every reader's tensor while each reader reads
+// the rest straight from the root's. Every rank returns once nobody copies
+// from or into its tensor any more: the root once every reader has read,
+// a reader once the root has written. 2 ranks, 1 MiB: 47 us with the reader
+// copying alone, 17 us shared (2026-11-26).
 void single_copy_broadcast(Call& call, void* data, size_t nbytes, int root) {
   const uint64_t k = call.begin_round();
+  const int p = call.size();
+  const size_t pushed = broadcast_pushed_bytes(nbytes, p);
+  call.publish_address(k, data);
+  call.group.publish_arrive(k);
   if (call.rank() == root) {
-    call.publish_address(k, data);
-    call.group.publish_arrive(k);
-    for (int r = 0; r < call.size(); ++r) {
+    for (int step = 1; step < p && pushed > 0; ++step) {
+      const int r = (root + step) % p;
+      call.wait_arrive(r, k);
+      call.write_to(r, const_cast<void*>(call.address_of(r, k)), data, pushed);
+    }
+    call.group.publish_reduced(k);
+    for (int r = 0; r < p; ++r) {
       if (r != root) call.wait_copied(r, k);
     }
     return;
   }
-  call.group.publish_arrive(k);
   call.wait_arrive(root, k);
-  call.read_from(root, data, call.address_of(root, k), nbytes);
+  call.read_from(root, static_cast<uint8_t*>(data) + pushed,
+                 static_cast<const uint8_t*>(call.address_of(root, k)) + pushed, nbytes - pushed);
   call.group.publish_reduced(k);
+  if (pushed > 0) call.wait(call.group.reduced(root), k, root, "its writes into our tensor");
 }
 
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
     if (nbytes <= kPayloadBytes) return eager_broadcast(call, data, nbytes, root);
-    if (call.single_copy(SingleCopyShape::kOneSource, nbytes))
+    if (call.single_copy(SingleCopyShape::kShared, nbytes))
       return single_copy_broadcast(call, data, nbytes, root);
     const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     const bool streaming = nbytes >= tdist::detail::streaming_threshold();

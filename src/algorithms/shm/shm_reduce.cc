@@ -25,6 +25,8 @@ namespace tdist::algorithms::shm {
 namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
+using algorithms::detail::make_scratch;
+using transport::shm::SingleCopyShape;
 
 // One-shot up to here; two-shot above (measured on 2 and 4 ranks, see
 // docs/performance.md).
@@ -39,6 +41,11 @@ constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 // and broadcast, all_gather, reduce_scatter and all_to_all lose from shorter
 // buffers (measured on the same day; reduce was not measured apart).
 constexpr size_t kOversubscribedRoundBytes = size_t{256} << 10;
+
+// Single-copy reductions read this much per tile, over all peers: 2 ranks,
+// 64 MiB (2026-11-26 prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
+// 512 KiB 7.2, 1 MiB 8.7.
+constexpr size_t kSingleCopyTileBytes = size_t{256} << 10;
 
 // Copies `bytes` of a contribution into shared memory, premultiplied for
 // PREMUL_SUM.
@@ -144,6 +151,65 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   }
 }
 
+// Single copy, with a core per rank: the owner of piece j reads piece j of
+// every peer's tensor straight from its memory (process_vm_readv) tile by
+// tile, reduces it with its own in rank order, and writes the result into
+// every peer's tensor (process_vm_writev; for reduce only into the root's).
+// Every byte of every tensor is read once and written once, no shared
+// buffer is touched, and the ranks meet twice per call instead of twice per
+// round. 2 ranks (2026-11-26): 1 MiB 100 -> 44 us, 64 MiB 8.0 -> 6.4 ms in a
+// prototype. Not for PREMUL_SUM, whose factor would have to be applied to
+// the peers' contributions and to our own tensor.
+void single_copy_reduce(Call& call, uint8_t* data, size_t count, DType dtype, const ReduceOp& op, int root) {
+  const size_t eb = element_size(dtype);
+  const int p = call.size();
+  const int me = call.rank();
+  const Piece own = piece_of(count, single_copy_piece(count, p, eb), static_cast<size_t>(me));
+  const bool keep = root < 0 || root == me;
+  const uint64_t k = call.begin_round();
+  call.publish_address(k, data);
+  call.group.publish_arrive(k);
+  std::vector<uint8_t*> peers(static_cast<size_t>(p), nullptr);
+  for (int r = 0; r < p; ++r) {
+    if (r == me) continue;
+    call.wait_arrive(r, k);
+    peers[static_cast<size_t>(r)] = static_cast<uint8_t*>(const_cast<void*>(call.address_of(r, k)));
+  }
+  if (own.length > 0) {
+    // A tile of every peer's piece (and of the result, if it is not ours to
+    // keep) stays in L2 between reading, reducing and writing.
+    const size_t tile =
+        std::max<size_t>(16 << 10, kSingleCopyTileBytes / static_cast<size_t>(std::max(1, p - 1))) / eb;
+    auto scratch = make_scratch(tile * eb * static_cast<size_t>(keep ? p - 1 : p));
+    Sources srcs(p);
+    for (size_t b = 0; b < own.length; b += tile) {
+      const size_t len = std::min(tile, own.length - b);
+      const size_t off = (own.begin + b) * eb;
+      uint8_t* next = scratch.get();
+      for (int r = 0; r < p; ++r) {
+        if (r == me) {
+          srcs[static_cast<size_t>(r)] = data + off;
+          continue;
+        }
+        call.read_from(r, next, peers[static_cast<size_t>(r)] + off, len * eb);
+        srcs[static_cast<size_t>(r)] = next;
+        next += tile * eb;
+      }
+      uint8_t* result = keep ? data + off : next;
+      reduce_sources(result, srcs.data(), p, len, dtype, op, p);
+      for (int r = 0; r < p; ++r) {
+        if (r != me && (root < 0 || r == root))
+          call.write_to(r, peers[static_cast<size_t>(r)] + off, result, len * eb);
+      }
+    }
+  }
+  // Every peer must be done reading our tensor and writing into it.
+  call.group.publish_reduced(k);
+  for (int r = 0; r < p; ++r) {
+    if (r != me) call.wait(call.group.reduced(r), k, r, "its single copy of our tensor");
+  }
+}
+
 void reduce_impl(Call& call, void* data, size_t count, DType dtype, const ReduceOp& op, int root) {
   const size_t nbytes = count * element_size(dtype);
   if (count == 0) return;
@@ -157,6 +223,8 @@ void reduce_impl(Call& call, void* data, size_t count, DType dtype, const Reduce
   } else if (nbytes <= transport::shm::kPayloadBytes ||
              (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
     reduce_everything(call, data, count, dtype, op, root);
+  } else if (op.kind != ReduceOp::PREMUL_SUM && call.single_copy(SingleCopyShape::kReduce, nbytes)) {
+    single_copy_reduce(call, static_cast<uint8_t*>(data), count, dtype, op, root);
   } else {
     reduce_two_shot(call, static_cast<uint8_t*>(data), count, dtype, op, root);
   }

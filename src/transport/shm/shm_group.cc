@@ -19,6 +19,7 @@ namespace tdist::transport::shm {
 struct ShmGroup::RankArea {
   FlagLine arrive[2];
   FlagLine reduced;
+  FlagLine writing;                       // odd while this rank writes into a peer's memory
   FlagLine aborted;                       // seq != 0: this rank aborted; payload[0]: its AbortKind
   FlagLine any_aborted;                   // rank 0's only: seq != 0 once any rank aborted
   FlagLine eager_done;                    // eager operations this rank has finished
@@ -116,33 +117,34 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
     segment = Segment::open(name, segment_bytes(size, buffer_bytes));
   }
   auto* areas = reinterpret_cast<RankArea*>(segment.data());
-  // The probe word lives on this stack until every rank has probed.
-  const uint64_t probe = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  // The probe word lives on this stack until every rank has probed; peers
+  // read it and write the same value back.
+  uint64_t probe = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
   areas[rank].pid = static_cast<uint64_t>(getpid());
   areas[rank].probe_address = reinterpret_cast<uintptr_t>(&probe);
   areas[rank].probe_value = probe;
   store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
-  // Single copy: can this rank read every other rank's memory? Every rank
+  // Single copy: can this rank read and write every other rank's memory? Every rank
   // must (and allow it), else nobody uses it. Whether ranks outnumber cores
   // changes the windows, so that too is agreed: one rank's affinity must
   // not make it take another path than its peers.
-  bool can_read = single_copy_allowed();
-  if (can_read && size > 1) {
+  bool can_access = single_copy_allowed();
+  if (can_access && size > 1) {
     std::vector<std::string> mapped;
     mapped.reserve(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
     store.wait(mapped, timeout);
-    for (int r = 0; r < size && can_read; ++r) {
+    for (int r = 0; r < size && can_access; ++r) {
       if (r == rank) continue;
       const RankArea& theirs = areas[r];
-      can_read = can_read_peer_memory(
+      can_access = can_access_peer_memory(
           static_cast<pid_t>(theirs.pid),
-          reinterpret_cast<const void*>(static_cast<uintptr_t>(theirs.probe_address)), theirs.probe_value);
+          reinterpret_cast<void*>(static_cast<uintptr_t>(theirs.probe_address)), theirs.probe_value);
     }
   }
   const bool oversubscribed = WaitPolicy::for_ranks(size).oversubscribed;
   store.set(prefix + "single_copy/" + std::to_string(rank),
-            to_bytes(std::string(can_read ? "1" : "0") + (oversubscribed ? "1" : "0")));
+            to_bytes(std::string(can_access ? "1" : "0") + (oversubscribed ? "1" : "0")));
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "single_copy/" + std::to_string(r));
@@ -193,6 +195,10 @@ FlagLine& ShmGroup::arrive(int r, uint64_t k) const {
 
 FlagLine& ShmGroup::reduced(int r) const {
   return area(r).reduced;
+}
+
+FlagLine& ShmGroup::writing(int r) const {
+  return area(r).writing;
 }
 
 FlagLine& ShmGroup::eager_slot(int writer, uint64_t n) const {

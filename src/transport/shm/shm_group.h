@@ -81,6 +81,10 @@ class ShmGroup {
   /// Rank r's arrive flag line of round k (its payload is free for data).
   FlagLine& arrive(int r, uint64_t k) const;
   FlagLine& reduced(int r) const;
+  /// Rank r's count of writes into peers' memory (single copy): odd while
+  /// one is under way. A rank that fails a call waits until no peer is
+  /// writing before it returns (algorithms/shm/shm_common.h).
+  FlagLine& writing(int r) const;
 
   void publish_arrive(uint64_t k) { publish(arrive(rank_, k), k); }
   void publish_reduced(uint64_t k) { publish(reduced(rank_), k); }

@@ -13,37 +13,57 @@
 
 namespace tdist::transport::shm {
 
-void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size_t n) {
-  auto* to = static_cast<uint8_t*>(local);
-  auto* from = static_cast<uint8_t*>(const_cast<void*>(remote));
+namespace {
+
+// process_vm_readv or process_vm_writev, whole: the kernel may move less
+// than asked (it stops at the first page it cannot pin), so go on from
+// there; no progress at all is an error.
+void move_peer_memory(bool write, pid_t pid, int peer, void* local, void* remote, size_t n) {
+  auto* mine = static_cast<uint8_t*>(local);
+  auto* theirs = static_cast<uint8_t*>(remote);
+  const char* call = write ? "process_vm_writev" : "process_vm_readv";
   size_t done = 0;
-  // The kernel may copy less than asked (it stops at the first page it
-  // cannot pin): go on from there; no progress at all is an error.
   while (done < n) {
-    iovec mine{to + done, n - done};
-    iovec theirs{from + done, n - done};
-    ssize_t got = process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
-    if (got <= 0) {
-      int error = got < 0 ? errno : EFAULT;
+    iovec here{mine + done, n - done};
+    iovec there{theirs + done, n - done};
+    ssize_t moved = write ? process_vm_writev(pid, &here, 1, &there, 1, 0)
+                          : process_vm_readv(pid, &here, 1, &there, 1, 0);
+    if (moved <= 0) {
+      int error = moved < 0 ? errno : EFAULT;
       if (error == ESRCH) {
         throw DistNetworkError("shared memory: rank " + std::to_string(peer) + " (pid " +
-                               std::to_string(pid) +
-                               ") died: its memory is gone (process_vm_readv: no such process)");
+                               std::to_string(pid) + ") died: its memory is gone (" + call +
+                               ": no such process)");
       }
-      throw DistBackendError("shared memory: reading " + std::to_string(n) + " bytes from rank " +
-                             std::to_string(peer) + " (pid " + std::to_string(pid) +
-                             ") with process_vm_readv failed: " + errno_text(error));
+      throw DistBackendError("shared memory: " + std::string(write ? "writing " : "reading ") +
+                             std::to_string(n) + " bytes " + (write ? "to" : "from") + " rank " +
+                             std::to_string(peer) + " (pid " + std::to_string(pid) + ") with " + call +
+                             " failed: " + errno_text(error));
     }
-    done += static_cast<size_t>(got);
+    done += static_cast<size_t>(moved);
   }
 }
 
-bool can_read_peer_memory(pid_t pid, const void* remote, uint64_t expected) {
+}  // namespace
+
+void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size_t n) {
+  move_peer_memory(false, pid, peer, local, const_cast<void*>(remote), n);
+}
+
+void write_peer_memory(pid_t pid, int peer, void* remote, const void* local, size_t n) {
+  move_peer_memory(true, pid, peer, const_cast<void*>(local), remote, n);
+}
+
+bool can_access_peer_memory(pid_t pid, void* remote, uint64_t expected) {
   uint64_t value = 0;
   iovec mine{&value, sizeof(value)};
-  iovec theirs{const_cast<void*>(remote), sizeof(value)};
-  return process_vm_readv(pid, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(value)) &&
-         value == expected;
+  iovec theirs{remote, sizeof(value)};
+  if (process_vm_readv(pid, &mine, 1, &theirs, 1, 0) != static_cast<ssize_t>(sizeof(value)) ||
+      value != expected)
+    return false;
+  // Writing needs the same permission, but a seccomp filter may allow one
+  // system call and not the other: write the same value back.
+  return process_vm_writev(pid, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(value));
 }
 
 bool single_copy_allowed() {
@@ -70,6 +90,10 @@ Window default_window(SingleCopyShape shape, bool oversubscribed) {
   switch (shape) {
     case SingleCopyShape::kOneSource:
       return oversubscribed ? kNever : Window{16 * KiB, 1 * MiB};
+    case SingleCopyShape::kShared:
+      return oversubscribed ? kNever : Window{16 * KiB, SIZE_MAX};
+    case SingleCopyShape::kReduce:
+      return oversubscribed ? kNever : Window{32 * KiB, 32 * MiB};
     case SingleCopyShape::kGather:
       return oversubscribed ? kNever : Window{8 * KiB, 8 * MiB};
     case SingleCopyShape::kAllToAll:

@@ -3,10 +3,13 @@
 // Single copy between the processes of a group: a rank copies straight out
 // of a peer's memory with process_vm_readv (Linux cross-memory attach,
 // CMA), one copy where the shared buffers take two (the writer's copy in,
-// the reader's copy out). It needs ptrace permission over the peer (same
+// the reader's copy out); broadcast also writes into its readers' memory
+// with process_vm_writev, so that the root copies part of the message
+// while they copy the rest. It needs ptrace permission over the peer (same
 // user, no Yama restriction, no seccomp filter: often blocked in
 // containers), so a group probes it when it connects and uses it only if
-// every rank can read every other; the shared buffers stay the fallback.
+// every rank can read and write every other; the shared buffers stay the
+// fallback.
 //
 // Worth it for mid-size messages whose source sits in the caches: 64 KiB
 // took 2.7 us by CMA against 6.5-9.5 us in and out of a shared buffer, 2
@@ -27,19 +30,25 @@ namespace tdist::transport::shm {
 /// DistBackendError naming the peer, the size and the system's error.
 void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size_t n);
 
-/// True if this process can read the 8 bytes at `remote` in `pid` and they
-/// hold `expected`.
-bool can_read_peer_memory(pid_t pid, const void* remote, uint64_t expected);
+/// Copies `n` bytes at `local` to `remote` in process `pid`
+/// (process_vm_writev); errors as read_peer_memory.
+void write_peer_memory(pid_t pid, int peer, void* remote, const void* local, size_t n);
+
+/// True if this process can read the 8 bytes at `remote` in `pid`, they
+/// hold `expected`, and it can write them (it writes the same value back).
+bool can_access_peer_memory(pid_t pid, void* remote, uint64_t expected);
 
 /// Whether single copy may be used at all: TDIST_SHM_SINGLE_COPY=0
 /// forbids it; unset or 1 lets the probe decide.
 bool single_copy_allowed();
 
 /// The shapes of single-copy operations, which profit from it at different
-/// sizes: one source read by every other rank (broadcast, scatter); every
-/// rank's block read by every other (all_gather, gather); a block per pair
-/// (all_to_all).
-enum class SingleCopyShape { kOneSource, kGather, kAllToAll };
+/// sizes: one source read by every other rank (scatter); one source whose
+/// owner writes part of every other rank's copy while they read the rest
+/// (broadcast); every rank's block read by every other (all_gather,
+/// gather); a block per pair (all_to_all); a piece of every rank's tensor
+/// read, reduced and written back by its owner (all_reduce, reduce).
+enum class SingleCopyShape { kOneSource, kShared, kGather, kAllToAll, kReduce };
 
 /// The block sizes, in bytes, with which an operation copies directly once
 /// the group's probe allowed it: [min, max] (empty when min > max).

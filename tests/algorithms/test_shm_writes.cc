@@ -1,0 +1,79 @@
+// Single copy's writes into a peer's memory (process_vm_writev): a rank
+// that fails a call must not get its memory back while a peer still writes
+// into it, and a writer must stop once the group is aborted.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/shm/shm_common.h"
+#include "test_harness.h"
+#include "transport/shm/shm_group.h"
+
+namespace tdist::testing {
+namespace {
+
+namespace shm = transport::shm;
+using algorithms::shm::detail::Call;
+
+// Many slices, so that the target sees the first one land long before the
+// last would.
+constexpr size_t kBytes = size_t{256} << 20;
+constexpr uint8_t kWritten = 0x11;
+constexpr uint8_t kSentinel = 0xab;
+
+TEST(ShmWrites, AFailingRankGetsItsMemoryBackOnlyOnceNoPeerWritesIntoIt) {
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    SCOPED_TRACE(mode_name(mode));
+    std::string failures = run_with_store(
+        mode, 2,
+        [&](Store& store, int rank) -> KeepAlive {
+          transport::TcpOptions options;
+          options.timeout = 60s;
+          std::shared_ptr<transport::Transport> t = transport::connect_tcp(store, rank, 2, options);
+          auto group = shm::ShmGroup::connect(store, rank, 2, 60s, "writes/");
+          check(group->single_copy(), "single copy is not available here");
+          Group g(*t);
+          const auto ctx = g.call("broadcast");
+          Call call{ctx, *group};
+          if (rank == 1) {
+            std::vector<uint8_t> target(kBytes, 0);
+            store.set("address", to_bytes(std::to_string(reinterpret_cast<uintptr_t>(target.data()))));
+            // Fail as soon as the first slice has landed.
+            const auto* first = reinterpret_cast<const std::atomic<uint8_t>*>(target.data());
+            while (first->load(std::memory_order_acquire) != kWritten) {
+            }
+            algorithms::shm::detail::abort_group(
+                *group, std::make_exception_ptr(DistTimeoutError("broadcast: timed out (test)")));
+            algorithms::shm::detail::await_writers(ctx, *group);
+            check((group->writing(0).seq.load() & 1) == 0, "returned while rank 0 was still writing");
+            // Nothing may land from here on: the writer stopped.
+            std::memset(target.data(), kSentinel, kBytes);
+            store.wait({"writer_done"});
+            size_t landed = 0;
+            for (uint8_t b : target) landed += b != kSentinel ? 1 : 0;
+            check(landed == 0, std::to_string(landed) + " bytes were written after await_writers returned");
+          } else {
+            std::vector<uint8_t> source(kBytes, kWritten);
+            auto* address =
+                reinterpret_cast<void*>(static_cast<uintptr_t>(std::stoull(to_string(store.get("address")))));
+            bool stopped = false;
+            try {
+              call.write_to(1, address, source.data(), kBytes);
+            } catch (const DistTimeoutError& e) {
+              stopped = std::string(e.what()).find("rank 1 aborted the group") != std::string::npos;
+            }
+            store.set("writer_done", to_bytes("1"));
+            check(stopped, "the writer wrote all of it instead of stopping at the abort");
+          }
+          return t;
+        },
+        120s);
+    EXPECT_EQ(failures, "");
+  }
+}
+
+}  // namespace
+}  // namespace tdist::testing
