@@ -36,7 +36,8 @@ TEST(ShmWrites, AFailingRankGetsItsMemoryBackOnlyOnceNoPeerWritesIntoIt) {
           auto group = shm::ShmGroup::connect(store, rank, 2, 60s, "writes/");
           check(group->single_copy(), "single copy is not available here");
           Group g(*t);
-          const auto ctx = g.call("broadcast");
+          const std::string op = "broadcast";  // the context views it
+          const auto ctx = g.call(op);
           Call call{ctx, *group};
           if (rank == 1) {
             std::vector<uint8_t> target(kBytes, 0);
