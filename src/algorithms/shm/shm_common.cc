@@ -88,7 +88,7 @@ namespace {
 // Writes into a peer's memory go in slices of this many bytes, with an
 // abort check before each: a peer that failed waits at most one slice
 // (about 100 us) before it returns. Longer slices gained nothing measurable
-// (2026-11-26: 256 KiB and 1 MiB CMA copies ran at the same speed).
+// (2026-11-25: 256 KiB and 1 MiB CMA copies ran at the same speed).
 constexpr size_t kWriteSliceBytes = size_t{1} << 20;
 
 // How long a failed rank waits for a writer that neither finishes its

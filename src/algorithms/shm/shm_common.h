@@ -132,7 +132,7 @@ inline size_t two_shot_section(size_t round_count, int p, size_t element_bytes, 
 /// the message, instead of the readers copying all of it while the root
 /// waits. Whole 4 KiB units, so that each slice covers whole pages when the
 /// tensor starts on one. Below 32 KiB a second system call costs more than
-/// it saves: the readers copy everything (2 ranks, 2026-11-26: 16 KiB 1.2
+/// it saves: the readers copy everything (2 ranks, 2026-11-25: 16 KiB 1.2
 /// us read alone, 1.2-1.5 shared; 32 KiB 1.9 and 1.6-1.9; 1 MiB 47 and 17).
 inline constexpr size_t kBroadcastShareMinBytes = size_t{32} << 10;
 inline size_t broadcast_pushed_bytes(size_t nbytes, int p) {

@@ -42,8 +42,8 @@ constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 // buffers (measured on the same day; reduce was not measured apart).
 constexpr size_t kOversubscribedRoundBytes = size_t{256} << 10;
 
-// Single-copy reductions read this much per tile, over all peers: 2 ranks,
-// 64 MiB (2026-11-26 prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
+// Single-copy reductions read this much per tile, over all peers (whole
+// pages): 2 ranks, 64 MiB (2026-11-25, a prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
 // 512 KiB 7.2, 1 MiB 8.7.
 constexpr size_t kSingleCopyTileBytes = size_t{256} << 10;
 
@@ -157,9 +157,12 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
 // every peer's tensor (process_vm_writev; for reduce only into the root's).
 // Every byte of every tensor is read once and written once, no shared
 // buffer is touched, and the ranks meet twice per call instead of twice per
-// round. 2 ranks (2026-11-26): 1 MiB 100 -> 44 us, 64 MiB 8.0 -> 6.4 ms in a
-// prototype. Not for PREMUL_SUM, whose factor would have to be applied to
-// the peers' contributions and to our own tensor.
+// round. 2 ranks (2026-11-25): 1 MiB 105 -> 59 us, 16 MiB 2.0 -> 1.4 ms,
+// 32 MiB 4.3 -> 3.3 ms; at 64 MiB 5% slower than two-shot, whose copies
+// back stream past the caches where the kernel's copy cannot (the window
+// ends at 32 MiB, transport/shm/shm_single_copy.cc). Not for PREMUL_SUM,
+// whose factor would have to be applied to the peers' contributions and to
+// our own tensor.
 void single_copy_reduce(Call& call, uint8_t* data, size_t count, DType dtype, const ReduceOp& op, int root) {
   const size_t eb = element_size(dtype);
   const int p = call.size();
@@ -178,8 +181,8 @@ void single_copy_reduce(Call& call, uint8_t* data, size_t count, DType dtype, co
   if (own.length > 0) {
     // A tile of every peer's piece (and of the result, if it is not ours to
     // keep) stays in L2 between reading, reducing and writing.
-    const size_t tile =
-        std::max<size_t>(16 << 10, kSingleCopyTileBytes / static_cast<size_t>(std::max(1, p - 1))) / eb;
+    const size_t tile_bytes = kSingleCopyTileBytes / static_cast<size_t>(std::max(1, p - 1)) / 4096 * 4096;
+    const size_t tile = std::max<size_t>(16 << 10, tile_bytes) / eb;
     auto scratch = make_scratch(tile * eb * static_cast<size_t>(keep ? p - 1 : p));
     Sources srcs(p);
     for (size_t b = 0; b < own.length; b += tile) {

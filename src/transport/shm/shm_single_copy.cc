@@ -84,6 +84,13 @@ constexpr Window kNever{SIZE_MAX, 0};
 // (4 ranks on 2 cores), the readers' "copied" handshake costs a wake-up
 // each: broadcast and all_gather were slower at every size; all_to_all
 // faster from 64 KiB blocks (256 KiB: 41 -> 25 us) to 4 MiB ones.
+// Broadcast with the root writing part of every copy (kShared), 2 ranks,
+// against the buffers: 64 KiB 3.3 -> 2.8 us, 1 MiB 47-74 -> 17 us, 64 MiB
+// 5.2 -> 3.5 ms; oversubscribed it lost from 1 MiB (4 ranks, 64 MiB: 10 ->
+// 17 ms). all_reduce read, reduced and written back by each piece's owner
+// (kReduce), 2 ranks: 64 KiB 8.5 -> 7.8 us, 1 MiB 105 -> 59 us, 32 MiB 4.3
+// -> 3.3 ms, but 64 MiB 9.5 -> 10.0 ms; oversubscribed slower from 256 KiB
+// (4 ranks, 64 MiB: 23 -> 28 ms). (2026-11-25.)
 Window default_window(SingleCopyShape shape, bool oversubscribed) {
   constexpr size_t KiB = 1024;
   constexpr size_t MiB = 1024 * KiB;
