@@ -49,8 +49,13 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   CPU_ZERO(&set);
   int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   WaitPolicy policy{32, 64, local_ranks > cores};
-  // With a core per rank the peer is probably running: spin about 50-150 us
-  // (a pause is 10-40 ns) before giving up the core. Shorter spins (800)
+  // With a core per rank the peer is probably running: spin a while before
+  // giving up the core. A pause takes 9.5 ns on the Xeon of
+  // docs/performance.md (so 4000 of them last 38 us) and up to 40 ns on
+  // others; a wait just longer than the spin pays a futex wake-up (a 2-rank
+  // 1 MiB broadcast whose copy took 45-50 us ran at 52-125 us). Longer spins
+  // (20000, 50000) changed no op measurably there once that broadcast
+  // shared its copying (2026-11-25). Shorter spins (800)
   // fell into a pattern where every 8 B all_reduce paid a futex wake-up
   // (44-68 us instead of 0.9 us, measured 2026-11-23 on 2 vCPUs).
   // Oversubscribed, the peer may need our core: hand it over almost at once. Either way, sleep
