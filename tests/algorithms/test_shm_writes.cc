@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -44,15 +45,28 @@ TEST(ShmWrites, AFailingRankGetsItsMemoryBackOnlyOnceNoPeerWritesIntoIt) {
             store.set("address", to_bytes(std::to_string(reinterpret_cast<uintptr_t>(target.data()))));
             // Fail as soon as the first slice has landed.
             const auto* first = reinterpret_cast<const std::atomic<uint8_t>*>(target.data());
+            const auto give_up = std::chrono::steady_clock::now() + 60s;
             while (first->load(std::memory_order_acquire) != kWritten) {
+              check(std::chrono::steady_clock::now() < give_up, "rank 0's first slice never landed");
             }
             algorithms::shm::detail::abort_group(
                 *group, std::make_exception_ptr(DistTimeoutError("broadcast: timed out (test)")));
             algorithms::shm::detail::await_writers(ctx, *group);
-            check((group->writing(0).seq.load() & 1) == 0, "returned while rank 0 was still writing");
+            // The slices that had landed when we got our memory back...
+            using algorithms::shm::detail::kWriteSliceBytes;
+            size_t landed_slices = 0;
+            while (landed_slices < kBytes / kWriteSliceBytes &&
+                   target[(landed_slices + 1) * kWriteSliceBytes - 1] == kWritten)
+              ++landed_slices;
             // Nothing may land from here on: the writer stopped.
             std::memset(target.data(), kSentinel, kBytes);
             store.wait({"writer_done"});
+            // ... are all the writer wrote: it counts 2 per slice, and 2 for
+            // the attempt that saw the abort.
+            const uint64_t written_slices = (group->writing(0).seq.load() - 2) / 2;
+            check(written_slices == landed_slices, "rank 0 wrote " + std::to_string(written_slices) +
+                                                       " slices, " + std::to_string(landed_slices) +
+                                                       " had landed when await_writers returned");
             size_t landed = 0;
             for (uint8_t b : target) landed += b != kSentinel ? 1 : 0;
             check(landed == 0, std::to_string(landed) + " bytes were written after await_writers returned");

@@ -1,8 +1,10 @@
 #include "algorithms/shm/shm_common.h"
 
 #include <sched.h>
+#include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 
@@ -79,17 +81,13 @@ void Call::read_from(int peer, void* local, const void* remote, size_t n) const 
   if (n == 0) return;
   transport::shm::read_peer_memory(group.pid(peer), group.group_rank(peer), local, remote, n);
   // The owner may have given up meanwhile (a timeout) and reused its
-  // memory: what we read then is not its data.
+  // memory: what we read then is not its data. The fence keeps the check
+  // after the kernel's loads on weakly ordered CPUs.
+  std::atomic_thread_fence(std::memory_order_acquire);
   if (group.aborted_rank() >= 0) group.check_aborted(ctx.op);
 }
 
 namespace {
-
-// Writes into a peer's memory go in slices of this many bytes, with an
-// abort check before each: a peer that failed waits at most one slice
-// (about 100 us) before it returns. Longer slices gained nothing measurable
-// (2026-11-25: 256 KiB and 1 MiB CMA copies ran at the same speed).
-constexpr size_t kWriteSliceBytes = size_t{1} << 20;
 
 // How long a failed rank waits for a writer that neither finishes its
 // slice nor dies (one stopped by SIGSTOP or a debugger).
@@ -101,9 +99,12 @@ void Call::write_to(int peer, void* remote, const void* local, size_t n) const {
   FlagLine& writing = group.writing(rank());
   for (size_t done = 0; done < n; done += kWriteSliceBytes) {
     // Odd from here: a peer that aborts from now on waits for the slice.
-    // The read-modify-write is a full barrier, so either we see the abort
-    // below or the aborting peer sees the odd count (await_writers).
+    // The fence orders the count before the abort check below (a
+    // store-buffering pair with await_writers' fence): either we see the
+    // abort or the aborting peer sees the odd count. On x86 the locked add
+    // alone would do; weaker CPUs may move an acquire load before it.
     writing.seq.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (group.aborted_rank() >= 0) {
       writing.seq.fetch_add(1, std::memory_order_release);
       group.check_aborted(ctx.op);
@@ -120,16 +121,27 @@ void Call::write_to(int peer, void* remote, const void* local, size_t n) const {
   }
 }
 
+namespace {
+
+// The writer's process is gone: it writes no more. Not the transport's
+// peer_failed, which also holds for a live peer once this rank's own
+// transport was aborted (by a failed TCP op, say).
+bool process_gone(pid_t pid) {
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
 void await_writers(const CallContext& ctx, const ShmGroup& group) noexcept {
-  // Pairs with write_to's read-modify-write: our abort (or the one we saw)
-  // is ordered before the loads below.
+  // Pairs with write_to's fence: our abort (or the one we saw) is ordered
+  // before the loads below.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const auto give_up = Clock::now() + std::chrono::milliseconds(kWriterGraceMs);
   try {
     for (int r = 0; r < group.size(); ++r) {
       if (r == group.rank()) continue;
       const FlagLine& writing = group.writing(r);
-      while ((writing.seq.load(std::memory_order_acquire) & 1) != 0 && !ctx.transport.peer_failed(r)) {
+      while ((writing.seq.load(std::memory_order_acquire) & 1) != 0 && !process_gone(group.pid(r))) {
         if (Clock::now() >= give_up) {
           TDIST_LOG(WARNING) << ctx.op << ": rank " << group.group_rank(r)
                              << " still writes into this rank's memory after " << kWriterGraceMs

@@ -26,7 +26,8 @@ struct ShmGroup::RankArea {
   FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
   char reason[1024];                      // why, NUL-terminated
   // Written once at connect, for single copy: the process to read from, and
-  // a word the neighbour reads to probe that it can.
+  // a word (probe_value itself, at this rank's address) peers read and write
+  // back to probe that they can.
   uint64_t pid;
   uint64_t probe_address;
   uint64_t probe_value;
@@ -117,12 +118,14 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
     segment = Segment::open(name, segment_bytes(size, buffer_bytes));
   }
   auto* areas = reinterpret_cast<RankArea*>(segment.data());
-  // The probe word lives on this stack until every rank has probed; peers
-  // read it and write the same value back.
-  uint64_t probe = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  // The probe word is this rank's own field in the segment, at the address
+  // this process maps it: peers read it through process_vm_readv and write
+  // the same value back. It lives as long as this rank maps the segment;
+  // once unmapped (connect failed), a late probe fails instead of writing
+  // into memory reused for something else.
   areas[rank].pid = static_cast<uint64_t>(getpid());
-  areas[rank].probe_address = reinterpret_cast<uintptr_t>(&probe);
-  areas[rank].probe_value = probe;
+  areas[rank].probe_value = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  areas[rank].probe_address = reinterpret_cast<uintptr_t>(&areas[rank].probe_value);
   store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
   // Single copy: can this rank read and write every other rank's memory? Every rank
   // must (and allow it), else nobody uses it. Whether ranks outnumber cores

@@ -103,8 +103,8 @@ class ShmGroup {
   FlagLine& eager_slot(int writer, uint64_t n) const;
   FlagLine& eager_done(int r) const;
 
-  /// True if every rank can read every other rank's memory directly
-  /// (shm_single_copy.h); decided at connect.
+  /// True if every rank can read and write every other rank's memory
+  /// directly (shm_single_copy.h); decided at connect.
   bool single_copy() const { return single_copy_.enabled; }
   /// The single-copy settings every rank agreed on at connect.
   const SingleCopySettings& single_copy_settings() const { return single_copy_; }

@@ -3,9 +3,10 @@
 // Single copy between the processes of a group: a rank copies straight out
 // of a peer's memory with process_vm_readv (Linux cross-memory attach,
 // CMA), one copy where the shared buffers take two (the writer's copy in,
-// the reader's copy out); broadcast also writes into its readers' memory
-// with process_vm_writev, so that the root copies part of the message
-// while they copy the rest. It needs ptrace permission over the peer (same
+// the reader's copy out). Some ops also write into their peers' memory
+// with process_vm_writev: broadcast's root copies part of the message while
+// the readers copy the rest, and all_reduce and reduce write each reduced
+// piece into the peers' tensors. It needs ptrace permission over the peer (same
 // user, no Yama restriction, no seccomp filter: often blocked in
 // containers), so a group probes it when it connects and uses it only if
 // every rank can read and write every other; the shared buffers stay the
@@ -62,7 +63,7 @@ struct SingleCopyWindow {
 /// takes the same path in every call: the windows must not depend on one
 /// rank's own view (its CPU affinity, its environment).
 struct SingleCopySettings {
-  /// Every rank can read every other rank's memory and allows it.
+  /// Every rank can read and write every other rank's memory and allows it.
   bool enabled = false;
   /// Some rank of the group may run on fewer cores than the group has ranks.
   bool oversubscribed = false;
