@@ -102,6 +102,33 @@ uint8_t* slot(const Call& call, int r, uint64_t k, bool payload) {
   return payload ? call.group.arrive(r, k).payload : call.group.buffer(r, k);
 }
 
+// gather by single copy: every rank writes its block straight into the
+// root's output (process_vm_writev), all at once, instead of the root
+// reading the blocks one after the other while the others wait; the root
+// returns once every block has landed.
+void push_to_root(Call& call, const void* in, uint8_t* output, const std::vector<size_t>& bytes,
+                  const std::vector<size_t>& offsets, int root) {
+  const int me = call.rank();
+  const uint64_t k = call.begin_round();
+  if (me == root) {
+    call.publish_address(k, output);
+    call.group.publish_arrive(k);
+    copy(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)]);
+    for (int r = 0; r < call.size(); ++r) {
+      if (r != me && bytes[static_cast<size_t>(r)] > 0)
+        call.wait(call.group.reduced(r), k, r, "its block written into our output");
+    }
+    return;
+  }
+  call.group.publish_arrive(k);
+  if (bytes[static_cast<size_t>(me)] > 0) {
+    call.wait_arrive(root, k);
+    auto* theirs = static_cast<uint8_t*>(const_cast<void*>(call.address_of(root, k)));
+    call.write_to(root, theirs + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)]);
+  }
+  call.group.publish_reduced(k);
+}
+
 // all_gather and gather: every rank publishes piece i of its block each
 // round; readers (everyone, or only root) copy all pieces out.
 void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
@@ -111,14 +138,18 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   auto* output = static_cast<uint8_t*>(out);
   const bool reader = root < 0 || root == me;
   const bool streaming = total(bytes) >= tdist::detail::streaming_threshold();
-  if (reader)
-    copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
   const size_t max_block = largest(bytes);
+  const bool push =
+      p > 1 && root >= 0 && max_block > 0 && call.single_copy(SingleCopyShape::kGather, max_block);
+  // (Pushing, the root copies its own block while the others write theirs.)
+  if (reader && !push)
+    copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
   if (p == 1 || max_block == 0) return;
+  if (push) return push_to_root(call, in, output, bytes, offsets, root);
   if (call.single_copy(SingleCopyShape::kGather, max_block)) {
+    const uint64_t k = call.begin_round();
     // Readers copy every block straight from its owner's input; an owner
     // returns once its readers have (its input must not change before).
-    const uint64_t k = call.begin_round();
     call.publish_address(k, in);
     call.group.publish_arrive(k);
     if (reader) {

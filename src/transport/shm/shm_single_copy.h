@@ -5,8 +5,9 @@
 // CMA), one copy where the shared buffers take two (the writer's copy in,
 // the reader's copy out). Some ops also write into their peers' memory
 // with process_vm_writev: broadcast's root copies part of the message while
-// the readers copy the rest, and all_reduce and reduce write each reduced
-// piece into the peers' tensors. It needs ptrace permission over the peer (same
+// the readers copy the rest, all_reduce and reduce write each reduced piece
+// into the peers' tensors, and gather's ranks write their blocks into the
+// root's output. It needs ptrace permission over the peer (same
 // user, no Yama restriction, no seccomp filter: often blocked in
 // containers), so a group probes it when it connects and uses it only if
 // every rank can read and write every other; the shared buffers stay the
