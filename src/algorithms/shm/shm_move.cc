@@ -291,15 +291,21 @@ void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
     const int me = call.rank();
     const auto offsets = offsets_of(bytes);
     const auto* input = static_cast<const uint8_t*>(in);
-    if (me == root) copy(out, input + offsets[static_cast<size_t>(me)], bytes[static_cast<size_t>(me)]);
     const size_t max_block = largest(bytes);
+    const bool direct = p > 1 && max_block > 0 && call.single_copy(SingleCopyShape::kOneSource, max_block);
+    auto copy_own = [&] {
+      if (me == root) copy(out, input + offsets[static_cast<size_t>(me)], bytes[static_cast<size_t>(me)]);
+    };
+    if (!direct) copy_own();
     if (p == 1 || max_block == 0) return;
-    if (call.single_copy(SingleCopyShape::kOneSource, max_block)) {
-      // Every rank copies its block straight from root's input.
+    if (direct) {
+      // Every rank copies its block straight from root's input, the root
+      // its own while the others do.
       const uint64_t k = call.begin_round();
       if (me == root) {
         call.publish_address(k, input);
         call.group.publish_arrive(k);
+        copy_own();
         for (int r = 0; r < p; ++r) {
           if (r != me && bytes[static_cast<size_t>(r)] > 0) call.wait_copied(r, k);
         }
