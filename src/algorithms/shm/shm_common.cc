@@ -97,6 +97,11 @@ constexpr int kWriterGraceMs = 5000;
 
 void Call::write_to(int peer, void* remote, const void* local, size_t n) const {
   FlagLine& writing = group.writing(rank());
+  // Even again when the slice ends, however it ends.
+  struct EndSlice {
+    FlagLine& writing;
+    ~EndSlice() { writing.seq.fetch_add(1, std::memory_order_release); }
+  };
   for (size_t done = 0; done < n; done += kWriteSliceBytes) {
     // Odd from here: a peer that aborts from now on waits for the slice.
     // The fence orders the count before the abort check below (a
@@ -105,19 +110,11 @@ void Call::write_to(int peer, void* remote, const void* local, size_t n) const {
     // alone would do; weaker CPUs may move an acquire load before it.
     writing.seq.fetch_add(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (group.aborted_rank() >= 0) {
-      writing.seq.fetch_add(1, std::memory_order_release);
-      group.check_aborted(ctx.op);
-    }
-    try {
-      transport::shm::write_peer_memory(
-          group.pid(peer), group.group_rank(peer), static_cast<uint8_t*>(remote) + done,
-          static_cast<const uint8_t*>(local) + done, std::min(kWriteSliceBytes, n - done));
-    } catch (...) {
-      writing.seq.fetch_add(1, std::memory_order_release);
-      throw;
-    }
-    writing.seq.fetch_add(1, std::memory_order_release);
+    EndSlice end{writing};
+    if (group.aborted_rank() >= 0) group.check_aborted(ctx.op);
+    transport::shm::write_peer_memory(
+        group.pid(peer), group.group_rank(peer), static_cast<uint8_t*>(remote) + done,
+        static_cast<const uint8_t*>(local) + done, std::min(kWriteSliceBytes, n - done));
   }
 }
 

@@ -63,7 +63,8 @@ struct Call {
   /// each bracketed by this rank's `writing` count and started only if the
   /// group has not been aborted (see await_writers).
   void write_to(int peer, void* remote, const void* local, size_t n) const;
-  /// Waits until `peer` has copied what it needed of this rank's data in round k.
+  /// Waits until `peer` is done copying from or into this rank's memory in
+  /// round k (it says so on its `reduced` line).
   void wait_copied(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its copy of our data"); }
 };
 

@@ -115,8 +115,7 @@ void push_to_root(Call& call, const void* in, uint8_t* output, const std::vector
     call.group.publish_arrive(k);
     copy(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)]);
     for (int r = 0; r < call.size(); ++r) {
-      if (r != me && bytes[static_cast<size_t>(r)] > 0)
-        call.wait(call.group.reduced(r), k, r, "its block written into our output");
+      if (r != me && bytes[static_cast<size_t>(r)] > 0) call.wait_copied(r, k);
     }
     return;
   }
@@ -139,14 +138,14 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   const bool reader = root < 0 || root == me;
   const bool streaming = total(bytes) >= tdist::detail::streaming_threshold();
   const size_t max_block = largest(bytes);
-  const bool push =
-      p > 1 && root >= 0 && max_block > 0 && call.single_copy(SingleCopyShape::kGather, max_block);
+  const bool direct = p > 1 && max_block > 0 && call.single_copy(SingleCopyShape::kGather, max_block);
+  const bool push = direct && root >= 0;
   // (Pushing, the root copies its own block while the others write theirs.)
   if (reader && !push)
     copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
   if (p == 1 || max_block == 0) return;
   if (push) return push_to_root(call, in, output, bytes, offsets, root);
-  if (call.single_copy(SingleCopyShape::kGather, max_block)) {
+  if (direct) {
     const uint64_t k = call.begin_round();
     // Readers copy every block straight from its owner's input; an owner
     // returns once its readers have (its input must not change before).
@@ -247,7 +246,7 @@ void single_copy_broadcast(Call& call, void* data, size_t nbytes, int root) {
   call.read_from(root, static_cast<uint8_t*>(data) + pushed,
                  static_cast<const uint8_t*>(call.address_of(root, k)) + pushed, nbytes - pushed);
   call.group.publish_reduced(k);
-  if (pushed > 0) call.wait(call.group.reduced(root), k, root, "its writes into our tensor");
+  if (pushed > 0) call.wait_copied(root, k);
 }
 
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {

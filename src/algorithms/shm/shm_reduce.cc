@@ -209,7 +209,7 @@ void single_copy_reduce(Call& call, uint8_t* data, size_t count, DType dtype, co
   // Every peer must be done reading our tensor and writing into it.
   call.group.publish_reduced(k);
   for (int r = 0; r < p; ++r) {
-    if (r != me) call.wait(call.group.reduced(r), k, r, "its single copy of our tensor");
+    if (r != me) call.wait_copied(r, k);
   }
 }
 
