@@ -147,6 +147,29 @@ inline size_t broadcast_pushed_bytes(size_t nbytes, int p) {
   return nbytes / static_cast<size_t>(p) / 4096 * 4096;
 }
 
+// Two-shot rounds (all_reduce and reduce) are at most this long when ranks
+// outnumber cores. Ranks that take turns on a core evict each other's
+// lines; rounds that stay in L2 beat fewer, longer rounds there. 4 ranks on
+// 2 cores, 1 MiB buffers, all_reduce (2026-11-25): 4 MiB 1.7-2.2 -> 1.1-1.2
+// ms, 16 MiB 6.0 -> 4.7-5.3 ms, 64 MiB 29.8-30.5 -> 25.5-25.9 ms; no change
+// at 64 KiB-1 MiB. With as many cores as ranks shorter rounds gain nothing,
+// and broadcast, all_gather, reduce_scatter and all_to_all lose from shorter
+// buffers (measured on the same day; reduce was not measured apart).
+inline constexpr size_t kOversubscribedRoundBytes = size_t{256} << 10;
+
+// Single-copy reductions read this much per tile, over all peers (whole
+// pages): 2 ranks, 64 MiB (2026-11-25, a prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
+// 512 KiB 7.2, 1 MiB 8.7.
+inline constexpr size_t kSingleCopyTileBytes = size_t{256} << 10;
+
+/// Bytes a single-copy reduction over `p` ranks reads from each peer per
+/// tile: kSingleCopyTileBytes shared by the peers, in whole pages, at least
+/// 16 KiB (a multiple of every element size).
+inline size_t single_copy_tile_bytes(int p) {
+  const size_t share = kSingleCopyTileBytes / static_cast<size_t>(std::max(1, p - 1)) / 4096 * 4096;
+  return std::max<size_t>(size_t{16} << 10, share);
+}
+
 /// Elements per piece of a single-copy reduction of `count` elements
 /// (`element_bytes` each) over `p` ranks: an even share rounded up to whole
 /// 4 KiB units, so that two owners writing neighbouring pieces into a peer's

@@ -32,21 +32,6 @@ using transport::shm::SingleCopyShape;
 // docs/performance.md).
 constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 
-// Two-shot rounds (all_reduce and reduce) are at most this long when ranks
-// outnumber cores. Ranks that take turns on a core evict each other's
-// lines; rounds that stay in L2 beat fewer, longer rounds there. 4 ranks on
-// 2 cores, 1 MiB buffers, all_reduce (2026-11-25): 4 MiB 1.7-2.2 -> 1.1-1.2
-// ms, 16 MiB 6.0 -> 4.7-5.3 ms, 64 MiB 29.8-30.5 -> 25.5-25.9 ms; no change
-// at 64 KiB-1 MiB. With as many cores as ranks shorter rounds gain nothing,
-// and broadcast, all_gather, reduce_scatter and all_to_all lose from shorter
-// buffers (measured on the same day; reduce was not measured apart).
-constexpr size_t kOversubscribedRoundBytes = size_t{256} << 10;
-
-// Single-copy reductions read this much per tile, over all peers (whole
-// pages): 2 ranks, 64 MiB (2026-11-25, a prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
-// 512 KiB 7.2, 1 MiB 8.7.
-constexpr size_t kSingleCopyTileBytes = size_t{256} << 10;
-
 // Copies `bytes` of a contribution into shared memory, premultiplied for
 // PREMUL_SUM.
 void contribute(void* dst, const void* src, size_t count, DType dtype, const ReduceOp& op) {
@@ -181,8 +166,7 @@ void single_copy_reduce(Call& call, uint8_t* data, size_t count, DType dtype, co
   if (own.length > 0) {
     // A tile of every peer's piece (and of the result, if it is not ours to
     // keep) stays in L2 between reading, reducing and writing.
-    const size_t tile_bytes = kSingleCopyTileBytes / static_cast<size_t>(std::max(1, p - 1)) / 4096 * 4096;
-    const size_t tile = std::max<size_t>(16 << 10, tile_bytes) / eb;
+    const size_t tile = single_copy_tile_bytes(p) / eb;
     auto scratch = make_scratch(tile * eb * static_cast<size_t>(keep ? p - 1 : p));
     Sources srcs(p);
     for (size_t b = 0; b < own.length; b += tile) {
