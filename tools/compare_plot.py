@@ -66,7 +66,8 @@ def load_rows(path):
             if not line.startswith("{"):
                 continue
             row = json.loads(line)
-            if "time_us" not in row:  # e.g. an "error" row of an op a peer lacks
+            # An "error" row of an op a peer lacks, or a floor (load_floors).
+            if "time_us" not in row or "floor" in row:
                 continue
             row["errors"] = row.get("errors") or 0
             rows.append(row)
@@ -89,6 +90,59 @@ def median_runs(rows):
         row["errors"] = max(r["errors"] for r in runs)
         out.append(row)
     return out
+
+
+FLOOR_ORDER = ["in_place", "copy", "two_shot_passes", "single_copy_passes"]
+FLOOR_LABEL = {
+    "in_place": "in place: every rank adds 1 to its tensor",
+    "copy": "copy: every rank copies its tensor",
+    "two_shot_passes": "two-shot's passes, no waiting",
+    "single_copy_passes": "single copy's passes, no waiting",
+}
+
+
+def load_floors(path):
+    """tdist-floors' rows (tools/compare --floors): {(world, floor): (bytes,
+    [time of every round])}, each round's time being its runs' median."""
+    floors = defaultdict(lambda: [0, []])
+    with open(path) as f:
+        for line in f:
+            if line.startswith("{"):
+                row = json.loads(line)
+                if "floor" in row:
+                    entry = floors[(row["world_size"], row["floor"])]
+                    entry[0] = row["bytes"]
+                    entry[1].append(row["time_us"])
+    return dict(floors)
+
+
+def floors_table(floors, rows):
+    """The floors beside the all_reduce of the same size: what the memory
+    and the kernel allow, what tdist took, and what 4x Open MPI needs."""
+    if not floors:
+        return ""
+    by_key = {(r["world_size"], r["op"], r["bytes"], r["lib"]): r for r in rows}
+    lines = []
+    for w in sorted({k[0] for k in floors}):
+        nbytes = next(v[0] for k, v in floors.items() if k[0] == w)
+        lines.append(f"#### Floors, {w} ranks, {human(nbytes, ' ')} per rank")
+        lines.append("")
+        lines.append("| what | time (ms), median of the rounds | the rounds |")
+        lines.append("| --- | ---: | --- |")
+        for name in FLOOR_ORDER:
+            if (w, name) not in floors:
+                continue
+            times = sorted(floors[(w, name)][1])
+            lines.append(f"| {FLOOR_LABEL[name]} | {times[(len(times) - 1) // 2] / 1e3:.2f} | "
+                         + ", ".join(f"{t / 1e3:.2f}" for t in floors[(w, name)][1]) + " |")
+        mine = by_key.get((w, "all_reduce", nbytes, "tdist"))
+        mpi = by_key.get((w, "all_reduce", nbytes, "mpi"))
+        if mine:
+            lines.append(f"| tdist all_reduce | {mine['time_us'] / 1e3:.2f} | |")
+        if mpi:
+            lines.append(f"| Open MPI all_reduce / 4 (the issue's target at 64 MiB) | {mpi['time_us'] / 4e3:.2f} | |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def runs_per_point(rows):
@@ -338,6 +392,17 @@ def update_doc(doc, rows_path, rows, command, build_dir, load_before):
            "in each round; the rows keep every run." if runs_per_point(rows) > 1 else ""),
         "",
         tables(rows).rstrip(),
+    ]
+    floors = load_floors(rows_path)
+    if floors:
+        block += [
+            "",
+            "What memory and the kernel allow, measured by `tdist-floors` in every round beside the "
+            "libraries (tools/floors/floors.cc says what each floor does):",
+            "",
+            floors_table(floors, rows).rstrip(),
+        ]
+    block += [
         END,
     ]
     head, _, rest = text.partition(BEGIN)

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -223,12 +224,8 @@ struct RunResult {
   std::vector<std::string> lines;
 };
 
-// Runs `prefix` tdist-bench `arguments` through the shell, stderr with
-// stdout. --timeout bounds every wait of the ranks, so a broken run fails
-// well within the test's deadline instead of hanging.
-RunResult run_bench(const std::string& arguments, const std::string& prefix = "") {
-  const std::string command =
-      prefix + std::string(TDIST_BENCH_BINARY) + " --timeout 60 " + arguments + " 2>&1";
+// Runs `command` through the shell, stderr with stdout.
+RunResult run_command(const std::string& command) {
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -246,6 +243,13 @@ RunResult run_bench(const std::string& arguments, const std::string& prefix = ""
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+// Runs `prefix` tdist-bench `arguments`. --timeout bounds every wait of the
+// ranks, so a broken run fails well within the test's deadline instead of
+// hanging.
+RunResult run_bench(const std::string& arguments, const std::string& prefix = "") {
+  return run_command(prefix + std::string(TDIST_BENCH_BINARY) + " --timeout 60 " + arguments + " 2>&1");
 }
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -407,6 +411,60 @@ TEST(BenchBinary, BadCommandLineFailsWithAMessage) {
   r = run_bench("--dtype float32 --reduce-op bor");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(joined(r.lines).find("BOR"), std::string::npos) << joined(r.lines);
+}
+
+// ---- tdist-floors (tools/floors) ----
+
+RunResult run_floors(const std::string& arguments) {
+  return run_command(std::string(TDIST_FLOORS_BINARY) + " " + arguments + " 2>&1");
+}
+
+// Every floor asked for prints one row, in order, whose time is the median
+// of the runs it lists.
+void expect_floor_rows(const RunResult& r, const std::vector<std::string>& floors, int world, size_t bytes,
+                       size_t runs) {
+  ASSERT_EQ(r.lines.size(), floors.size()) << joined(r.lines);
+  for (size_t i = 0; i < floors.size(); ++i) {
+    const auto row = nlohmann::json::parse(r.lines[i]);
+    EXPECT_EQ(row["floor"], floors[i]);
+    EXPECT_EQ(row["world_size"], world);
+    EXPECT_EQ(row["bytes"], bytes);
+    std::vector<double> times = row["runs_us"].get<std::vector<double>>();
+    ASSERT_EQ(times.size(), runs) << r.lines[i];
+    for (double t : times) EXPECT_GT(t, 0.0) << r.lines[i];
+    std::sort(times.begin(), times.end());
+    EXPECT_NEAR(row["time_us"].get<double>(), times[times.size() / 2], 0.051) << r.lines[i];
+  }
+}
+
+TEST(FloorsBinary, EveryFloorPrintsOneRowWithItsRuns) {
+  const RunResult r = run_floors("--world 2 --bytes 1M --runs 3 --floors in_place,copy,two_shot_passes");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  expect_floor_rows(r, {"in_place", "copy", "two_shot_passes"}, 2, size_t{1} << 20, 3);
+}
+
+TEST(FloorsBinary, MoreRanksThanCoresAndSingleCopy) {
+  // Five ranks share the cores (the oversubscribed round size); single copy
+  // needs process_vm_readv, which a container may forbid: then it must say so.
+  const RunResult r =
+      run_floors("--world 5 --bytes 260K --runs 2 --floors two_shot_passes,single_copy_passes");
+  if (r.exit_code != 0 && joined(r.lines).find("process_vm_readv/writev") != std::string::npos) {
+    GTEST_SKIP() << "single copy is not allowed here: " << joined(r.lines);
+  }
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  expect_floor_rows(r, {"two_shot_passes", "single_copy_passes"}, 5, size_t{260} << 10, 2);
+}
+
+TEST(FloorsBinary, BadArgumentsFailWithAMessage) {
+  RunResult r = run_floors("--bytes 1000");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(joined(r.lines).find("multiple of 4096"), std::string::npos) << joined(r.lines);
+  r = run_floors("--floors in_place,fastest");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(joined(r.lines).find("fastest"), std::string::npos) << joined(r.lines);
+  r = run_floors("--bytes 12Q");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(joined(r.lines).find("not a size: 12Q"), std::string::npos) << joined(r.lines);
 }
 
 }  // namespace

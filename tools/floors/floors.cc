@@ -1,0 +1,327 @@
+// tdist-floors: what this host's memory and kernel allow, measured the way
+// the library's ranks run (one process per rank, all at once, sharing the
+// cores), with the library's own kernels and sizes. docs/performance.md
+// holds the 64 MiB targets against these floors, measured in the same run
+// (tools/compare --floors).
+//
+//   in_place            every rank adds 1 to its own n bytes of float32: the
+//                       least any all_reduce does (read and write every
+//                       tensor once), with no byte moved between ranks.
+//   copy                every rank copies n bytes between two arrays of its
+//                       own, as the shared-memory collectives copy outputs
+//                       (stream_copy from the streaming threshold, memcpy
+//                       below): the least an all_gather or all_to_all
+//                       writing n bytes per rank does.
+//   two_shot_passes     the copies and reductions of the library's two-shot
+//                       all_reduce (its round size and its reduction) through
+//                       a shared segment, without any waiting between ranks:
+//                       that algorithm when synchronisation costs nothing.
+//   single_copy_passes  the library's single-copy all_reduce without waiting:
+//                       every owner reads its piece of each peer's array with
+//                       process_vm_readv tile by tile, reduces it and writes
+//                       it back with process_vm_writev.
+//
+// A run of a floor is the time from the first rank's start to the last
+// rank's end; every rank starts after a barrier. One JSON line per floor:
+//   {"floor":"in_place","world_size":4,"bytes":67108864,"time_us":...,"runs_us":[...]}
+//
+//     tdist-floors [--world 4] [--bytes 64M] [--runs 7] [--floors in_place,copy,...]
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "algorithms/shm/shm_common.h"
+#include "common/scratch.h"
+#include "common/stream_copy.h"
+#include "tdist/dtype.h"
+#include "tdist/reduce_op.h"
+#include "transport/shm/shm_group.h"
+
+namespace {
+
+namespace shm = tdist::algorithms::shm::detail;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxWorld = 64;
+constexpr int kMaxRuns = 100;
+
+struct Args {
+  int world = 4;
+  size_t bytes = size_t{64} << 20;
+  int runs = 7;
+  std::vector<std::string> floors{"in_place", "copy", "two_shot_passes", "single_copy_passes"};
+};
+
+// What the ranks share: a barrier, each rank's process and start and end of
+// every run (ns since the parent's start).
+struct Control {
+  std::atomic<int> arrived[kMaxRuns + 1];
+  std::atomic<int> failed;
+  pid_t pid[kMaxWorld];
+  int64_t start_ns[kMaxRuns][kMaxWorld];
+  int64_t end_ns[kMaxRuns][kMaxWorld];
+};
+
+size_t parse_bytes(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  size_t scale = 1;
+  if (*end == 'K') scale = size_t{1} << 10;
+  if (*end == 'M') scale = size_t{1} << 20;
+  if (*end == 'G') scale = size_t{1} << 30;
+  if (end == text.c_str() || (*end != '\0' && end[scale == 1 ? 0 : 1] != '\0')) {
+    throw CLI::ValidationError("--bytes", "not a size: " + text);
+  }
+  return static_cast<size_t>(value) * scale;
+}
+
+Args parse(int argc, char** argv) {
+  Args args;
+  std::string bytes = "64M";
+  CLI::App app{"tdist-floors: memory and kernel floors of the shared-memory collectives on this host"};
+  app.add_option("--world", args.world, "ranks (processes) running at once")->check(CLI::Range(1, kMaxWorld));
+  app.add_option("--bytes", bytes, "bytes per rank (K, M, G suffixes), a multiple of 4 KiB");
+  app.add_option("--runs", args.runs, "runs of each floor; the median is reported")
+      ->check(CLI::Range(1, kMaxRuns));
+  app.add_option("--floors", args.floors, "which floors")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"in_place", "copy", "two_shot_passes", "single_copy_passes"}));
+  try {
+    app.parse(argc, argv);
+    args.bytes = parse_bytes(bytes);
+    if (args.bytes == 0 || args.bytes % 4096 != 0)
+      throw CLI::ValidationError("--bytes", "must be a positive multiple of 4096");
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));  // NOLINT(concurrency-mt-unsafe): no other thread runs
+  }
+  return args;
+}
+
+int64_t now_ns(Clock::time_point origin) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - origin).count();
+}
+
+// Everyone arrives, then everyone leaves (yielding: ranks may outnumber
+// cores). A rank that failed makes the others give up.
+bool barrier(Control& control, int run, int world) {
+  control.arrived[run].fetch_add(1);
+  while (control.arrived[run].load() < world) {
+    if (control.failed.load() != 0) return false;
+    sched_yield();
+  }
+  return true;
+}
+
+// MAP_SHARED: one region for all ranks; MAP_PRIVATE, mapped before the
+// fork: each rank its own copy, at the same address in every rank.
+void* map_anonymous(size_t bytes, int sharing) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, sharing | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("tdist-floors: mmap");
+    std::exit(1);  // NOLINT(concurrency-mt-unsafe): single-threaded
+  }
+  return p;
+}
+
+// The pieces of one rank's work, run once per run.
+struct Rank {
+  int me;
+  int world;
+  size_t bytes;
+  Control* control;
+  float* data;         // n bytes, the same address in every rank (mapped before fork)
+  float* other;        // n more, for copy
+  uint8_t* segment;    // two_shot_passes: every rank's two buffers of a round
+  size_t round_bytes;  // two_shot_passes
+};
+
+void in_place(const Rank& r) {
+  const size_t count = r.bytes / 4;
+  for (size_t i = 0; i < count; ++i) r.data[i] += 1.0F;
+}
+
+void copy(const Rank& r) {
+  if (r.bytes >= tdist::detail::streaming_threshold()) {
+    tdist::detail::stream_copy(r.other, r.data, r.bytes);
+  } else {
+    std::memcpy(r.other, r.data, r.bytes);
+  }
+}
+
+// reduce_two_shot in src/algorithms/shm/shm_reduce.cc, float32 SUM, less
+// every wait and flag: copy in the peers' pieces, reduce our own piece from
+// every rank's buffer (ours from the data itself) into our buffer and our
+// data, copy the others' pieces back.
+void two_shot_passes(const Rank& r) {
+  const size_t piece = r.round_bytes / static_cast<size_t>(r.world) / 64 * 64;
+  const size_t round = piece * static_cast<size_t>(r.world);
+  auto* data = reinterpret_cast<uint8_t*>(r.data);
+  shm::Sources srcs(r.world);
+  const tdist::ReduceOp sum{tdist::ReduceOp::SUM};
+  for (size_t start = 0, k = 0; start < r.bytes; start += round, ++k) {
+    const size_t length = std::min(round, r.bytes - start);
+    auto buffer = [&](int rank) {
+      return r.segment + (static_cast<size_t>(rank) * 2 + k % 2) * r.round_bytes;
+    };
+    auto part = [&](int j) { return shm::piece_of(length, piece, static_cast<size_t>(j)); };
+    uint8_t* round_data = data + start;
+    for (int j = 0; j < r.world; ++j) {
+      if (j != r.me && part(j).length > 0)
+        std::memcpy(buffer(r.me) + part(j).begin, round_data + part(j).begin, part(j).length);
+    }
+    const shm::Piece own = part(r.me);
+    for (int j = 0; j < r.world; ++j)
+      srcs[static_cast<size_t>(j)] = (j == r.me ? round_data : buffer(j)) + own.begin;
+    if (own.length > 0) {
+      shm::reduce_sources(buffer(r.me) + own.begin, srcs.data(), r.world, own.length / 4,
+                          tdist::DType::kFloat32, sum, r.world, round_data + own.begin);
+    }
+    for (int j = 0; j < r.world; ++j) {
+      if (j != r.me && part(j).length > 0)
+        std::memcpy(round_data + part(j).begin, buffer(j) + part(j).begin, part(j).length);
+    }
+  }
+}
+
+bool move_tile(pid_t pid, void* local, void* remote, size_t bytes, bool write) {
+  iovec l{local, bytes};
+  iovec rm{remote, bytes};
+  const ssize_t moved =
+      write ? process_vm_writev(pid, &l, 1, &rm, 1, 0) : process_vm_readv(pid, &l, 1, &rm, 1, 0);
+  return moved == static_cast<ssize_t>(bytes);
+}
+
+// single_copy_reduce in src/algorithms/shm/shm_reduce.cc, float32 SUM, less
+// its two meetings. Every rank's array is at the same address (mapped
+// before the fork).
+bool single_copy_passes(const Rank& r) {
+  const size_t own_bytes = shm::single_copy_piece(r.bytes / 4, r.world, 4) * 4;
+  const shm::Piece own = shm::piece_of(r.bytes, own_bytes, static_cast<size_t>(r.me));
+  const size_t tile = shm::single_copy_tile_bytes(r.world);
+  auto scratch = tdist::detail::make_scratch(tile * static_cast<size_t>(r.world));
+  auto* data = reinterpret_cast<uint8_t*>(r.data);
+  shm::Sources srcs(r.world);
+  const tdist::ReduceOp sum{tdist::ReduceOp::SUM};
+  for (size_t b = 0; b < own.length; b += tile) {
+    const size_t length = std::min(tile, own.length - b);
+    uint8_t* at = data + own.begin + b;
+    for (int j = 0; j < r.world; ++j) {
+      uint8_t* mine = scratch.get() + static_cast<size_t>(j) * tile;
+      if (j != r.me && !move_tile(r.control->pid[j], mine, at, length, false)) return false;
+      srcs[static_cast<size_t>(j)] = j == r.me ? at : mine;
+    }
+    shm::reduce_sources(at, srcs.data(), r.world, length / 4, tdist::DType::kFloat32, sum, r.world);
+    for (int j = 0; j < r.world; ++j) {
+      if (j != r.me && !move_tile(r.control->pid[j], at, at, length, true)) return false;
+    }
+  }
+  return true;
+}
+
+bool run_once(const std::string& floor, const Rank& r) {
+  if (floor == "in_place") in_place(r);
+  if (floor == "copy") copy(r);
+  if (floor == "two_shot_passes") two_shot_passes(r);
+  if (floor == "single_copy_passes") return single_copy_passes(r);
+  return true;
+}
+
+// Measures one floor: forks the ranks, returns every run's time in us
+// (empty if a rank failed, with the reason on stderr).
+std::vector<double> measure(const Args& args, const std::string& floor) {
+  auto* control = static_cast<Control*>(map_anonymous(sizeof(Control), MAP_SHARED));
+  auto* data = static_cast<float*>(map_anonymous(args.bytes * 2, MAP_PRIVATE));
+  const int cores = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  }();
+  const size_t round_bytes =
+      args.world > cores ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
+  auto* segment =
+      static_cast<uint8_t*>(map_anonymous(round_bytes * 2 * static_cast<size_t>(args.world), MAP_SHARED));
+  const Clock::time_point origin = Clock::now();
+  std::vector<pid_t> children;
+  for (int me = 0; me < args.world; ++me) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("tdist-floors: fork");
+      std::exit(1);  // NOLINT(concurrency-mt-unsafe): single-threaded
+    }
+    if (pid > 0) {
+      children.push_back(pid);
+      continue;
+    }
+    control->pid[me] = getpid();
+    Rank r{me, args.world, args.bytes, control, data, data + args.bytes / 4, segment, round_bytes};
+    for (size_t i = 0; i < args.bytes / 2; ++i) data[i] = 1.0F;  // both arrays, touched by this rank
+    bool ok = barrier(*control, 0, args.world);
+    for (int run = 0; ok && run < args.runs; ++run) {
+      control->start_ns[run][me] = now_ns(origin);
+      ok = run_once(floor, r);
+      const int error = errno;
+      control->end_ns[run][me] = now_ns(origin);
+      if (!ok) {
+        std::fprintf(stderr, "tdist-floors: %s: rank %d: process_vm_readv/writev: %s\n", floor.c_str(), me,
+                     std::error_code(error, std::generic_category()).message().c_str());
+        control->failed.store(1);
+      }
+      ok = ok && barrier(*control, run + 1, args.world);
+    }
+    _exit(ok ? 0 : 1);
+  }
+  bool ok = true;
+  for (pid_t pid : children) {
+    int status = 0;
+    ok = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && ok;
+  }
+  std::vector<double> times;
+  for (int run = 0; ok && run < args.runs; ++run) {
+    const int64_t first = *std::min_element(control->start_ns[run], control->start_ns[run] + args.world);
+    const int64_t last = *std::max_element(control->end_ns[run], control->end_ns[run] + args.world);
+    times.push_back(static_cast<double>(last - first) / 1e3);
+  }
+  munmap(segment, round_bytes * 2 * static_cast<size_t>(args.world));
+  munmap(data, args.bytes * 2);
+  munmap(control, sizeof(Control));
+  return times;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  int status = 0;
+  for (const std::string& floor : args.floors) {
+    std::vector<double> times = measure(args, floor);
+    if (times.empty()) {
+      status = 1;
+      continue;
+    }
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    std::string runs;
+    for (double t : times) runs += (runs.empty() ? "" : ",") + std::to_string(t);
+    std::printf(
+        "{\"floor\": \"%s\", \"world_size\": %d, \"bytes\": %zu, \"time_us\": %.1f, \"runs_us\": [%s]}\n",
+        floor.c_str(), args.world, args.bytes, sorted[sorted.size() / 2], runs.c_str());
+    std::fflush(stdout);
+  }
+  return status;
+}
