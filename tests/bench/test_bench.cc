@@ -404,13 +404,20 @@ TEST(BenchBinary, TableOnRankZeroOnly) {
   EXPECT_EQ(rows, 3) << out;  // 1K, 2K, 4K, printed once
 }
 
+// A run that must fail (exit code `code`, or any non-zero one if -1) and
+// say `text`.
+void expect_failure_saying(const RunResult& r, int code, const std::string& text) {
+  if (code >= 0) {
+    EXPECT_EQ(r.exit_code, code) << joined(r.lines);
+  } else {
+    EXPECT_NE(r.exit_code, 0) << joined(r.lines);
+  }
+  EXPECT_NE(joined(r.lines).find(text), std::string::npos) << joined(r.lines);
+}
+
 TEST(BenchBinary, BadCommandLineFailsWithAMessage) {
-  RunResult r = run_bench("--nproc 2 --max-bytes 12Q");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(joined(r.lines).find("--max-bytes: '12Q'"), std::string::npos) << joined(r.lines);
-  r = run_bench("--dtype float32 --reduce-op bor");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(joined(r.lines).find("BOR"), std::string::npos) << joined(r.lines);
+  expect_failure_saying(run_bench("--nproc 2 --max-bytes 12Q"), 2, "--max-bytes: '12Q'");
+  expect_failure_saying(run_bench("--dtype float32 --reduce-op bor"), 2, "BOR");
 }
 
 // ---- tdist-floors (tools/floors) ----
@@ -456,15 +463,9 @@ TEST(FloorsBinary, MoreRanksThanCoresAndSingleCopy) {
 }
 
 TEST(FloorsBinary, BadArgumentsFailWithAMessage) {
-  RunResult r = run_floors("--bytes 1000");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(joined(r.lines).find("multiple of 4096"), std::string::npos) << joined(r.lines);
-  r = run_floors("--floors in_place,fastest");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(joined(r.lines).find("fastest"), std::string::npos) << joined(r.lines);
-  r = run_floors("--bytes 12Q");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(joined(r.lines).find("not a size: 12Q"), std::string::npos) << joined(r.lines);
+  expect_failure_saying(run_floors("--bytes 1000"), -1, "multiple of 4096");
+  expect_failure_saying(run_floors("--floors in_place,fastest"), -1, "fastest");
+  expect_failure_saying(run_floors("--bytes 12Q"), -1, "not a size: 12Q");
 }
 
 }  // namespace
