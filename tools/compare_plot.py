@@ -58,22 +58,27 @@ def human(nbytes, space=""):
     return f"{int(nbytes)}{space}{'B' if space else ''}"
 
 
+def read_json_lines(path):
+    with open(path) as f:
+        return [json.loads(line) for line in (l.strip() for l in f) if line.startswith("{")]
+
+
 def load_rows(path):
     rows = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            row = json.loads(line)
-            # An "error" row of an op a peer lacks, or a floor (load_floors).
-            if "time_us" not in row or "floor" in row:
-                continue
-            row["errors"] = row.get("errors") or 0
-            rows.append(row)
+    for row in read_json_lines(path):
+        # An "error" row of an op a peer lacks, or a floor (load_floors).
+        if "time_us" not in row or "floor" in row:
+            continue
+        row["errors"] = row.get("errors") or 0
+        rows.append(row)
     if not rows:
         sys.exit(f"compare_plot.py: no rows in {path}")
     return median_runs(rows)
+
+
+def lower_median(values, key=None):
+    """The middle of the sorted values (the lower middle one for an even count)."""
+    return sorted(values, key=key)[(len(values) - 1) // 2]
 
 
 def median_runs(rows):
@@ -84,8 +89,7 @@ def median_runs(rows):
         groups[(r["lib"], r["op"], r.get("dtype"), r["world_size"], r["bytes"])].append(r)
     out = []
     for runs in groups.values():
-        runs.sort(key=lambda r: r["time_us"])
-        row = dict(runs[(len(runs) - 1) // 2])
+        row = dict(lower_median(runs, key=lambda r: r["time_us"]))
         row["runs"] = len(runs)
         row["errors"] = max(r["errors"] for r in runs)
         out.append(row)
@@ -102,17 +106,12 @@ FLOOR_LABEL = {
 
 
 def load_floors(path):
-    """tdist-floors' rows (tools/compare --floors): {(world, floor): (bytes,
-    [time of every round])}, each round's time being its runs' median."""
-    floors = defaultdict(lambda: [0, []])
-    with open(path) as f:
-        for line in f:
-            if line.startswith("{"):
-                row = json.loads(line)
-                if "floor" in row:
-                    entry = floors[(row["world_size"], row["floor"])]
-                    entry[0] = row["bytes"]
-                    entry[1].append(row["time_us"])
+    """tdist-floors' rows (tools/compare --floors), grouped by (world size,
+    floor): one row per round, each holding its runs' median."""
+    floors = defaultdict(list)
+    for row in read_json_lines(path):
+        if "floor" in row:
+            floors[(row["world_size"], row["floor"])].append(row)
     return dict(floors)
 
 
@@ -124,7 +123,7 @@ def floors_table(floors, rows):
     by_key = {(r["world_size"], r["op"], r["bytes"], r["lib"]): r for r in rows}
     lines = []
     for w in sorted({k[0] for k in floors}):
-        nbytes = next(v[0] for k, v in floors.items() if k[0] == w)
+        nbytes = next(rounds[0]["bytes"] for k, rounds in floors.items() if k[0] == w)
         lines.append(f"#### Floors, {w} ranks, {human(nbytes, ' ')} per rank")
         lines.append("")
         lines.append("| what | time (ms), median of the rounds | the rounds |")
@@ -132,9 +131,9 @@ def floors_table(floors, rows):
         for name in FLOOR_ORDER:
             if (w, name) not in floors:
                 continue
-            times = sorted(floors[(w, name)][1])
-            lines.append(f"| {FLOOR_LABEL[name]} | {times[(len(times) - 1) // 2] / 1e3:.2f} | "
-                         + ", ".join(f"{t / 1e3:.2f}" for t in floors[(w, name)][1]) + " |")
+            times = [r["time_us"] for r in floors[(w, name)]]
+            lines.append(f"| {FLOOR_LABEL[name]} | {lower_median(times) / 1e3:.2f} | "
+                         + ", ".join(f"{t / 1e3:.2f}" for t in times) + " |")
         mine = by_key.get((w, "all_reduce", nbytes, "tdist"))
         mpi = by_key.get((w, "all_reduce", nbytes, "mpi"))
         if mine:

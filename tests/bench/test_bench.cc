@@ -455,7 +455,7 @@ TEST(FloorsBinary, MoreRanksThanCoresAndSingleCopy) {
   // needs process_vm_readv, which a container may forbid: then it must say so.
   const RunResult r =
       run_floors("--world 5 --bytes 260K --runs 2 --floors two_shot_passes,single_copy_passes");
-  if (r.exit_code != 0 && joined(r.lines).find("process_vm_readv/writev") != std::string::npos) {
+  if (r.exit_code != 0 && joined(r.lines).find("process_vm_") != std::string::npos) {
     GTEST_SKIP() << "single copy is not allowed here: " << joined(r.lines);
   }
   ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
@@ -465,7 +465,7 @@ TEST(FloorsBinary, MoreRanksThanCoresAndSingleCopy) {
 TEST(FloorsBinary, BadArgumentsFailWithAMessage) {
   expect_failure_saying(run_floors("--bytes 1000"), -1, "multiple of 4096");
   expect_failure_saying(run_floors("--floors in_place,fastest"), -1, "fastest");
-  expect_failure_saying(run_floors("--bytes 12Q"), -1, "not a size: 12Q");
+  expect_failure_saying(run_floors("--bytes 12Q"), -1, "--bytes: '12Q'");
 }
 
 }  // namespace

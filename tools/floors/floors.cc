@@ -29,7 +29,6 @@
 
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,21 +36,22 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "algorithms/shm/shm_common.h"
 #include "common/scratch.h"
 #include "common/stream_copy.h"
+#include "options.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
 #include "transport/shm/shm_group.h"
+#include "transport/shm/shm_single_copy.h"
+#include "transport/shm/shm_sync.h"
 
 namespace {
 
@@ -65,7 +65,7 @@ struct Args {
   int world = 4;
   size_t bytes = size_t{64} << 20;
   int runs = 7;
-  std::vector<std::string> floors{"in_place", "copy", "two_shot_passes", "single_copy_passes"};
+  std::vector<std::string> floors;  // all of them unless --floors says
 };
 
 // What the ranks share: a barrier, each rank's process and start and end of
@@ -77,41 +77,6 @@ struct Control {
   int64_t start_ns[kMaxRuns][kMaxWorld];
   int64_t end_ns[kMaxRuns][kMaxWorld];
 };
-
-size_t parse_bytes(const std::string& text) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  size_t scale = 1;
-  if (*end == 'K') scale = size_t{1} << 10;
-  if (*end == 'M') scale = size_t{1} << 20;
-  if (*end == 'G') scale = size_t{1} << 30;
-  if (end == text.c_str() || (*end != '\0' && end[scale == 1 ? 0 : 1] != '\0')) {
-    throw CLI::ValidationError("--bytes", "not a size: " + text);
-  }
-  return static_cast<size_t>(value) * scale;
-}
-
-Args parse(int argc, char** argv) {
-  Args args;
-  std::string bytes = "64M";
-  CLI::App app{"tdist-floors: memory and kernel floors of the shared-memory collectives on this host"};
-  app.add_option("--world", args.world, "ranks (processes) running at once")->check(CLI::Range(1, kMaxWorld));
-  app.add_option("--bytes", bytes, "bytes per rank (K, M, G suffixes), a multiple of 4 KiB");
-  app.add_option("--runs", args.runs, "runs of each floor; the median is reported")
-      ->check(CLI::Range(1, kMaxRuns));
-  app.add_option("--floors", args.floors, "which floors")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"in_place", "copy", "two_shot_passes", "single_copy_passes"}));
-  try {
-    app.parse(argc, argv);
-    args.bytes = parse_bytes(bytes);
-    if (args.bytes == 0 || args.bytes % 4096 != 0)
-      throw CLI::ValidationError("--bytes", "must be a positive multiple of 4096");
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));  // NOLINT(concurrency-mt-unsafe): no other thread runs
-  }
-  return args;
-}
 
 int64_t now_ns(Clock::time_point origin) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - origin).count();
@@ -199,18 +164,10 @@ void two_shot_passes(const Rank& r) {
   }
 }
 
-bool move_tile(pid_t pid, void* local, void* remote, size_t bytes, bool write) {
-  iovec l{local, bytes};
-  iovec rm{remote, bytes};
-  const ssize_t moved =
-      write ? process_vm_writev(pid, &l, 1, &rm, 1, 0) : process_vm_readv(pid, &l, 1, &rm, 1, 0);
-  return moved == static_cast<ssize_t>(bytes);
-}
-
 // single_copy_reduce in src/algorithms/shm/shm_reduce.cc, float32 SUM, less
-// its two meetings. Every rank's array is at the same address (mapped
-// before the fork).
-bool single_copy_passes(const Rank& r) {
+// its two meetings, with the transport's copies (which throw what failed).
+// Every rank's array is at the same address (mapped before the fork).
+void single_copy_passes(const Rank& r) {
   const size_t own_bytes = shm::single_copy_piece(r.bytes / 4, r.world, 4) * 4;
   const shm::Piece own = shm::piece_of(r.bytes, own_bytes, static_cast<size_t>(r.me));
   const size_t tile = shm::single_copy_tile_bytes(r.world);
@@ -223,37 +180,66 @@ bool single_copy_passes(const Rank& r) {
     uint8_t* at = data + own.begin + b;
     for (int j = 0; j < r.world; ++j) {
       uint8_t* mine = scratch.get() + static_cast<size_t>(j) * tile;
-      if (j != r.me && !move_tile(r.control->pid[j], mine, at, length, false)) return false;
+      if (j != r.me) tdist::transport::shm::read_peer_memory(r.control->pid[j], j, mine, at, length);
       srcs[static_cast<size_t>(j)] = j == r.me ? at : mine;
     }
     shm::reduce_sources(at, srcs.data(), r.world, length / 4, tdist::DType::kFloat32, sum, r.world);
     for (int j = 0; j < r.world; ++j) {
-      if (j != r.me && !move_tile(r.control->pid[j], at, at, length, true)) return false;
+      if (j != r.me) tdist::transport::shm::write_peer_memory(r.control->pid[j], j, at, at, length);
     }
   }
-  return true;
 }
 
-bool run_once(const std::string& floor, const Rank& r) {
-  if (floor == "in_place") in_place(r);
-  if (floor == "copy") copy(r);
-  if (floor == "two_shot_passes") two_shot_passes(r);
-  if (floor == "single_copy_passes") return single_copy_passes(r);
-  return true;
+struct Floor {
+  const char* name;
+  void (*run)(const Rank&);
+};
+constexpr Floor kFloors[] = {{"in_place", in_place},
+                             {"copy", copy},
+                             {"two_shot_passes", two_shot_passes},
+                             {"single_copy_passes", single_copy_passes}};
+
+Args parse(int argc, char** argv) {
+  Args args;
+  std::string bytes = "64M";
+  CLI::App app{"tdist-floors: memory and kernel floors of the shared-memory collectives on this host"};
+  app.add_option("--world", args.world, "ranks (processes) running at once")->check(CLI::Range(1, kMaxWorld));
+  app.add_option("--bytes", bytes, "bytes per rank (K, M, G suffixes), a multiple of 4 KiB");
+  app.add_option("--runs", args.runs, "runs of each floor; the median is reported")
+      ->check(CLI::Range(1, kMaxRuns));
+  std::vector<std::string> names;
+  for (const Floor& floor : kFloors) names.emplace_back(floor.name);
+  app.add_option("--floors", args.floors, "which floors")->delimiter(',')->check(CLI::IsMember(names));
+  try {
+    app.parse(argc, argv);
+    try {
+      args.bytes = tdist::bench::parse_size(bytes, "--bytes");
+    } catch (const std::exception& e) {
+      throw CLI::ValidationError(e.what());
+    }
+    if (args.bytes == 0 || args.bytes % 4096 != 0)
+      throw CLI::ValidationError("--bytes", "must be a positive multiple of 4096");
+    if (args.floors.empty()) args.floors = names;
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));  // NOLINT(concurrency-mt-unsafe): no other thread runs
+  }
+  return args;
+}
+
+const Floor& find_floor(const std::string& name) {
+  return *std::find_if(std::begin(kFloors), std::end(kFloors),
+                       [&](const Floor& floor) { return name == floor.name; });  // parse checked the name
 }
 
 // Measures one floor: forks the ranks, returns every run's time in us
 // (empty if a rank failed, with the reason on stderr).
-std::vector<double> measure(const Args& args, const std::string& floor) {
+std::vector<double> measure(const Args& args, const Floor& floor) {
   auto* control = static_cast<Control*>(map_anonymous(sizeof(Control), MAP_SHARED));
   auto* data = static_cast<float*>(map_anonymous(args.bytes * 2, MAP_PRIVATE));
-  const int cores = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  }();
-  const size_t round_bytes =
-      args.world > cores ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
+  // The round the library picks for this many ranks on this process's cores.
+  const size_t round_bytes = tdist::transport::shm::WaitPolicy::for_ranks(args.world).oversubscribed
+                                 ? shm::kOversubscribedRoundBytes
+                                 : tdist::transport::shm::kDefaultBufferBytes;
   auto* segment =
       static_cast<uint8_t*>(map_anonymous(round_bytes * 2 * static_cast<size_t>(args.world), MAP_SHARED));
   const Clock::time_point origin = Clock::now();
@@ -274,14 +260,14 @@ std::vector<double> measure(const Args& args, const std::string& floor) {
     bool ok = barrier(*control, 0, args.world);
     for (int run = 0; ok && run < args.runs; ++run) {
       control->start_ns[run][me] = now_ns(origin);
-      ok = run_once(floor, r);
-      const int error = errno;
-      control->end_ns[run][me] = now_ns(origin);
-      if (!ok) {
-        std::fprintf(stderr, "tdist-floors: %s: rank %d: process_vm_readv/writev: %s\n", floor.c_str(), me,
-                     std::error_code(error, std::generic_category()).message().c_str());
+      try {
+        floor.run(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tdist-floors: %s: rank %d: %s\n", floor.name, me, e.what());
         control->failed.store(1);
+        ok = false;
       }
+      control->end_ns[run][me] = now_ns(origin);
       ok = ok && barrier(*control, run + 1, args.world);
     }
     _exit(ok ? 0 : 1);
@@ -308,7 +294,8 @@ std::vector<double> measure(const Args& args, const std::string& floor) {
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   int status = 0;
-  for (const std::string& floor : args.floors) {
+  for (const std::string& name : args.floors) {
+    const Floor& floor = find_floor(name);
     std::vector<double> times = measure(args, floor);
     if (times.empty()) {
       status = 1;
@@ -317,10 +304,13 @@ int main(int argc, char** argv) {
     std::vector<double> sorted = times;
     std::sort(sorted.begin(), sorted.end());
     std::string runs;
-    for (double t : times) runs += (runs.empty() ? "" : ",") + std::to_string(t);
+    for (double t : times) {
+      if (!runs.empty()) runs += ',';
+      runs += std::to_string(t);
+    }
     std::printf(
         "{\"floor\": \"%s\", \"world_size\": %d, \"bytes\": %zu, \"time_us\": %.1f, \"runs_us\": [%s]}\n",
-        floor.c_str(), args.world, args.bytes, sorted[sorted.size() / 2], runs.c_str());
+        floor.name, args.world, args.bytes, sorted[sorted.size() / 2], runs.c_str());
     std::fflush(stdout);
   }
   return status;
