@@ -1,6 +1,7 @@
 #include "pg_harness.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <complex>
 #include <stdexcept>
@@ -94,18 +95,19 @@ void check_elements(const Tensor& t, int64_t first, int64_t count, const std::fu
   }
 }
 
-std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size_t floats, int victim,
+std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size_t floats, int victim,
                                         const std::function<void(int)>& setup,
                                         const std::function<void(ProcessGroup&)>& on_group) {
+  const std::string path = temp_path(name);
   auto outcomes = run_forked(
       ranks,
       [&](int rank) {
-        setup(rank);
+        if (setup) setup(rank);
         auto store = std::make_shared<FileStore>(path, ranks);
         ProcessGroupOptions options;
         options.timeout = std::chrono::seconds(60);
         auto pg = create_process_group("tdist", store, rank, ranks, options);
-        on_group(*pg);
+        if (on_group) on_group(*pg);
         std::vector<float> data(floats, 1.0f);
         Tensor t = Tensor::wrap(data);
         pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes everywhere
@@ -128,6 +130,7 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size
                                  " was killed");
       },
       std::chrono::seconds(50));
+  unlink(path.c_str());
   bool as_expected = true;
   for (const auto& o : outcomes) as_expected = as_expected && (o.rank == victim ? o.signal == SIGKILL : o.ok);
   return as_expected ? "" : describe_failures(outcomes);

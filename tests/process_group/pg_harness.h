@@ -36,16 +36,17 @@ void check(bool ok, const std::string& what);
 void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
                     const std::string& what);
 
-/// Forked ranks (a FileStore at `path`, a 60 s group timeout, so errors
-/// come from the dead peer) run two all_reduces of `floats` float32
+/// Forked ranks (a FileStore at temp_path(`name`), removed afterwards since
+/// the victim cannot close it; a 60 s group timeout, so errors come from the
+/// dead peer) run two all_reduces of `floats` float32
 /// elements; rank `victim` dies with SIGKILL in the middle of the second,
 /// once every rank finished the first. Every other rank must fail with a
 /// DistNetworkError naming the victim ("rank <victim>"), directly or through
-/// the rank that aborted the group first. `setup(rank)` runs first
-/// (environment), `on_group` once the group exists. Returns what went
+/// the rank that aborted the group first. `setup(rank)`, if given, runs
+/// first (environment), `on_group`, if given, once the group exists. Returns what went
 /// otherwise ("" if the victim was killed and every other rank returned).
-std::string kill_one_rank_in_all_reduce(int ranks, const std::string& path, size_t floats, int victim,
-                                        const std::function<void(int)>& setup,
-                                        const std::function<void(ProcessGroup&)>& on_group);
+std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size_t floats, int victim,
+                                        const std::function<void(int)>& setup = {},
+                                        const std::function<void(ProcessGroup&)>& on_group = {});
 
 }  // namespace tdist::testing

@@ -191,22 +191,14 @@ TEST(PgErrors, AllToAllWithLargerSplitSizesTheRanksDisagreeOnIsAnError) {
 }
 
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
-  std::string path = temp_path("kill");
-  EXPECT_EQ(kill_one_rank_in_all_reduce(
-                4, path, size_t{16} << 20 /* 64 MiB */, 2, [](int) {}, [](ProcessGroup&) {}),
-            "");
-  unlink(path.c_str());
+  EXPECT_EQ(kill_one_rank_in_all_reduce(4, "kill", size_t{16} << 20 /* 64 MiB */, 2), "");
 }
 
 // Two ranks with a core each reduce 16 MiB by single copy: each reads its
 // piece from the other's tensor and writes the result into it. The killed
 // rank's memory vanishes under the survivor's reads and writes.
 TEST(PgErrors, AKilledRankInASingleCopyAllReduceIsReportedByTheOther) {
-  std::string path = temp_path("kill_single_copy");
-  EXPECT_EQ(kill_one_rank_in_all_reduce(
-                2, path, size_t{4} << 20 /* 16 MiB */, 1, [](int) {}, [](ProcessGroup&) {}),
-            "");
-  unlink(path.c_str());
+  EXPECT_EQ(kill_one_rank_in_all_reduce(2, "kill_single_copy", size_t{4} << 20 /* 16 MiB */, 1), "");
 }
 
 }  // namespace

@@ -265,9 +265,8 @@ TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // both ranks of the other host, whichever stage they are in (shared memory
   // on this thread, TCP on the helper), must fail with a network error
   // naming it, directly or through the rank that aborted the group first.
-  std::string path = temp_path("kill_hier");
   EXPECT_EQ(kill_one_rank_in_all_reduce(
-                4, path, size_t{8} << 20, 2,
+                4, "kill_hier", size_t{8} << 20, 2,
                 [](int rank) {
                   setenv("TDIST_HOST_ID", std::to_string(rank % 2).c_str(), 1);
                   setenv("TDIST_HIER_CHUNK_BYTES", "65536", 1);
@@ -276,7 +275,6 @@ TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
                   check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
                 }),
             "");
-  unlink(path.c_str());
 }
 
 TEST(Shm, UnequalHostsFallBackToTcp) {
