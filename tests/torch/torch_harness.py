@@ -51,7 +51,10 @@ def _env(rank, world_size, port, extra):
 
 
 def _address_in_use(results):
-    return any("Address already in use" in r.stderr or "EADDRINUSE" in r.stderr for r in results)
+    # Runners that report each program's error in their JSON output (and
+    # exit 0) say it on stdout.
+    return any(word in r.stderr or word in r.stdout for r in results
+               for word in ("Address already in use", "EADDRINUSE"))
 
 
 def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S, ports=1):
@@ -63,7 +66,7 @@ def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S
         port_list = [free_port() for _ in range(ports)]
         with tempfile.TemporaryDirectory(prefix="tdist-torch-") as tmp:
             results = _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp)
-        if attempt == 0 and any(r.returncode != 0 for r in results) and _address_in_use(results):
+        if attempt == 0 and _address_in_use(results):
             continue
         return results
     return results

@@ -1,12 +1,16 @@
 """One rank of the spec-program test: runs each program of spec_programs/ as
 __main__ (its text executed as is, one after another in this process, each
 with its own TCPStore port), captures what it prints and destroys its
-process group before the next. With "gloo" among the backends, the programs
-gloo supports run a second time with the backend name switched back to the
-spec's "gloo", for comparison. Prints one JSON object:
+process group before the next. Rank 0 picks each next port just before the
+program that needs it and broadcasts it over the group it is about to
+destroy (as tests/python/spec_driver.py does): ports picked all at the start
+stayed unused for up to a minute, and another test's connection once took
+one meanwhile ("Address already in use"). With "gloo" among the backends,
+the programs gloo supports run a second time with the backend name switched
+back to the spec's "gloo", for comparison. Prints one JSON object:
 {"program/backend": {"stdout": ..., "error": ...}}.
 
-    torch_spec_runner.py PORTS BACKENDS PROGRAM...
+    torch_spec_runner.py PORT BACKENDS PROGRAM...
 """
 
 import contextlib
@@ -19,11 +23,14 @@ import traceback
 import torch  # noqa: F401  imported once, as every program imports it
 import torch.distributed as dist
 
+from torch_harness import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 GLOO_SUPPORTS = {"broadcast", "all_reduce", "reduce", "all_gather", "gather", "barrier"}
 
 
-def run_program(name, backend, port):
+def run_program(name, backend, port, last):
+    """Runs one program on `port`; returns its result and the port of the next one."""
     path = os.path.join(HERE, "spec_programs", name + ".py")
     with open(path) as f:
         source = f.read()
@@ -38,24 +45,31 @@ def run_program(name, backend, port):
             exec(compile(source, path, "exec"), {"__name__": "__main__", "__file__": path})
     except Exception:
         error = traceback.format_exc()
+    next_port = None
     if dist.is_initialized():
+        if error is None and not last:
+            chosen = [free_port() if dist.get_rank() == 0 else None]
+            dist.broadcast_object_list(chosen, src=0)
+            next_port = chosen[0]
         if error is None:
             dist.barrier()  # no rank tears down while another still reads
         dist.destroy_process_group()
-    return {"stdout": out.getvalue(), "error": error}
+    elif error is None and not last:
+        error = "the program destroyed its process group: no group to agree on the next program's port"
+    return {"stdout": out.getvalue(), "error": error}, next_port
 
 
 def main():
-    ports = [int(p) for p in sys.argv[1].split(",")]
+    port = int(sys.argv[1])
     backends = sys.argv[2].split(",")
     programs = sys.argv[3:]
     results = {}
     runs = [(name, backend) for name in programs for backend in backends
             if backend == "tdist" or name in GLOO_SUPPORTS]
-    assert len(runs) <= len(ports), "need %d ports" % len(runs)
-    for (name, backend), port in zip(runs, ports):
-        results[name + "/" + backend] = run_program(name, backend, port)
-        if results[name + "/" + backend]["error"]:
+    for i, (name, backend) in enumerate(runs):
+        result, port = run_program(name, backend, port, last=i + 1 == len(runs))
+        results[name + "/" + backend] = result
+        if result["error"]:
             break  # the other ranks fail or time out in this program too
     print(json.dumps(results))
 
