@@ -14,7 +14,9 @@
 
 #include <dirent.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -427,6 +429,30 @@ TEST(Shm, AWaitIsAbandonedWhenTheFailureCheckThrows) {
                                   }),
                DistTimeoutError);
   EXPECT_EQ(checks, 3);
+}
+
+TEST(Shm, ASpinLastsATimeNotACountOfPolls) {
+  using std::chrono::microseconds;
+  // At 9.5 ns a poll, 40 us is 4210 polls.
+  EXPECT_EQ(shm::spins_for(microseconds(40), 9.5), 4210);
+  // A CPU whose polls take 100 ns polls 1000 times (the floor), one whose
+  // polls are nearly free 200000 times (the ceiling), and so does a
+  // measurement that found no time at all.
+  EXPECT_EQ(shm::spins_for(microseconds(40), 100), 1000);
+  EXPECT_EQ(shm::spins_for(microseconds(40), 0.01), 200000);
+  EXPECT_EQ(shm::spins_for(microseconds(40), 0), 200000);
+}
+
+TEST(Shm, TheSpinOfARankWithACoreIsMeasuredOnThisCpu) {
+  const double ns = shm::poll_ns();
+  EXPECT_GT(ns, 0.0);
+  EXPECT_LT(ns, 10'000.0);        // a poll is a load and a pause, never microseconds
+  EXPECT_EQ(shm::poll_ns(), ns);  // measured once
+  if (std::getenv("TDIST_SHM_SPINS") == nullptr) {
+    const shm::WaitPolicy policy = shm::WaitPolicy::for_ranks(1);
+    EXPECT_FALSE(policy.oversubscribed);
+    EXPECT_EQ(policy.spins, shm::spins_for(shm::kSpinBudget, ns));
+  }
 }
 
 }  // namespace

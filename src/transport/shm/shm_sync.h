@@ -48,6 +48,20 @@ struct WaitPolicy {
   static WaitPolicy for_ranks(int local_ranks);
 };
 
+/// How long a rank with a core to itself spins before it yields (see
+/// WaitPolicy::for_ranks): what the 4000 polls used before lasted on the
+/// Xeon of docs/performance.md (10.9 ns a poll).
+inline constexpr std::chrono::nanoseconds kSpinBudget{44'000};
+
+/// Busy polls that last `budget` when one takes `poll_ns` nanoseconds, kept
+/// within [1000, 200000]: a poll's cost differs more than tenfold between
+/// CPUs, so a count that suits one spins for microseconds or milliseconds
+/// on another.
+int spins_for(std::chrono::nanoseconds budget, double poll_ns);
+
+/// Nanoseconds one busy poll takes on this CPU, measured once per process.
+double poll_ns();
+
 /// What a wait does between sleeps: throws to abandon the wait (a peer died
 /// or aborted, the deadline passed). A reference: the check outlives the wait.
 using FailureCheck = detail::FunctionRef<void()>;
