@@ -431,28 +431,26 @@ TEST(Shm, AWaitIsAbandonedWhenTheFailureCheckThrows) {
   EXPECT_EQ(checks, 3);
 }
 
-TEST(Shm, ASpinLastsATimeNotACountOfPolls) {
-  using std::chrono::microseconds;
-  // At 9.5 ns a poll, 40 us is 4210 polls.
-  EXPECT_EQ(shm::spins_for(microseconds(40), 9.5), 4210);
-  // A CPU whose polls take 100 ns polls 1000 times (the floor), one whose
-  // polls are nearly free 200000 times (the ceiling), and so does a
-  // measurement that found no time at all.
-  EXPECT_EQ(shm::spins_for(microseconds(40), 100), 1000);
-  EXPECT_EQ(shm::spins_for(microseconds(40), 0.01), 200000);
-  EXPECT_EQ(shm::spins_for(microseconds(40), 0), 200000);
-}
-
-TEST(Shm, TheSpinOfARankWithACoreIsMeasuredOnThisCpu) {
-  const double ns = shm::poll_ns();
-  EXPECT_GT(ns, 0.0);
-  EXPECT_LT(ns, 10'000.0);        // a poll is a load and a pause, never microseconds
-  EXPECT_EQ(shm::poll_ns(), ns);  // measured once
+TEST(Shm, ARankWithACoreSpinsForATimeNotACountOfPolls) {
+  // A CPU's pause may take a few ns or 40: the default spin of a rank with a
+  // core to itself is a time, whatever a poll costs here.
   if (std::getenv("TDIST_SHM_SPINS") == nullptr) {
     const shm::WaitPolicy policy = shm::WaitPolicy::for_ranks(1);
     EXPECT_FALSE(policy.oversubscribed);
-    EXPECT_EQ(policy.spins, shm::spins_for(shm::kSpinBudget, ns));
+    EXPECT_EQ(policy.spin_time, shm::kSpinTime);
   }
+  // The failure check runs first once the spin and the yields are over: a
+  // wait for a flag nobody publishes reaches it no sooner than spin_time
+  // after it began (a lower bound, which a loaded machine cannot break).
+  alignas(64) shm::FlagLine line{};
+  shm::WaitPolicy policy{0, 0, false, std::chrono::milliseconds(20)};
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(shm::wait_at_least(line, 1, policy, [] { throw DistTimeoutError("deadline"); }),
+               DistTimeoutError);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(20));
+  // A flag that is already there ends the wait at once, spin or not.
+  line.seq.store(1);
+  EXPECT_NO_THROW(shm::wait_at_least(line, 1, policy, [] { throw DistTimeoutError("deadline"); }));
 }
 
 }  // namespace

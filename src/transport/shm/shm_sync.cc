@@ -5,7 +5,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <ctime>
@@ -46,56 +45,30 @@ void wake_all(FlagLine& line) {
   syscall(SYS_futex, futex_word(line), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-int spins_for(std::chrono::nanoseconds budget, double poll_ns) {
-  constexpr double kMin = 1000;
-  constexpr double kMax = 200'000;
-  const double spins = poll_ns > 0 ? static_cast<double>(budget.count()) / poll_ns : kMax;
-  return static_cast<int>(std::clamp(spins, kMin, kMax));
-}
-
-double poll_ns() {
-  // The least of a few short timed runs of the spin loop's body on a line
-  // of our own: a run the scheduler interrupts only comes out longer.
-  static const double ns = [] {
-    FlagLine line{};
-    constexpr int kPolls = 512;
-    double best = 1e9;
-    for (int run = 0; run < 5; ++run) {
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < kPolls; ++i) {
-        if (reached(line, 1)) break;
-        cpu_relax();
-      }
-      const std::chrono::duration<double, std::nano> took = std::chrono::steady_clock::now() - start;
-      best = std::min(best, took.count() / kPolls);
-    }
-    return best;
-  }();
-  return ns;
-}
-
 WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   cpu_set_t set;
   CPU_ZERO(&set);
   int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   WaitPolicy policy{32, 64, local_ranks > cores};
   // With a core per rank the peer is probably running: spin a while before
-  // giving up the core, for a time rather than a count of polls. A poll
-  // (a load and a pause) takes 10.9 ns on the Xeon of docs/performance.md,
-  // so 4000 of them, the count used before, lasted 44 us; a pause alone
-  // takes up to 40 ns on other CPUs and a few on some, where a count spins
-  // four times longer or several times shorter. A wait just longer than the spin pays a futex
-  // wake-up (a 2-rank 1 MiB broadcast whose copy took 45-50 us ran at
-  // 52-125 us). Longer spins (20000, 50000 polls) changed no op measurably
-  // on the Xeon once that broadcast shared its copying (2026-11-25).
-  // Shorter spins (800 polls, 8 us) fell into a pattern where every 8 B
-  // all_reduce paid a futex wake-up (44-68 us instead of 0.9 us, measured
-  // 2026-11-23 on 2 vCPUs).
+  // giving up the core, for a time rather than a count of polls. The count
+  // used before, 4000 polls, lasted about 44 us on the Xeon of
+  // docs/performance.md (a poll, a load and a pause, takes 10.9 ns there),
+  // but a pause alone takes up to 40 ns on other CPUs and a few on some.
+  // A wait just longer than the spin pays a futex wake-up (a 2-rank 1 MiB
+  // broadcast whose copy took 45-50 us ran at 52-125 us). Longer spins
+  // (20000, 50000 polls) changed no op measurably on the Xeon once that
+  // broadcast shared its copying (2026-11-25). Shorter spins (800 polls,
+  // 9 us) fell into a pattern where every 8 B all_reduce paid a futex
+  // wake-up (44-68 us instead of 0.9 us, measured 2026-11-23 on 2 vCPUs).
   // Oversubscribed, the peer may need our core: hand it over almost at once. Either way, sleep
   // soon: a sleeper woken by the futex is scheduled ahead of busy
   // processes, a yielder waits behind them.
-  if (local_ranks <= cores) policy = WaitPolicy{spins_for(kSpinBudget, poll_ns()), 16, false};
-  if (auto spins = env_int("TDIST_SHM_SPINS", 0, 1 << 30)) policy.spins = static_cast<int>(*spins);
+  if (local_ranks <= cores) policy = WaitPolicy{0, 16, false, kSpinTime};
+  if (auto spins = env_int("TDIST_SHM_SPINS", 0, 1 << 30)) {
+    policy.spins = static_cast<int>(*spins);
+    policy.spin_time = std::chrono::nanoseconds(0);
+  }
   if (auto yields = env_int("TDIST_SHM_YIELDS", 0, 1 << 30)) policy.yields = static_cast<int>(*yields);
   return policy;
 }
@@ -113,15 +86,26 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
       if (!reached(line, target)) throw;
     }
   };
-  for (int i = 0; i < policy.spins; ++i) {
+  const bool timed = policy.spin_time.count() > 0;
+  std::chrono::steady_clock::time_point spin_end{};
+  for (int i = 0; timed || i < policy.spins; ++i) {
     if (reached(line, target)) return;
     cpu_relax();
+    if ((i & 255) != 255) continue;
     // Now and then let a runnable peer on this core have it: right after
     // start-up the scheduler often puts two ranks on one core (for the first
     // ~10 ms, measured: 90 us per 8 B op instead of 1-4 us), and one that
     // only spins burns the slice its peer needs. With the core to itself, a
     // yield returns at once.
-    if ((i & 255) == 255) sched_yield();
+    sched_yield();
+    if (timed) {
+      const auto now = std::chrono::steady_clock::now();
+      if (i == 255) {
+        spin_end = now + policy.spin_time;
+      } else if (now >= spin_end) {
+        break;
+      }
+    }
   }
   for (int i = 0; i < policy.yields; ++i) {
     if (reached(line, target)) return;

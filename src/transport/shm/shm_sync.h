@@ -41,26 +41,21 @@ void publish(FlagLine& line, uint64_t value);
 /// How long to spin and yield before sleeping; from the number of ranks that
 /// share the host and the cores the process may run on.
 struct WaitPolicy {
+  /// Busy polls before yielding...
   int spins = 0;
   int yields = 0;
   /// More ranks on the host than cores this process may run on.
   bool oversubscribed = false;
+  /// ... or, if not zero, busy polls until this long has passed since the
+  /// 256th (the clock is read every 256 polls, so a wait that ends sooner
+  /// never reads it).
+  std::chrono::nanoseconds spin_time{0};
   static WaitPolicy for_ranks(int local_ranks);
 };
 
 /// How long a rank with a core to itself spins before it yields (see
-/// WaitPolicy::for_ranks): what the 4000 polls used before lasted on the
-/// Xeon of docs/performance.md (10.9 ns a poll).
-inline constexpr std::chrono::nanoseconds kSpinBudget{44'000};
-
-/// Busy polls that last `budget` when one takes `poll_ns` nanoseconds, kept
-/// within [1000, 200000]: a poll's cost differs more than tenfold between
-/// CPUs, so a count that suits one spins for microseconds or milliseconds
-/// on another.
-int spins_for(std::chrono::nanoseconds budget, double poll_ns);
-
-/// Nanoseconds one busy poll takes on this CPU, measured once per process.
-double poll_ns();
+/// WaitPolicy::for_ranks).
+inline constexpr std::chrono::nanoseconds kSpinTime{44'000};
 
 /// What a wait does between sleeps: throws to abandon the wait (a peer died
 /// or aborted, the deadline passed). A reference: the check outlives the wait.
