@@ -2,11 +2,13 @@
 
 Every run has a deadline (the processes are killed when it passes) and its
 ranks get the same command line plus their rank. The TCPStore port is picked
-free just before the run; if another process grabbed it meanwhile, the run is
-retried once with a new port.
+free just before the run, outside the range the kernel takes the ports of
+outgoing connections from; if another process grabbed it meanwhile all the
+same, the run is retried once with a new port.
 """
 
 import os
+import random
 import socket
 import signal
 import subprocess
@@ -18,7 +20,31 @@ PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one that sees torch
 DEADLINE_S = 150
 
 
+def _ephemeral_ports():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port():
+    """A TCP port that was free on 127.0.0.1 a moment ago, below the
+    kernel's ephemeral range when there is room: the kernel hands out the
+    ports of outgoing connections (and of bind to port 0) from that range,
+    so no other test's connection can take this one before it is used."""
+    low, _ = _ephemeral_ports()
+    if low > 20000:
+        rng = random.SystemRandom()
+        for _ in range(100):
+            port = rng.randrange(10000, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -66,7 +92,7 @@ def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S
         port_list = [free_port() for _ in range(ports)]
         with tempfile.TemporaryDirectory(prefix="tdist-torch-") as tmp:
             results = _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp)
-        if attempt == 0 and _address_in_use(results):
+        if attempt == 0 and any(r.returncode != 0 for r in results) and _address_in_use(results):
             continue
         return results
     return results

@@ -19,12 +19,28 @@ import json
 import os
 import sys
 import traceback
+from datetime import timedelta
 
 import torch  # noqa: F401  imported once, as every program imports it
 import torch.distributed as dist
 
 from torch_harness import free_port
 
+STORE_TIMEOUT = timedelta(seconds=30)
+
+
+def _init_with_timeout(init):
+    """init_process_group with a 30 s timeout unless the program gives one:
+    with torch's default (30 min) the other ranks of a program whose rank 0
+    could not listen on its port would wait past the harness's deadline
+    instead of failing, and the harness could not retry in time."""
+    def init_process_group(*args, **kwargs):
+        kwargs.setdefault("timeout", STORE_TIMEOUT)
+        return init(*args, **kwargs)
+    return init_process_group
+
+
+dist.init_process_group = _init_with_timeout(dist.init_process_group)
 HERE = os.path.dirname(os.path.abspath(__file__))
 GLOO_SUPPORTS = {"broadcast", "all_reduce", "reduce", "all_gather", "gather", "barrier"}
 
@@ -47,12 +63,15 @@ def run_program(name, backend, port, last):
         error = traceback.format_exc()
     next_port = None
     if dist.is_initialized():
-        if error is None and not last:
-            chosen = [free_port() if dist.get_rank() == 0 else None]
-            dist.broadcast_object_list(chosen, src=0)
-            next_port = chosen[0]
         if error is None:
-            dist.barrier()  # no rank tears down while another still reads
+            try:
+                if not last:
+                    chosen = [free_port() if dist.get_rank() == 0 else None]
+                    dist.broadcast_object_list(chosen, src=0)
+                    next_port = chosen[0]
+                dist.barrier()  # no rank tears down while another still reads
+            except Exception:  # a peer failed the program and left
+                error = traceback.format_exc()
         dist.destroy_process_group()
     elif error is None and not last:
         error = "the program destroyed its process group: no group to agree on the next program's port"
@@ -72,6 +91,9 @@ def main():
         if result["error"]:
             break  # the other ranks fail or time out in this program too
     print(json.dumps(results))
+    # The harness shows the output of ranks that fail, and retries a run
+    # whose rank 0 could not listen on its port.
+    sys.exit(1 if any(r["error"] for r in results.values()) else 0)
 
 
 if __name__ == "__main__":
