@@ -46,7 +46,7 @@ TEST_P(RunWithStore, EveryRankSucceedingReportsNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RunWithStore, ::testing::Values(Mode::kThreads, Mode::kProcesses),
-                         [](const auto& info) { return std::string(mode_name(info.param)); });
+                         [](const auto& test) { return std::string(mode_name(test.param)); });
 
 }  // namespace
 }  // namespace tdist::testing

@@ -49,7 +49,8 @@ inline const char* mode_name(Mode mode) {
 std::string run_ranks(Mode mode, int n, const RankFn& fn,
                       std::chrono::milliseconds deadline = std::chrono::seconds(60));
 
-/// A loopback port that was free a moment ago (bound to port 0, then closed).
+/// A loopback port that was free a moment ago (bound, then closed), below
+/// the kernel's ephemeral range when there is room.
 int pick_free_port();
 
 /// A TCP socket bound to 127.0.0.1 on a free port, not yet listening: hand
