@@ -3,9 +3,11 @@
 // print. Every wait has a deadline (ChildProcess kills a hung launcher).
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -133,7 +135,10 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
   ChildProcess missing({kTdistrun, "--standalone", "no-such-program-for-tdistrun"});
   ChildProcess bad_nproc({kTdistrun, "--nproc-per-node", "zero", kWorker, "env"});
   ChildProcess bad_node({kTdistrun, "--nnodes", "2", "--node-rank", "2", kWorker, "env"});
-  ChildProcess::wait_all({&no_program, &unknown, &missing, &bad_nproc, &bad_node}, deadline());
+  ChildProcess no_nodes({kTdistrun, "--nnodes", "0", kWorker, "env"});
+  ChildProcess bad_bind({kTdistrun, "--bind-to", "socket", kWorker, "env"});
+  ChildProcess::wait_all({&no_program, &unknown, &missing, &bad_nproc, &bad_node, &no_nodes, &bad_bind},
+                         deadline());
   EXPECT_EQ(no_program.exit_code(), 2);
   EXPECT_TRUE(contains(no_program.err(), "no PROGRAM given")) << no_program.err();
   EXPECT_EQ(unknown.exit_code(), 2);
@@ -144,6 +149,60 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
   EXPECT_TRUE(contains(bad_nproc.err(), "--nproc-per-node must be")) << bad_nproc.err();
   EXPECT_EQ(bad_node.exit_code(), 2);
   EXPECT_TRUE(contains(bad_node.err(), "--node-rank must be in [0, 2), got 2")) << bad_node.err();
+  EXPECT_EQ(no_nodes.exit_code(), 2);  // a check of CLI11's, whose own code is 105
+  EXPECT_TRUE(contains(no_nodes.err(), "--nnodes: Value 0 not in range")) << no_nodes.err();
+  EXPECT_EQ(bad_bind.exit_code(), 2);
+  EXPECT_TRUE(contains(bad_bind.err(), "--bind-to: socket not in {none,core}")) << bad_bind.err();
+}
+
+// The CPUs the test (and so tdistrun) may run on, and one rank's
+// "Cpus_allowed_list:" line from /proc/self/status, as grep prints it.
+std::vector<int> test_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+std::string own_allowed_list() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line;
+  }
+  return "";
+}
+
+// Lines of `text` equal to `line`.
+size_t count_lines(const std::string& text, const std::string& line) {
+  auto lines = lines_with(text, line);
+  return static_cast<size_t>(std::count(lines.begin(), lines.end(), line));
+}
+
+TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
+  const std::vector<int> cpus = test_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const int ranks = static_cast<int>(cpus.size()) + 1;  // one more than CPUs: the ranks wrap around
+  ChildProcess bound({kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node",
+                      std::to_string(ranks), "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
+  ChildProcess unbound({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "2", "/bin/grep",
+                        "Cpus_allowed_list", "/proc/self/status"});
+  ChildProcess::wait_all({&bound, &unbound}, deadline());
+  ASSERT_EQ(bound.exit_code(), 0) << both(bound);
+  ASSERT_EQ(unbound.exit_code(), 0) << both(unbound);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string cpu = std::to_string(cpus[static_cast<size_t>(rank) % cpus.size()]);
+    EXPECT_EQ(count_lines(bound.out(), "[rank " + std::to_string(rank) + "]: Cpus_allowed_list:\t" + cpu), 1U)
+        << bound.out();
+  }
+  // Without --bind-to the ranks may run wherever tdistrun may.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(count_lines(unbound.out(), "[rank " + std::to_string(rank) + "]: " + own_allowed_list()), 1U)
+        << unbound.out();
+  }
 }
 
 TEST(TdistrunOutput, LinesArePrefixedAndStreamsKeptApart) {

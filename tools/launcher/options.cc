@@ -29,6 +29,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
       "PROGRAM [ARGS...] follow the options; a PROGRAM ending in .py runs under /usr/bin/python3.\n"
       "Every option also takes its underscore spelling (--nproc_per_node). See docs/launcher.md.");
   std::string nproc = "1";
+  std::string bind_to = "none";
   double grace_s = 5.0;
   double join_s = 300.0;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
@@ -62,6 +63,11 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
       ->check(CLI::Range(0, 3));
   app.add_flag("--no-python,--no_python", o.no_python, "run PROGRAM directly even if it ends in .py");
   app.add_flag("-m,--module", o.module, "PROGRAM is a Python module: run /usr/bin/python3 -m PROGRAM");
+  app.add_option("--bind-to,--bind_to", bind_to,
+                 "'core': pin local rank i to the i-th CPU tdistrun may run on (modulo their number); "
+                 "'none': leave the ranks to the scheduler")
+      ->check(CLI::IsMember({"none", "core"}))
+      ->default_str("none");
   app.add_option("--grace-period,--grace_period", grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(CLI::Range(0.0, 3600.0))
@@ -76,7 +82,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    *exit_code = app.exit(e);
+    // CLI11 prints the message; every usage error exits with 2 (its own
+    // codes differ by kind: 105 for a value out of range), --help with 0.
+    *exit_code = app.exit(e) == 0 ? 0 : kUsageError;
     return std::nullopt;
   }
   o.command = app.remaining();
@@ -105,6 +113,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
       return std::nullopt;
     }
   }
+  o.bind_to_core = bind_to == "core";
   o.grace_period = seconds_to_ms(grace_s);
   o.join_timeout = seconds_to_ms(join_s);
 

@@ -28,6 +28,9 @@ struct LaunchOptions {
   bool no_python = false;
   /// The program is a Python module name (python3 -m).
   bool module = false;
+  /// Pin local rank i to one CPU (--bind-to core); false: the scheduler
+  /// places the ranks.
+  bool bind_to_core = false;
   /// SIGTERM to SIGKILL.
   std::chrono::milliseconds grace_period{5000};
   /// How long node agents wait for each other.

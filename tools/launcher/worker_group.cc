@@ -1,6 +1,7 @@
 #include "worker_group.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +60,18 @@ void make_pipe(int fds[2]) {
 }
 
 }  // namespace
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    throw DistError("tdistrun: cannot read the CPUs it may run on: " + errno_text(errno));
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 WorkerGroup::WorkerGroup(GroupSpec spec) : spec_(std::move(spec)) {}
 
@@ -131,6 +144,16 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(env);
   std::string exec_error = "tdistrun: cannot execute " + spec_.command->path + ": ";
+  const bool bind = !spec_.bind_cpus.empty();
+  cpu_set_t bind_set;
+  CPU_ZERO(&bind_set);
+  std::string bind_error;
+  if (bind) {
+    const int cpu = spec_.bind_cpus[static_cast<size_t>(worker.local_rank) % spec_.bind_cpus.size()];
+    CPU_SET(cpu, &bind_set);
+    bind_error =
+        "tdistrun: cannot bind rank " + std::to_string(worker.rank) + " to CPU " + std::to_string(cpu) + ": ";
+  }
   const char* path = spec_.command->path.c_str();
 
   int out[2];
@@ -164,9 +187,14 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
     sigaction(SIGPIPE, &dfl, nullptr);
     // NOLINTNEXTLINE(concurrency-mt-unsafe): the child has one thread
     sigprocmask(SIG_SETMASK, &spec_.child_signal_mask, nullptr);
-    execve(path, c_argv.data(), c_env.data());
+    const std::string* failed = &exec_error;
+    if (!bind || sched_setaffinity(0, sizeof(bind_set), &bind_set) == 0) {
+      execve(path, c_argv.data(), c_env.data());
+    } else {
+      failed = &bind_error;
+    }
     int e = errno;
-    (void)write_all(STDERR_FILENO, exec_error.data(), exec_error.size());
+    (void)write_all(STDERR_FILENO, failed->data(), failed->size());
     const char* why = strerrordesc_np(e);
     if (why != nullptr) (void)write_all(STDERR_FILENO, why, strlen(why));
     (void)write_all(STDERR_FILENO, "\n", 1);

@@ -34,7 +34,12 @@ struct GroupSpec {
   int tee = 0;          // with log_dir: 1 stdout, 2 stderr, 3 both to the console too
   /// The signal mask the launcher started with; ranks get it back.
   sigset_t child_signal_mask{};
+  /// Not empty (--bind-to core): local rank i runs on CPU bind_cpus[i % size].
+  std::vector<int> bind_cpus;
 };
+
+/// The CPUs this process may run on, in increasing order.
+std::vector<int> allowed_cpus();
 
 /// Lines of stderr kept per rank for the failure report.
 inline constexpr size_t kTailLines = 20;
