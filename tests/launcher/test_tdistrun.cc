@@ -137,8 +137,11 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
   ChildProcess bad_node({kTdistrun, "--nnodes", "2", "--node-rank", "2", kWorker, "env"});
   ChildProcess no_nodes({kTdistrun, "--nnodes", "0", kWorker, "env"});
   ChildProcess bad_bind({kTdistrun, "--bind-to", "socket", kWorker, "env"});
-  ChildProcess::wait_all({&no_program, &unknown, &missing, &bad_nproc, &bad_node, &no_nodes, &bad_bind},
-                         deadline());
+  ChildProcess help({kTdistrun, "--help"});
+  ChildProcess::wait_all(
+      {&no_program, &unknown, &missing, &bad_nproc, &bad_node, &no_nodes, &bad_bind, &help}, deadline());
+  EXPECT_EQ(help.exit_code(), 0);
+  EXPECT_TRUE(contains(help.out(), "--bind-to")) << help.out();
   EXPECT_EQ(no_program.exit_code(), 2);
   EXPECT_TRUE(contains(no_program.err(), "no PROGRAM given")) << no_program.err();
   EXPECT_EQ(unknown.exit_code(), 2);
@@ -202,6 +205,25 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(count_lines(unbound.out(), "[rank " + std::to_string(rank) + "]: " + own_allowed_list()), 1U)
         << unbound.out();
+  }
+  // The i-th CPU tdistrun may use, not CPU number i: with the test (and so
+  // tdistrun) narrowed to the last CPU, every rank runs there.
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  cpu_set_t last;
+  CPU_ZERO(&last);
+  CPU_SET(cpus.back(), &last);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(last), &last), 0);
+  ChildProcess narrowed({kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node", "2",
+                         "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  run_to_end(narrowed);
+  ASSERT_EQ(narrowed.exit_code(), 0) << both(narrowed);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(count_lines(narrowed.out(), "[rank " + std::to_string(rank) + "]: Cpus_allowed_list:\t" +
+                                              std::to_string(cpus.back())),
+              1U)
+        << narrowed.out();
   }
 }
 

@@ -20,11 +20,14 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <thread>
 
+#include "common/cpus.h"
 #include "pg_harness.h"
 #include "process_group/tdist_backend.h"
 #include "tdist/errors.h"
 #include "tdist/file_store.h"
+#include "transport/shm/shm_group.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_sync.h"
 
@@ -431,6 +434,34 @@ TEST(Shm, AWaitIsAbandonedWhenTheFailureCheckThrows) {
   EXPECT_EQ(checks, 3);
 }
 
+TEST(Shm, RanksOutnumberTheirCpusOnlyIfTheirAffinitiesTogetherHaveFewer) {
+  // A launcher that pins each rank to a CPU of its own (tdistrun --bind-to
+  // core) leaves each with one CPU: the group counts the union.
+  const std::vector<int> cpus = detail::allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    for (bool same_cpu : {false, true}) {
+      SCOPED_TRACE(std::string(mode_name(mode)) + (same_cpu ? ", both on one CPU" : ", a CPU each"));
+      std::string failures = run_with_store(mode, 2, [&](Store& store, int rank) -> KeepAlive {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpus[same_cpu ? 0 : static_cast<size_t>(rank)], &set);
+        check(sched_setaffinity(0, sizeof(set), &set) == 0, "sched_setaffinity failed");
+        auto group = shm::ShmGroup::connect(store, rank, 2, std::chrono::seconds(60), "pinned/");
+        check(group->oversubscribed() == same_cpu,
+              "oversubscribed() is " + std::to_string(group->oversubscribed()));
+        check(group->policy().oversubscribed == same_cpu, "the wait policy disagrees");
+        if (std::getenv("TDIST_SHM_SPINS") == nullptr) {
+          check(group->policy().spin_time == (same_cpu ? std::chrono::nanoseconds(0) : shm::kSpinTime),
+                "the wait policy spins for " + std::to_string(group->policy().spin_time.count()) + " ns");
+        }
+        return group;
+      });
+      EXPECT_EQ(failures, "");
+    }
+  }
+}
+
 TEST(Shm, ARankWithACoreSpinsForATimeNotACountOfPolls) {
   // A CPU's pause may take a few ns or 40: the default spin of a rank with a
   // core to itself is a time, whatever a poll costs here.
@@ -448,9 +479,26 @@ TEST(Shm, ARankWithACoreSpinsForATimeNotACountOfPolls) {
   EXPECT_THROW(shm::wait_at_least(line, 1, policy, [] { throw DistTimeoutError("deadline"); }),
                DistTimeoutError);
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(20));
-  // A flag that is already there ends the wait at once, spin or not.
-  line.seq.store(1);
-  EXPECT_NO_THROW(shm::wait_at_least(line, 1, policy, [] { throw DistTimeoutError("deadline"); }));
+  // A flag that is there, or comes, ends the wait at once, however long
+  // the spin may last.
+  policy.spin_time = std::chrono::hours(1);
+  std::thread writer([&] { shm::publish(line, 2); });
+  const auto begin = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(shm::wait_at_least(line, 2, policy, [] { throw DistTimeoutError("deadline"); }));
+  writer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::minutes(1));
+  // TDIST_SHM_SPINS sets a count instead of the time.
+  const char* before = std::getenv("TDIST_SHM_SPINS");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("TDIST_SHM_SPINS", "123", 1);
+  const shm::WaitPolicy counted = shm::WaitPolicy::for_oversubscription(false);
+  if (before != nullptr) {
+    setenv("TDIST_SHM_SPINS", saved.c_str(), 1);
+  } else {
+    unsetenv("TDIST_SHM_SPINS");
+  }
+  EXPECT_EQ(counted.spins, 123);
+  EXPECT_EQ(counted.spin_time, std::chrono::nanoseconds(0));
 }
 
 }  // namespace

@@ -77,8 +77,8 @@ def _env(rank, world_size, port, extra):
 
 
 def _address_in_use(results):
-    # Runners that report each program's error in their JSON output (and
-    # exit 0) say it on stdout.
+    # The spec runner reports a program's error in its JSON output, on
+    # stdout (and exits 1).
     return any(word in r.stderr or word in r.stdout for r in results
                for word in ("Address already in use", "EADDRINUSE"))
 

@@ -7,8 +7,9 @@ destroy (as tests/python/spec_driver.py does): ports picked all at the start
 stayed unused for up to a minute, and another test's connection once took
 one meanwhile ("Address already in use"). With "gloo" among the backends,
 the programs gloo supports run a second time with the backend name switched
-back to the spec's "gloo", for comparison. Prints one JSON object:
-{"program/backend": {"stdout": ..., "error": ...}}.
+back to the spec's "gloo", for comparison. Prints one JSON object,
+{"program/backend": {"stdout": ..., "error": ...}}, and exits 1 if a
+program failed.
 
     torch_spec_runner.py PORT BACKENDS PROGRAM...
 """

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/cpus.h"
+
 namespace tdist::launcher {
 namespace {
 
@@ -64,8 +66,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   app.add_flag("--no-python,--no_python", o.no_python, "run PROGRAM directly even if it ends in .py");
   app.add_flag("-m,--module", o.module, "PROGRAM is a Python module: run /usr/bin/python3 -m PROGRAM");
   app.add_option("--bind-to,--bind_to", bind_to,
-                 "'core': pin local rank i to the i-th CPU tdistrun may run on (modulo their number); "
-                 "'none': leave the ranks to the scheduler")
+                 "'core': pin local rank i to the i-th logical CPU tdistrun may run on (modulo their "
+                 "number); 'none': leave the ranks to the scheduler")
       ->check(CLI::IsMember({"none", "core"}))
       ->default_str("none");
   app.add_option("--grace-period,--grace_period", grace_s,
@@ -113,7 +115,15 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
       return std::nullopt;
     }
   }
-  o.bind_to_core = bind_to == "core";
+  if (bind_to == "core") {
+    o.bind_cpus = detail::allowed_cpus();
+    if (o.bind_cpus.empty()) {
+      std::fprintf(
+          stderr, "tdistrun: --bind-to core: cannot read the CPUs tdistrun may run on (sched_getaffinity)\n");
+      *exit_code = 1;
+      return std::nullopt;
+    }
+  }
   o.grace_period = seconds_to_ms(grace_s);
   o.join_timeout = seconds_to_ms(join_s);
 

@@ -28,9 +28,10 @@ struct LaunchOptions {
   bool no_python = false;
   /// The program is a Python module name (python3 -m).
   bool module = false;
-  /// Pin local rank i to one CPU (--bind-to core); false: the scheduler
+  /// --bind-to core: the CPUs tdistrun may run on, in increasing order;
+  /// local rank i is pinned to bind_cpus[i % size]. Empty: the scheduler
   /// places the ranks.
-  bool bind_to_core = false;
+  std::vector<int> bind_cpus;
   /// SIGTERM to SIGKILL.
   std::chrono::milliseconds grace_period{5000};
   /// How long node agents wait for each other.

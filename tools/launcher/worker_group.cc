@@ -61,18 +61,6 @@ void make_pipe(int fds[2]) {
 
 }  // namespace
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0)
-    throw DistError("tdistrun: cannot read the CPUs it may run on: " + errno_text(errno));
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 WorkerGroup::WorkerGroup(GroupSpec spec) : spec_(std::move(spec)) {}
 
 WorkerGroup::~WorkerGroup() {

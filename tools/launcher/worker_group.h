@@ -38,9 +38,6 @@ struct GroupSpec {
   std::vector<int> bind_cpus;
 };
 
-/// The CPUs this process may run on, in increasing order.
-std::vector<int> allowed_cpus();
-
 /// Lines of stderr kept per rank for the failure report.
 inline constexpr size_t kTailLines = 20;
 

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <new>
 #include <random>
+#include <set>
 #include <sstream>
 
+#include "common/cpus.h"
 #include "common/env.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_single_copy.h"
@@ -80,6 +82,22 @@ std::string host_identity() {
 
 namespace {
 
+// "0,1,5": CPU numbers as the connect keys carry them.
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string text;
+  for (int cpu : cpus) text += (text.empty() ? "" : ",") + std::to_string(cpu);
+  return text;
+}
+
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) cpus.push_back(std::stoi(item));
+  }
+  return cpus;
+}
+
 // Rank 0's record of the segment: its name, the buffer size and rank 0's
 // single-copy window overrides ("-" when unset), which every rank uses.
 std::string optional_text(const std::optional<size_t>& v) {
@@ -145,19 +163,25 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
           reinterpret_cast<void*>(static_cast<uintptr_t>(theirs.probe_address)), theirs.probe_value);
     }
   }
-  const bool oversubscribed = WaitPolicy::for_ranks(size).oversubscribed;
+  // Each rank says whether it can reach its peers' memory and which CPUs it
+  // may run on: the ranks outnumber their CPUs if the group is larger than
+  // the union of those sets. Counting only one's own CPUs would call ranks
+  // that a launcher pinned one to a core (tdistrun --bind-to core)
+  // oversubscribed, each having a single CPU.
   store.set(prefix + "single_copy/" + std::to_string(rank),
-            to_bytes(std::string(can_access ? "1" : "0") + (oversubscribed ? "1" : "0")));
+            to_bytes(std::string(can_access ? "1" : "0") + cpu_list(detail::allowed_cpus())));
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "single_copy/" + std::to_string(r));
   store.wait(keys, timeout);
   single_copy.enabled = true;
+  std::set<int> cpus;
   for (const auto& key : keys) {
     const std::string v = to_string(store.get(key));
-    single_copy.enabled = single_copy.enabled && v.size() == 2 && v[0] == '1';
-    single_copy.oversubscribed = single_copy.oversubscribed || (v.size() == 2 && v[1] == '1');
+    single_copy.enabled = single_copy.enabled && !v.empty() && v[0] == '1';
+    for (int cpu : parse_cpu_list(v.empty() ? v : v.substr(1))) cpus.insert(cpu);
   }
+  single_copy.oversubscribed = size > static_cast<int>(std::max<size_t>(1, cpus.size()));
   if (rank == 0) {
     // Every rank has mapped it (it wrote its key after mapping): drop the
     // name, so the memory goes with the last process that maps it, however
@@ -166,6 +190,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   }
   auto group = std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
   group->single_copy_ = single_copy;
+  group->policy_ = WaitPolicy::for_oversubscription(single_copy.oversubscribed);
   group->group_ranks_ = std::move(group_ranks);
   return group;
 }
@@ -179,8 +204,7 @@ ShmGroup::ShmGroup(Segment segment, int rank, int size, size_t buffer_bytes)
       rank_(rank),
       size_(size),
       buffer_bytes_(buffer_bytes),
-      data_offset_(control_bytes(size)),
-      policy_(WaitPolicy::for_ranks(size)) {}
+      data_offset_(control_bytes(size)) {}
 
 ShmGroup::~ShmGroup() = default;
 

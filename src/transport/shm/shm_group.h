@@ -108,9 +108,9 @@ class ShmGroup {
   bool single_copy() const { return single_copy_.enabled; }
   /// The single-copy settings every rank agreed on at connect.
   const SingleCopySettings& single_copy_settings() const { return single_copy_; }
-  /// Some rank may run on fewer cores than the group has ranks: agreed at
-  /// connect, so every rank picks the same protocol from it (policy() is
-  /// this rank's own view).
+  /// The group has more ranks than the CPUs its ranks may run on together
+  /// (the union of their affinity masks): agreed at connect, so every rank
+  /// picks the same protocol and wait policy from it.
   bool oversubscribed() const { return single_copy_.oversubscribed; }
   /// Rank r's process, for single copy.
   pid_t pid(int r) const;

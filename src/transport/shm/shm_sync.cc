@@ -5,10 +5,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <ctime>
 
+#include "common/cpus.h"
 #include "common/env.h"
 
 namespace tdist::transport::shm {
@@ -46,10 +48,13 @@ void wake_all(FlagLine& line) {
 }
 
 WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  WaitPolicy policy{32, 64, local_ranks > cores};
+  // Not knowing the CPUs, count one.
+  const size_t cpus = std::max<size_t>(1, detail::allowed_cpus().size());
+  return for_oversubscription(local_ranks > static_cast<int>(cpus));
+}
+
+WaitPolicy WaitPolicy::for_oversubscription(bool oversubscribed) {
+  WaitPolicy policy{32, 64, oversubscribed};
   // With a core per rank the peer is probably running: spin a while before
   // giving up the core, for a time rather than a count of polls. The count
   // used before, 4000 polls, lasted about 44 us on the Xeon of
@@ -64,7 +69,7 @@ WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
   // Oversubscribed, the peer may need our core: hand it over almost at once. Either way, sleep
   // soon: a sleeper woken by the futex is scheduled ahead of busy
   // processes, a yielder waits behind them.
-  if (local_ranks <= cores) policy = WaitPolicy{0, 16, false, kSpinTime};
+  if (!oversubscribed) policy = WaitPolicy{0, 16, false, kSpinTime};
   if (auto spins = env_int("TDIST_SHM_SPINS", 0, 1 << 30)) {
     policy.spins = static_cast<int>(*spins);
     policy.spin_time = std::chrono::nanoseconds(0);
@@ -88,7 +93,7 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
   };
   const bool timed = policy.spin_time.count() > 0;
   std::chrono::steady_clock::time_point spin_end{};
-  for (int i = 0; timed || i < policy.spins; ++i) {
+  for (int64_t i = 0; timed || i < policy.spins; ++i) {
     if (reached(line, target)) return;
     cpu_relax();
     if ((i & 255) != 255) continue;

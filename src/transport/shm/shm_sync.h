@@ -38,18 +38,24 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 /// Stores `value` with release order and wakes sleepers.
 void publish(FlagLine& line, uint64_t value);
 
-/// How long to spin and yield before sleeping; from the number of ranks that
-/// share the host and the cores the process may run on.
+/// How long to spin and yield before sleeping; from whether the ranks that
+/// share the host outnumber the CPUs they may run on.
 struct WaitPolicy {
   /// Busy polls before yielding...
   int spins = 0;
   int yields = 0;
-  /// More ranks on the host than cores this process may run on.
+  /// More ranks on the host than CPUs they may run on.
   bool oversubscribed = false;
   /// ... or, if not zero, busy polls until this long has passed since the
   /// 256th (the clock is read every 256 polls, so a wait that ends sooner
   /// never reads it).
   std::chrono::nanoseconds spin_time{0};
+  /// The policy for ranks that do or do not outnumber their CPUs, with the
+  /// TDIST_SHM_SPINS / TDIST_SHM_YIELDS overrides.
+  static WaitPolicy for_oversubscription(bool oversubscribed);
+  /// for_oversubscription(local_ranks > the CPUs this process may run on):
+  /// this process's own view (a group agrees on the union of its ranks'
+  /// CPUs instead, ShmGroup::connect).
   static WaitPolicy for_ranks(int local_ranks);
 };
 
