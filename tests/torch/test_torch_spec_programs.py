@@ -54,8 +54,9 @@ def test_spec_programs(world_size):
     programs = [p for p in PROGRAMS if world_size == 2 or p != "send_recv"]
     # The comparison with gloo runs once, at 2 ranks, to keep the test short.
     with_gloo = world_size == 2
+    runs = len(programs) + (len([p for p in programs if p in GLOO_SUPPORTS]) if with_gloo else 0)
     backends = "tdist,gloo" if with_gloo else "tdist"
-    results = run_ranks("torch_spec_runner.py", world_size, ["{port}", backends] + programs)
+    results = run_ranks("torch_spec_runner.py", world_size, ["{ports}", backends] + programs, ports=runs)
     check_all_ok(results)
     for r in results:
         outputs = json.loads(r.stdout.strip().splitlines()[-1])

@@ -20,13 +20,14 @@ PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one that sees torch
 DEADLINE_S = 150
 
 
-def _ephemeral_ports():
+def _ephemeral_low():
+    """The first port of the range the kernel takes the local ports of
+    outgoing connections (and of bind to port 0) from."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(v) for v in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_port():
@@ -34,7 +35,7 @@ def free_port():
     kernel's ephemeral range when there is room: the kernel hands out the
     ports of outgoing connections (and of bind to port 0) from that range,
     so no other test's connection can take this one before it is used."""
-    low, _ = _ephemeral_ports()
+    low = _ephemeral_low()
     if low > 20000:
         rng = random.SystemRandom()
         for _ in range(100):
