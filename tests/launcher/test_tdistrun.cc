@@ -13,6 +13,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/cpus.h"
 #include "launcher_process.h"
 #include "multirank.h"
 
@@ -158,19 +159,8 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
   EXPECT_TRUE(contains(bad_bind.err(), "--bind-to: socket not in {none,core}")) << bad_bind.err();
 }
 
-// The CPUs the test (and so tdistrun) may run on, and one rank's
-// "Cpus_allowed_list:" line from /proc/self/status, as grep prints it.
-std::vector<int> test_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
+// The test's (and so tdistrun's) "Cpus_allowed_list:" line from
+// /proc/self/status, as grep prints it.
 std::string own_allowed_list() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
@@ -186,7 +176,7 @@ size_t count_lines(const std::string& text, const std::string& line) {
 }
 
 TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
-  const std::vector<int> cpus = test_cpus();
+  const std::vector<int> cpus = detail::allowed_cpus();  // the test's, and so tdistrun's
   ASSERT_FALSE(cpus.empty());
   const int ranks = static_cast<int>(cpus.size()) + 1;  // one more than CPUs: the ranks wrap around
   ChildProcess bound({kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node",

@@ -221,7 +221,9 @@ Args parse(int argc, char** argv) {
       throw CLI::ValidationError("--bytes", "must be a positive multiple of 4096");
     if (args.floors.empty()) args.floors = names;
   } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));  // NOLINT(concurrency-mt-unsafe): no other thread runs
+    // CLI11 prints the message; a usage error exits with 2, as tdist-bench's
+    // and tdistrun's do (CLI11's own codes differ by kind), --help with 0.
+    std::exit(app.exit(e) == 0 ? 0 : 2);  // NOLINT(concurrency-mt-unsafe): no other thread runs
   }
   return args;
 }

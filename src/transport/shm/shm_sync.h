@@ -60,7 +60,7 @@ struct WaitPolicy {
 };
 
 /// How long a rank with a core to itself spins before it yields (see
-/// WaitPolicy::for_ranks).
+/// WaitPolicy::for_oversubscription).
 inline constexpr std::chrono::nanoseconds kSpinTime{44'000};
 
 /// What a wait does between sleeps: throws to abandon the wait (a peer died
