@@ -10,6 +10,7 @@ rank with its traceback (or its exit code or signal).
 import multiprocessing
 import multiprocessing.connection
 import os
+import random
 import signal
 import socket
 import sys
@@ -48,9 +49,38 @@ class ProcessExitedException(ProcessException):
         return type(self), (self.msg, self.error_index, self.pid, self.exit_code, self.signal_name)
 
 
+def _ephemeral_low():
+    """The first port of the range the kernel takes the local ports of
+    outgoing connections (and of bind to port 0) from."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port(host="127.0.0.1"):
-    """A TCP port that was free on `host` a moment ago (for MASTER_PORT)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+    """A TCP port that was free on `host` a moment ago (for MASTER_PORT).
+
+    It is picked at random below the kernel's ephemeral range when there is
+    room: the kernel hands out the ports of outgoing connections (and of bind
+    to port 0) from that range, so a connection made by some other process
+    between this call and the store's listen cannot take the port. A port
+    from bind(port 0) could be taken so, which made concurrent test runs
+    fail with "Address already in use" now and then."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    low = _ephemeral_low()
+    if low > 20000:
+        rng = random.SystemRandom()
+        for _ in range(100):
+            port = rng.randrange(10000, low)
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 

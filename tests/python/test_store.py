@@ -134,3 +134,21 @@ def _file_init_method(rank, world, path):
 def test_init_process_group_file_url():
     with tempfile.TemporaryDirectory() as tmp:
         run_ranks(_file_init_method, 2, os.path.join(tmp, "rdzv"), init=False)
+
+
+def _free_port_serves_a_store(rank, world, host):
+    low = dist._spawn._ephemeral_low()
+    for _ in range(5):
+        port = dist._spawn.free_port(host)
+        # Below the kernel's range when there is room, so no outgoing
+        # connection can take it before the store listens.
+        assert 0 < port < 65536 and (low <= 20000 or port < low), (port, low)
+        store = dist.TCPStore(host, port, 1, True, timeout=timedelta(seconds=10))
+        store.set("k", "v")
+        assert store.port == port and store.get("k") == b"v"
+        del store
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_free_port_is_below_the_ephemeral_range_and_serves_a_store(host):
+    run_ranks(_free_port_serves_a_store, 1, host, init=False)

@@ -8,47 +8,17 @@ same, the run is retried once with a new port.
 """
 
 import os
-import random
 import socket
 import signal
 import subprocess
 import sys
 import tempfile
 
+from tdist._spawn import free_port  # below the ephemeral range; see its comment
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one that sees torch
 DEADLINE_S = 150
-
-
-def _ephemeral_low():
-    """The first port of the range the kernel takes the local ports of
-    outgoing connections (and of bind to port 0) from."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def free_port():
-    """A TCP port that was free on 127.0.0.1 a moment ago, below the
-    kernel's ephemeral range when there is room: the kernel hands out the
-    ports of outgoing connections (and of bind to port 0) from that range,
-    so no other test's connection can take this one before it is used."""
-    low = _ephemeral_low()
-    if low > 20000:
-        rng = random.SystemRandom()
-        for _ in range(100):
-            port = rng.randrange(10000, low)
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RankResult:
