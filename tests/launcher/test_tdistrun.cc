@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "common/cpus.h"
@@ -175,6 +176,20 @@ size_t count_lines(const std::string& text, const std::string& line) {
   return static_cast<size_t>(std::count(lines.begin(), lines.end(), line));
 }
 
+// Runs `start` (which starts a child) with the test narrowed to CPU `cpu`,
+// so the child inherits that mask; the test's own mask is restored after.
+template <class Start>
+void on_one_cpu(int cpu, Start start) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  start();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+}
+
 TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
   const std::vector<int> cpus = detail::allowed_cpus();  // the test's, and so tdistrun's
   ASSERT_FALSE(cpus.empty());
@@ -198,15 +213,13 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
   }
   // The i-th CPU tdistrun may use, not CPU number i: with the test (and so
   // tdistrun) narrowed to the last CPU, every rank runs there.
-  cpu_set_t all;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
-  cpu_set_t last;
-  CPU_ZERO(&last);
-  CPU_SET(cpus.back(), &last);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(last), &last), 0);
-  ChildProcess narrowed({kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node", "2",
-                         "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
-  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  std::unique_ptr<ChildProcess> started;
+  on_one_cpu(cpus.back(), [&] {
+    started = std::make_unique<ChildProcess>(std::vector<std::string>{
+        kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node", "2", "/bin/grep",
+        "Cpus_allowed_list", "/proc/self/status"});
+  });
+  ChildProcess& narrowed = *started;
   run_to_end(narrowed);
   ASSERT_EQ(narrowed.exit_code(), 0) << both(narrowed);
   for (int rank = 0; rank < 2; ++rank) {
@@ -215,6 +228,28 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
               1U)
         << narrowed.out();
   }
+}
+
+// --nproc-per-node auto (or cpu): one rank per CPU tdistrun may run on
+// (taskset, a cgroup's cpuset), not per CPU of the machine.
+TEST(TdistrunOptions, NprocAutoStartsOneRankPerCpuTheLauncherMayUse) {
+  const std::vector<int> cpus = detail::allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const std::vector<std::string> print_world = {"/bin/sh", "-c", "echo world $WORLD_SIZE"};
+  ChildProcess all_cpus(cat({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "auto"}, print_world));
+  std::unique_ptr<ChildProcess> started;
+  on_one_cpu(cpus.back(), [&] {
+    started = std::make_unique<ChildProcess>(
+        cat({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "cpu"}, print_world));
+  });
+  ChildProcess& one_cpu = *started;
+  ChildProcess::wait_all({&all_cpus, &one_cpu}, deadline());
+  ASSERT_EQ(all_cpus.exit_code(), 0) << both(all_cpus);
+  ASSERT_EQ(one_cpu.exit_code(), 0) << both(one_cpu);
+  EXPECT_EQ(lines_with(all_cpus.out(), "world " + std::to_string(cpus.size())).size(), cpus.size())
+      << all_cpus.out();
+  EXPECT_EQ(lines_with(one_cpu.out(), "]: world ").size(), 1U) << one_cpu.out();
+  EXPECT_EQ(lines_with(one_cpu.out(), "[rank 0]: world 1").size(), 1U) << one_cpu.out();
 }
 
 TEST(TdistrunOutput, LinesArePrefixedAndStreamsKeptApart) {

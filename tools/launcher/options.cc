@@ -35,7 +35,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   double grace_s = 5.0;
   double join_s = 300.0;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
-                 "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU")
+                 "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU tdistrun may run on")
       ->default_str("1");
   app.add_option("--nnodes", o.nnodes, "number of nodes (one tdistrun each)")
       ->check(CLI::Range(1, 1 << 20))
@@ -102,8 +102,13 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
     return std::nullopt;
   }
 
+  // The CPUs tdistrun may run on (taskset, a container's cpuset), for
+  // --nproc-per-node auto and --bind-to core.
+  const std::vector<int> cpus = detail::allowed_cpus();
   if (nproc == "auto" || nproc == "cpu") {
-    o.nproc_per_node = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+    // The machine's count only if the kernel would not say.
+    o.nproc_per_node = !cpus.empty() ? static_cast<int>(cpus.size())
+                                     : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
   } else {
     try {
       size_t used = 0;
@@ -116,7 +121,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
     }
   }
   if (bind_to == "core") {
-    o.bind_cpus = detail::allowed_cpus();
+    o.bind_cpus = cpus;
     if (o.bind_cpus.empty()) {
       std::fprintf(
           stderr, "tdistrun: --bind-to core: cannot read the CPUs tdistrun may run on (sched_getaffinity)\n");
