@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "algorithms/shm/shm_common.h"
+#include "common/cpus.h"
 #include "common/scratch.h"
 #include "common/stream_copy.h"
 #include "options.h"
@@ -238,10 +239,12 @@ const Floor& find_floor(const std::string& name) {
 std::vector<double> measure(const Args& args, const Floor& floor) {
   auto* control = static_cast<Control*>(map_anonymous(sizeof(Control), MAP_SHARED));
   auto* data = static_cast<float*>(map_anonymous(args.bytes * 2, MAP_PRIVATE));
-  // The round the library picks for this many ranks on this process's cores.
-  const size_t round_bytes = tdist::transport::shm::WaitPolicy::for_ranks(args.world).oversubscribed
-                                 ? shm::kOversubscribedRoundBytes
-                                 : tdist::transport::shm::kDefaultBufferBytes;
+  // The round the library picks for this many ranks on this process's CPUs
+  // (not knowing them, count one).
+  const bool oversubscribed =
+      static_cast<size_t>(args.world) > std::max<size_t>(1, tdist::detail::allowed_cpus().size());
+  const size_t round_bytes =
+      oversubscribed ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
   auto* segment =
       static_cast<uint8_t*>(map_anonymous(round_bytes * 2 * static_cast<size_t>(args.world), MAP_SHARED));
   const Clock::time_point origin = Clock::now();

@@ -10,7 +10,6 @@
 #include <climits>
 #include <ctime>
 
-#include "common/cpus.h"
 #include "common/env.h"
 
 namespace tdist::transport::shm {
@@ -47,14 +46,8 @@ void wake_all(FlagLine& line) {
   syscall(SYS_futex, futex_word(line), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-WaitPolicy WaitPolicy::for_ranks(int local_ranks) {
-  // Not knowing the CPUs, count one.
-  const size_t cpus = std::max<size_t>(1, detail::allowed_cpus().size());
-  return for_oversubscription(local_ranks > static_cast<int>(cpus));
-}
-
 WaitPolicy WaitPolicy::for_oversubscription(bool oversubscribed) {
-  WaitPolicy policy{32, 64, oversubscribed};
+  WaitPolicy policy{32, 64};
   // With a core per rank the peer is probably running: spin a while before
   // giving up the core, for a time rather than a count of polls. The count
   // used before, 4000 polls, lasted about 44 us on the Xeon of
@@ -69,7 +62,7 @@ WaitPolicy WaitPolicy::for_oversubscription(bool oversubscribed) {
   // Oversubscribed, the peer may need our core: hand it over almost at once. Either way, sleep
   // soon: a sleeper woken by the futex is scheduled ahead of busy
   // processes, a yielder waits behind them.
-  if (!oversubscribed) policy = WaitPolicy{0, 16, false, kSpinTime};
+  if (!oversubscribed) policy = WaitPolicy{0, 16, kSpinTime};
   if (auto spins = env_int("TDIST_SHM_SPINS", 0, 1 << 30)) {
     policy.spins = static_cast<int>(*spins);
     policy.spin_time = std::chrono::nanoseconds(0);

@@ -44,19 +44,15 @@ struct WaitPolicy {
   /// Busy polls before yielding...
   int spins = 0;
   int yields = 0;
-  /// More ranks on the host than CPUs they may run on.
-  bool oversubscribed = false;
   /// ... or, if not zero, busy polls until this long has passed since the
   /// 256th (the clock is read every 256 polls, so a wait that ends sooner
   /// never reads it).
   std::chrono::nanoseconds spin_time{0};
   /// The policy for ranks that do or do not outnumber their CPUs, with the
   /// TDIST_SHM_SPINS / TDIST_SHM_YIELDS overrides.
+  /// (A group decides that over the union of its ranks' CPUs,
+  /// ShmGroup::connect.)
   static WaitPolicy for_oversubscription(bool oversubscribed);
-  /// for_oversubscription(local_ranks > the CPUs this process may run on):
-  /// this process's own view (a group agrees on the union of its ranks'
-  /// CPUs instead, ShmGroup::connect).
-  static WaitPolicy for_ranks(int local_ranks);
 };
 
 /// How long a rank with a core to itself spins before it yields (see
