@@ -7,6 +7,7 @@ When a process fails, the others are stopped and the error names the failed
 rank with its traceback (or its exit code or signal).
 """
 
+import errno
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -64,11 +65,12 @@ def free_port(host="127.0.0.1"):
 
     It is picked at random below the kernel's ephemeral range when there is
     room: the kernel hands out the ports of outgoing connections (and of bind
-    to port 0) from that range, so a connection made by some other process
-    between this call and the store's listen cannot take the port. A port
-    from bind(port 0) could be taken so, which made concurrent test runs
-    fail with "Address already in use" now and then."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    to port 0) from that range, so no outgoing connection can take the port
+    between this call and the store's listen, as one now and then took a
+    port from bind(port 0) ("Address already in use"). Another process
+    picking ports the same way still could; the store then says so."""
+    # Resolve once: the family and address to bind, an IPv6-only name too.
+    family, _, _, _, address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0]
     low = _ephemeral_low()
     if low > 20000:
         rng = random.SystemRandom()
@@ -76,12 +78,14 @@ def free_port(host="127.0.0.1"):
             port = rng.randrange(10000, low)
             with socket.socket(family, socket.SOCK_STREAM) as s:
                 try:
-                    s.bind((host, port))
-                except OSError:
-                    continue
+                    s.bind((address[0], port) + tuple(address[2:]))
+                except OSError as e:
+                    if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                        continue  # taken (or reserved): another
+                    raise
                 return port
     with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        s.bind((address[0], 0) + tuple(address[2:]))
         return s.getsockname()[1]
 
 

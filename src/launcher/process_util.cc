@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 #include "common/socket.h"
 #include "tdist/errors.h"
@@ -57,9 +59,37 @@ bool try_reap(pid_t pid, int* status) {
   }
 }
 
+namespace {
+
+// The first port of the range the kernel takes the local ports of outgoing
+// connections (and of bind to port 0) from.
+int ephemeral_low() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return in >> low ? low : 32768;  // Linux's default
+}
+
+}  // namespace
+
 int pick_free_port() {
-  Socket socket = listen_on(0);
-  return socket.local_port();
+  // Below the ephemeral range when there is room, so that no outgoing
+  // connection (of this host's other jobs, or of other tests) can take the
+  // port between now and the store's listen; a port from listen_on(0) lies
+  // in that range and now and then was taken so ("Address already in use").
+  const int low = ephemeral_low();
+  if (low > 20000) {
+    std::random_device seed;
+    std::mt19937 rng(seed());
+    std::uniform_int_distribution<int> ports(10000, low - 1);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      try {
+        return listen_on(static_cast<uint16_t>(ports(rng))).local_port();
+      } catch (const DistError&) {
+        // in use: try another
+      }
+    }
+  }
+  return listen_on(0).local_port();
 }
 
 bool write_all(int fd, const char* data, size_t size) {

@@ -27,8 +27,9 @@ int open_pidfd(pid_t pid);
 /// (and is now reaped), false if it is still running.
 bool try_reap(pid_t pid, int* status);
 
-/// A TCP port that was free on every interface a moment ago (bound to 0 on
-/// the dual-stack wildcard address, then closed).
+/// A TCP port that was free on every interface a moment ago (listened on at
+/// the dual-stack wildcard address, then closed), picked at random below the
+/// kernel's ephemeral range when there is room.
 int pick_free_port();
 
 /// Writes all of `text` to `fd`, retrying on EINTR and partial writes; false

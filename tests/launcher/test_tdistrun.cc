@@ -90,6 +90,13 @@ TEST(TdistrunEnvironment, EachRankGetsItsRanksAndTheMaster) {
   ASSERT_EQ(ports.size(), 1U) << "ranks got different MASTER_PORTs\n" << p.out();
   EXPECT_GT(*ports.begin(), 0);
   EXPECT_LE(*ports.begin(), 65535);
+  // Below the range the kernel takes outgoing connections' ports from (when
+  // there is room), so none of them can take it before the store listens.
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  long ephemeral_low = 0;
+  if (range >> ephemeral_low && ephemeral_low > 20000) {
+    EXPECT_LT(*ports.begin(), ephemeral_low);
+  }
 }
 
 TEST(TdistrunEnvironment, LocalRankArgumentUnlessUseEnv) {
@@ -176,18 +183,21 @@ size_t count_lines(const std::string& text, const std::string& line) {
   return static_cast<size_t>(std::count(lines.begin(), lines.end(), line));
 }
 
-// Runs `start` (which starts a child) with the test narrowed to CPU `cpu`,
-// so the child inherits that mask; the test's own mask is restored after.
-template <class Start>
-void on_one_cpu(int cpu, Start start) {
+// Starts `args` with the test narrowed to CPU `cpu`, so the child inherits
+// that mask; the test's own mask is restored however the start ends. Null if
+// the mask could not be changed.
+std::unique_ptr<ChildProcess> start_on_one_cpu(int cpu, const std::vector<std::string>& args) {
   cpu_set_t all;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  if (sched_getaffinity(0, sizeof(all), &all) != 0) return nullptr;
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-  start();
-  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return nullptr;
+  struct Restore {
+    const cpu_set_t& all;
+    ~Restore() { sched_setaffinity(0, sizeof(all), &all); }
+  } restore{all};
+  return std::make_unique<ChildProcess>(args);
 }
 
 TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
@@ -213,12 +223,10 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
   }
   // The i-th CPU tdistrun may use, not CPU number i: with the test (and so
   // tdistrun) narrowed to the last CPU, every rank runs there.
-  std::unique_ptr<ChildProcess> started;
-  on_one_cpu(cpus.back(), [&] {
-    started = std::make_unique<ChildProcess>(std::vector<std::string>{
-        kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node", "2", "/bin/grep",
-        "Cpus_allowed_list", "/proc/self/status"});
-  });
+  auto started = start_on_one_cpu(
+      cpus.back(), {kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node", "2",
+                    "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
+  ASSERT_TRUE(started) << "sched_setaffinity failed";
   ChildProcess& narrowed = *started;
   run_to_end(narrowed);
   ASSERT_EQ(narrowed.exit_code(), 0) << both(narrowed);
@@ -236,12 +244,11 @@ TEST(TdistrunOptions, NprocAutoStartsOneRankPerCpuTheLauncherMayUse) {
   const std::vector<int> cpus = detail::allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   const std::vector<std::string> print_world = {"/bin/sh", "-c", "echo world $WORLD_SIZE"};
-  ChildProcess all_cpus(cat({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "auto"}, print_world));
-  std::unique_ptr<ChildProcess> started;
-  on_one_cpu(cpus.back(), [&] {
-    started = std::make_unique<ChildProcess>(
-        cat({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "cpu"}, print_world));
-  });
+  ChildProcess all_cpus(
+      cat({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "auto"}, print_world));
+  auto started = start_on_one_cpu(
+      cpus.back(), cat({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "cpu"}, print_world));
+  ASSERT_TRUE(started) << "sched_setaffinity failed";
   ChildProcess& one_cpu = *started;
   ChildProcess::wait_all({&all_cpus, &one_cpu}, deadline());
   ASSERT_EQ(all_cpus.exit_code(), 0) << both(all_cpus);

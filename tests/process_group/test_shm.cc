@@ -450,9 +450,17 @@ TEST(Shm, RanksOutnumberTheirCpusOnlyIfTheirAffinitiesTogetherHaveFewer) {
         auto group = shm::ShmGroup::connect(store, rank, 2, std::chrono::seconds(60), "pinned/");
         check(group->oversubscribed() == same_cpu,
               "oversubscribed() is " + std::to_string(group->oversubscribed()));
+        // The wait policy follows the group's decision.
+        const shm::WaitPolicy expected = shm::WaitPolicy::for_oversubscription(same_cpu);
+        const shm::WaitPolicy& got = group->policy();
+        check(got.spins == expected.spins && got.yields == expected.yields &&
+                  got.spin_time == expected.spin_time,
+              "the wait policy spins " + std::to_string(got.spins) + " polls or " +
+                  std::to_string(got.spin_time.count()) + " ns and yields " + std::to_string(got.yields) +
+                  " times");
         if (std::getenv("TDIST_SHM_SPINS") == nullptr) {
-          check(group->policy().spin_time == (same_cpu ? std::chrono::nanoseconds(0) : shm::kSpinTime),
-                "the wait policy spins for " + std::to_string(group->policy().spin_time.count()) + " ns");
+          check(got.spin_time == (same_cpu ? std::chrono::nanoseconds(0) : shm::kSpinTime),
+                "the wait policy spins for " + std::to_string(got.spin_time.count()) + " ns");
         }
         return group;
       });

@@ -19,9 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <mutex>
-#include <random>
 #include <sstream>
 #include <thread>
 
@@ -191,54 +189,6 @@ ReservedPort reserve_port() {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   return ReservedPort{fd, ntohs(addr.sin_port)};
-}
-
-namespace {
-
-// Binds a socket to `port` on the loopback (0: any) and returns the port
-// bound, or 0 if it was taken.
-int try_bind(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) std::abort();
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  int bound = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    bound = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return bound;
-}
-
-// The first port of the range the kernel takes the local ports of outgoing
-// connections (and of bind to port 0) from.
-int ephemeral_low() {
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  int low = 0;
-  return in >> low ? low : 32768;
-}
-
-}  // namespace
-
-int pick_free_port() {
-  // Below the ephemeral range when there is room: no other test's
-  // connection can take the port between now and its use.
-  const int low = ephemeral_low();
-  if (low > 20000) {
-    std::random_device seed;
-    std::mt19937 rng(seed());
-    std::uniform_int_distribution<int> ports(10000, low - 1);
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      if (int port = try_bind(ports(rng))) return port;
-    }
-  }
-  int port = try_bind(0);
-  if (port == 0) std::abort();
-  return port;
 }
 
 void exit_barrier(Store& store, int rank, int world_size, const std::string& name) {

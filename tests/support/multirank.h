@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/process_util.h"
 #include "tdist/store.h"
 
 namespace tdist::testing {
@@ -49,9 +50,9 @@ inline const char* mode_name(Mode mode) {
 std::string run_ranks(Mode mode, int n, const RankFn& fn,
                       std::chrono::milliseconds deadline = std::chrono::seconds(60));
 
-/// A loopback port that was free a moment ago (bound, then closed), below
-/// the kernel's ephemeral range when there is room.
-int pick_free_port();
+/// A port that was free a moment ago, below the kernel's ephemeral range
+/// when there is room (the library's, as tdistrun --standalone picks them).
+using launcher::pick_free_port;
 
 /// A TCP socket bound to 127.0.0.1 on a free port, not yet listening: hand
 /// `fd` to a TCPStore master as master_listen_fd so that no other process can

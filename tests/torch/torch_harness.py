@@ -8,7 +8,6 @@ same, the run is retried once with a new port.
 """
 
 import os
-import socket
 import signal
 import subprocess
 import sys

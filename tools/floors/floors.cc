@@ -239,10 +239,9 @@ const Floor& find_floor(const std::string& name) {
 std::vector<double> measure(const Args& args, const Floor& floor) {
   auto* control = static_cast<Control*>(map_anonymous(sizeof(Control), MAP_SHARED));
   auto* data = static_cast<float*>(map_anonymous(args.bytes * 2, MAP_PRIVATE));
-  // The round the library picks for this many ranks on this process's CPUs
-  // (not knowing them, count one).
+  // The round the library picks for this many ranks on this process's CPUs.
   const bool oversubscribed =
-      static_cast<size_t>(args.world) > std::max<size_t>(1, tdist::detail::allowed_cpus().size());
+      tdist::detail::outnumber_cpus(static_cast<size_t>(args.world), tdist::detail::allowed_cpus().size());
   const size_t round_bytes =
       oversubscribed ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
   auto* segment =

@@ -181,7 +181,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
     single_copy.enabled = single_copy.enabled && !v.empty() && v[0] == '1';
     for (int cpu : parse_cpu_list(v.empty() ? v : v.substr(1))) cpus.insert(cpu);
   }
-  single_copy.oversubscribed = size > static_cast<int>(std::max<size_t>(1, cpus.size()));
+  single_copy.oversubscribed = detail::outnumber_cpus(static_cast<size_t>(size), cpus.size());
   if (rank == 0) {
     // Every rank has mapped it (it wrote its key after mapping): drop the
     // name, so the memory goes with the last process that maps it, however
