@@ -8,6 +8,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/chunking.h"
+#include "common/error_text.h"
 #include "common/reduce_kernels.h"
 #include "tdist/errors.h"
 
@@ -66,8 +67,12 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
       if (Clock::now() >= ctx.deadline) throw DistTimeoutError(timeout_message(ctx, requests));
     }
   } catch (...) {
-    detail::abort_call(ctx, std::current_exception());
-    throw;
+    // The transport's error names the peer; the call's context names the op.
+    std::exception_ptr error =
+        with_context(std::current_exception(),
+                     std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): ");
+    detail::abort_call(ctx, error);
+    std::rethrow_exception(error);
   }
 }
 

@@ -94,7 +94,7 @@ DType parse_dtype(std::string_view name) {
   for (const Alias& alias : kAliases) {
     if (equals_ignoring_case(name, alias.name)) return alias.dtype;
   }
-  std::string message = "parse_dtype: unknown dtype \"" + std::string(name) + "\"; valid names: ";
+  std::string message = "unknown dtype \"" + std::string(name) + "\"; valid names: ";
   for (DType dtype : kAllDTypes) {
     message += dtype_name(dtype);
     message += ", ";

@@ -11,4 +11,11 @@ std::string errno_text(int err);
 /// what() of the exception `error` holds ("unknown error" for a non-std one).
 std::string exception_text(const std::exception_ptr& error);
 
+/// `error` with `context` ("all_reduce (call #7 in this group): ") put into
+/// its message, as an exception of the same tdist type: after a leading
+/// "rank R: " (the reporting rank, which the transports' messages start
+/// with), else in front. Returned as it is if it is no DistError or its
+/// message already holds `context`.
+std::exception_ptr with_context(const std::exception_ptr& error, const std::string& context);
+
 }  // namespace tdist

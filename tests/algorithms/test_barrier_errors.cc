@@ -127,9 +127,10 @@ TEST(CollectiveErrors, APeerThatDiesRaisesTheTransportsNetworkError) {
               throw std::runtime_error(std::string("timed out instead of a network error: ") + e.what());
             } catch (const DistNetworkError& e) {
               const std::string what = e.what();
-              // The transport's messages start with the reporting rank.
-              check(what.rfind("rank " + std::to_string(rank) + ": ", 0) == 0,
-                    "not the transport's message: " + what);
+              // The transport's messages start with the reporting rank; the
+              // call adds the op.
+              check(what.rfind("rank " + std::to_string(rank) + ": all_reduce (call #", 0) == 0,
+                    "not the transport's message with the op: " + what);
             }
           },
           60s),

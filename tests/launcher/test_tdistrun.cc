@@ -165,6 +165,28 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
   EXPECT_TRUE(contains(no_nodes.err(), "--nnodes: Value 0 not in range")) << no_nodes.err();
   EXPECT_EQ(bad_bind.exit_code(), 2);
   EXPECT_TRUE(contains(bad_bind.err(), "--bind-to: socket not in {none,core}")) << bad_bind.err();
+  // Every message names the launcher, those of its option parser too.
+  for (const ChildProcess* p :
+       {&no_program, &unknown, &missing, &bad_nproc, &bad_node, &no_nodes, &bad_bind}) {
+    EXPECT_EQ(p->err().rfind("tdistrun: ", 0), 0U) << p->err();
+  }
+}
+
+TEST(TdistrunOptions, AProgramPathThatDoesNotExistIsSaidSo) {
+  const std::string plain = temp_path("plain-file");
+  { std::ofstream(plain) << "not a program\n"; }
+  chmod(plain.c_str(), 0644);
+  ChildProcess absent({kTdistrun, "--standalone", "/nonexistent-dir-for-tdistrun/prog"});
+  ChildProcess not_executable({kTdistrun, "--standalone", plain});
+  ChildProcess::wait_all({&absent, &not_executable}, deadline());
+  unlink(plain.c_str());
+  EXPECT_EQ(absent.exit_code(), 1);
+  EXPECT_TRUE(contains(absent.err(),
+                       "tdistrun: program '/nonexistent-dir-for-tdistrun/prog': No such file or directory"))
+      << absent.err();
+  EXPECT_EQ(not_executable.exit_code(), 1);
+  EXPECT_TRUE(contains(not_executable.err(), "tdistrun: '" + plain + "' is not an executable file"))
+      << not_executable.err();
 }
 
 // The test's (and so tdistrun's) "Cpus_allowed_list:" line from

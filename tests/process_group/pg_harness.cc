@@ -117,16 +117,22 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size
           store->wait({"all_first_done"});
           raise(SIGKILL);
         }
-        try {
-          work->wait();
-        } catch (const DistError& e) {
-          check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
-                std::string("not a network error: ") + e.what());
-          check(std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos,
-                std::string("the dead rank is not named: ") + e.what());
-          return;
+        // The victim's part of this one may finish before its SIGKILL lands
+        // (its group runs it while it waits on the store): then this one
+        // completes everywhere, and the next, which the victim never joins,
+        // must fail.
+        for (int call = 0; call < 2; ++call) {
+          try {
+            (call == 0 ? work : pg->all_reduce(t, ReduceOp::SUM))->wait();
+          } catch (const DistError& e) {
+            check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
+                  std::string("not a network error: ") + e.what());
+            check(std::string(e.what()).find("rank " + std::to_string(victim)) != std::string::npos,
+                  std::string("the dead rank is not named: ") + e.what());
+            return;
+          }
         }
-        throw std::runtime_error("all_reduce completed although rank " + std::to_string(victim) +
+        throw std::runtime_error("two all_reduces completed although rank " + std::to_string(victim) +
                                  " was killed");
       },
       std::chrono::seconds(50));

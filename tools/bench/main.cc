@@ -211,7 +211,10 @@ int run(int argc, char** argv) {
     }
     return worker(o);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tdist-bench: rank %s: %s\n", rank == nullptr ? "launcher" : rank, e.what());
+    // The library's network errors already start with the reporting rank.
+    const std::string who = std::string("rank ") + (rank == nullptr ? "launcher" : rank) + ": ";
+    const std::string what = e.what();
+    std::fprintf(stderr, "tdist-bench: %s%s\n", what.rfind(who, 0) == 0 ? "" : who.c_str(), what.c_str());
     return kExitFailure;
   }
 }

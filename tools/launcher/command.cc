@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 
+#include "common/error_text.h"
 #include "tdist/errors.h"
 
 namespace tdist::launcher {
@@ -60,6 +62,10 @@ ResolvedCommand resolve_command(const LaunchOptions& options) {
   } else {
     command.path = program.find('/') != std::string::npos ? program : find_in_path(program);
     if (!is_executable_file(command.path)) {
+      struct stat st {};
+      if (stat(command.path.c_str(), &st) != 0) {
+        throw DistInvalidArgument("tdistrun: program '" + program + "': " + errno_text(errno));
+      }
       throw DistInvalidArgument("tdistrun: '" + program + "' is not an executable file");
     }
     command.argv = {program};

@@ -34,8 +34,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   std::string bind_to = "none";
   double grace_s = 5.0;
   double join_s = 300.0;
-  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
-                 "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU tdistrun may run on")
+  app.add_option(
+         "--nproc-per-node,--nproc_per_node", nproc,
+         "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU tdistrun may run on")
       ->default_str("1");
   app.add_option("--nnodes", o.nnodes, "number of nodes (one tdistrun each)")
       ->check(CLI::Range(1, 1 << 20))
@@ -80,6 +81,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
       ->default_str("300");
   // Everything from PROGRAM on belongs to the program.
   app.prefix_command();
+  // Its errors name tdistrun, as every other message of the launcher does.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "tdistrun: " + std::string(e.what()) + "\nRun with --help for more information.\n";
+  });
 
   try {
     app.parse(argc, argv);
