@@ -4,7 +4,9 @@
 # result and printing its speed (nccl-tests style table, rank 0).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
-configure_and_build
+# The build's progress goes to stderr: stdout carries only the table, so
+# `scripts/main.sh > table.txt` (or --json) gives the results alone.
+configure_and_build >&2
 cd "$ROOT"
 exec "$BUILD_DIR/bin/tdistrun" --standalone --nproc-per-node "${NPROC:-4}" \
   "$BUILD_DIR/bin/tdist-bench" --op all --check "$@"
