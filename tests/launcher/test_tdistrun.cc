@@ -151,6 +151,7 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
       {&no_program, &unknown, &missing, &bad_nproc, &bad_node, &no_nodes, &bad_bind, &help}, deadline());
   EXPECT_EQ(help.exit_code(), 0);
   EXPECT_TRUE(contains(help.out(), "--bind-to")) << help.out();
+  EXPECT_TRUE(contains(help.out(), "Usage: tdistrun [OPTIONS] PROGRAM [ARGS...]\n")) << help.out();
   EXPECT_EQ(no_program.exit_code(), 2);
   EXPECT_TRUE(contains(no_program.err(), "no PROGRAM given")) << no_program.err();
   EXPECT_EQ(unknown.exit_code(), 2);

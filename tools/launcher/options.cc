@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "common/cpus.h"
 
@@ -21,12 +24,25 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
 }
 
+// --help's usage line names the program and its arguments, which CLI11
+// leaves out: they are not options but everything after them.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    std::string usage = CLI::Formatter::make_usage(app, std::move(name));
+    const size_t end = usage.find_last_not_of('\n');
+    usage.insert(end == std::string::npos ? 0 : end + 1, " PROGRAM [ARGS...]");
+    return usage;
+  }
+};
+
 }  // namespace
 
 std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code) {
   LaunchOptions o;
   CLI::App app{"tdistrun: starts a tdist job, one process per rank, on this node (torchrun-compatible).",
                "tdistrun"};
+  app.formatter(std::make_shared<UsageFormatter>());
   app.footer(
       "PROGRAM [ARGS...] follow the options; a PROGRAM ending in .py runs under /usr/bin/python3.\n"
       "Every option also takes its underscore spelling (--nproc_per_node). See docs/launcher.md.");
