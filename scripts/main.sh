@@ -4,8 +4,9 @@
 # result and printing its speed (nccl-tests style table, rank 0).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
-# The build's progress goes to stderr: stdout carries only the table, so
-# `scripts/main.sh > table.txt` (or --json) gives the results alone.
+# The build's progress goes to stderr: stdout carries only rank 0's table
+# (each line prefixed "[rank 0]: " by tdistrun), so `scripts/main.sh >
+# table.txt` keeps the results alone.
 configure_and_build >&2
 cd "$ROOT"
 exec "$BUILD_DIR/bin/tdistrun" --standalone --nproc-per-node "${NPROC:-4}" \

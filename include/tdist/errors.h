@@ -70,6 +70,9 @@ class DistStoreTimeoutError : public DistStoreError, public DistTimeoutError {
       : DistError(what), DistStoreError(what), DistTimeoutError(what) {}
 };
 
+// A new type here needs a case in with_context (src/common/errors.cc), which
+// re-creates errors by their exact type.
+
 /// A network operation ran out of time (a peer that stopped answering).
 class DistNetworkTimeoutError : public DistNetworkError, public DistTimeoutError {
  public:

@@ -69,8 +69,9 @@ def free_port(host="127.0.0.1"):
     between this call and the store's listen, as one now and then took a
     port from bind(port 0) ("Address already in use"). Another process
     picking ports the same way still could; the store then says so."""
-    # Resolve once: the family and address to bind, an IPv6-only name too.
-    family, _, _, _, address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0]
+    # Resolve once: the family and address to bind, an IPv6-only name too
+    # ("" is every IPv4 address, as bind takes it).
+    family, _, _, _, address = socket.getaddrinfo(host or "0.0.0.0", None, type=socket.SOCK_STREAM)[0]
     low = _ephemeral_low()
     if low > 20000:
         rng = random.SystemRandom()

@@ -52,7 +52,8 @@ struct CallContext {
 };
 
 /// Waits for every request. Rethrows the first error (a DistNetworkError
-/// naming the peer); at the deadline raises DistTimeoutError naming the op,
+/// naming the peer) with the op and its sequence number put into its message
+/// (with_context: same type); at the deadline raises DistTimeoutError naming the op,
 /// its sequence number, the timeout and the peers still pending. Before
 /// throwing it aborts ctx.transport with that error: the transport cannot
 /// cancel one request, and a receive left pending would write into a buffer

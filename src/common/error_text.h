@@ -15,7 +15,8 @@ std::string exception_text(const std::exception_ptr& error);
 /// its message, as an exception of the same tdist type: after a leading
 /// "rank R: " (the reporting rank, which the transports' messages start
 /// with), else in front. Returned as it is if it is no DistError or its
-/// message already holds `context`.
+/// message already has an op's context there. Extend it with any new
+/// DistError type (include/tdist/errors.h).
 std::exception_ptr with_context(const std::exception_ptr& error, const std::string& context);
 
 }  // namespace tdist

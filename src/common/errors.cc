@@ -27,15 +27,24 @@ std::string exception_text(const std::exception_ptr& error) {
 
 namespace {
 
-// Where `context` goes in `what`: after "rank <digits>: " if it starts so.
-std::string insert_context(const std::string& what, const std::string& context) {
-  size_t at = 0;
-  if (what.rfind("rank ", 0) == 0) {
-    size_t i = 5;
-    while (i < what.size() && std::isdigit(static_cast<unsigned char>(what[i])) != 0) ++i;
-    if (i > 5 && what.compare(i, 2, ": ") == 0) at = i + 2;
-  }
-  return what.substr(0, at) + context + what.substr(at);
+// Where a context goes in `what`: after "rank <digits>: " if it starts so.
+size_t context_position(const std::string& what) {
+  if (what.rfind("rank ", 0) != 0) return 0;
+  size_t i = 5;
+  while (i < what.size() && std::isdigit(static_cast<unsigned char>(what[i])) != 0) ++i;
+  return i > 5 && what.compare(i, 2, ": ") == 0 ? i + 2 : 0;
+}
+
+// Whether `what` already has an op's context where one would go
+// ("all_reduce (call #7 in this group): ..."): an error that aborted the
+// group, seen again by a later call, keeps the op that raised it.
+bool has_context_at(const std::string& what, size_t at) {
+  const size_t space = what.find(' ', at);
+  if (space == std::string::npos || space == at || what.compare(space, 8, " (call #") != 0) return false;
+  size_t i = space + 8;
+  const size_t digits = i;
+  while (i < what.size() && std::isdigit(static_cast<unsigned char>(what[i])) != 0) ++i;
+  return i > digits && what.compare(i, 17, " in this group): ") == 0;
 }
 
 }  // namespace
@@ -45,8 +54,9 @@ std::exception_ptr with_context(const std::exception_ptr& error, const std::stri
     std::rethrow_exception(error);
   } catch (const DistError& e) {
     const std::string what = e.what();
-    if (what.find(context) != std::string::npos) return error;
-    const std::string text = insert_context(what, context);
+    const size_t at = context_position(what);
+    if (has_context_at(what, at)) return error;
+    const std::string text = what.substr(0, at) + context + what.substr(at);
     // Most derived first: the copy keeps every base a handler may catch.
     if (dynamic_cast<const DistNetworkTimeoutError*>(&e))
       return std::make_exception_ptr(DistNetworkTimeoutError(text));

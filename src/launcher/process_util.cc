@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -69,6 +70,17 @@ int ephemeral_low() {
   return in >> low ? low : 32768;  // Linux's default
 }
 
+// random_device may throw where the kernel's source is missing; the time
+// and pid still spread concurrent jobs' picks.
+uint32_t random_seed() {
+  try {
+    return std::random_device{}();
+  } catch (const std::exception&) {
+    return static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+           static_cast<uint32_t>(getpid());
+  }
+}
+
 }  // namespace
 
 int pick_free_port() {
@@ -78,8 +90,7 @@ int pick_free_port() {
   // in that range and now and then was taken so ("Address already in use").
   const int low = ephemeral_low();
   if (low > 20000) {
-    std::random_device seed;
-    std::mt19937 rng(seed());
+    std::mt19937 rng(random_seed());
     std::uniform_int_distribution<int> ports(10000, low - 1);
     for (int attempt = 0; attempt < 100; ++attempt) {
       try {

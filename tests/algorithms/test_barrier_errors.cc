@@ -104,7 +104,7 @@ TEST(CollectiveErrors, TimeoutListsEveryPendingRank) {
 }
 
 // A peer that dies mid-job: the survivors get the transport's
-// DistNetworkError, unchanged, long before their timeout.
+// DistNetworkError, with the op put in, long before their timeout.
 TEST(CollectiveErrors, APeerThatDiesRaisesTheTransportsNetworkError) {
   constexpr int kRanks = 3;
   const std::string path = temp_path("algorithms_dead_peer");

@@ -66,8 +66,19 @@ TEST(Errors, ContextGoesAfterTheReportingRankAndTheTypeIsKept) {
 }
 
 TEST(Errors, ContextIsNotAddedTwiceNorToForeignExceptions) {
-  auto timeout = std::make_exception_ptr(DistTimeoutError("all_reduce (call #7): timed out after 5 ms"));
-  EXPECT_EQ(with_context(timeout, "all_reduce (call #7): "), timeout);
+  // A message with an op's context where one would go keeps it: the call
+  // that aborted the group is the one to name.
+  auto timeout =
+      std::make_exception_ptr(DistTimeoutError("all_reduce (call #7 in this group): timed out after 5 ms"));
+  EXPECT_EQ(with_context(timeout, "barrier (call #8 in this group): "), timeout);
+  auto network =
+      std::make_exception_ptr(DistNetworkError("rank 2: all_reduce (call #7 in this group): rank 1 left"));
+  EXPECT_EQ(with_context(network, "reduce (call #7 in this group): "), network);
+  // One elsewhere in the message (a peer's reason it forwards) does not count.
+  expect_context_kept_type<DistNetworkError>(
+      "rank 0: rank 1 aborted the group: reduce (call #7 in this group): late",
+      "rank 0: all_reduce (call #7): rank 1 aborted the group: reduce (call #7 "
+      "in this group): late");
   auto foreign = std::make_exception_ptr(std::runtime_error("rank 0: x"));
   EXPECT_EQ(with_context(foreign, "all_reduce (call #7): "), foreign);
 }

@@ -64,7 +64,8 @@ ResolvedCommand resolve_command(const LaunchOptions& options) {
     if (!is_executable_file(command.path)) {
       struct stat st {};
       if (stat(command.path.c_str(), &st) != 0) {
-        throw DistInvalidArgument("tdistrun: program '" + program + "': " + errno_text(errno));
+        const int error = errno;
+        throw DistInvalidArgument("tdistrun: program '" + program + "': " + errno_text(error));
       }
       throw DistInvalidArgument("tdistrun: '" + program + "' is not an executable file");
     }
