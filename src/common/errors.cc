@@ -27,11 +27,16 @@ std::string exception_text(const std::exception_ptr& error) {
 
 namespace {
 
+// The end of the digits of `what` from `at` (`at` itself if none).
+size_t skip_digits(const std::string& what, size_t at) {
+  while (at < what.size() && std::isdigit(static_cast<unsigned char>(what[at])) != 0) ++at;
+  return at;
+}
+
 // Where a context goes in `what`: after "rank <digits>: " if it starts so.
 size_t context_position(const std::string& what) {
   if (what.rfind("rank ", 0) != 0) return 0;
-  size_t i = 5;
-  while (i < what.size() && std::isdigit(static_cast<unsigned char>(what[i])) != 0) ++i;
+  const size_t i = skip_digits(what, 5);
   return i > 5 && what.compare(i, 2, ": ") == 0 ? i + 2 : 0;
 }
 
@@ -41,10 +46,8 @@ size_t context_position(const std::string& what) {
 bool has_context_at(const std::string& what, size_t at) {
   const size_t space = what.find(' ', at);
   if (space == std::string::npos || space == at || what.compare(space, 8, " (call #") != 0) return false;
-  size_t i = space + 8;
-  const size_t digits = i;
-  while (i < what.size() && std::isdigit(static_cast<unsigned char>(what[i])) != 0) ++i;
-  return i > digits && what.compare(i, 17, " in this group): ") == 0;
+  const size_t i = skip_digits(what, space + 8);
+  return i > space + 8 && what.compare(i, 17, " in this group): ") == 0;
 }
 
 }  // namespace

@@ -60,15 +60,13 @@ bool try_reap(pid_t pid, int* status) {
   }
 }
 
-namespace {
-
-// The first port of the range the kernel takes the local ports of outgoing
-// connections (and of bind to port 0) from.
-int ephemeral_low() {
+int ephemeral_port_low() {
   std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
   int low = 0;
   return in >> low ? low : 32768;  // Linux's default
 }
+
+namespace {
 
 // random_device may throw where the kernel's source is missing; the time
 // and pid still spread concurrent jobs' picks.
@@ -88,7 +86,7 @@ int pick_free_port() {
   // connection (of this host's other jobs, or of other tests) can take the
   // port between now and the store's listen; a port from listen_on(0) lies
   // in that range and now and then was taken so ("Address already in use").
-  const int low = ephemeral_low();
+  const int low = ephemeral_port_low();
   if (low > 20000) {
     std::mt19937 rng(random_seed());
     std::uniform_int_distribution<int> ports(10000, low - 1);

@@ -27,6 +27,10 @@ int open_pidfd(pid_t pid);
 /// (and is now reaped), false if it is still running.
 bool try_reap(pid_t pid, int* status);
 
+/// The first port of the range the kernel takes the local ports of outgoing
+/// connections (and of bind to port 0) from.
+int ephemeral_port_low();
+
 /// A TCP port that was free on every interface a moment ago (listened on at
 /// the dual-stack wildcard address, then closed), picked at random below the
 /// kernel's ephemeral range when there is room.
