@@ -54,6 +54,14 @@ class Future : public std::enable_shared_from_this<Future> {
   /// Raises DistError naming `what` if waiting now would deadlock (see
   /// set_completer()).
   void check_wait_allowed(const std::string& what) const;
+  /// Internal: lets a waiting thread move the operation along itself (a
+  /// point-to-point receive reads its socket) instead of sleeping until the
+  /// completer's thread wakes it. Called by wait() with its deadline, never
+  /// on the completer's thread; it may return before completion. Set before
+  /// the future is shared.
+  void set_progress(std::function<void(std::chrono::steady_clock::time_point)> progress) {
+    progress_ = std::move(progress);
+  }
 
  private:
   void finish(std::vector<Tensor> value, std::exception_ptr error);
@@ -64,6 +72,7 @@ class Future : public std::enable_shared_from_this<Future> {
   std::vector<Tensor> value_;
   std::vector<std::function<void()>> callbacks_;
   const void* completer_ = nullptr;
+  std::function<void(std::chrono::steady_clock::time_point)> progress_;
 };
 
 /// A handle to one operation, returned when async_op=true.

@@ -610,6 +610,18 @@ WorkPtr ProcessGroupTdist::barrier() {
   return submit("barrier", {}, &ProcessGroupTdist::run_barrier);
 }
 
+void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& request) {
+  transport::Transport* transport = transport_.get();
+  work.get_future()->set_progress([transport, request](std::chrono::steady_clock::time_point deadline) {
+    try {
+      transport->wait(request, deadline);
+    } catch (...) {
+      // The request's error reaches the work through its callback.
+    }
+    if (request->done()) request->run_callbacks();
+  });
+}
+
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   validate::rank_in_group("send", "dst", dst, size());
   if (dst == rank()) {
@@ -620,6 +632,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes());
   // The callback keeps the tensor (and so the bytes being sent) alive.
   request->on_complete([work, tensor](transport::Request& r) { work->finish(r.error()); });
+  drive_on_wait(*work, request);
   return work;
 }
 
@@ -638,6 +651,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
     }
     work->finish(error, error ? -1 : r.source());
   });
+  drive_on_wait(*work, request);
   return work;
 }
 

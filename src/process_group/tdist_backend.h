@@ -66,6 +66,12 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr recv(const Tensor& tensor, int src, int tag) override;
 
  private:
+  // Lets a thread waiting for a point-to-point work read the sockets itself.
+  void drive_on_wait(Work& work, const transport::RequestPtr& request);
+
+ public:
+
+ private:
   using Body = std::function<void(const algorithms::CallContext&)>;
   struct Task {
     std::string op;

@@ -17,6 +17,7 @@ void Future::check_wait_allowed(const std::string& what) const {
 
 void Future::wait() {
   check_wait_allowed("Future");
+  if (progress_ && !completed()) progress_(std::chrono::steady_clock::time_point::max());
   std::unique_lock<std::mutex> lock(mutex_);
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
@@ -27,6 +28,11 @@ bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
+  if (progress_ && timeout.count() != 0 && !done_) {
+    lock.unlock();
+    progress_(deadline);
+    lock.lock();
+  }
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
   if (error_) std::rethrow_exception(error_);
   return true;

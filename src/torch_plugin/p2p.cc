@@ -84,7 +84,9 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
   int64_t sent_numel = words[2];
   int tag = payload_tag(static_cast<uint32_t>(words[3]));
   if (sent_dtype == target.dtype() && sent_numel == target.numel()) {
-    pg.recv(target, source, tag)->get_future()->then([work, source](Future& done) -> std::vector<Tensor> {
+    WorkPtr payload = pg.recv(target, source, tag);
+    work->drive_through(payload);
+    payload->get_future()->then([work, source](Future& done) -> std::vector<Tensor> {
       work->complete(done.error(), source);
       return {};
     });
@@ -94,8 +96,9 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
   // sender completes and the next message on this pair is unaffected.
   Tensor scratch = Tensor::empty(sent_dtype, {sent_numel});
   std::string sender = rank_name(pg, source);
-  pg.recv(scratch, source, tag)
-      ->get_future()
+  WorkPtr payload = pg.recv(scratch, source, tag);
+  work->drive_through(payload);
+  payload->get_future()
       ->then([work, source, sender, scratch, out, target, sent_dtype,
               sent_numel](Future& done) -> std::vector<Tensor> {
         std::exception_ptr error = done.error();
@@ -136,6 +139,8 @@ WorkHandle ProcessGroupTdist::send(std::vector<at::Tensor>& tensors, int dst_ran
     // tdist's send keeps `header` (owned memory) alive until it is on the wire.
     auto header_sent = pg_->send(header, dst_rank, tag);
     auto payload_sent = pg_->send(payload, dst_rank, payload_tag(seq));
+    work->drive_through(header_sent);
+    work->drive_through(payload_sent);
     complete_when_done(work, {header_sent, payload_sent});
     return work;
   });
@@ -160,6 +165,7 @@ WorkHandle ProcessGroupTdist::receive(std::vector<at::Tensor>& tensors, int src_
     auto work = make_work(type, op, {out}, {});
     Tensor header = Tensor::zeros(DType::kInt64, {kHeaderWords});
     WorkPtr header_work = pg_->recv(header, src_rank, tag);
+    work->drive_through(header_work);
     // Weak: a receive that never matches must not keep the group alive; the
     // group's destructor fails it instead.
     std::weak_ptr<tdist::ProcessGroup> weak_pg = pg_;

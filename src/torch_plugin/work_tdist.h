@@ -56,6 +56,10 @@ class WorkTdist final : public c10d::Work {
   /// Completes the future, with `error` (translated for torch) or the
   /// outputs, then the work. `source_rank` is the sender of a receive.
   void complete(std::exception_ptr error, int source_rank = -1);
+  /// Lets wait() move `part`, a tdist point-to-point work this one waits
+  /// for, along on the waiting thread (tdist::Future::set_progress) instead
+  /// of sleeping until the transport's thread has read the message.
+  void drive_through(WorkPtr part);
 
   const std::string& op() const { return op_; }
 
@@ -67,6 +71,9 @@ class WorkTdist final : public c10d::Work {
   std::mutex future_mutex_;        // orders getFuture() against completion
   bool future_requested_ = false;  // guarded by future_mutex_
   std::atomic<int> source_rank_{-1};
+  std::mutex parts_mutex_;
+  std::vector<WorkPtr> parts_;  // guarded by parts_mutex_; dropped on completion
+  void drive_parts(std::chrono::steady_clock::time_point deadline);
 };
 
 /// Completes `work` once every tdist work item in `parts` has finished: with
@@ -86,15 +93,55 @@ inline WorkTdist::WorkTdist(int rank, c10d::OpType type, std::string op, std::ve
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 inline bool WorkTdist::wait(std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+  drive_parts(deadline);
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+  } else if (!cv_.wait_until(lock, deadline, [&] { return completed_; })) {
     fail("tdist: " + op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
          " ms; the operation is still running (its own deadline is the process group's timeout)");
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;
+}
+
+inline void WorkTdist::drive_through(WorkPtr part) {
+  std::lock_guard<std::mutex> lock(parts_mutex_);
+  parts_.push_back(std::move(part));
+}
+
+inline void WorkTdist::drive_parts(std::chrono::steady_clock::time_point deadline) {
+  using Clock = std::chrono::steady_clock;
+  for (;;) {
+    WorkPtr part;
+    {
+      std::lock_guard<std::mutex> lock(parts_mutex_);
+      for (const auto& p : parts_) {
+        if (!p->is_completed()) {
+          part = p;
+          break;
+        }
+      }
+    }
+    if (!part) return;
+    // A receive's second part (the payload) is added by the first part's
+    // callback, which runs on this thread once it has read the header.
+    auto left = std::chrono::milliseconds::max();
+    if (deadline != Clock::time_point::max()) {
+      const auto now = Clock::now();
+      if (now >= deadline) return;
+      left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+    }
+    try {
+      part->get_future()->wait_for(left, op_);
+    } catch (...) {
+      // The part's error reaches this work through its callback; and a thread
+      // that must not wait here (tdist's own) waits on completed_ as before.
+      return;
+    }
+  }
 }
 
 inline bool WorkTdist::isCompleted() {
@@ -140,6 +187,11 @@ inline void WorkTdist::complete(std::exception_ptr error, int source_rank) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     released.swap(keep_alive_);
+  }
+  std::vector<WorkPtr> parts;
+  {
+    std::lock_guard<std::mutex> lock(parts_mutex_);
+    parts.swap(parts_);
   }
   // As with gloo, the future completes (and its callbacks run) before
   // Work.wait() returns, so wait() then get_future().value() is safe.

@@ -50,41 +50,29 @@ void Request::run_callbacks() {
 }
 
 void Request::complete(int source, size_t received_bytes) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (done_) return;
-    done_ = true;
-    source_ = source;
-    received_bytes_ = received_bytes;
-  }
-  done_cv_.notify_all();
+  settle(source, received_bytes, nullptr);
   run_callbacks();
 }
 
 void Request::fail(std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (done_) return;
-    done_ = true;
-    error_ = std::move(error);
-  }
-  done_cv_.notify_all();
+  settle(-1, 0, std::move(error));
   run_callbacks();
 }
 
-bool Request::settle_without_callbacks(int source, size_t received_bytes, std::exception_ptr error) {
+bool Request::settle(int source, size_t received_bytes, std::exception_ptr error) {
+  bool callbacks_left = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (done_) return true;
-    if (!callbacks_.empty()) return false;
-    done_ = true;
-    source_ = source;
-    received_bytes_ = received_bytes;
-    error_ = std::move(error);
+    if (!done_) {
+      done_ = true;
+      source_ = source;
+      received_bytes_ = received_bytes;
+      error_ = std::move(error);
+    }
+    callbacks_left = !callbacks_.empty();
   }
-  // A callback registered from now on sees done_ and runs on its own thread.
   done_cv_.notify_all();
-  return true;
+  return callbacks_left;
 }
 
 }  // namespace tdist::transport

@@ -78,13 +78,15 @@ class Request {
   // Called by transports, never while holding their own locks.
   void complete(int source, size_t received_bytes);
   void fail(std::exception_ptr error);
-  /// complete() (or fail(), with an error) unless callbacks are registered:
-  /// then nothing happens and it returns false, so that a transport can leave
-  /// the callbacks to the thread meant to run them.
-  bool settle_without_callbacks(int source, size_t received_bytes, std::exception_ptr error);
+  /// Completes the request (fails it, with an error) and wakes its waiters,
+  /// but leaves its callbacks to run_callbacks(), so that a transport can
+  /// hand them to the thread meant to run them. True if callbacks are left.
+  bool settle(int source, size_t received_bytes, std::exception_ptr error);
+  /// Runs the callbacks registered so far, each once whichever thread calls
+  /// this first (the rest find none).
+  void run_callbacks();
 
  private:
-  void run_callbacks();
   const Kind kind_;
   const int peer_;
   const uint64_t tag_;

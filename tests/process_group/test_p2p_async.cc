@@ -151,6 +151,51 @@ TEST_P(P2P, WaitingInsideAThenCallbackRaisesInsteadOfDeadlocking) {
             "");
 }
 
+// A thread waiting for a receive reads the message itself and then runs the
+// receive's callbacks (ProcessGroupTdist::drive_on_wait). The same guard
+// holds there: the callback's wait raises instead of waiting for a message
+// that is sent only after the callback has given up. Rank 0 sends the
+// message only after rank 1's go-ahead, when rank 1 is (as a rule) already
+// waiting on the receive itself, not on a chained future.
+TEST_P(P2P, ACallbackRunByTheWaitingThreadHasTheSameDeadlockGuard) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          Tensor late = Tensor::zeros(DType::kInt32, {1});
+                          if (rank == 0) {
+                            pg.recv(Tensor::zeros(DType::kInt32, {1}), 1, 2)->wait();
+                            pg.send(Tensor::from_vector<int32_t>({5, 6}), 1, 1)->wait();
+                            pg.recv(Tensor::zeros(DType::kInt32, {1}), 1, 4)->wait();
+                            pg.send(Tensor::from_vector<int32_t>({9}), 1, 3)->wait();
+                          }
+                          if (rank != 1) return;
+                          Tensor t = Tensor::zeros(DType::kInt32, {2});
+                          auto received = pg.recv(t, 0, 1);
+                          std::string callback_error;
+                          WorkPtr late_work;
+                          auto chained = received->get_future()->then([&](Future&) {
+                            try {
+                              late_work = pg.recv(late, 0, 3);
+                              late_work->wait();
+                              callback_error = "the callback's wait returned";
+                            } catch (const DistError& e) {
+                              callback_error = e.what();
+                            }
+                            return std::vector<Tensor>{};
+                          });
+                          pg.send(Tensor::zeros(DType::kInt32, {1}), 0, 2)->wait();
+                          received->wait();
+                          chained->wait();
+                          check(callback_error.find("deadlock") != std::string::npos, callback_error);
+                          check(real_at(t, 0) == 5 && real_at(t, 1) == 6, "the received tensor");
+                          // The receive the callback gave up on is still posted: it takes the late message.
+                          pg.send(Tensor::zeros(DType::kInt32, {1}), 0, 4)->wait();
+                          late_work->wait();
+                          check(real_at(late, 0) == 9, "the late message");
+                        }),
+            "");
+}
+
 std::vector<std::tuple<Mode, int>> cases() {
   std::vector<std::tuple<Mode, int>> out;
   for (int n : {1, 2, 3, 5, 8}) out.emplace_back(Mode::kThreads, n);

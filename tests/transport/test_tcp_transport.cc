@@ -315,16 +315,20 @@ TEST(TcpTransportStriping, StripesStartOnPageBoundariesAndCoverTheMessage) {
 
 // A thread inside a call drives the sockets, and so reads messages meant for
 // other threads' requests too. It must not run their callbacks (they might
-// wait for the very call it is in): the loop thread runs them.
-TEST(TcpTransportDriving, CallbacksOfRequestsTheDriverCompletesRunOnTheLoopThread) {
+// wait for the very call it is in): the loop thread runs them. Rank 1 sends
+// only once the callback is in place (a callback registered on a request
+// already complete runs at once, on the thread registering it).
+TEST(TcpTransportDriving, CallbacksOfRequestsADriverInACallCompletesRunOnTheLoopThread) {
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
     EXPECT_EQ(
         with_transport(mode, 2,
                        [&](Transport& t, int rank) {
                          int value = 0;
+                         int token = 0;
                          if (rank == 1) {
                            int a = 11;
                            int b = 22;
+                           wait_ok(t.irecv(0, 9, &token, 4));
                            wait_ok(t.isend(0, 1, &a, 4));  // tag 1 first: read on the way to tag 2
                            wait_ok(t.isend(0, 2, &b, 4));
                            return;
@@ -340,6 +344,9 @@ TEST(TcpTransportDriving, CallbacksOfRequestsTheDriverCompletesRunOnTheLoopThrea
                            ran_on = std::this_thread::get_id();
                            cv.notify_all();
                          });
+                         // Not t.wait: a driver outside a call would run the callback itself.
+                         if (!t.isend(1, 9, &token, 4)->wait_until(deadline()))
+                           throw std::runtime_error("the go-ahead was not sent");
                          int other = 0;
                          {
                            transport::CallScope call(t);

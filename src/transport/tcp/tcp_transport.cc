@@ -148,7 +148,7 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<std::vector<Socket>> 
     pair.socket = std::move(connections.at(0));
     pair.stage.resize(tcp::kStageBytes);
     pair.address = addresses[static_cast<size_t>(peer)];
-    pair.polling = EPOLLIN;
+    pair.polling = EPOLLRDHUP;  // nothing to read yet (update_polling)
     watch(pair.socket, static_cast<uint64_t>(peer), pair.polling);
     pair.lanes.resize(connections.size() - 1);
     for (size_t j = 0; j < pair.lanes.size(); ++j) {
@@ -168,6 +168,7 @@ TcpTransport::~TcpTransport() {
     std::unique_lock<std::mutex> lock(mutex_);
     if (broken_by_crash_) {
       watch_ = true;
+      update_all_polling_locked();
       wake_loop_locked();
       closed_cv_.wait_for(lock, kCrashLinger, [&] {
         for (const auto& pair : pairs_) {
@@ -213,8 +214,10 @@ bool TcpTransport::peer_failed(int peer) const {
   // Asked while nobody polls the sockets (a shared-memory collective is
   // waiting): from now on the loop thread watches them whenever no driver
   // does, so that a dead peer's end-of-stream is seen.
-  if (!driving_now_) {
+  if (!driving_now_ && !watch_) {
     watch_ = true;
+    // The one state change a const query makes: what the loop listens to.
+    const_cast<TcpTransport*>(this)->update_all_polling_locked();  // NOLINT(cppcoreguidelines-pro-type-const-cast)
     wake_loop_locked();
   }
   return peer >= 0 && peer < size_ && pairs_[static_cast<size_t>(peer)].closed;
@@ -332,7 +335,9 @@ void TcpTransport::match_recv(RecvOp op) {
     return;
   }
   posted_.push_back(std::move(op));
-  if (driver_.load(std::memory_order_relaxed) == std::thread::id()) wake_loop_locked();
+  // The loop sleeps in epoll_wait: listening for the message is enough, no
+  // wake-up (a driver, if any, reads it itself).
+  if (driver_.load(std::memory_order_relaxed) == std::thread::id()) update_all_polling_locked();
 }
 
 void TcpTransport::completed(const RequestPtr& request, int source, size_t bytes) {
@@ -364,13 +369,23 @@ void TcpTransport::flush() {
   // new operations on this transport. The driver runs no callbacks: it is in
   // the middle of a collective, and a callback that waited for another
   // operation of the group would wait for itself. The loop thread runs them.
+  // A driver outside any call (a thread waiting for a point-to-point work)
+  // runs them itself once its wait has ended and the role is let go
+  // (run_driver_callbacks): a callback that waits then drives afresh, and the
+  // loop thread need not be woken.
   std::vector<Completion> for_loop;
+  std::vector<Completion> for_driver;
+  const bool in_a_call = driving && in_call(this);
   for (auto& c : done) {
     if (!driving) {
       c.deliver();
-    } else if (!c.request->settle_without_callbacks(c.source, c.bytes, c.error)) {
-      for_loop.push_back(std::move(c));
+    } else if (c.request->settle(c.source, c.bytes, c.error)) {
+      (in_a_call ? for_loop : for_driver).push_back(std::move(c));
     }
+  }
+  if (!for_driver.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& c : for_driver) driver_callbacks_.push_back(std::move(c));
   }
   if (!for_loop.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -478,19 +493,36 @@ void TcpTransport::set_polling(int fd, uint64_t id, uint32_t& current, uint32_t 
   current = want;
 }
 
+void TcpTransport::update_all_polling_locked() {
+  for (auto& pair : pairs_) {
+    if (pair.peer != rank_) update_polling(pair);
+  }
+}
+
+bool TcpTransport::loop_reads_locked(const Pair& pair) const {
+  // Something to read for: a posted receive, a message begun, or the
+  // watch for dead peers (an idle socket is otherwise left to the kernel).
+  return watch_ || !posted_.empty() || pair.in_payload || pair.header_got > 0 || pair.staged_len > 0;
+}
+
 void TcpTransport::update_polling(Pair& pair) {
-  // The driver polls by itself; the loop's interest is brought up to date
-  // when the driver lets go (release_driver).
-  if (pair.closed || is_driver_locked()) return;
+  if (pair.closed) return;
+  // While a thread holds the driver role it reads the sockets itself, and the
+  // loop listens for hang-ups only: a message then wakes the driver alone
+  // (waking both cost two switches per point-to-point message).
+  const bool driven = driver_.load(std::memory_order_relaxed) != std::thread::id();
   // The first connection is not read while it waits for the stripes of its
   // message (level-triggered epoll would report its data over and over);
   // a lane is read only while it has a stripe to read.
+  const bool read = !driven && !pair.waiting_lanes && loop_reads_locked(pair);
+  const bool write = !driven && !pair.sends.empty();
   set_polling(pair.socket.fd(), static_cast<uint64_t>(pair.peer), pair.polling,
-              (pair.waiting_lanes ? 0U : uint32_t{EPOLLIN}) | (pair.sends.empty() ? 0U : uint32_t{EPOLLOUT}));
+              uint32_t{EPOLLRDHUP} | (read ? uint32_t{EPOLLIN} : 0U) | (write ? uint32_t{EPOLLOUT} : 0U));
   for (size_t j = 0; j < pair.lanes.size(); ++j) {
     tcp::Lane& lane = pair.lanes[j];
     set_polling(lane.socket.fd(), lane_id(pair.peer, j), lane.polling,
-                (lane.expecting ? uint32_t{EPOLLIN} : 0U) | (lane.sends.empty() ? 0U : uint32_t{EPOLLOUT}));
+                (!driven && lane.expecting ? uint32_t{EPOLLIN} : 0U) |
+                    (!driven && !lane.sends.empty() ? uint32_t{EPOLLOUT} : 0U));
   }
 }
 
@@ -912,6 +944,7 @@ void TcpTransport::loop() {
         loop_cv_.wait(lock);
         loop_parked_ = false;
       }
+      loop_yielded_ = false;
       for (auto& pair : pairs_) {
         if (pair.peer != rank_) update_polling(pair);
       }
@@ -930,9 +963,15 @@ void TcpTransport::loop() {
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (driving_now_) break;  // the driver reads it; park (the events stay ready)
+        if (driving_now_) {
+          // Ready before the driver took over (or a hang-up): the driver
+          // reads it; park until it lets go (the events stay ready).
+          loop_yielded_ = true;
+          break;
+        }
         const uint32_t e = events[i].events;
-        handle_event(id, (e & EPOLLIN) != 0, (e & EPOLLOUT) != 0, (e & (EPOLLERR | EPOLLHUP)) != 0);
+        handle_event(id, (e & (EPOLLIN | EPOLLRDHUP)) != 0, (e & EPOLLOUT) != 0,
+                     (e & (EPOLLERR | EPOLLHUP)) != 0);
       }
       flush();
     }
@@ -962,16 +1001,9 @@ void TcpTransport::handle_event(uint64_t id, bool readable, bool writable, bool 
 
 bool TcpTransport::loop_should_park_locked() const {
   if (stopping_ || !deferred_.empty()) return false;
-  return driving_now_ || (!watch_ && !work_pending_locked());
-}
-
-bool TcpTransport::work_pending_locked() const {
-  if (!posted_.empty()) return true;
-  for (const auto& pair : pairs_) {
-    if (pair.peer == rank_ || pair.closed) continue;
-    if (pair.sending() || pair.in_payload || pair.header_got > 0 || pair.staged_len > 0) return true;
-  }
-  return false;
+  // Otherwise the loop sleeps in epoll_wait, listening to what
+  // update_polling says, so new work needs no wake-up.
+  return loop_yielded_ && driver_.load(std::memory_order_relaxed) != std::thread::id();
 }
 
 void TcpTransport::wake_loop_locked() const {
@@ -987,6 +1019,7 @@ void TcpTransport::claim_for_call_locked() {
   // the driver role now, so that the loop thread is not woken for it.
   if (driver_.load(std::memory_order_relaxed) != std::thread::id() || !in_call(this)) return;
   driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  update_all_polling_locked();
   // The loop thread may have been parked, leaving unread what peers sent
   // meanwhile. Read what is there before the call starts: if a peer gave up
   // on the group (its abort notice sits behind the data it sent before), the
@@ -997,8 +1030,10 @@ void TcpTransport::claim_for_call_locked() {
 }
 
 bool TcpTransport::claim_driver_locked() {
-  if (driver_.load(std::memory_order_relaxed) == std::thread::id())
+  if (driver_.load(std::memory_order_relaxed) == std::thread::id()) {
     driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    update_all_polling_locked();
+  }
   return is_driver_locked();
 }
 
@@ -1008,10 +1043,8 @@ void TcpTransport::release_driver() {
   if (!is_driver_locked()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   driver_.store(std::thread::id(), std::memory_order_relaxed);
-  for (auto& pair : pairs_) {
-    if (pair.peer != rank_) update_polling(pair);
-  }
-  if (watch_ || work_pending_locked()) wake_loop_locked();
+  update_all_polling_locked();
+  wake_loop_locked();  // if it yielded to this driver
 }
 
 void TcpTransport::begin_call() {
@@ -1045,11 +1078,29 @@ bool TcpTransport::wait(const RequestPtr& request, Clock::time_point deadline) {
     drive(*request, deadline);
   } catch (...) {
     release_driver();
+    run_driver_callbacks();
     throw;
   }
   // Inside a collective call the role is kept for the call's next wait.
-  if (!in_call(this)) release_driver();
+  if (!in_call(this)) {
+    release_driver();
+    run_driver_callbacks();
+  }
   return request->wait_until(deadline);
+}
+
+void TcpTransport::run_driver_callbacks() {
+  std::vector<Completion> run;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    run.swap(driver_callbacks_);
+  }
+  if (run.empty()) return;
+  // Marked as the transport's completion thread, as the loop thread is: a
+  // callback that waits for another point-to-point operation raises the same
+  // "would deadlock" error whichever of the two threads runs it.
+  detail::CompletionThreadScope completing(static_cast<const Transport*>(this));
+  for (const auto& c : run) c.request->run_callbacks();
 }
 
 void TcpTransport::drive(const Request& request, Clock::time_point deadline) {

@@ -11,11 +11,13 @@
 // reaches its waiter with no hand-off between threads (the hand-off, two
 // futex wake-ups per message, used to cost more than the message itself on
 // loopback). One driver at a time; it keeps the role to the end of its
-// collective call (CallScope). The loop thread makes progress when nobody
-// drives: asynchronous sends and receives, and watching for dead peers while
-// shared-memory collectives wait. It sleeps on epoll, and parks on a condition
-// variable while a driver polls or when nothing is pending, so it costs no
-// wake-ups in a loop of collectives.
+// collective call (CallScope), or to the end of its wait outside a call (a
+// point-to-point work's wait drives too). The loop thread makes progress
+// when nobody drives: asynchronous sends and receives, and watching for dead
+// peers while shared-memory collectives wait. It sleeps in epoll_wait on
+// what update_polling says: hang-ups always, data only while nobody drives
+// and something is to be read. So a message a driver reads wakes nobody
+// else, and a loop of collectives costs the loop thread no wake-ups.
 
 #include <poll.h>
 
@@ -234,6 +236,8 @@ class TcpTransport final : public Transport {
   void handle_event(uint64_t id, bool readable, bool writable, bool hangup);
   void set_polling(int fd, uint64_t id, uint32_t& current, uint32_t want);
   void update_polling(tcp::Pair& pair);
+  void update_all_polling_locked();
+  bool loop_reads_locked(const tcp::Pair& pair) const;
   void read_some(tcp::Pair& pair, size_t budget);
   void advance(tcp::Pair& pair, size_t n);  // n more bytes read into the header or the payload
   void consume_staged(tcp::Pair& pair);     // the unconsumed bytes of the stage
@@ -249,11 +253,11 @@ class TcpTransport final : public Transport {
   void begin_stripes(tcp::Pair& pair);  // the header of a message just arrived
   void claim_for_call_locked();
   void release_driver();
+  void run_driver_callbacks();
   void drive(const Request& request, Clock::time_point deadline);
   bool is_driver_locked() const {
     return driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
   }
-  bool work_pending_locked() const;
   void wake_loop_locked() const;
   void wake_driver() const;
   void wake_driver_if_polling();  // not from the driver itself
@@ -278,7 +282,9 @@ class TcpTransport final : public Transport {
   std::atomic<std::thread::id> driver_;
   bool driving_now_ = false;          // ... and polling the sockets right now
   std::vector<Completion> deferred_;  // completions with callbacks, for the loop thread
+  std::vector<Completion> driver_callbacks_;  // ... for a driver outside any call, once it lets go
   bool loop_parked_ = false;
+  bool loop_yielded_ = false;  // the loop saw events a driver was reading; it parks until the driver lets go
   mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
   mutable std::condition_variable loop_cv_;
   std::vector<pollfd> poll_fds_;  // the driver's, rebuilt on each round
