@@ -147,8 +147,9 @@ class Future:
     def add_done_callback(self, callback):
         """Calls ``callback(self)`` once completed (at once if it already is).
 
-        For an operation's future the callback runs on tdist's communication
-        thread, holding the GIL; keep it short.
+        For an operation's future the callback runs on the thread that
+        completes it (tdist's communication thread, or for point-to-point
+        often the thread in ``wait()``), holding the GIL; keep it short.
         """
         run = lambda: callback(self)  # noqa: E731
         if self._work is not None:

@@ -68,10 +68,6 @@ class ProcessGroupTdist final : public ProcessGroup {
  private:
   // Lets a thread waiting for a point-to-point work read the sockets itself.
   void drive_on_wait(Work& work, const transport::RequestPtr& request);
-
- public:
-
- private:
   using Body = std::function<void(const algorithms::CallContext&)>;
   struct Task {
     std::string op;

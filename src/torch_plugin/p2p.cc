@@ -98,29 +98,28 @@ void receive_payload(const c10::intrusive_ptr<WorkTdist>& work, tdist::ProcessGr
   std::string sender = rank_name(pg, source);
   WorkPtr payload = pg.recv(scratch, source, tag);
   work->drive_through(payload);
-  payload->get_future()
-      ->then([work, source, sender, scratch, out, target, sent_dtype,
-              sent_numel](Future& done) -> std::vector<Tensor> {
-        std::exception_ptr error = done.error();
-        if (!error && sent_numel != target.numel()) {
-          error = std::make_exception_ptr(DistInvalidArgument(
-              work->op() + ": rank " + sender + " sent " + describe(sent_dtype, sent_numel) +
-              " but the receiving tensor is " + target.describe() +
-              "; send and recv tensors must have the same number of elements"));
-        }
-        if (!error && sent_numel > 0) {
-          // Different dtypes, same count: convert as Tensor.copy_ does.
-          try {
-            at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
-                                            at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
-            out.view({-1}).copy_(sent);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        }
-        work->complete(error, source);
-        return {};
-      });
+  payload->get_future()->then([work, source, sender, scratch, out, target, sent_dtype,
+                               sent_numel](Future& done) -> std::vector<Tensor> {
+    std::exception_ptr error = done.error();
+    if (!error && sent_numel != target.numel()) {
+      error = std::make_exception_ptr(
+          DistInvalidArgument(work->op() + ": rank " + sender + " sent " + describe(sent_dtype, sent_numel) +
+                              " but the receiving tensor is " + target.describe() +
+                              "; send and recv tensors must have the same number of elements"));
+    }
+    if (!error && sent_numel > 0) {
+      // Different dtypes, same count: convert as Tensor.copy_ does.
+      try {
+        at::Tensor sent = at::from_blob(scratch.data(), {sent_numel},
+                                        at::TensorOptions().dtype(to_torch_dtype(sent_dtype)));
+        out.view({-1}).copy_(sent);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    work->complete(error, source);
+    return {};
+  });
 }
 
 }  // namespace

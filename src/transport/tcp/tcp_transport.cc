@@ -217,7 +217,8 @@ bool TcpTransport::peer_failed(int peer) const {
   if (!driving_now_ && !watch_) {
     watch_ = true;
     // The one state change a const query makes: what the loop listens to.
-    const_cast<TcpTransport*>(this)->update_all_polling_locked();  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast)
+    const_cast<TcpTransport*>(this)->update_all_polling_locked();
     wake_loop_locked();
   }
   return peer >= 0 && peer < size_ && pairs_[static_cast<size_t>(peer)].closed;

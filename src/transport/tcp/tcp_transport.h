@@ -280,11 +280,11 @@ class TcpTransport final : public Transport {
   // atomic so that a thread can see without the lock that it is not the
   // driver (only a thread itself makes it its own id).
   std::atomic<std::thread::id> driver_;
-  bool driving_now_ = false;          // ... and polling the sockets right now
-  std::vector<Completion> deferred_;  // completions with callbacks, for the loop thread
+  bool driving_now_ = false;                  // ... and polling the sockets right now
+  std::vector<Completion> deferred_;          // completions with callbacks, for the loop thread
   std::vector<Completion> driver_callbacks_;  // ... for a driver outside any call, once it lets go
   bool loop_parked_ = false;
-  bool loop_yielded_ = false;  // the loop saw events a driver was reading; it parks until the driver lets go
+  bool loop_yielded_ = false;   // the loop saw events a driver was reading; it parks until the driver lets go
   mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
   mutable std::condition_variable loop_cv_;
   std::vector<pollfd> poll_fds_;  // the driver's, rebuilt on each round
