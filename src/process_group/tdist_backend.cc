@@ -613,12 +613,13 @@ WorkPtr ProcessGroupTdist::barrier() {
 void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& request) {
   transport::Transport* transport = transport_.get();
   work.get_future()->set_progress([transport, request](std::chrono::steady_clock::time_point deadline) {
+    // The transport runs the request's callbacks (which finish the work):
+    // this thread once it lets go, if it drove, else the loop thread.
     try {
       transport->wait(request, deadline);
     } catch (...) {
       // The request's error reaches the work through its callback.
     }
-    if (request->done()) request->run_callbacks();
   });
 }
 

@@ -16,11 +16,7 @@ void Future::check_wait_allowed(const std::string& what) const {
 }
 
 void Future::wait() {
-  check_wait_allowed("Future");
-  if (progress_ && !completed()) progress_(std::chrono::steady_clock::time_point::max());
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return done_; });
-  if (error_) std::rethrow_exception(error_);
+  wait_for(std::chrono::milliseconds::max(), "Future");
 }
 
 bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what) {

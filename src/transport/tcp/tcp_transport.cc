@@ -374,26 +374,24 @@ void TcpTransport::flush() {
   // runs them itself once its wait has ended and the role is let go
   // (run_driver_callbacks): a callback that waits then drives afresh, and the
   // loop thread need not be woken.
-  std::vector<Completion> for_loop;
-  std::vector<Completion> for_driver;
   const bool in_a_call = driving && in_call(this);
+  std::vector<Completion> left;  // settled; their callbacks run elsewhere
   for (auto& c : done) {
     if (!driving) {
       c.deliver();
     } else if (c.request->settle(c.source, c.bytes, c.error)) {
-      (in_a_call ? for_loop : for_driver).push_back(std::move(c));
+      left.push_back(std::move(c));
     }
   }
-  if (!for_driver.empty()) {
+  if (!left.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& c : for_driver) driver_callbacks_.push_back(std::move(c));
-  }
-  if (!for_loop.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& c : for_loop) deferred_.push_back(std::move(c));
-    wake_loop_locked();
-    // The loop thread may be in epoll_wait with nothing left to read.
-    if (!loop_parked_) interrupt_loop();
+    auto& to = in_a_call ? deferred_ : driver_callbacks_;
+    for (auto& c : left) to.push_back(std::move(c));
+    if (in_a_call) {
+      wake_loop_locked();
+      // The loop thread may be in epoll_wait with nothing left to read.
+      if (!loop_parked_) interrupt_loop();
+    }
   }
   if (!driving) wake_driver_if_polling();
 }
