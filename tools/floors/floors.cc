@@ -131,36 +131,49 @@ void copy(const Rank& r) {
 }
 
 // reduce_two_shot in src/algorithms/shm/shm_reduce.cc, float32 SUM, less
-// every wait and flag: copy in the peers' pieces, reduce our own piece from
-// every rank's buffer (ours from the data itself) into our buffer and our
-// data, copy the others' pieces back.
+// every wait and flag, in its order: the step that opens round k copies
+// the peers' pieces of round k - 2 back, reduces our own piece of round
+// k - 1 from every rank's buffer (ours from the data itself) into our
+// buffer and our data, then copies round k's pieces in.
 void two_shot_passes(const Rank& r) {
   const size_t piece = r.round_bytes / static_cast<size_t>(r.world) / 64 * 64;
   const size_t round = piece * static_cast<size_t>(r.world);
+  const size_t rounds = (r.bytes + round - 1) / round;
   auto* data = reinterpret_cast<uint8_t*>(r.data);
   shm::Sources srcs(r.world);
   const tdist::ReduceOp sum{tdist::ReduceOp::SUM};
-  for (size_t start = 0, k = 0; start < r.bytes; start += round, ++k) {
-    const size_t length = std::min(round, r.bytes - start);
-    auto buffer = [&](int rank) {
-      return r.segment + (static_cast<size_t>(rank) * 2 + k % 2) * r.round_bytes;
-    };
-    auto part = [&](int j) { return shm::piece_of(length, piece, static_cast<size_t>(j)); };
-    uint8_t* round_data = data + start;
-    for (int j = 0; j < r.world; ++j) {
-      if (j != r.me && part(j).length > 0)
-        std::memcpy(buffer(r.me) + part(j).begin, round_data + part(j).begin, part(j).length);
+  auto buffer = [&](int rank, size_t k) {
+    return r.segment + (static_cast<size_t>(rank) * 2 + k % 2) * r.round_bytes;
+  };
+  auto part = [&](size_t k, int j) {
+    return shm::piece_of(std::min(round, r.bytes - k * round), piece, static_cast<size_t>(j));
+  };
+  for (size_t step = 0; step < rounds + 2; ++step) {
+    if (step >= 2) {  // copy round step - 2 back
+      const size_t k = step - 2;
+      for (int j = 0; j < r.world; ++j) {
+        if (j != r.me && part(k, j).length > 0)
+          std::memcpy(data + k * round + part(k, j).begin, buffer(j, k) + part(k, j).begin,
+                      part(k, j).length);
+      }
     }
-    const shm::Piece own = part(r.me);
-    for (int j = 0; j < r.world; ++j)
-      srcs[static_cast<size_t>(j)] = (j == r.me ? round_data : buffer(j)) + own.begin;
-    if (own.length > 0) {
-      shm::reduce_sources(buffer(r.me) + own.begin, srcs.data(), r.world, own.length / 4,
-                          tdist::DType::kFloat32, sum, r.world, round_data + own.begin);
+    if (step >= 1 && step <= rounds) {  // reduce our piece of round step - 1
+      const size_t k = step - 1;
+      const shm::Piece own = part(k, r.me);
+      uint8_t* round_data = data + k * round;
+      for (int j = 0; j < r.world; ++j)
+        srcs[static_cast<size_t>(j)] = (j == r.me ? round_data : buffer(j, k)) + own.begin;
+      if (own.length > 0) {
+        shm::reduce_sources(buffer(r.me, k) + own.begin, srcs.data(), r.world, own.length / 4,
+                            tdist::DType::kFloat32, sum, r.world, round_data + own.begin);
+      }
     }
-    for (int j = 0; j < r.world; ++j) {
-      if (j != r.me && part(j).length > 0)
-        std::memcpy(round_data + part(j).begin, buffer(j) + part(j).begin, part(j).length);
+    if (step < rounds) {  // copy round step in
+      for (int j = 0; j < r.world; ++j) {
+        if (j != r.me && part(step, j).length > 0)
+          std::memcpy(buffer(r.me, step) + part(step, j).begin, data + step * round + part(step, j).begin,
+                      part(step, j).length);
+      }
     }
   }
 }

@@ -151,11 +151,14 @@ inline size_t broadcast_pushed_bytes(size_t nbytes, int p) {
 // outnumber cores. Ranks that take turns on a core evict each other's
 // lines; rounds that stay in L2 beat fewer, longer rounds there. 4 ranks on
 // 2 cores, 1 MiB buffers, all_reduce (2026-11-25): 4 MiB 1.7-2.2 -> 1.1-1.2
-// ms, 16 MiB 6.0 -> 4.7-5.3 ms, 64 MiB 29.8-30.5 -> 25.5-25.9 ms; no change
-// at 64 KiB-1 MiB. With as many cores as ranks shorter rounds gain nothing,
-// and broadcast, all_gather, reduce_scatter and all_to_all lose from shorter
-// buffers (measured on the same day; reduce was not measured apart).
-inline constexpr size_t kOversubscribedRoundBytes = size_t{256} << 10;
+// ms, 16 MiB 6.0 -> 4.7-5.3 ms, 64 MiB 29.8-30.5 -> 25.5-25.9 ms at 256
+// KiB; no change at 64 KiB-1 MiB. Since two-shot keeps two rounds in
+// flight (reduce_two_shot), 128 KiB: 64 MiB 24.4 ms against 28.3 at 256 KiB
+// and 26.2 at 96 KiB (medians of five alternating runs). With as many cores
+// as ranks shorter rounds gain nothing, and broadcast, all_gather,
+// reduce_scatter and all_to_all lose from shorter buffers (measured on the
+// same day; reduce was not measured apart).
+inline constexpr size_t kOversubscribedRoundBytes = size_t{128} << 10;
 
 // Single-copy reductions read this much per tile, over all peers (whole
 // pages): 2 ranks, 64 MiB (2026-11-25, a prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
