@@ -121,14 +121,14 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   }
   const size_t chunk = full_section * static_cast<size_t>(p);  // elements per round
   Sources srcs(p);
-  // Our piece of every rank's round, reduced into our buffer (for the
-  // others) and, tile by tile while in L1, into our data if we keep it.
   // Piece j sits at the same place in a buffer in every round, however
   // long the round: a rank copies a round's pieces in while its peers may
   // still copy the result of the round before last out of its own piece.
   auto slot = [&](int r, uint64_t k, int j) {
     return call.group.buffer(r, k) + static_cast<size_t>(j) * full_section * eb;
   };
+  // Our piece of every rank's round, reduced into our buffer (for the
+  // others) and, tile by tile while in L1, into our data if we keep it.
   auto reduce_piece = [&](const TwoShotRound& round) {
     const Piece own = piece_of(round.count, round.section, static_cast<size_t>(me));
     uint8_t* result = slot(me, round.k, me);
