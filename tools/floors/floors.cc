@@ -152,9 +152,10 @@ void two_shot_passes(const Rank& r) {
     if (step >= 2) {  // copy round step - 2 back
       const size_t k = step - 2;
       for (int j = 0; j < r.world; ++j) {
-        if (j != r.me && part(k, j).length > 0)
+        if (j != r.me && part(k, j).length > 0) {
           std::memcpy(data + k * round + part(k, j).begin, buffer(j, k) + part(k, j).begin,
                       part(k, j).length);
+        }
       }
     }
     if (step >= 1 && step <= rounds) {  // reduce our piece of round step - 1
@@ -170,9 +171,10 @@ void two_shot_passes(const Rank& r) {
     }
     if (step < rounds) {  // copy round step in
       for (int j = 0; j < r.world; ++j) {
-        if (j != r.me && part(step, j).length > 0)
+        if (j != r.me && part(step, j).length > 0) {
           std::memcpy(buffer(r.me, step) + part(step, j).begin, data + step * round + part(step, j).begin,
                       part(step, j).length);
+        }
       }
     }
   }
