@@ -11,7 +11,8 @@
 //    pieces back (a reduce-scatter then an all-gather). reduce and
 //    reduce_scatter are its first half plus a copy to where the result goes.
 // PREMUL_SUM's factor is applied by each rank to its own contribution on the
-// way in; AVG divides once, by the owner of each piece.
+// way in (two-shot: to the pieces it copies in, and to its own piece when
+// it reduces it); AVG divides once, by the owner of each piece.
 
 #include <cstring>
 #include <numeric>
@@ -91,17 +92,22 @@ void eager_reduce(Call& call, void* data, size_t count, DType dtype, const Reduc
 // (begin_round) is the one every step needs. The step that opens round k
 // copies round k - 2 back, reduces round k - 1, then copies round k in;
 // the last round ends with the `reduced` meeting. Buffers alternate
-// (k % 2): a rank writes its buffer of round k (pieces in) and its piece of
-// round k - 1 (result) only after every rank published arrive(k - 1),
-// that is, finished reading round k - 2 and round k - 3, the previous users
-// of both. Inside the call arrive(k) thus promises one round less than
-// ShmGroup's rule (finished round k - 1); the `reduced` meeting at the end
-// restores it before any rank returns. 4 ranks on 2 cores, 64 MiB
-// (2026-11-25, five alternating runs, medians): 25.9 ms with two meetings
-// a round of 256 KiB, 24.4 ms with one a round of 128 KiB (28.3 at 256
-// KiB, 26.2 at 96 KiB); 2 ranks 11.0 -> 10.7 ms. `root` < 0: every rank
-// keeps the result (all_reduce); else only the root copies it back
-// (reduce).
+// (k % 2): a rank copies round k into its buffer only after every rank
+// published arrive(k - 1), that is, reduced round k - 2, the previous user
+// of those slots (peers may still copy round k - 2's result out of the
+// rank's own slot, which the copy-in never touches: see `slot`), and
+// writes its result of round k - 1 at the same time, after every rank
+// copied round k - 3 back, the previous user of that slot. Inside the call
+// arrive(k) thus promises less than ShmGroup's rule (finished round k - 1).
+// The end of the call makes up for it: nobody reads the buffers of the
+// round before last once a rank returns (ranks that keep the result wait
+// for every rank's `reduced`, a reduce's other ranks for the root's, the
+// only rank that copies back), so the next call's rounds are safe.
+// 4 ranks on 2 cores, 64 MiB (2026-11-25, five alternating runs, medians):
+// 25.9 ms with two meetings a round of 256 KiB, 24.4 ms with one a round
+// of 128 KiB (28.3 at 256 KiB, 26.2 at 96 KiB); 2 ranks 11.0 -> 10.7 ms.
+// `root` < 0: every rank keeps the result (all_reduce); else only the
+// root copies it back (reduce).
 struct TwoShotRound {
   uint64_t k = 0;
   uint8_t* data = nullptr;  // this round's part of the caller's tensor

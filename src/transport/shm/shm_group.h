@@ -17,8 +17,9 @@
 // buffers, so a buffer is never overwritten while somebody reads it. Every
 // rank runs the same rounds in the same order because every rank runs the
 // same collectives with the same sizes. (Two-shot runs two rounds at a
-// time inside a call and restores this rule before it returns; see
-// reduce_two_shot in src/algorithms/shm/shm_reduce.cc.)
+// time inside a call, where arrive promises less, and ends so that what
+// this rule protects holds for the next call; see reduce_two_shot in
+// src/algorithms/shm/shm_reduce.cc.)
 //
 // Small broadcasts and reduces skip the rounds and use each rank's ring of
 // eager slots instead (next_eager() below): their writers do not wait for
