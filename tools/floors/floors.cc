@@ -148,16 +148,23 @@ void two_shot_passes(const Rank& r) {
   auto part = [&](size_t k, int j) {
     return shm::piece_of(std::min(round, r.bytes - k * round), piece, static_cast<size_t>(j));
   };
-  for (size_t step = 0; step < rounds + 2; ++step) {
-    if (step >= 2) {  // copy round step - 2 back
-      const size_t k = step - 2;
-      for (int j = 0; j < r.world; ++j) {
-        if (j != r.me && part(k, j).length > 0) {
-          std::memcpy(data + k * round + part(k, j).begin, buffer(j, k) + part(k, j).begin,
-                      part(k, j).length);
-        }
+  // The peers' pieces of round k, between our data and a buffer: into ours
+  // (copy in) or back from each owner's.
+  auto move_pieces = [&](size_t k, bool in) {
+    for (int j = 0; j < r.world; ++j) {
+      const shm::Piece piece_j = part(k, j);
+      if (j == r.me || piece_j.length == 0) continue;
+      uint8_t* ours = data + k * round + piece_j.begin;
+      uint8_t* shared = buffer(in ? r.me : j, k) + piece_j.begin;
+      if (in) {
+        std::memcpy(shared, ours, piece_j.length);
+      } else {
+        std::memcpy(ours, shared, piece_j.length);
       }
     }
+  };
+  for (size_t step = 0; step < rounds + 2; ++step) {
+    if (step >= 2) move_pieces(step - 2, false);
     if (step >= 1 && step <= rounds) {  // reduce our piece of round step - 1
       const size_t k = step - 1;
       const shm::Piece own = part(k, r.me);
@@ -169,14 +176,7 @@ void two_shot_passes(const Rank& r) {
                             tdist::DType::kFloat32, sum, r.world, round_data + own.begin);
       }
     }
-    if (step < rounds) {  // copy round step in
-      for (int j = 0; j < r.world; ++j) {
-        if (j != r.me && part(step, j).length > 0) {
-          std::memcpy(buffer(r.me, step) + part(step, j).begin, data + step * round + part(step, j).begin,
-                      part(step, j).length);
-        }
-      }
-    }
+    if (step < rounds) move_pieces(step, true);
   }
 }
 

@@ -135,7 +135,9 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   };
   // Our piece of every rank's round, reduced into our buffer (for the
   // others) and, tile by tile while in L1, into our data if we keep it.
+  // A round not yet begun (round.data null) has nothing to do.
   auto reduce_piece = [&](const TwoShotRound& round) {
+    if (round.data == nullptr) return;
     const Piece own = piece_of(round.count, round.section, static_cast<size_t>(me));
     uint8_t* result = slot(me, round.k, me);
     for (int r = 0; r < p; ++r) {
@@ -151,7 +153,7 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
                    keep ? round.data + own.begin * eb : nullptr);
   };
   auto copy_back = [&](const TwoShotRound& round) {
-    if (!keep) return;
+    if (!keep || round.data == nullptr) return;
     for (int i = 1; i < p; ++i) {
       const int r = (me + i) % p;  // start at different owners so ranks do not all read one line
       const Piece piece = piece_of(round.count, round.section, static_cast<size_t>(r));
@@ -168,8 +170,8 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
     round.section = two_shot_section(round.count, p, eb, full_section);
     round.data = data + start * eb;
     round.k = call.begin_round();  // every rank copied in to_reduce and reduced to_copy_back
-    if (to_copy_back.data != nullptr) copy_back(to_copy_back);
-    if (to_reduce.data != nullptr) reduce_piece(to_reduce);
+    copy_back(to_copy_back);
+    reduce_piece(to_reduce);
     // Copy in every piece but our own, which reduce_piece takes from `data`.
     for (int j = 0; j < p; ++j) {
       if (j == me) continue;
@@ -185,7 +187,7 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
     if (r != me) call.wait_arrive(r, to_reduce.k);
   }
   const bool two_in_flight = to_copy_back.data != nullptr;
-  if (two_in_flight) copy_back(to_copy_back);
+  copy_back(to_copy_back);
   reduce_piece(to_reduce);
   call.group.publish_reduced(to_reduce.k);
   if (!keep) {
