@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include "algorithms/shm/shm_common.h"
+#include "transport/shm/shm_single_copy.h"
 
 namespace tdist::algorithms::shm::detail {
 namespace {
@@ -62,6 +65,57 @@ TEST(BroadcastPushedBytes, TheRootWritesAnEvenShareInWholePagesFrom32KiB) {
       EXPECT_GT((pushed + 4096) * static_cast<size_t>(p), n);
     }
   }
+}
+
+using transport::shm::SingleCopySettings;
+using transport::shm::SingleCopyShape;
+using transport::shm::SingleCopyWindow;
+
+bool empty(const SingleCopyWindow& w) {
+  return w.min > w.max;
+}
+
+TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathers) {
+  constexpr size_t KiB = 1024;
+  for (bool oversubscribed : {false, true}) {
+    SCOPED_TRACE(oversubscribed ? "oversubscribed" : "a core per rank");
+    SingleCopySettings fast;
+    fast.enabled = true;
+    fast.oversubscribed = oversubscribed;
+    SingleCopySettings slow = fast;
+    slow.slow_kernel_copy = true;
+    EXPECT_TRUE(empty(slow.window(SingleCopyShape::kReduce)));
+    for (SingleCopyShape shape : {SingleCopyShape::kGather, SingleCopyShape::kAllToAll}) {
+      const SingleCopyWindow f = fast.window(shape);
+      const SingleCopyWindow s = slow.window(shape);
+      if (empty(f)) {
+        EXPECT_TRUE(empty(s));
+        continue;
+      }
+      EXPECT_EQ(s.min, f.min);
+      EXPECT_EQ(s.max, std::min(f.max, 256 * KiB));
+      EXPECT_TRUE(s.contains(s.min));
+      EXPECT_FALSE(s.contains(512 * KiB));
+    }
+    for (SingleCopyShape shape : {SingleCopyShape::kOneSource, SingleCopyShape::kShared}) {
+      EXPECT_EQ(slow.window(shape).min, fast.window(shape).min);
+      EXPECT_EQ(slow.window(shape).max, fast.window(shape).max);
+    }
+    // Rank 0's TDIST_SHM_SINGLE_COPY_MIN/MAX_BYTES replace every window.
+    slow.min_bytes = 1;
+    EXPECT_TRUE(slow.window(SingleCopyShape::kReduce).contains(size_t{64} << 20));
+    // Not enabled: nothing copies directly.
+    slow.enabled = false;
+    EXPECT_TRUE(empty(slow.window(SingleCopyShape::kShared)));
+  }
+}
+
+TEST(SingleCopyWindows, TheEnvironmentReplacesTheMeasurementOfTheKernelsCopy) {
+  setenv("TDIST_SHM_KERNEL_COPY_SLOW", "1", 1);
+  EXPECT_TRUE(transport::shm::kernel_copy_is_slow());
+  setenv("TDIST_SHM_KERNEL_COPY_SLOW", "0", 1);
+  EXPECT_FALSE(transport::shm::kernel_copy_is_slow());
+  unsetenv("TDIST_SHM_KERNEL_COPY_SLOW");
 }
 
 }  // namespace

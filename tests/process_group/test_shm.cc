@@ -187,6 +187,34 @@ TEST(Shm, RanksWithDifferentCpuAffinityTakeTheSamePaths) {
   unlink(path.c_str());
 }
 
+TEST(Shm, RanksThatJudgeTheKernelsCopyDifferentlyTakeRankZerosPaths) {
+  // Whether the kernel's copy is slow narrows the single-copy windows (a
+  // 1 MiB all_reduce goes through the buffers instead). Rank 0 decides for
+  // the group: here it calls the copy slow and rank 1 fast, and every size
+  // must still meet on one path and come out right.
+  std::string path = temp_path("shm_kernel_copy");
+  auto outcomes = forked_groups(
+      2, path, [&](int rank) { setenv("TDIST_SHM_KERNEL_COPY_SLOW", rank == 0 ? "1" : "0", 1); },
+      [&](ProcessGroup& pg, Store&, int rank) {
+        for (int64_t count : {int64_t{16384}, int64_t{262144}, int64_t{1048576}}) {
+          Tensor t = make_tensor(DType::kFloat32, count, [&](int64_t i) { return double(rank + i % 11); });
+          pg.all_reduce(t, ReduceOp::SUM)->wait();
+          check_elements(
+              t, 0, count, [&](int64_t i) { return double(1 + 2 * (i % 11)); }, "all_reduce");
+          Tensor in =
+              make_tensor(DType::kFloat32, count, [&](int64_t i) { return double(rank * 1000 + i % 17); });
+          Tensor out = Tensor::zeros(DType::kFloat32, {2 * count});
+          pg.all_gather_into_tensor(out, in)->wait();
+          for (int r = 0; r < 2; ++r) {
+            check_elements(
+                out, r * count, count, [&](int64_t i) { return double(r * 1000 + i % 17); }, "all_gather");
+          }
+        }
+      });
+  EXPECT_EQ(describe_failures(outcomes), "");
+  unlink(path.c_str());
+}
+
 TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
   // Ranks 0-1 pretend to be on host a, ranks 2-4 on host b.
   std::string path = temp_path("shm_mixed");

@@ -98,8 +98,10 @@ std::vector<int> parse_cpu_list(const std::string& text) {
   return cpus;
 }
 
-// Rank 0's record of the segment: its name, the buffer size and rank 0's
-// single-copy window overrides ("-" when unset), which every rank uses.
+// Rank 0's record of the segment: its name, the buffer size, rank 0's
+// single-copy window overrides ("-" when unset) and whether the kernel's
+// copy is slow on rank 0 (1 or 0), which every rank uses: ranks that chose
+// different paths for one call would wait for each other forever.
 std::string optional_text(const std::optional<size_t>& v) {
   return v ? std::to_string(*v) : std::string("-");
 }
@@ -120,16 +122,19 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   if (rank == 0) {
     buffer_bytes = configured_buffer_bytes();
     single_copy.read_window_overrides();
+    single_copy.slow_kernel_copy = size > 1 && single_copy_allowed() && kernel_copy_is_slow();
     segment = Segment::create(segment_bytes(size, buffer_bytes));
     store.set(prefix + "segment",
               to_bytes(segment.name() + " " + std::to_string(buffer_bytes) + " " +
-                       optional_text(single_copy.min_bytes) + " " + optional_text(single_copy.max_bytes)));
+                       optional_text(single_copy.min_bytes) + " " + optional_text(single_copy.max_bytes) +
+                       (single_copy.slow_kernel_copy ? " 1" : " 0")));
   } else {
     const std::string value = to_string(store.get(prefix + "segment"));
     std::istringstream fields(value);
-    std::string name, buffer, min, max;
-    if (!(fields >> name >> buffer >> min >> max))
+    std::string name, buffer, min, max, slow;
+    if (!(fields >> name >> buffer >> min >> max >> slow) || (slow != "0" && slow != "1"))
       throw DistBackendError("shared memory: bad segment record '" + value + "'");
+    single_copy.slow_kernel_copy = slow == "1";
     buffer_bytes = static_cast<size_t>(parse_int(buffer, "shm/segment buffer size", 1));
     single_copy.min_bytes = parse_optional(min, "shm/segment single-copy minimum");
     single_copy.max_bytes = parse_optional(max, "shm/segment single-copy maximum");

@@ -1,11 +1,16 @@
 #include "transport/shm/shm_single_copy.h"
 
 #include <sys/uio.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/env.h"
 #include "common/error_text.h"
@@ -44,6 +49,36 @@ void move_peer_memory(bool write, pid_t pid, int peer, void* local, void* remote
   }
 }
 
+bool measure_kernel_copy_is_slow() {
+  // Blocks of 256 KiB, as the windows' mid sizes; the best of a few runs of
+  // each, so that a preemption does not decide. 2026-11-26, AMD EPYC (Zen
+  // 4) VM: 0.20-0.28 (process_vm_readv 8-14 GB/s, memcpy 31-56 GB/s, blocks
+  // of 64 KiB to 4 MiB), and single copy lost there (below). On the Xeon VM
+  // of 2026-11-25, where it won, the 2-rank 1 MiB all_reduce moved 1 MiB
+  // per rank through the kernel in about 50 us, over 20 GB/s.
+  constexpr size_t kBytes = size_t{256} << 10;
+  constexpr int kRuns = 5;
+  std::vector<uint8_t> from(kBytes, 1), to(kBytes, 2);
+  using Clock = std::chrono::steady_clock;
+  auto best = Clock::duration::max();
+  for (int i = 0; i < kRuns; ++i) {
+    iovec here{to.data(), kBytes};
+    iovec there{from.data(), kBytes};
+    const auto start = Clock::now();
+    if (process_vm_readv(getpid(), &here, 1, &there, 1, 0) != static_cast<ssize_t>(kBytes)) return false;
+    best = std::min(best, Clock::now() - start);
+  }
+  const auto kernel = best;
+  best = Clock::duration::max();
+  for (int i = 0; i < kRuns; ++i) {
+    const auto start = Clock::now();
+    std::memcpy(to.data(), from.data(), kBytes);
+    asm volatile("" : : "r"(to.data()) : "memory");  // the copy is not dead
+    best = std::min(best, Clock::now() - start);
+  }
+  return kernel.count() * 2 > best.count() * 5;  // under 40% of memcpy's rate
+}
+
 }  // namespace
 
 void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size_t n) {
@@ -64,6 +99,12 @@ bool can_access_peer_memory(pid_t pid, void* remote, uint64_t expected) {
   // Writing needs the same permission, but a seccomp filter may allow one
   // system call and not the other: write the same value back.
   return process_vm_writev(pid, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(value));
+}
+
+bool kernel_copy_is_slow() {
+  if (auto v = env_int("TDIST_SHM_KERNEL_COPY_SLOW", 0, 1)) return *v == 1;
+  static const bool measured = measure_kernel_copy_is_slow();
+  return measured;
 }
 
 bool single_copy_allowed() {
@@ -94,9 +135,31 @@ constexpr Window kNever{SIZE_MAX, 0};
 // into the root's output, within kGather's window (measured for reading),
 // 2 ranks: 64 KiB 2.5 -> 2.2 us, 1 MiB 42-53 -> 17 us, 16 MiB 1.43 -> 0.88
 // ms. (2026-11-25.)
-Window default_window(SingleCopyShape shape, bool oversubscribed) {
+// Where the kernel's copy is slow (kernel_copy_is_slow), measured on the
+// Zen 4 VM of 2026-11-26, 2 ranks, against the buffers: all_reduce and
+// reduce by single copy took twice as long from 1 MiB (1 MiB 110-141 ->
+// 52-64 us, 4 MiB 496-528 -> 205-266 us, 16 MiB 3.1 -> 1.6 ms) and the
+// same up to 256 KiB, so they never use it; all_gather and all_to_all were
+// as fast or faster through the buffers from blocks of 512 KiB (1 MiB:
+// 53-55 against 40-44 us; 4 MiB all_to_all 248-307 against 183 us), so
+// they copy directly up to blocks of 256 KiB. Broadcast still gained
+// (1 MiB 40 against 101 us).
+Window default_window(SingleCopyShape shape, bool oversubscribed, bool slow_kernel_copy) {
   constexpr size_t KiB = 1024;
   constexpr size_t MiB = 1024 * KiB;
+  if (slow_kernel_copy) {
+    switch (shape) {
+      case SingleCopyShape::kReduce:
+        return kNever;
+      case SingleCopyShape::kGather:
+      case SingleCopyShape::kAllToAll: {
+        const Window normal = default_window(shape, oversubscribed, false);
+        return Window{normal.min, std::min(normal.max, 256 * KiB)};
+      }
+      default:
+        break;
+    }
+  }
   switch (shape) {
     case SingleCopyShape::kOneSource:
       return oversubscribed ? kNever : Window{16 * KiB, 1 * MiB};
@@ -117,7 +180,7 @@ Window default_window(SingleCopyShape shape, bool oversubscribed) {
 SingleCopyWindow SingleCopySettings::window(SingleCopyShape shape) const {
   if (!enabled) return kNever;
   if (min_bytes || max_bytes) return Window{min_bytes.value_or(0), max_bytes.value_or(SIZE_MAX)};
-  return default_window(shape, oversubscribed);
+  return default_window(shape, oversubscribed, slow_kernel_copy);
 }
 
 void SingleCopySettings::read_window_overrides() {

@@ -44,6 +44,15 @@ bool can_access_peer_memory(pid_t pid, void* remote, uint64_t expected);
 /// forbids it; unset or 1 lets the probe decide.
 bool single_copy_allowed();
 
+/// Whether the kernel's copy between processes runs at less than 40% of
+/// memcpy's rate on this machine (blocks of 256 KiB in the caches; the
+/// kernel pins every page of the other process before it copies it).
+/// Measured once per process, on the first call that needs it, with
+/// process_vm_readv on this process's own memory (well under a
+/// millisecond); false if that fails. TDIST_SHM_KERNEL_COPY_SLOW=0|1, read
+/// at every call, replaces the measurement.
+bool kernel_copy_is_slow();
+
 /// The shapes of single-copy operations, which profit from it at different
 /// sizes: one source read by every other rank (scatter); one source whose
 /// owner writes part of every other rank's copy while they read the rest
@@ -72,6 +81,8 @@ struct SingleCopySettings {
   /// is set they replace the measured windows for every shape.
   std::optional<size_t> min_bytes;
   std::optional<size_t> max_bytes;
+  /// Rank 0's kernel_copy_is_slow(): narrower windows (see the .cc).
+  bool slow_kernel_copy = false;
 
   /// The window of `shape` (empty when not enabled); see the .cc.
   SingleCopyWindow window(SingleCopyShape shape) const;
