@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 
+#include <string>
+
 #include "algorithms/shm/shm_common.h"
 #include "transport/shm/shm_single_copy.h"
 
@@ -111,11 +113,17 @@ TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathe
 }
 
 TEST(SingleCopyWindows, TheEnvironmentReplacesTheMeasurementOfTheKernelsCopy) {
+  const char* before = getenv("TDIST_SHM_KERNEL_COPY_SLOW");
+  const std::string saved = before ? before : "";
   setenv("TDIST_SHM_KERNEL_COPY_SLOW", "1", 1);
   EXPECT_TRUE(transport::shm::kernel_copy_is_slow());
   setenv("TDIST_SHM_KERNEL_COPY_SLOW", "0", 1);
   EXPECT_FALSE(transport::shm::kernel_copy_is_slow());
+  // Unset, the measurement decides (either answer; it must not fail).
   unsetenv("TDIST_SHM_KERNEL_COPY_SLOW");
+  const bool measured = transport::shm::kernel_copy_is_slow();
+  EXPECT_EQ(transport::shm::kernel_copy_is_slow(), measured);  // measured once
+  if (before) setenv("TDIST_SHM_KERNEL_COPY_SLOW", saved.c_str(), 1);
 }
 
 }  // namespace
