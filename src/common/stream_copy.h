@@ -7,7 +7,7 @@
 // traffic: a 64 MiB copy ran at 13.2 GB/s against memcpy's 11.1, 128 MiB at
 // 9.5 against 7.2 (2026-11-25, Xeon VM, one thread; glibc's memcpy does
 // this itself only above a threshold it derives from the L3 size, which
-// this VM reports as 480 MiB). For anything the caches hold, memcpy is as
+// that VM reports as 480 MiB). For anything the caches hold, memcpy is as
 // fast or faster, and the data stays cached for its next reader; so is a
 // destination the call has just read (all_reduce writes its result over
 // its input, still cached from the same round: streaming made a 64 MiB
