@@ -73,10 +73,6 @@ using transport::shm::SingleCopySettings;
 using transport::shm::SingleCopyShape;
 using transport::shm::SingleCopyWindow;
 
-bool empty(const SingleCopyWindow& w) {
-  return w.min > w.max;
-}
-
 TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathers) {
   constexpr size_t KiB = 1024;
   for (bool oversubscribed : {false, true}) {
@@ -86,12 +82,12 @@ TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathe
     fast.oversubscribed = oversubscribed;
     SingleCopySettings slow = fast;
     slow.slow_kernel_copy = true;
-    EXPECT_TRUE(empty(slow.window(SingleCopyShape::kReduce)));
+    EXPECT_TRUE(slow.window(SingleCopyShape::kReduce).empty());
     for (SingleCopyShape shape : {SingleCopyShape::kGather, SingleCopyShape::kAllToAll}) {
       const SingleCopyWindow f = fast.window(shape);
       const SingleCopyWindow s = slow.window(shape);
-      if (empty(f)) {
-        EXPECT_TRUE(empty(s));
+      if (f.empty()) {
+        EXPECT_TRUE(s.empty());
         continue;
       }
       EXPECT_EQ(s.min, f.min);
@@ -108,7 +104,7 @@ TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathe
     EXPECT_TRUE(slow.window(SingleCopyShape::kReduce).contains(size_t{64} << 20));
     // Not enabled: nothing copies directly.
     slow.enabled = false;
-    EXPECT_TRUE(empty(slow.window(SingleCopyShape::kShared)));
+    EXPECT_TRUE(slow.window(SingleCopyShape::kShared).empty());
   }
 }
 

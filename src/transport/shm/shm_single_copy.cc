@@ -139,31 +139,9 @@ constexpr Window kNever{SIZE_MAX, 0};
 // into the root's output, within kGather's window (measured for reading),
 // 2 ranks: 64 KiB 2.5 -> 2.2 us, 1 MiB 42-53 -> 17 us, 16 MiB 1.43 -> 0.88
 // ms. (2026-11-25.)
-// Where the kernel's copy is slow (kernel_copy_is_slow), measured on the
-// Zen 4 VM of 2026-11-26, 2 ranks, against the buffers: all_reduce and
-// reduce by single copy took twice as long from 1 MiB (1 MiB 110-141 ->
-// 52-64 us, 4 MiB 496-528 -> 205-266 us, 16 MiB 3.1-3.2 -> 1.6 ms) and the
-// same up to 256 KiB, so they never use it; all_gather and all_to_all were
-// as fast or faster through the buffers from blocks of 512 KiB (1 MiB:
-// 53-55 against 40-44 us; 4 MiB all_to_all 248-307 against 183 us), so
-// they copy directly up to blocks of 256 KiB. Broadcast still gained
-// (1 MiB 40 against 101 us).
-Window default_window(SingleCopyShape shape, bool oversubscribed, bool slow_kernel_copy) {
+Window default_window(SingleCopyShape shape, bool oversubscribed) {
   constexpr size_t KiB = 1024;
   constexpr size_t MiB = 1024 * KiB;
-  if (slow_kernel_copy) {
-    switch (shape) {
-      case SingleCopyShape::kReduce:
-        return kNever;
-      case SingleCopyShape::kGather:
-      case SingleCopyShape::kAllToAll: {
-        const Window normal = default_window(shape, oversubscribed, false);
-        return Window{normal.min, std::min(normal.max, 256 * KiB)};
-      }
-      default:
-        break;
-    }
-  }
   switch (shape) {
     case SingleCopyShape::kOneSource:
       return oversubscribed ? kNever : Window{16 * KiB, 1 * MiB};
@@ -179,12 +157,34 @@ Window default_window(SingleCopyShape shape, bool oversubscribed, bool slow_kern
   return kNever;
 }
 
+// Where the kernel's copy is slow (kernel_copy_is_slow), measured on the
+// Zen 4 VM of 2026-11-26, 2 ranks, against the buffers: all_reduce and
+// reduce by single copy took twice as long from 1 MiB (1 MiB 110-141 ->
+// 52-64 us, 4 MiB 496-528 -> 205-266 us, 16 MiB 3.1-3.2 -> 1.6 ms) and the
+// same up to 256 KiB, so they never use it; all_gather and all_to_all were
+// as fast or faster through the buffers from blocks of 512 KiB (1 MiB:
+// 53-55 against 40-44 us; 4 MiB all_to_all 248-307 against 183 us), so
+// they copy directly up to blocks of 256 KiB. Broadcast still gained
+// (1 MiB 40 against 101 us).
+Window narrowed_for_slow_kernel_copy(SingleCopyShape shape, Window window) {
+  switch (shape) {
+    case SingleCopyShape::kReduce:
+      return kNever;
+    case SingleCopyShape::kGather:
+    case SingleCopyShape::kAllToAll:
+      return Window{window.min, std::min(window.max, size_t{256} << 10)};
+    default:
+      return window;
+  }
+}
+
 }  // namespace
 
 SingleCopyWindow SingleCopySettings::window(SingleCopyShape shape) const {
   if (!enabled) return kNever;
   if (min_bytes || max_bytes) return Window{min_bytes.value_or(0), max_bytes.value_or(SIZE_MAX)};
-  return default_window(shape, oversubscribed, slow_kernel_copy);
+  const Window window = default_window(shape, oversubscribed);
+  return slow_kernel_copy ? narrowed_for_slow_kernel_copy(shape, window) : window;
 }
 
 void SingleCopySettings::read_window_overrides() {

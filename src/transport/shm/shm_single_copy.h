@@ -67,6 +67,7 @@ struct SingleCopyWindow {
   size_t min;
   size_t max;
   bool contains(size_t bytes) const { return bytes >= min && bytes <= max; }
+  bool empty() const { return min > max; }
 };
 
 /// What a group agreed on at connect (ShmGroup::connect), so that every rank
