@@ -73,7 +73,7 @@ using transport::shm::SingleCopySettings;
 using transport::shm::SingleCopyShape;
 using transport::shm::SingleCopyWindow;
 
-TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathers) {
+TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathersAndBroadcasts) {
   constexpr size_t KiB = 1024;
   for (bool oversubscribed : {false, true}) {
     SCOPED_TRACE(oversubscribed ? "oversubscribed" : "a core per rank");
@@ -84,20 +84,28 @@ TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathe
     slow.slow_kernel_copy = true;
     EXPECT_TRUE(slow.window(SingleCopyShape::kReduce).empty());
     for (SingleCopyShape shape : {SingleCopyShape::kGather, SingleCopyShape::kAllToAll}) {
-      const SingleCopyWindow f = fast.window(shape);
       const SingleCopyWindow s = slow.window(shape);
-      if (f.empty()) {
+      if (oversubscribed) {
         EXPECT_TRUE(s.empty());
         continue;
       }
-      EXPECT_EQ(s.min, f.min);
-      EXPECT_EQ(s.max, std::min(f.max, 256 * KiB));
-      EXPECT_TRUE(s.contains(s.min));
-      EXPECT_FALSE(s.contains(512 * KiB));
+      const SingleCopyWindow f = fast.window(shape);
+      EXPECT_EQ(s.min, std::max(f.min, 32 * KiB));
+      EXPECT_EQ(s.max, std::min(f.max, 128 * KiB));
+      EXPECT_TRUE(s.contains(64 * KiB));
+      EXPECT_FALSE(s.contains(16 * KiB));
+      EXPECT_FALSE(s.contains(256 * KiB));
     }
-    for (SingleCopyShape shape : {SingleCopyShape::kOneSource, SingleCopyShape::kShared}) {
-      EXPECT_EQ(slow.window(shape).min, fast.window(shape).min);
-      EXPECT_EQ(slow.window(shape).max, fast.window(shape).max);
+    EXPECT_EQ(slow.window(SingleCopyShape::kOneSource).min, fast.window(SingleCopyShape::kOneSource).min);
+    EXPECT_EQ(slow.window(SingleCopyShape::kOneSource).max, fast.window(SingleCopyShape::kOneSource).max);
+    // Broadcast leaves messages of 1 MiB and more to the ring of slots.
+    const SingleCopyWindow f = fast.window(SingleCopyShape::kShared);
+    const SingleCopyWindow s = slow.window(SingleCopyShape::kShared);
+    EXPECT_EQ(s.min, f.min);
+    if (!f.empty()) {
+      EXPECT_TRUE(f.contains(1024 * KiB));
+      EXPECT_TRUE(s.contains(1024 * KiB - 1));
+      EXPECT_FALSE(s.contains(1024 * KiB));
     }
     // Rank 0's TDIST_SHM_SINGLE_COPY_MIN/MAX_BYTES replace every window.
     slow.min_bytes = 1;

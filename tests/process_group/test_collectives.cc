@@ -600,6 +600,64 @@ TEST_P(Collectives, ARootRunningAheadOfALateReaderNeverOverwritesWhatItHasNotRea
             "");
 }
 
+TEST_P(Collectives, LargeMovesBetweenRoundOpsWithALateRankKeepEveryElement) {
+  // Broadcast, all_gather and gather of over 1 MiB per writer (on shared
+  // memory: a ring of slots where single copy does not take them, and
+  // where ranks have a core each for the gathers; every size in the ring.
+  // run), uneven blocks included, between all_reduces that run in rounds;
+  // the last rank starts late (the pause only lets the others get ahead;
+  // nothing waits on it), so writers fill their rings and must wait for it
+  // before reusing a slot. Every element is checked.
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          if (p > 1 && rank == p - 1)
+                            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                          constexpr int64_t kCount = 300007;  // int32: 1.2 MB
+                          for (int iter = 0; iter < 2; ++iter) {
+                            const int root = (iter + 1) % p;
+                            auto sent = [&](int64_t i) { return static_cast<double>(i * 5 + root + iter); };
+                            Tensor b = rank == root ? make_tensor(DType::kInt32, kCount, sent)
+                                                    : Tensor::zeros(DType::kInt32, {kCount});
+                            pg.broadcast(b, root)->wait();
+                            check_elements(b, 0, kCount, sent, "broadcast #" + std::to_string(iter));
+
+                            Tensor s = make_tensor(DType::kInt64, 1000, [&](int64_t i) { return rank + i; });
+                            pg.all_reduce(s, ReduceOp::SUM)->wait();
+                            check_elements(
+                                s, 0, 1000, [&](int64_t i) { return p * (p - 1) / 2 + p * i; },
+                                "all_reduce between large moves");
+
+                            // Rank r contributes kCount + r * 4099 elements.
+                            auto count_of = [&](int r) { return kCount + r * 4099; };
+                            auto mine = [&](int r) {
+                              return [=](int64_t i) { return static_cast<double>(r * 1000003 + i + iter); };
+                            };
+                            Tensor in = make_tensor(DType::kInt32, count_of(rank), mine(rank));
+                            std::vector<Tensor> outs;
+                            for (int r = 0; r < p; ++r)
+                              outs.push_back(Tensor::zeros(DType::kInt32, {count_of(r)}));
+                            pg.all_gather(outs, in)->wait();
+                            for (int r = 0; r < p; ++r) {
+                              check_elements(outs[static_cast<size_t>(r)], 0, count_of(r), mine(r),
+                                             "all_gather block " + std::to_string(r));
+                            }
+                            Tensor even = make_tensor(DType::kInt32, kCount, mine(rank));
+                            std::vector<Tensor> list;
+                            if (rank == root) {
+                              for (int r = 0; r < p; ++r)
+                                list.push_back(Tensor::zeros(DType::kInt32, {kCount}));
+                            }
+                            pg.gather(list, even, root)->wait();
+                            for (int r = 0; rank == root && r < p; ++r) {
+                              check_elements(list[static_cast<size_t>(r)], 0, kCount, mine(r),
+                                             "gather block " + std::to_string(r));
+                            }
+                          }
+                        }),
+            "");
+}
+
 TEST_P(Collectives, BarrierCompletesOnEveryRank) {
   EXPECT_EQ(with_groups(mode(), n(),
                         [&](ProcessGroup& pg, int) {

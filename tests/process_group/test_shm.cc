@@ -213,6 +213,35 @@ TEST(Shm, RanksThatJudgeTheKernelsCopyDifferentlyTakeRankZerosPaths) {
   unlink(path.c_str());
 }
 
+TEST(Shm, RanksWithDifferentRingThresholdsTakeRankZerosPaths) {
+  // TDIST_SHM_RING_BYTES decides which broadcasts and gathers go through a
+  // ring of slots instead of rounds. Rank 0's value holds for the group:
+  // here only rank 1 sets it, then only rank 0, and every size must still
+  // meet on one path and come out right.
+  for (int setter : {1, 0}) {
+    SCOPED_TRACE("TDIST_SHM_RING_BYTES set on rank " + std::to_string(setter));
+    std::string path = temp_path("shm_ring");
+    auto outcomes = forked_groups(
+        2, path,
+        [&](int rank) {
+          setenv("TDIST_SHM_SINGLE_COPY", "0", 1);
+          if (rank == setter) setenv("TDIST_SHM_RING_BYTES", "1", 1);
+        },
+        [&](ProcessGroup& pg, Store&, int rank) {
+          for (int64_t count : {int64_t{100}, int64_t{65536}, int64_t{300000}}) {
+            Tensor b =
+                make_tensor(DType::kFloat32, count, [&](int64_t i) { return double(rank * 7 + i % 13); });
+            pg.broadcast(b, 1)->wait();
+            check_elements(
+                b, 0, count, [&](int64_t i) { return double(7 + i % 13); }, "broadcast");
+            all_gather_two_ranks(pg, rank, count);
+          }
+        });
+    EXPECT_EQ(describe_failures(outcomes), "");
+    unlink(path.c_str());
+  }
+}
+
 TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
   // Ranks 0-1 pretend to be on host a, ranks 2-4 on host b.
   std::string path = temp_path("shm_mixed");

@@ -6,7 +6,9 @@
 // group chooses these when the group has a shared-memory domain.
 //
 // Data moves in rounds of at most one buffer per rank (pipelined: a rank
-// fills its other buffer while peers still read the last one). Messages of
+// fills its other buffer while peers still read the last one), large
+// broadcasts and gathers in a ring of slots over both buffers, and blocks
+// in single copy's windows straight between the ranks' memories. Messages of
 // at most kPayloadBytes travel inside the flag's cache line. Reductions run
 // in rank order 0..p-1 by one owner per piece, so every rank gets the same
 // bits.

@@ -178,6 +178,44 @@ void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept {
   }
 }
 
+SlotRing::SlotRing(Call& call, size_t bytes, size_t slot_bytes, int only_reader)
+    : call_(call),
+      slot_bytes_(std::min(slot_bytes, call.group.buffer_bytes())),
+      chunks_(ceil_div(bytes, slot_bytes_)),
+      slots_per_buffer_(call.group.buffer_bytes() / slot_bytes_),
+      only_reader_(only_reader),
+      first_(call.begin_round()),
+      end_(call.group.skip_rounds(chunks_ + 1)) {
+  // begin_round let us write the buffer of round first_ (its last round,
+  // first_ - 2, is done everywhere); the other buffer waits for every
+  // reader's arrive(first_), which says it is done with round first_ - 1.
+  call.group.publish_arrive(first_);
+}
+
+uint8_t* SlotRing::slot(int r, size_t j) const {
+  const size_t s = j % (2 * slots_per_buffer_);
+  return call_.group.buffer(r, first_ + s / slots_per_buffer_) + s % slots_per_buffer_ * slot_bytes_;
+}
+
+uint8_t* SlotRing::claim(size_t j) {
+  const int me = call_.rank();
+  const size_t ring = 2 * slots_per_buffer_;
+  for (int r = 0; r < call_.size(); ++r) {
+    if (!reads_from(r, me)) continue;
+    if (j >= ring) {
+      call_.wait(call_.group.reduced(r), round_of(j - ring), r, "its release of our slot");
+    } else if (j >= slots_per_buffer_) {
+      call_.wait(call_.group.arrive(r, first_), first_, r, "its entry into the ring");
+    }
+  }
+  return slot(me, j);
+}
+
+const uint8_t* SlotRing::await(int r, size_t j) const {
+  call_.wait(call_.group.arrive(r, round_of(j)), round_of(j), r, "its data");
+  return slot(r, j);
+}
+
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {
   size_t unit = 64 * element_bytes / std::__gcd(size_t{64}, element_bytes);
   size_t bytes = group.buffer_bytes() / static_cast<size_t>(parts) / unit * unit;

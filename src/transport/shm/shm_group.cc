@@ -56,6 +56,13 @@ size_t configured_buffer_bytes() {
   return static_cast<size_t>(*v);
 }
 
+// TDIST_SHM_RING_BYTES: rank 0's replaces the thresholds of the rings of
+// slots (algorithms/shm/shm_move.cc) for the whole group.
+std::optional<size_t> configured_ring_bytes() {
+  auto v = env_int("TDIST_SHM_RING_BYTES", 1, int64_t{1} << 50);
+  return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
+}
+
 std::string read_first_line(const char* path) {
   std::ifstream in(path);
   std::string line;
@@ -99,9 +106,10 @@ std::vector<int> parse_cpu_list(const std::string& text) {
 }
 
 // Rank 0's record of the segment: its name, the buffer size, rank 0's
-// single-copy window overrides ("-" when unset) and whether the kernel's
-// copy is slow on rank 0 (1 or 0), which every rank uses: ranks that chose
-// different paths for one call would wait for each other forever.
+// single-copy window overrides ("-" when unset), whether the kernel's
+// copy is slow on rank 0 (1 or 0) and its ring threshold override ("-"
+// when unset), which every rank uses: ranks that chose different paths for one call would wait for each
+// other forever.
 std::string optional_text(const std::optional<size_t>& v) {
   return v ? std::to_string(*v) : std::string("-");
 }
@@ -118,24 +126,27 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
                                             std::vector<int> group_ranks) {
   Segment segment;
   size_t buffer_bytes = 0;
+  std::optional<size_t> ring_bytes;
   SingleCopySettings single_copy;
   if (rank == 0) {
     buffer_bytes = configured_buffer_bytes();
+    ring_bytes = configured_ring_bytes();
     single_copy.read_window_overrides();
     single_copy.slow_kernel_copy = size > 1 && single_copy_allowed() && kernel_copy_is_slow();
     segment = Segment::create(segment_bytes(size, buffer_bytes));
     store.set(prefix + "segment",
               to_bytes(segment.name() + " " + std::to_string(buffer_bytes) + " " +
                        optional_text(single_copy.min_bytes) + " " + optional_text(single_copy.max_bytes) +
-                       (single_copy.slow_kernel_copy ? " 1" : " 0")));
+                       (single_copy.slow_kernel_copy ? " 1 " : " 0 ") + optional_text(ring_bytes)));
   } else {
     const std::string value = to_string(store.get(prefix + "segment"));
     std::istringstream fields(value);
-    std::string name, buffer, min, max, slow;
-    if (!(fields >> name >> buffer >> min >> max >> slow) || (slow != "0" && slow != "1"))
+    std::string name, buffer, min, max, slow, ring;
+    if (!(fields >> name >> buffer >> min >> max >> slow >> ring) || (slow != "0" && slow != "1"))
       throw DistBackendError("shared memory: bad segment record '" + value + "'");
     single_copy.slow_kernel_copy = slow == "1";
     buffer_bytes = static_cast<size_t>(parse_int(buffer, "shm/segment buffer size", 1));
+    ring_bytes = parse_optional(ring, "shm/segment ring threshold");
     single_copy.min_bytes = parse_optional(min, "shm/segment single-copy minimum");
     single_copy.max_bytes = parse_optional(max, "shm/segment single-copy maximum");
     segment = Segment::open(name, segment_bytes(size, buffer_bytes));
@@ -195,6 +206,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   }
   auto group = std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
   group->single_copy_ = single_copy;
+  group->ring_bytes_ = ring_bytes;
   group->policy_ = WaitPolicy::for_oversubscription(single_copy.oversubscribed);
   group->group_ranks_ = std::move(group_ranks);
   return group;

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,12 @@ class ShmGroup {
   uint64_t begin_round(FailureCheck check);
   /// Rank r's data buffer of round k.
   uint8_t* buffer(int r, uint64_t k) const;
+  /// Skips `n` round numbers and returns the last: a run of rounds that
+  /// manages its buffers itself (algorithms/shm/shm_common.h, SlotRing)
+  /// takes its numbers this way, and every rank publishes arrive(last) once
+  /// done with all of them, so that the next begin_round waits for it as
+  /// for any round.
+  uint64_t skip_rounds(uint64_t n) { return round_ += n; }
   /// Rank r's arrive flag line of round k (its payload is free for data).
   FlagLine& arrive(int r, uint64_t k) const;
   FlagLine& reduced(int r) const;
@@ -105,6 +112,12 @@ class ShmGroup {
   uint64_t next_eager() { return eager_++; }
   FlagLine& eager_slot(int writer, uint64_t n) const;
   FlagLine& eager_done(int r) const;
+
+  /// Rank 0's TDIST_SHM_RING_BYTES, if set: broadcast, all_gather and
+  /// gather then move messages of at least this many bytes per writer
+  /// through a ring of slots (algorithms/shm/shm_common.h, SlotRing) in
+  /// place of their measured thresholds (algorithms/shm/shm_move.cc).
+  std::optional<size_t> ring_bytes() const { return ring_bytes_; }
 
   /// True if every rank can read and write every other rank's memory
   /// directly (shm_single_copy.h); decided at connect.
@@ -141,6 +154,7 @@ class ShmGroup {
   size_t buffer_bytes_;
   size_t data_offset_;
   WaitPolicy policy_;
+  std::optional<size_t> ring_bytes_;
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
   SingleCopySettings single_copy_;

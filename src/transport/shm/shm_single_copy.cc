@@ -158,21 +158,31 @@ Window default_window(SingleCopyShape shape, bool oversubscribed) {
 }
 
 // Where the kernel's copy is slow (kernel_copy_is_slow), measured on the
-// Zen 4 VM of 2026-11-26, 2 ranks, against the buffers: all_reduce and
-// reduce by single copy took twice as long from 1 MiB (1 MiB 110-141 ->
+// Zen 4 VM of 2026-11-26 against the buffers. all_reduce and reduce by
+// single copy took twice as long from 1 MiB (2 ranks, 1 MiB 110-141 ->
 // 52-64 us, 4 MiB 496-528 -> 205-266 us, 16 MiB 3.1-3.2 -> 1.6 ms) and the
-// same up to 256 KiB, so they never use it; all_gather and all_to_all were
-// as fast or faster through the buffers from blocks of 512 KiB (1 MiB:
-// 53-55 against 40-44 us; 4 MiB all_to_all 248-307 against 183 us), so
-// they copy directly up to blocks of 256 KiB. Broadcast still gained
-// (1 MiB 40 against 101 us).
-Window narrowed_for_slow_kernel_copy(SingleCopyShape shape, Window window) {
+// same up to 256 KiB, so they never use it. all_gather and all_to_all, 2
+// ranks, gained only for blocks of 32-128 KiB (medians of five alternating
+// runs of 1000 calls; all_gather, then all_to_all, the buffers' time first:
+// blocks of 8 KiB 1.5 and 1.7 against 2.9 and 3.0 us, 16 KiB 2.9 and 3.0
+// against 3.6 and 3.7, 32 KiB 6.0 and 5.8 against 5.2 and 5.3, 128 KiB
+// 22.2 and 18.4 against 14.7 and 17.5, 256 KiB 26.0 and 22.1 against 29.5
+// and 29.4); 4 ranks on the 2 cores, all_to_all lost at every block size
+// (64 KiB 33 against 57 us, 256 KiB 104 against 154 us). Broadcast gained
+// (1 MiB 40 against 101 us) but for a ring of slots (from 1 MiB,
+// algorithms/shm/shm_move.cc), as fast at 1 MiB (41 against 42 us) and
+// faster from 2 MiB (67 against 81 us; 64 MiB 3.2 against 6.1 ms).
+Window narrowed_for_slow_kernel_copy(SingleCopyShape shape, Window window, bool oversubscribed) {
+  constexpr size_t KiB = 1024;
   switch (shape) {
     case SingleCopyShape::kReduce:
       return kNever;
+    case SingleCopyShape::kShared:
+      return Window{window.min, std::min(window.max, 1024 * KiB - 1)};
     case SingleCopyShape::kGather:
     case SingleCopyShape::kAllToAll:
-      return Window{window.min, std::min(window.max, size_t{256} << 10)};
+      if (oversubscribed) return kNever;
+      return Window{std::max(window.min, 32 * KiB), std::min(window.max, 128 * KiB)};
     default:
       return window;
   }
@@ -184,7 +194,7 @@ SingleCopyWindow SingleCopySettings::window(SingleCopyShape shape) const {
   if (!enabled) return kNever;
   if (min_bytes || max_bytes) return Window{min_bytes.value_or(0), max_bytes.value_or(SIZE_MAX)};
   const Window window = default_window(shape, oversubscribed);
-  return slow_kernel_copy ? narrowed_for_slow_kernel_copy(shape, window) : window;
+  return slow_kernel_copy ? narrowed_for_slow_kernel_copy(shape, window, oversubscribed) : window;
 }
 
 void SingleCopySettings::read_window_overrides() {
