@@ -188,7 +188,9 @@ SlotRing::SlotRing(Call& call, size_t bytes, size_t slot_bytes, int only_reader)
       end_(call.group.skip_rounds(chunks_ + 1)) {
   // begin_round let us write the buffer of round first_ (its last round,
   // first_ - 2, is done everywhere); the other buffer waits for every
-  // reader's arrive(first_), which says it is done with round first_ - 1.
+  // rank's arrive(first_), which says it is done with round first_ - 1.
+  // Every rank, not only the ring's readers: in the round before, any rank
+  // may have been reading our buffer (a gather's other ranks too).
   call.group.publish_arrive(first_);
 }
 
@@ -201,9 +203,10 @@ uint8_t* SlotRing::claim(size_t j) {
   const int me = call_.rank();
   const size_t ring = 2 * slots_per_buffer_;
   for (int r = 0; r < call_.size(); ++r) {
-    if (!reads_from(r, me)) continue;
+    if (r == me) continue;
     if (j >= ring) {
-      call_.wait(call_.group.reduced(r), round_of(j - ring), r, "its release of our slot");
+      if (reads_from(r, me))
+        call_.wait(call_.group.reduced(r), round_of(j - ring), r, "its release of our slot");
     } else if (j >= slots_per_buffer_) {
       call_.wait(call_.group.arrive(r, first_), first_, r, "its entry into the ring");
     }

@@ -75,7 +75,10 @@ struct Call {
 /// of its own (numbers taken with ShmGroup::skip_rounds): writers publish
 /// `arrive` for it, readers `reduced` once done with it from every writer
 /// they read; at the end every rank publishes `arrive` of one more round,
-/// which the next call's begin_round waits for.
+/// which the next call's begin_round waits for. Every rank publishes
+/// `arrive` of the ring's first round on entering it, done with the round
+/// before, whose buffer holds the second half of the ring: a writer fills
+/// that half only once every rank has entered.
 ///
 /// Why: a writer that refills a buffer which a reader on another core has
 /// just read takes every line of it back from that core's cache. Two
@@ -117,6 +120,8 @@ class SlotRing {
   size_t chunks_;
   size_t slots_per_buffer_;
   int only_reader_;
+  // Declared in this order: first_ takes the next round (begin_round), then
+  // end_ skips the ring's rounds after it.
   uint64_t first_;  // the round every rank publishes on entering the ring
   uint64_t end_;    // the round every rank publishes on leaving it
 };

@@ -44,8 +44,8 @@ constexpr size_t kGatherSlotBytes = size_t{512} << 10;
 // Messages of at least ring_threshold bytes per writer go through a ring of
 // slots (where single copy does not take them). Measured against the rounds
 // (or single copy) on 2026-11-26, the Zen 4 VM, medians of 5-7 alternating
-// runs. 2 ranks: broadcast 1 MiB 48 against 42 us (single copy), 4 MiB 130
-// against 162, 64 MiB 3.2 against 6.1 ms; all_gather (blocks of half the
+// runs. 2 ranks: broadcast 1 MiB 42-48 against 41-46 us (single copy), 4
+// MiB 130 against 162, 64 MiB 3.2 against 6.1 ms; all_gather (blocks of half the
 // size) 4 MiB 165 against 200 us, 16 MiB 1.44 against 1.60 ms, 64 MiB 4.4
 // against 6.7 ms. 4 ranks on the 2 cores: broadcast 1 MiB 109 against 155
 // us, 64 MiB 6.8 against 11.3 ms; but all_gather with blocks of 1-4 MiB

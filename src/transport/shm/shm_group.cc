@@ -106,10 +106,10 @@ std::vector<int> parse_cpu_list(const std::string& text) {
 }
 
 // Rank 0's record of the segment: its name, the buffer size, rank 0's
-// single-copy window overrides ("-" when unset), whether the kernel's
-// copy is slow on rank 0 (1 or 0) and its ring threshold override ("-"
-// when unset), which every rank uses: ranks that chose different paths for one call would wait for each
-// other forever.
+// single-copy window overrides ("-" when unset), whether the kernel's copy
+// is slow on rank 0 (1 or 0) and its ring threshold override ("-" when
+// unset), which every rank uses: ranks that chose different paths for one
+// call would wait for each other forever.
 std::string optional_text(const std::optional<size_t>& v) {
   return v ? std::to_string(*v) : std::string("-");
 }

@@ -23,7 +23,10 @@
 //
 // Small broadcasts and reduces skip the rounds and use each rank's ring of
 // eager slots instead (next_eager() below): their writers do not wait for
-// the readers.
+// the readers. Large broadcasts and gathers run a ring of slots over a
+// writer's two buffers (algorithms/shm/shm_common.h, SlotRing), a run of
+// rounds taken at once (skip_rounds() below) that keeps the rule above for
+// the calls before and after it.
 
 #include <sys/types.h>
 

@@ -167,11 +167,14 @@ Window default_window(SingleCopyShape shape, bool oversubscribed) {
 // blocks of 8 KiB 1.5 and 1.7 against 2.9 and 3.0 us, 16 KiB 2.9 and 3.0
 // against 3.6 and 3.7, 32 KiB 6.0 and 5.8 against 5.2 and 5.3, 128 KiB
 // 22.2 and 18.4 against 14.7 and 17.5, 256 KiB 26.0 and 22.1 against 29.5
-// and 29.4); 4 ranks on the 2 cores, all_to_all lost at every block size
-// (64 KiB 33 against 57 us, 256 KiB 104 against 154 us). Broadcast gained
-// (1 MiB 40 against 101 us) but for a ring of slots (from 1 MiB,
-// algorithms/shm/shm_move.cc), as fast at 1 MiB (41 against 42 us) and
-// faster from 2 MiB (67 against 81 us; 64 MiB 3.2 against 6.1 ms).
+// and 29.4; all_to_all still copies directly every block up to a buffer
+// section once the largest reaches the window, see its `direct`); 4 ranks
+// on the 2 cores, all_to_all lost at every block size (blocks of 64 KiB 33
+// against 57 us, 256 KiB 104 against 154 us). Broadcast gained (1 MiB 40
+// against 101 us) but for a ring of slots (from 1 MiB,
+// algorithms/shm/shm_move.cc), about as fast at 1 MiB (42-48 against 41-46
+// us) and faster from 2 MiB (67 against 81 us; 64 MiB 3.2 against 6.1
+// ms). TDIST_SHM_RING_BYTES does not move this limit.
 Window narrowed_for_slow_kernel_copy(SingleCopyShape shape, Window window, bool oversubscribed) {
   constexpr size_t KiB = 1024;
   switch (shape) {
