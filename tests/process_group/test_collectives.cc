@@ -544,16 +544,16 @@ TEST_P(Collectives, AllToAllBlocksAroundTheOneRoundLimit) {
 
 TEST_P(Collectives, ManySmallBroadcastsAndReducesFromRotatingRootsAmidOtherOps) {
   // Small broadcasts and reduces on shared memory do not wait for their
-  // readers: writers use a ring of slots that wraps every 32 operations. 200
-  // broadcasts in a row from changing roots, of 1 to 49 bytes (49 takes the
-  // rounds), with a small reduce every fifth and an all_reduce now and then:
+  // readers: writers use a ring of slots that wraps every 128 operations.
+  // 600 broadcasts in a row from changing roots, of 1 to 49 bytes (49 takes
+  // the rounds), with a small reduce every fifth and an all_reduce now and then:
   // every value must arrive, none overwritten before every rank read it.
   EXPECT_EQ(
       with_groups(
           mode(), n(),
           [&](ProcessGroup& pg, int rank) {
             const int p = pg.size();
-            for (int i = 0; i < 200; ++i) {
+            for (int i = 0; i < 600; ++i) {
               const int root = (i * 7 / 3) % p;
               const int64_t bytes = 1 + (i * 13) % 49;
               auto value = [&](int64_t j) { return static_cast<double>((i * 5 + j) % 256); };
@@ -580,7 +580,7 @@ TEST_P(Collectives, ManySmallBroadcastsAndReducesFromRotatingRootsAmidOtherOps) 
 }
 
 TEST_P(Collectives, ARootRunningAheadOfALateReaderNeverOverwritesWhatItHasNotRead) {
-  // Rank 0 broadcasts 100 small messages in a row while the last rank starts
+  // Rank 0 broadcasts 400 small messages in a row while the last rank starts
   // late (the pause only lets the root get ahead; nothing waits on it): the
   // root may run at most one ring of slots ahead, and the late rank must
   // still read every message as it was sent.
@@ -589,7 +589,7 @@ TEST_P(Collectives, ARootRunningAheadOfALateReaderNeverOverwritesWhatItHasNotRea
                           const int p = pg.size();
                           if (p > 1 && rank == p - 1)
                             std::this_thread::sleep_for(std::chrono::milliseconds(200));
-                          for (int i = 0; i < 100; ++i) {
+                          for (int i = 0; i < 400; ++i) {
                             auto value = [&](int64_t j) { return static_cast<double>(i * 4 + j); };
                             Tensor t = rank == 0 ? make_tensor(DType::kInt32, 4, value)
                                                  : Tensor::zeros(DType::kInt32, {4});
