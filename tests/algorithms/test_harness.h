@@ -59,12 +59,14 @@ class Group {
 };
 
 using GroupFn = std::function<void(Group&)>;
+using StoreGroupFn = std::function<void(Store&, Group&)>;
 
 /// Runs fn on n ranks, each with its own connected TCP transport, and keeps
-/// every transport alive until all ranks are done. Returns run_ranks'
-/// description of failures ("" if none).
-inline std::string with_group(Mode mode, int n, const GroupFn& fn,
-                              std::chrono::milliseconds deadline = 240s) {
+/// every transport alive until all ranks are done; fn also gets the store
+/// the ranks met through (for what a test arranges outside the group).
+/// Returns run_ranks' description of failures ("" if none).
+inline std::string with_store_and_group(Mode mode, int n, const StoreGroupFn& fn,
+                                        std::chrono::milliseconds deadline = 240s) {
   return run_with_store(
       mode, n,
       [&](Store& store, int rank) -> KeepAlive {
@@ -72,10 +74,17 @@ inline std::string with_group(Mode mode, int n, const GroupFn& fn,
         options.timeout = 60s;
         std::shared_ptr<transport::Transport> t = transport::connect_tcp(store, rank, n, options);
         Group group(*t);
-        fn(group);
+        fn(store, group);
         return t;
       },
       deadline);
+}
+
+/// with_store_and_group for tests that need no store.
+inline std::string with_group(Mode mode, int n, const GroupFn& fn,
+                              std::chrono::milliseconds deadline = 240s) {
+  return with_store_and_group(
+      mode, n, [&](Store&, Group& group) { fn(group); }, deadline);
 }
 
 /// The parameters every multi-rank suite runs over: ranks as threads for

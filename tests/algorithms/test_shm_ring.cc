@@ -131,25 +131,20 @@ void a_reader_that_releases_nothing(Store& store, Group& g, int rank) {
 TEST(SlotRing, AWriterWaitsForEveryRankToLeaveTheRoundBeforeAndForReadersToReleaseSlots) {
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
     SCOPED_TRACE(mode_name(mode));
-    std::string failures = run_with_store(
+    std::string failures = with_store_and_group(
         mode, kRanks,
-        [&](Store& store, int rank) -> KeepAlive {
-          transport::TcpOptions options;
-          options.timeout = 60s;
-          std::shared_ptr<transport::Transport> t = transport::connect_tcp(store, rank, kRanks, options);
-          Group g(*t);
+        [&](Store& store, Group& g) {
           // Both cases run even if the first fails (its peers would wait
           // for the second's group in vain).
           std::string failed;
           for (auto* one_case : {a_rank_still_in_the_round_before, a_reader_that_releases_nothing}) {
             try {
-              one_case(store, g, rank);
+              one_case(store, g, g.rank());
             } catch (const std::exception& e) {
               failed += std::string(failed.empty() ? "" : "; ") + e.what();
             }
           }
           check(failed.empty(), failed);
-          return t;
         },
         120s);
     EXPECT_EQ(failures, "");

@@ -28,15 +28,12 @@ constexpr uint8_t kSentinel = 0xab;
 TEST(ShmWrites, AFailingRankGetsItsMemoryBackOnlyOnceNoPeerWritesIntoIt) {
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
     SCOPED_TRACE(mode_name(mode));
-    std::string failures = run_with_store(
+    std::string failures = with_store_and_group(
         mode, 2,
-        [&](Store& store, int rank) -> KeepAlive {
-          transport::TcpOptions options;
-          options.timeout = 60s;
-          std::shared_ptr<transport::Transport> t = transport::connect_tcp(store, rank, 2, options);
+        [&](Store& store, Group& g) {
+          const int rank = g.rank();
           auto group = shm::ShmGroup::connect(store, rank, 2, 60s, "writes/");
           check(group->single_copy(), "single copy is not available here");
-          Group g(*t);
           const std::string op = "broadcast";  // the context views it
           const auto ctx = g.call(op);
           Call call{ctx, *group};
@@ -83,7 +80,6 @@ TEST(ShmWrites, AFailingRankGetsItsMemoryBackOnlyOnceNoPeerWritesIntoIt) {
             store.set("writer_done", to_bytes("1"));
             check(stopped, "the writer wrote all of it instead of stopping at the abort");
           }
-          return t;
         },
         120s);
     EXPECT_EQ(failures, "");
