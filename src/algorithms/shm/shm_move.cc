@@ -161,9 +161,10 @@ void push_to_root(Call& call, const void* in, uint8_t* output, const std::vector
 
 // all_gather and gather through a SlotRing: each rank copies chunk j of its
 // block into its slot and, if it reads, its own chunk j into its output
-// while the chunk is still in its cache (a third less memory traffic than
-// copying the whole block first: every input is read from memory once),
-// then every other rank's chunk j. gather's root writes no slot.
+// while the chunk is still in its cache (every input is read from memory
+// once, not twice: at 2 ranks a quarter less memory traffic than copying
+// the whole block out first), then every other rank's chunk j. gather's
+// root writes no slot.
 void ring_gather(Call& call, const uint8_t* input, uint8_t* output, const std::vector<size_t>& bytes,
                  const std::vector<size_t>& offsets, int root, bool streaming) {
   const int p = call.size();
