@@ -95,9 +95,15 @@ void check_elements(const Tensor& t, int64_t first, int64_t count, const std::fu
   }
 }
 
-std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size_t floats, int victim,
-                                        const std::function<void(int)>& setup,
-                                        const std::function<void(ProcessGroup&)>& on_group) {
+KillTestOp all_reduce_op() {
+  return KillTestOp{"all_reduce", [](int) { return 1.0f; },
+                    [](ProcessGroup& pg, Tensor& t) { return pg.all_reduce(t, ReduceOp::SUM); },
+                    [](int ranks) { return static_cast<float>(ranks) * static_cast<float>(ranks); }};
+}
+
+std::string kill_one_rank_in(const KillTestOp& op, int ranks, const std::string& name, size_t floats,
+                             int victim, const std::function<void(int)>& setup,
+                             const std::function<void(ProcessGroup&)>& on_group) {
   const std::string path = temp_path(name);
   auto outcomes = run_forked(
       ranks,
@@ -108,11 +114,11 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size
         options.timeout = std::chrono::seconds(60);
         auto pg = create_process_group("tdist", store, rank, ranks, options);
         if (on_group) on_group(*pg);
-        std::vector<float> data(floats, 1.0f);
+        std::vector<float> data(floats, op.initial(rank));
         Tensor t = Tensor::wrap(data);
-        pg->all_reduce(t, ReduceOp::SUM)->wait();  // a first one completes everywhere
+        op.start(*pg, t)->wait();  // a first one completes everywhere
         if (store->add("first_done", 1) == ranks) store->set("all_first_done", "1");
-        auto work = pg->all_reduce(t, ReduceOp::SUM);
+        auto work = op.start(*pg, t);
         if (rank == victim) {
           store->wait({"all_first_done"});
           raise(SIGKILL);
@@ -123,12 +129,12 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size
         // must fail.
         for (int call = 0; call < 2; ++call) {
           try {
-            (call == 0 ? work : pg->all_reduce(t, ReduceOp::SUM))->wait();
+            (call == 0 ? work : op.start(*pg, t))->wait();
             if (call == 1) break;  // the victim never joined it
             // Completed before the victim died: then it must be right.
-            const float expected = static_cast<float>(ranks) * static_cast<float>(ranks);
+            const float expected = op.after_two(ranks);
             for (float x : data) {
-              check(x == expected, "an all_reduce completed with " + std::to_string(x) + ", expected " +
+              check(x == expected, "a " + op.name + " completed with " + std::to_string(x) + ", expected " +
                                        std::to_string(expected));
             }
           } catch (const DistError& e) {
@@ -139,7 +145,7 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size
             return;
           }
         }
-        throw std::runtime_error("two all_reduces completed although rank " + std::to_string(victim) +
+        throw std::runtime_error("two " + op.name + "s completed although rank " + std::to_string(victim) +
                                  " was killed");
       },
       std::chrono::seconds(50));
@@ -147,6 +153,12 @@ std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size
   bool as_expected = true;
   for (const auto& o : outcomes) as_expected = as_expected && (o.rank == victim ? o.signal == SIGKILL : o.ok);
   return as_expected ? "" : describe_failures(outcomes);
+}
+
+std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size_t floats, int victim,
+                                        const std::function<void(int)>& setup,
+                                        const std::function<void(ProcessGroup&)>& on_group) {
+  return kill_one_rank_in(all_reduce_op(), ranks, name, floats, victim, setup, on_group);
 }
 
 }  // namespace tdist::testing

@@ -36,15 +36,32 @@ void check(bool ok, const std::string& what);
 void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
                     const std::string& what);
 
+/// The collective a kill test runs over a float32 tensor: what each rank's
+/// elements start as, how a call starts, and what every element holds once
+/// two calls have completed everywhere.
+struct KillTestOp {
+  std::string name;
+  std::function<float(int rank)> initial;
+  std::function<WorkPtr(ProcessGroup&, Tensor&)> start;
+  std::function<float(int ranks)> after_two;
+};
+/// SUM all_reduces (every element starts at 1).
+KillTestOp all_reduce_op();
+
 /// Forked ranks (a FileStore at temp_path(`name`), removed afterwards since
 /// the victim cannot close it; a 60 s group timeout, so errors come from the
-/// dead peer) run two all_reduces of `floats` float32
-/// elements; rank `victim` dies with SIGKILL in the middle of the second,
-/// once every rank finished the first. Every other rank must fail with a
-/// DistNetworkError naming the victim ("rank <victim>"), directly or through
-/// the rank that aborted the group first. `setup(rank)`, if given, runs
-/// first (environment), `on_group`, if given, once the group exists. Returns what went
-/// otherwise ("" if the victim was killed and every other rank returned).
+/// dead peer) run two calls of `op` on `floats` float32 elements; rank
+/// `victim` dies with SIGKILL in the middle of the second, once every rank
+/// finished the first. Every other rank must fail with a DistNetworkError
+/// naming the victim ("rank <victim>"), directly or through the rank that
+/// aborted the group first. `setup(rank)`, if given, runs first
+/// (environment), `on_group`, if given, once the group exists. Returns what
+/// went otherwise ("" if the victim was killed and every other rank
+/// returned).
+std::string kill_one_rank_in(const KillTestOp& op, int ranks, const std::string& name, size_t floats,
+                             int victim, const std::function<void(int)>& setup = {},
+                             const std::function<void(ProcessGroup&)>& on_group = {});
+/// kill_one_rank_in with all_reduce_op().
 std::string kill_one_rank_in_all_reduce(int ranks, const std::string& name, size_t floats, int victim,
                                         const std::function<void(int)>& setup = {},
                                         const std::function<void(ProcessGroup&)>& on_group = {});

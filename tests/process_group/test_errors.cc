@@ -194,6 +194,17 @@ TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
   EXPECT_EQ(kill_one_rank_in_all_reduce(4, "kill", size_t{16} << 20 /* 64 MiB */, 2), "");
 }
 
+// Three ranks broadcast 64 MiB from rank 0 through a ring of slots (its
+// waits for a reader's release or a writer's chunk); rank 2 dies in it.
+TEST(PgErrors, AKilledRankInARingBroadcastIsReportedByEveryOtherRank) {
+  const KillTestOp broadcast{"broadcast", [](int rank) { return rank == 0 ? 7.0f : 0.0f; },
+                             [](ProcessGroup& pg, Tensor& t) { return pg.broadcast(t, 0); },
+                             [](int) { return 7.0f; }};
+  EXPECT_EQ(kill_one_rank_in(broadcast, 3, "kill_ring", size_t{16} << 20 /* 64 MiB */, 2,
+                             [](int) { setenv("TDIST_SHM_SINGLE_COPY", "0", 1); }),
+            "");
+}
+
 // Two ranks with a core each reduce 16 MiB by single copy: each reads its
 // piece from the other's tensor and writes the result into it. The killed
 // rank's memory vanishes under the survivor's reads and writes. (Where the
