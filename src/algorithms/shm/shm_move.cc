@@ -52,12 +52,12 @@ constexpr size_t kGatherSlotBytes = size_t{512} << 10;
 // 4-15% slower (4 MiB 645 against 551 us, 16 MiB 3.41 against 3.27 ms) and
 // faster only from 8 MiB (32 MiB 3.96 against 4.23 ms, 64 MiB 7.5 against
 // 9.4 ms). TDIST_SHM_RING_BYTES replaces both thresholds (tests).
-constexpr size_t kRingBytes = size_t{1} << 20;
 constexpr size_t kOversubscribedGatherRingBytes = size_t{8} << 20;
 
 size_t ring_threshold(const ShmGroup& group, bool gather) {
   if (auto bytes = group.ring_bytes()) return *bytes;
-  return gather && group.oversubscribed() ? kOversubscribedGatherRingBytes : kRingBytes;
+  return gather && group.oversubscribed() ? kOversubscribedGatherRingBytes
+                                          : transport::shm::kDefaultRingBytes;
 }
 
 void copy(void* dst, const void* src, size_t n) {

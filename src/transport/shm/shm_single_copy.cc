@@ -16,6 +16,7 @@
 #include "common/error_text.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
+#include "transport/shm/shm_group.h"
 
 namespace tdist::transport::shm {
 
@@ -171,7 +172,7 @@ Window default_window(SingleCopyShape shape, bool oversubscribed) {
 // section once the largest reaches the window, see its `direct`); 4 ranks
 // on the 2 cores, all_to_all lost at every block size (blocks of 64 KiB 33
 // against 57 us, 256 KiB 104 against 154 us). Broadcast gained (1 MiB 40
-// against 101 us) but for a ring of slots (from 1 MiB,
+// against 101 us) but for a ring of slots (from kDefaultRingBytes, 1 MiB,
 // algorithms/shm/shm_move.cc), about as fast at 1 MiB (42-48 against 41-46
 // us) and faster from 2 MiB (67 against 81 us; 64 MiB 3.2 against 6.1
 // ms). TDIST_SHM_RING_BYTES does not move this limit.
@@ -181,7 +182,7 @@ Window narrowed_for_slow_kernel_copy(SingleCopyShape shape, Window window, bool 
     case SingleCopyShape::kReduce:
       return kNever;
     case SingleCopyShape::kShared:
-      return Window{window.min, std::min(window.max, 1024 * KiB - 1)};
+      return Window{window.min, std::min(window.max, kDefaultRingBytes - 1)};
     case SingleCopyShape::kGather:
     case SingleCopyShape::kAllToAll:
       if (oversubscribed) return kNever;
