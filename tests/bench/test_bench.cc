@@ -457,6 +457,20 @@ TEST(FloorsBinary, MoreRanksThanCoresAndSingleCopy) {
   expect_floor_rows(r, {"two_shot_passes", "single_copy_passes"}, 5, size_t{260} << 10, 2);
 }
 
+TEST(FloorsBinary, TcpExchangeAtTwoThreeAndOneRank) {
+  // Two ranks share their connections both ways; three use a ring of pairs;
+  // one rank has nobody to talk to and moves nothing.
+  for (int world : {2, 3}) {
+    const RunResult r = run_floors("--world " + std::to_string(world) + " --bytes 260K --runs 2 --floors tcp_exchange");
+    ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+    expect_floor_rows(r, {"tcp_exchange"}, world, size_t{260} << 10, 2);
+  }
+  const RunResult alone = run_floors("--world 1 --bytes 4K --runs 1 --floors tcp_exchange");
+  ASSERT_EQ(alone.exit_code, 0) << joined(alone.lines);
+  ASSERT_EQ(alone.lines.size(), 1U) << joined(alone.lines);
+  EXPECT_EQ(nlohmann::json::parse(alone.lines[0])["floor"], "tcp_exchange");
+}
+
 TEST(FloorsBinary, BadArgumentsFailWithAMessage) {
   expect_failure_saying(run_floors("--bytes 1000"), 2, "multiple of 4096");
   expect_failure_saying(run_floors("--floors in_place,fastest"), 2, "fastest");

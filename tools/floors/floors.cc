@@ -20,6 +20,14 @@
 //                       every owner reads its piece of each peer's array with
 //                       process_vm_readv tile by tile, reduces it and writes
 //                       it back with process_vm_writev.
+//   tcp_exchange        every rank sends 2(w-1)/w n bytes to the next rank and
+//                       receives as many from the previous one over loopback
+//                       TCP, through the transport's connections per pair
+//                       (kDefaultSocketsPerPeer, one stripe each): the bytes
+//                       a ring all_reduce moves each way (n at 2 ranks, the
+//                       least any 2-rank all_reduce can send, as each rank
+//                       needs all of the other's tensor), with no reduction
+//                       and no waiting for anything but the sockets.
 //
 // A run of a floor is the time from the first rank's start to the last
 // rank's end; every rank starts after a barrier. One JSON line per floor:
@@ -27,8 +35,10 @@
 //
 //     tdist-floors [--world 4] [--bytes 64M] [--runs 7] [--floors in_place,copy,...]
 
+#include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,13 +48,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "algorithms/shm/shm_common.h"
 #include "common/cpus.h"
+#include "common/socket.h"
 #include "common/scratch.h"
 #include "common/stream_copy.h"
 #include "options.h"
@@ -53,6 +66,7 @@
 #include "transport/shm/shm_group.h"
 #include "transport/shm/shm_single_copy.h"
 #include "transport/shm/shm_sync.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace {
 
@@ -115,6 +129,10 @@ struct Rank {
   float* other;        // n more, for copy
   uint8_t* segment;    // two_shot_passes: every rank's two buffers of a round
   size_t round_bytes;  // two_shot_passes
+  // tcp_exchange: this rank's connections to the next rank and from the
+  // previous one (the same ones at 2 ranks), non-blocking.
+  std::vector<int> to_next;
+  std::vector<int> from_prev;
 };
 
 void in_place(const Rank& r) {
@@ -206,6 +224,61 @@ void single_copy_passes(const Rank& r) {
   }
 }
 
+// The bytes of a stream of `total` bytes, one stripe per connection as the
+// transport cuts a message (tcp::stripe_begin), taken from (or put into) an
+// array of n bytes again and again: a rank has n bytes, a ring moves more.
+struct Stripe {
+  size_t at = 0;
+  size_t end = 0;
+};
+
+// Moves what one call may move of `stripe` through `fd`; false on an error
+// other than "try again".
+bool move_stripe(int fd, Stripe& stripe, uint8_t* array, size_t n, bool out) {
+  const size_t offset = stripe.at % n;
+  const size_t length = std::min(stripe.end - stripe.at, n - offset);
+  const ssize_t moved = out ? ::send(fd, array + offset, length, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : ::recv(fd, array + offset, length, MSG_DONTWAIT);
+  if (moved > 0) {
+    stripe.at += static_cast<size_t>(moved);
+    return true;
+  }
+  return moved < 0 && (errno == EAGAIN || errno == EINTR);
+}
+
+void tcp_exchange(const Rank& r) {
+  if (r.world < 2) return;
+  const size_t total = r.bytes * 2 * static_cast<size_t>(r.world - 1) / static_cast<size_t>(r.world);
+  const int lanes = static_cast<int>(r.to_next.size());
+  std::vector<Stripe> out(r.to_next.size());
+  std::vector<Stripe> in(r.from_prev.size());
+  for (int i = 0; i < lanes; ++i) {
+    const auto lane = static_cast<size_t>(i);
+    out[lane] = in[lane] = {tdist::transport::tcp::stripe_begin(total, lanes, i),
+                            tdist::transport::tcp::stripe_begin(total, lanes, i + 1)};
+  }
+  std::vector<pollfd> polls(r.to_next.size() * 2);
+  auto* data = reinterpret_cast<uint8_t*>(r.data);
+  auto* other = reinterpret_cast<uint8_t*>(r.other);
+  for (;;) {
+    size_t waiting = 0;
+    for (size_t lane = 0; lane < out.size(); ++lane) {
+      if (out[lane].at < out[lane].end) polls[waiting++] = {r.to_next[lane], POLLOUT, 0};
+      if (in[lane].at < in[lane].end) polls[waiting++] = {r.from_prev[lane], POLLIN, 0};
+    }
+    if (waiting == 0) return;
+    if (::poll(polls.data(), waiting, 60'000) <= 0) throw std::runtime_error("tcp_exchange: no progress in 60 s");
+    for (size_t i = 0; i < waiting; ++i) {
+      if (polls[i].revents == 0) continue;
+      const bool sending = polls[i].events == POLLOUT;
+      const std::vector<int>& fds = sending ? r.to_next : r.from_prev;
+      const auto lane = static_cast<size_t>(std::find(fds.begin(), fds.end(), polls[i].fd) - fds.begin());
+      if (!move_stripe(polls[i].fd, sending ? out[lane] : in[lane], sending ? data : other, r.bytes, sending))
+        throw std::runtime_error(std::string("tcp_exchange: ") + std::strerror(errno));
+    }
+  }
+}
+
 struct Floor {
   const char* name;
   void (*run)(const Rank&);
@@ -213,7 +286,54 @@ struct Floor {
 constexpr Floor kFloors[] = {{"in_place", in_place},
                              {"copy", copy},
                              {"two_shot_passes", two_shot_passes},
-                             {"single_copy_passes", single_copy_passes}};
+                             {"single_copy_passes", single_copy_passes},
+                             {"tcp_exchange", tcp_exchange}};
+
+// tcp_exchange's connections: pair p joins rank p ("a", its first end) and
+// rank p + 1 (mod world), kDefaultSocketsPerPeer connections each; at 2
+// ranks there is one pair, used both ways. Made before the fork, so every
+// rank inherits them; closed by the caller after the ranks exit.
+struct Ring {
+  std::vector<std::vector<tdist::Socket>> a;
+  std::vector<std::vector<tdist::Socket>> b;
+};
+
+Ring connect_ring(int world) {
+  Ring ring;
+  if (world < 2) return ring;
+  const int pairs = world == 2 ? 1 : world;
+  tdist::ListenOptions where;
+  where.host = "127.0.0.1";
+  tdist::Socket listener = tdist::listen_on(0, where);
+  for (int p = 0; p < pairs; ++p) {
+    ring.a.emplace_back();
+    ring.b.emplace_back();
+    for (int i = 0; i < tdist::transport::kDefaultSocketsPerPeer; ++i) {
+      ring.a.back().push_back(
+          tdist::connect_with_retry("127.0.0.1", listener.local_port(), tdist::deadline_after(std::chrono::seconds(30))));
+      int error = 0;
+      tdist::Socket accepted;
+      while (!(accepted = tdist::accept_connection(listener, &error)) && error == 0) listener.wait_readable(tdist::kNoDeadline);
+      if (!accepted) throw std::runtime_error(std::string("tcp_exchange: accept: ") + std::strerror(error));
+      accepted.set_nodelay();
+      ring.b.back().push_back(std::move(accepted));
+    }
+  }
+  return ring;
+}
+
+// Rank me's ends: it sends on pair me (its "a" end) and receives on pair
+// me - 1 (its "b" end); at 2 ranks both are pair 0, rank 0 holding "a".
+void take_ends(const Ring& ring, Rank& r) {
+  if (ring.a.empty()) return;
+  const bool two = r.world == 2;
+  const auto send_pair = static_cast<size_t>(two ? 0 : r.me);
+  const auto recv_pair = static_cast<size_t>(two ? 0 : (r.me + r.world - 1) % r.world);
+  const auto& send_end = (two && r.me == 1) ? ring.b[send_pair] : ring.a[send_pair];
+  const auto& recv_end = (two && r.me == 0) ? ring.a[recv_pair] : ring.b[recv_pair];
+  for (const tdist::Socket& s : send_end) r.to_next.push_back(s.fd());
+  for (const tdist::Socket& s : recv_end) r.from_prev.push_back(s.fd());
+}
 
 Args parse(int argc, char** argv) {
   Args args;
@@ -261,6 +381,7 @@ std::vector<double> measure(const Args& args, const Floor& floor) {
       oversubscribed ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
   auto* segment =
       static_cast<uint8_t*>(map_anonymous(round_bytes * 2 * static_cast<size_t>(args.world), MAP_SHARED));
+  const Ring ring = std::string(floor.name) == "tcp_exchange" ? connect_ring(args.world) : Ring{};
   const Clock::time_point origin = Clock::now();
   std::vector<pid_t> children;
   for (int me = 0; me < args.world; ++me) {
@@ -274,7 +395,8 @@ std::vector<double> measure(const Args& args, const Floor& floor) {
       continue;
     }
     control->pid[me] = getpid();
-    Rank r{me, args.world, args.bytes, control, data, data + args.bytes / 4, segment, round_bytes};
+    Rank r{me, args.world, args.bytes, control, data, data + args.bytes / 4, segment, round_bytes, {}, {}};
+    take_ends(ring, r);
     for (size_t i = 0; i < args.bytes / 2; ++i) data[i] = 1.0F;  // both arrays, touched by this rank
     bool ok = barrier(*control, 0, args.world);
     for (int run = 0; ok && run < args.runs; ++run) {
