@@ -130,5 +130,75 @@ TEST(SingleCopyWindows, TheEnvironmentReplacesTheMeasurementOfTheKernelsCopy) {
   if (before) setenv("TDIST_SHM_KERNEL_COPY_SLOW", saved.c_str(), 1);
 }
 
+TEST(HandoffProbes, EveryEarlyRoundThenOneOfEachKindPer128RoundsInAlternatingPlaces) {
+  // The first rounds alternate: streamed at even, cached at odd ones, two of
+  // each kind in each place before the periodic probes start.
+  int early[2][2] = {};  // [kind][place]
+  for (uint64_t round = 0; round < kHandoffFirstProbes; ++round) {
+    const HandoffProbe probe = handoff_probe(round);
+    ASSERT_NE(probe, HandoffProbe::kNone) << round;
+    EXPECT_EQ(probe, round % 2 == 1 ? HandoffProbe::kCached : HandoffProbe::kStreamed) << round;
+    ++early[probe == HandoffProbe::kStreamed ? 1 : 0][handoff_place(round)];
+  }
+  for (auto& kind : early) {
+    for (int count : kind) EXPECT_GE(count, 2);
+  }
+  // Later, in any 128 consecutive rounds: exactly one probe of each kind,
+  // half a period apart; consecutive probes of a kind use the other place.
+  for (uint64_t from : {uint64_t{16}, uint64_t{100}, uint64_t{12345}}) {
+    int cached = 0;
+    int streamed = 0;
+    for (uint64_t round = from; round < from + kHandoffProbeRounds; ++round) {
+      const HandoffProbe probe = handoff_probe(round);
+      cached += probe == HandoffProbe::kCached ? 1 : 0;
+      streamed += probe == HandoffProbe::kStreamed ? 1 : 0;
+      if (probe != HandoffProbe::kNone) {
+        EXPECT_EQ(handoff_probe(round + kHandoffProbeRounds), probe) << round;
+        EXPECT_NE(handoff_place(round + kHandoffProbeRounds), handoff_place(round)) << round;
+      }
+    }
+    EXPECT_EQ(cached, 1) << from;
+    EXPECT_EQ(streamed, 1) << from;
+  }
+  EXPECT_EQ(handoff_probe(1024), HandoffProbe::kCached);
+  EXPECT_EQ(handoff_probe(1024 + 64), HandoffProbe::kStreamed);
+  EXPECT_EQ(handoff_probe(1025), HandoffProbe::kNone);
+}
+
+TEST(HandoffProbes, TimesAreKeptPerMiBAndNeverAsZero) {
+  EXPECT_EQ(ns_per_mib(1000, size_t{1} << 20), 1000U);
+  EXPECT_EQ(ns_per_mib(1000, size_t{512} << 10), 2000U);  // a half-MiB slot
+  EXPECT_EQ(ns_per_mib(2700, size_t{128} << 10), 21600U);
+  EXPECT_EQ(ns_per_mib(0, size_t{64} << 10), 1U);         // 0 would read as "not measured"
+  EXPECT_EQ(ns_per_mib(uint64_t{1} << 40, size_t{64} << 10), UINT32_MAX);
+  EXPECT_EQ(ns_per_mib(5, 0), UINT32_MAX);
+}
+
+TEST(HandoffProbes, StreamingOnlyWhenEveryTimeIsMeasuredAndItsSumIsShorter) {
+  EXPECT_EQ(best_probe(0, 0), 0U);
+  EXPECT_EQ(best_probe(0, 7), 7U);
+  EXPECT_EQ(best_probe(7, 0), 7U);
+  EXPECT_EQ(best_probe(9, 7), 7U);
+  // Two cores of the Zen 4 VM, ns per MiB: ordinary fills 400 us, streaming
+  // ones 55 us, the reads alike.
+  EXPECT_TRUE(handoff_prefers_streaming({400'000, 56'000}, {55'000, 60'000}));
+  // One core: the reader's copy from the shared cache wins it for cached.
+  EXPECT_FALSE(handoff_prefers_streaming({28'000, 24'000}, {22'000, 38'000}));
+  // The sum decides, not either part: a slower fill, a much faster read.
+  EXPECT_TRUE(handoff_prefers_streaming({10'000, 90'000}, {30'000, 20'000}));
+  EXPECT_FALSE(handoff_prefers_streaming({30'000, 20'000}, {30'000, 20'000}));  // ties keep the cache
+  // Streaming must save a quarter: 20% is noise on one core.
+  EXPECT_FALSE(handoff_prefers_streaming({50'000, 50'000}, {40'000, 40'000}));
+  EXPECT_FALSE(handoff_prefers_streaming({50'000, 50'000}, {37'500, 37'500}));
+  EXPECT_TRUE(handoff_prefers_streaming({50'000, 50'000}, {37'000, 37'000}));
+  // Anything unmeasured keeps ordinary stores.
+  EXPECT_FALSE(handoff_prefers_streaming({0, 90'000}, {1, 1}));
+  EXPECT_FALSE(handoff_prefers_streaming({90'000, 0}, {1, 1}));
+  EXPECT_FALSE(handoff_prefers_streaming({90'000, 90'000}, {0, 1}));
+  EXPECT_FALSE(handoff_prefers_streaming({90'000, 90'000}, {1, 0}));
+  // Sums beyond 32 bits do not wrap (wrapped, 2^32 + 1 would read as 1).
+  EXPECT_TRUE(handoff_prefers_streaming({UINT32_MAX, 2}, {100, 100}));
+}
+
 }  // namespace
 }  // namespace tdist::algorithms::shm::detail

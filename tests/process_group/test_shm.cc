@@ -242,6 +242,66 @@ TEST(Shm, RanksWithDifferentRingThresholdsTakeRankZerosPaths) {
   }
 }
 
+TEST(Shm, RingWritersMayStoreTheirChunksEitherWay) {
+  // How a writer stores its ring chunks (ordinary or streaming stores,
+  // TDIST_SHM_HANDOFF or the probes' verdict) is its own choice: readers
+  // read the same bytes either way. Here one writer streams and the other
+  // caches, then both let the probes decide, over enough chunks (300000
+  // floats: 10 broadcast slots of 128 KiB, 3 gather slots of 512 KiB, each
+  // call) for the probe rounds to come round again.
+  for (const char* other : {"cached", "auto"}) {
+    SCOPED_TRACE(std::string("rank 0 streamed, rank 1 ") + other);
+    std::string path = temp_path("shm_handoff");
+    auto outcomes = forked_groups(
+        2, path,
+        [&](int rank) {
+          setenv("TDIST_SHM_SINGLE_COPY", "0", 1);
+          setenv("TDIST_SHM_RING_BYTES", "1", 1);
+          setenv("TDIST_SHM_HANDOFF", rank == 0 ? "streamed" : other, 1);
+        },
+        [&](ProcessGroup& pg, Store&, int rank) {
+          for (int call = 0; call < 30; ++call) {
+            const int64_t count = call % 3 == 0 ? 300'000 : 65'536 + call;
+            const int root = call % 2;
+            Tensor b = make_tensor(DType::kFloat32, count,
+                                   [&](int64_t i) { return double(rank * 7 + call + i % 13); });
+            pg.broadcast(b, root)->wait();
+            check_elements(
+                b, 0, count, [&](int64_t i) { return double(root * 7 + call + i % 13); }, "broadcast");
+            all_gather_two_ranks(pg, rank, count);
+          }
+        });
+    EXPECT_EQ(describe_failures(outcomes), "");
+    unlink(path.c_str());
+  }
+}
+
+TEST(Shm, ABadHandoffSettingFailsTheFirstCallSayingWhatItTakes) {
+  std::string path = temp_path("shm_handoff_bad");
+  auto outcomes = forked_groups(
+      2, path,
+      [&](int) {
+        setenv("TDIST_SHM_SINGLE_COPY", "0", 1);
+        setenv("TDIST_SHM_HANDOFF", "fast", 1);
+      },
+      [&](ProcessGroup& pg, Store&, int rank) {
+        Tensor t = make_tensor(DType::kFloat32, 1000, [](int64_t i) { return double(i); });
+        try {
+          pg.broadcast(t, 0)->wait();
+        } catch (const DistError& e) {
+          // The root read the setting; the other rank names it and the op.
+          const std::string text = e.what();
+          check(text.find("broadcast: TDIST_SHM_HANDOFF must be auto, cached or streamed, got 'fast'") !=
+                    std::string::npos,
+                "rank " + std::to_string(rank) + ": the error does not say what the setting takes: " + text);
+          return;
+        }
+        check(false, "a broadcast with TDIST_SHM_HANDOFF=fast succeeded");
+      });
+  EXPECT_EQ(describe_failures(outcomes), "");
+  unlink(path.c_str());
+}
+
 TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
   // Ranks 0-1 pretend to be on host a, ranks 2-4 on host b.
   std::string path = temp_path("shm_mixed");

@@ -7,9 +7,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
+#include "common/env.h"
 #include "common/error_text.h"
 #include "common/reduce_kernels.h"
+#include "common/stream_copy.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/shm/shm_single_copy.h"
@@ -180,10 +184,10 @@ void abort_group(ShmGroup& group, const std::exception_ptr& error) noexcept {
 
 SlotRing::SlotRing(Call& call, size_t bytes, size_t slot_bytes, int only_reader)
     : call_(call),
+      handoff_(call, only_reader),
       slot_bytes_(std::min(slot_bytes, call.group.buffer_bytes())),
       chunks_(ceil_div(bytes, slot_bytes_)),
       slots_per_buffer_(call.group.buffer_bytes() / slot_bytes_),
-      only_reader_(only_reader),
       first_(call.begin_round()),
       end_(call.group.skip_rounds(chunks_ + 1)) {
   // begin_round let us write the buffer of round first_ (its last round,
@@ -217,6 +221,143 @@ uint8_t* SlotRing::claim(size_t j) {
 const uint8_t* SlotRing::await(int r, size_t j) const {
   call_.wait(call_.group.arrive(r, round_of(j)), round_of(j), r, "its data");
   return slot(r, j);
+}
+
+HandoffProbe handoff_probe(uint64_t round) {
+  if (round < kHandoffFirstProbes) return round % 2 == 1 ? HandoffProbe::kCached : HandoffProbe::kStreamed;
+  switch (round % kHandoffProbeRounds) {
+    case 0:
+      return HandoffProbe::kCached;
+    case kHandoffProbeRounds / 2:
+      return HandoffProbe::kStreamed;
+    default:
+      return HandoffProbe::kNone;
+  }
+}
+
+size_t handoff_place(uint64_t round) {
+  return (round < kHandoffFirstProbes ? round / 2 : round / kHandoffProbeRounds) % 2;
+}
+
+uint32_t best_probe(uint32_t a, uint32_t b) {
+  if (a == 0) return b;
+  return b == 0 ? a : std::min(a, b);
+}
+
+bool handoff_prefers_streaming(HandoffCost cached, HandoffCost streamed) {
+  if (cached.fill == 0 || cached.read == 0 || streamed.fill == 0 || streamed.read == 0) return false;
+  // Streaming must win by a quarter: on one core the two kinds are within
+  // 10-20% of each other (a MiB in 55 against 60-68 us), and one slow
+  // ordinary fill (a preemption, a cache miss) must not tip the verdict; on
+  // two cores streaming wins by 2-8x.
+  return 4 * (uint64_t{streamed.fill} + streamed.read) < 3 * (uint64_t{cached.fill} + cached.read);
+}
+
+namespace {
+
+// TDIST_SHM_HANDOFF, read once: cached or streamed fixes the writers'
+// stores; auto (or unset) lets the probes decide.
+// A bad value fails the first call that hands a chunk over, naming its op
+// (and every call after it: the static is not initialised by a throw).
+std::optional<HandoffProbe> forced_handoff(std::string_view op) {
+  static const std::optional<HandoffProbe> forced = [op]() -> std::optional<HandoffProbe> {
+    const auto value = env_string("TDIST_SHM_HANDOFF");
+    if (!value || value->empty() || *value == "auto") return std::nullopt;
+    if (*value == "cached") return HandoffProbe::kCached;
+    if (*value == "streamed") return HandoffProbe::kStreamed;
+    throw DistInvalidArgument(std::string(op) + ": TDIST_SHM_HANDOFF must be auto, cached or streamed, got '" +
+                              *value + "'");
+  }();
+  return forced;
+}
+
+uint32_t best_of(const std::atomic<uint32_t> (&ns)[2]) {
+  return best_probe(ns[0].load(std::memory_order_relaxed), ns[1].load(std::memory_order_relaxed));
+}
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t ns_since(Clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+}
+
+// memcpy, or streaming stores (common/stream_copy.h).
+void copy_with(bool streaming, uint8_t* dst, const uint8_t* src, size_t n) {
+  if (streaming) {
+    tdist::detail::stream_copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
+}  // namespace
+
+uint32_t ns_per_mib(uint64_t ns, size_t bytes) {
+  const uint64_t scaled = bytes == 0 ? UINT32_MAX : ns * (uint64_t{1} << 20) / bytes;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(scaled, 1, UINT32_MAX));
+}
+
+HandoffProbe Handoff::probe_of(uint64_t k, size_t n) const {
+  if (n < kHandoffMinBytes || forced_handoff(call_.ctx.op)) return HandoffProbe::kNone;
+  return handoff_probe(k);
+}
+
+bool Handoff::measured_streaming() const {
+  const int me = call_.rank();
+  const transport::shm::HandoffLine& mine = call_.group.handoff(me);
+  HandoffCost kind[2];
+  for (int k = 0; k < 2; ++k) {
+    kind[k].fill = best_of(mine.fill_ns[k]);
+    uint32_t slowest = 0;
+    bool all_measured = true;  // else the kind counts as unmeasured
+    for (int r = 0; r < call_.size(); ++r) {
+      if (!reads_from(r, me)) continue;
+      const uint32_t read = best_of(call_.group.handoff(r).read_ns[k]);
+      all_measured = all_measured && read != 0;
+      slowest = std::max(slowest, read);
+    }
+    kind[k].read = all_measured ? slowest : 0;
+  }
+  return handoff_prefers_streaming(kind[0], kind[1]);
+}
+
+void Handoff::fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const {
+  if (n == 0) return;
+  if (const auto forced = forced_handoff(call_.ctx.op)) {
+    return copy_with(*forced == HandoffProbe::kStreamed, dst, src, n);
+  }
+  if (n < kHandoffMinBytes) return copy_with(false, dst, src, n);
+  const HandoffProbe probe = probe_of(k, n);
+  if (probe == HandoffProbe::kNone) return copy_with(measured_streaming(), dst, src, n);
+  const Clock::time_point start = Clock::now();
+  copy_with(probe == HandoffProbe::kStreamed, dst, src, n);
+  record(true, probe, k, ns_since(start), n);
+}
+
+void Handoff::read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool streaming) const {
+  if (n == 0) return;
+  const HandoffProbe probe = probe_of(k, n);
+  if (probe == HandoffProbe::kNone) return copy_with(streaming, dst, src, n);
+  const Clock::time_point start = Clock::now();
+  copy_with(streaming, dst, src, n);
+  record(false, probe, k, ns_since(start), n);
+}
+
+// Into this rank's HandoffLine, in the probe's place (the older time of its
+// kind: probe rounds alternate between the two places).
+void Handoff::record(bool fill, HandoffProbe probe, uint64_t k, uint64_t ns, size_t n) const {
+  transport::shm::HandoffLine& line = call_.group.handoff(call_.rank());
+  const size_t kind = probe == HandoffProbe::kStreamed ? 1 : 0;
+  (fill ? line.fill_ns : line.read_ns)[kind][handoff_place(k)].store(ns_per_mib(ns, n), std::memory_order_relaxed);
+}
+
+void SlotRing::fill(size_t j, const uint8_t* src, size_t n) {
+  handoff_.fill(round_of(j), claim(j), src, n);
+  publish(j);
+}
+
+void SlotRing::read(int r, size_t j, uint8_t* dst, size_t n, bool streaming) {
+  handoff_.read(round_of(j), dst, await(r, j), n, streaming);
 }
 
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {

@@ -68,6 +68,86 @@ struct Call {
   void wait_copied(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its copy of our data"); }
 };
 
+/// How a writer stores a ring chunk for readers on other cores. On the
+/// Zen 4 VM the two vCPUs are at times two threads of one core, at times
+/// two cores (a cache line passed back and forth in 27 ns, or in 160 ns;
+/// the state changes every few seconds to minutes). Between two cores a
+/// writer refilling a slot with ordinary stores first takes every line back
+/// from the reader's cache, slowly: filling a 512 KiB slot took 200 us
+/// there against 27 us with streaming stores, which write whole lines
+/// without reading them (a 128 KiB slot: 6-36 against 2.7 us). On one core
+/// the ordinary stores leave the chunk in the cache the reader shares,
+/// where streaming stores send it to memory and back. Measured 2026-11-26,
+/// alternating runs each labelled by a ping-pong just before it, 2 ranks,
+/// ordinary against streaming stores: broadcast 64 MiB 3.1-3.7 against
+/// 4.5-4.8 ms on one core, 26-28.7 against 3.3-3.7 on two; all_gather
+/// 64 MiB 4.2-4.3 against 5.5-5.9 on one core, 16-17 against 4.3-5.5 on
+/// two; broadcast 4 MiB on two cores 1.0-1.8 ms against 175-204 us.
+/// So writers and readers measure (Handoff below): one round of every
+/// kHandoffProbeRounds is a probe with ordinary stores and another with
+/// streaming stores (every round of a group's first kHandoffFirstProbes,
+/// so that its first large calls need not wait for a verdict); writers time
+/// their fill of a probe, readers their copy of it (chunks of at least
+/// kHandoffMinBytes; per MiB), each in its HandoffLine.
+/// A writer streams its other chunks if its best fill plus its slowest
+/// reader's best copy, of the last two probes of each kind, is a quarter
+/// shorter with streaming stores (two, so that one preempted copy does not
+/// decide; a quarter, so that noise on one core does not).
+/// TDIST_SHM_HANDOFF=cached or streamed (each rank's own) fixes the
+/// choice and turns the probes off; another value fails the first call
+/// that writes a chunk.
+enum class HandoffProbe { kNone, kCached, kStreamed };
+inline constexpr uint64_t kHandoffProbeRounds = 128;
+inline constexpr uint64_t kHandoffFirstProbes = 16;
+/// Chunks smaller than this are written with ordinary stores and not timed:
+/// their hand-over costs little either way, and timing it is noise.
+inline constexpr size_t kHandoffMinBytes = size_t{64} << 10;
+/// Which probe round `round` of a ring is, if any.
+HandoffProbe handoff_probe(uint64_t round);
+/// Which of a HandoffLine's two places a probe of `round` goes to.
+size_t handoff_place(uint64_t round);
+/// The better of two probe times (0: none).
+uint32_t best_probe(uint32_t a, uint32_t b);
+/// A hand-over's cost with one kind of stores: the writer's fill and its
+/// slowest reader's copy (ns per MiB, 0: not measured).
+struct HandoffCost {
+  uint32_t fill = 0;
+  uint32_t read = 0;
+};
+/// True if every time was measured and streaming stores cost at least a
+/// quarter less.
+bool handoff_prefers_streaming(HandoffCost cached, HandoffCost streamed);
+/// A probe's time for `bytes` as ns per MiB, at least 1 (0 means "none").
+uint32_t ns_per_mib(uint64_t ns, size_t bytes);
+
+/// Chunks of round-numbered hand-overs within one call: a writer fills its
+/// chunk of round k with the stores its readers want (HandoffProbe above),
+/// a reader copies it out, timing the probes.
+class Handoff {
+ public:
+  /// `only_reader` < 0: every rank reads every writer; else only that rank.
+  Handoff(Call& call, int only_reader) : call_(call), only_reader_(only_reader) {}
+  /// A writer: its chunk of round k from `src` to `dst` in its buffer.
+  void fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const;
+  /// A reader: a writer's chunk of round k from `src` to `dst`, with
+  /// streaming stores if `streaming` (the caller's output is large).
+  void read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool streaming) const;
+  bool reads_from(int reader, int writer) const {
+    return reader != writer && (only_reader_ < 0 || reader == only_reader_);
+  }
+
+ private:
+  // The probe of round k for a chunk of n bytes, if it is one (and the
+  // probes are on).
+  HandoffProbe probe_of(uint64_t k, size_t n) const;
+  // The verdict of this writer's and its readers' probes so far.
+  bool measured_streaming() const;
+  void record(bool fill, HandoffProbe probe, uint64_t k, uint64_t ns, size_t n) const;
+
+  Call& call_;
+  int only_reader_;
+};
+
 /// Chunks from writers to readers through each writer's two buffers taken
 /// together as one ring of slots, so that a writer may run a ring ahead of
 /// its readers instead of one round: it reuses a slot once every rank that
@@ -105,21 +185,26 @@ class SlotRing {
   const uint8_t* await(int r, size_t j) const;
   /// A reader: done with chunk j of every writer it reads.
   void release(size_t j) { call_.group.publish_reduced(round_of(j)); }
+  /// A writer: claims chunk j's slot, copies its `n` bytes from `src` in
+  /// with the stores its readers want (HandoffProbe above) and publishes it.
+  void fill(size_t j, const uint8_t* src, size_t n);
+  /// A reader: copies writer r's chunk j (`n` bytes) to `dst`, with
+  /// streaming stores if `streaming`, timing it if it is a probe.
+  void read(int r, size_t j, uint8_t* dst, size_t n, bool streaming);
   /// Every rank, once done with every chunk it writes or reads.
   void finish() { call_.group.publish_arrive(end_); }
 
  private:
   uint64_t round_of(size_t j) const { return first_ + 1 + j; }
+
   uint8_t* slot(int r, size_t j) const;
-  bool reads_from(int reader, int writer) const {
-    return reader != writer && (only_reader_ < 0 || reader == only_reader_);
-  }
+  bool reads_from(int reader, int writer) const { return handoff_.reads_from(reader, writer); }
 
   Call& call_;
+  Handoff handoff_;
   size_t slot_bytes_;
   size_t chunks_;
   size_t slots_per_buffer_;
-  int only_reader_;
   // Declared in this order: first_ takes the next round (begin_round), then
   // end_ skips the ring's rounds after it.
   uint64_t first_;  // the round every rank publishes on entering the ring

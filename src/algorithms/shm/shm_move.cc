@@ -175,8 +175,7 @@ void ring_gather(Call& call, const uint8_t* input, uint8_t* output, const std::v
   for (size_t j = 0; j < ring.chunks(); ++j) {
     Piece mine = piece_of(bytes[m], piece, j);
     if (root != me) {
-      copy(ring.claim(j), input + mine.begin, mine.length);
-      ring.publish(j);
+      ring.fill(j, input + mine.begin, mine.length);
       if (root >= 0) continue;
     }
     copy_out(output + offsets[m] + mine.begin, input + mine.begin, mine.length, streaming);
@@ -184,8 +183,7 @@ void ring_gather(Call& call, const uint8_t* input, uint8_t* output, const std::v
       const int r = (me + step) % p;
       Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, j);
       if (theirs.length == 0) continue;
-      copy_out(output + offsets[static_cast<size_t>(r)] + theirs.begin, ring.await(r, j), theirs.length,
-               streaming);
+      ring.read(r, j, output + offsets[static_cast<size_t>(r)] + theirs.begin, theirs.length, streaming);
     }
     ring.release(j);
   }
@@ -236,10 +234,11 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   const bool payload = max_block <= kPayloadBytes;
   const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
   const size_t rounds = ceil_div(max_block, piece);
+  const Handoff handoff(call, root);
   for (size_t i = 0; i < rounds; ++i) {
     uint64_t k = call.begin_round();
     Piece mine = piece_of(bytes[static_cast<size_t>(me)], piece, i);
-    copy(slot(call, me, k, payload), static_cast<const uint8_t*>(in) + mine.begin, mine.length);
+    handoff.fill(k, slot(call, me, k, payload), static_cast<const uint8_t*>(in) + mine.begin, mine.length);
     call.group.publish_arrive(k);
     if (!reader) continue;
     for (int step = 1; step < p; ++step) {
@@ -247,8 +246,8 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
       Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, i);
       if (theirs.length == 0) continue;
       call.wait_arrive(r, k);
-      copy_out(output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload),
-               theirs.length, streaming);
+      handoff.read(k, output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload),
+                   theirs.length, streaming);
     }
   }
 }
@@ -321,10 +320,9 @@ void ring_broadcast(Call& call, uint8_t* data, size_t nbytes, int root) {
   for (size_t j = 0; j < ring.chunks(); ++j) {
     Piece part = piece_of(nbytes, ring.slot_bytes(), j);
     if (call.rank() == root) {
-      copy(ring.claim(j), data + part.begin, part.length);
-      ring.publish(j);
+      ring.fill(j, data + part.begin, part.length);
     } else {
-      copy_out(data + part.begin, ring.await(root, j), part.length, streaming);
+      ring.read(root, j, data + part.begin, part.length, streaming);
       ring.release(j);
     }
   }
@@ -342,16 +340,17 @@ void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbyte
     const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     const bool streaming = nbytes >= tdist::detail::streaming_threshold();
     auto* bytes = static_cast<uint8_t*>(data);
+    const Handoff handoff(call, -1);
     for (size_t i = 0, rounds = ceil_div(nbytes, piece); i < rounds; ++i) {
       Piece part = piece_of(nbytes, piece, i);
       uint64_t k = call.begin_round();
       if (call.rank() == root) {
-        copy(call.group.buffer(root, k), bytes + part.begin, part.length);
+        handoff.fill(k, call.group.buffer(root, k), bytes + part.begin, part.length);
         call.group.publish_arrive(k);
       } else {
         call.group.publish_arrive(k);
         call.wait_arrive(root, k);
-        copy_out(bytes + part.begin, call.group.buffer(root, k), part.length, streaming);
+        handoff.read(k, bytes + part.begin, call.group.buffer(root, k), part.length, streaming);
       }
     }
   });
@@ -567,14 +566,16 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       return;
     }
     const size_t section = section_bytes(call.group, p, 1);
+    // Each section has one reader: its hand-over is measured on its own.
+    const Handoff from_anyone(call, -1);
     for (size_t i = 0, rounds = ceil_div(max_block, section); i < rounds; ++i) {
       k = call.begin_round();
       uint8_t* mine = call.group.buffer(me, k);
       for (int d = 0; d < p; ++d) {
         if (d == me) continue;
         Piece part = piece_of(send_bytes[static_cast<size_t>(d)], section, i);
-        copy(mine + static_cast<size_t>(d) * section,
-             input + send_offsets[static_cast<size_t>(d)] + part.begin, part.length);
+        Handoff(call, d).fill(k, mine + static_cast<size_t>(d) * section,
+                              input + send_offsets[static_cast<size_t>(d)] + part.begin, part.length);
       }
       call.group.publish_arrive(k);
       for (int step = 1; step < p; ++step) {
@@ -582,8 +583,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
         Piece part = piece_of(recv_bytes[static_cast<size_t>(s)], section, i);
         if (part.length == 0) continue;
         call.wait_arrive(s, k);
-        copy_out(output + recv_offsets[static_cast<size_t>(s)] + part.begin,
-                 call.group.buffer(s, k) + m * section, part.length, streaming);
+        from_anyone.read(k, output + recv_offsets[static_cast<size_t>(s)] + part.begin,
+                         call.group.buffer(s, k) + m * section, part.length, streaming);
       }
     }
   });

@@ -25,6 +25,7 @@ struct ShmGroup::RankArea {
   FlagLine aborted;                       // seq != 0: this rank aborted; payload[0]: its AbortKind
   FlagLine any_aborted;                   // rank 0's only: seq != 0 once any rank aborted
   FlagLine eager_done;                    // eager operations this rank has finished
+  HandoffLine handoff;                    // how this rank wants ring chunks written
   FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
   char reason[1024];                      // why, NUL-terminated
   // Written once at connect, for single copy: the process to read from, and
@@ -243,6 +244,10 @@ FlagLine& ShmGroup::reduced(int r) const {
 
 FlagLine& ShmGroup::writing(int r) const {
   return area(r).writing;
+}
+
+HandoffLine& ShmGroup::handoff(int r) const {
+  return area(r).handoff;
 }
 
 FlagLine& ShmGroup::eager_slot(int writer, uint64_t n) const {

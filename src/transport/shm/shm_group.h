@@ -62,6 +62,18 @@ inline constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
 /// (shm_single_copy.cc).
 inline constexpr size_t kDefaultRingBytes = size_t{1} << 20;
 
+/// What a rank measured handing chunks over in rings of slots
+/// (algorithms/shm/shm_common.h, SlotRing): its last two probe times (ns,
+/// 0: none yet) of filling a slot as a writer and of copying one out as a
+/// reader, for chunks stored with ordinary (index 0) and with streaming
+/// stores (1). Only the rank itself writes its line; writers read their
+/// readers' lines.
+struct alignas(kCacheLine) HandoffLine {
+  std::atomic<uint32_t> fill_ns[2][2];  // [kind][place]
+  std::atomic<uint32_t> read_ns[2][2];
+};
+static_assert(sizeof(HandoffLine) == kCacheLine);
+
 class ShmGroup {
  public:
   /// One rank's flags (defined in shm_group.cc).
@@ -105,6 +117,8 @@ class ShmGroup {
   /// one is under way. A rank that fails a call waits until no peer is
   /// writing before it returns (algorithms/shm/shm_common.h).
   FlagLine& writing(int r) const;
+  /// Rank r's line as a reader of rings of slots (HandoffLine).
+  HandoffLine& handoff(int r) const;
 
   void publish_arrive(uint64_t k) { publish(arrive(rank_, k), k); }
   void publish_reduced(uint64_t k) { publish(reduced(rank_), k); }
