@@ -169,7 +169,7 @@ TEST(HandoffProbes, TimesAreKeptPerMiBAndNeverAsZero) {
   EXPECT_EQ(ns_per_mib(1000, size_t{1} << 20), 1000U);
   EXPECT_EQ(ns_per_mib(1000, size_t{512} << 10), 2000U);  // a half-MiB slot
   EXPECT_EQ(ns_per_mib(2700, size_t{128} << 10), 21600U);
-  EXPECT_EQ(ns_per_mib(0, size_t{64} << 10), 1U);         // 0 would read as "not measured"
+  EXPECT_EQ(ns_per_mib(0, size_t{64} << 10), 1U);  // 0 would read as "not measured"
   EXPECT_EQ(ns_per_mib(uint64_t{1} << 40, size_t{64} << 10), UINT32_MAX);
   EXPECT_EQ(ns_per_mib(5, 0), UINT32_MAX);
 }

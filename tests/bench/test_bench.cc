@@ -461,7 +461,8 @@ TEST(FloorsBinary, TcpExchangeAtTwoThreeAndOneRank) {
   // Two ranks share their connections both ways; three use a ring of pairs;
   // one rank has nobody to talk to and moves nothing.
   for (int world : {2, 3}) {
-    const RunResult r = run_floors("--world " + std::to_string(world) + " --bytes 260K --runs 2 --floors tcp_exchange");
+    const RunResult r =
+        run_floors("--world " + std::to_string(world) + " --bytes 260K --runs 2 --floors tcp_exchange");
     ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
     expect_floor_rows(r, {"tcp_exchange"}, world, size_t{260} << 10, 2);
   }

@@ -46,9 +46,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -57,8 +57,8 @@
 
 #include "algorithms/shm/shm_common.h"
 #include "common/cpus.h"
-#include "common/socket.h"
 #include "common/scratch.h"
+#include "common/socket.h"
 #include "common/stream_copy.h"
 #include "options.h"
 #include "tdist/dtype.h"
@@ -267,7 +267,8 @@ void tcp_exchange(const Rank& r) {
       if (in[lane].at < in[lane].end) polls[waiting++] = {r.from_prev[lane], POLLIN, 0};
     }
     if (waiting == 0) return;
-    if (::poll(polls.data(), waiting, 60'000) <= 0) throw std::runtime_error("tcp_exchange: no progress in 60 s");
+    if (::poll(polls.data(), waiting, 60'000) <= 0)
+      throw std::runtime_error("tcp_exchange: no progress in 60 s");
     for (size_t i = 0; i < waiting; ++i) {
       if (polls[i].revents == 0) continue;
       const bool sending = polls[i].events == POLLOUT;
@@ -309,11 +310,12 @@ Ring connect_ring(int world) {
     ring.a.emplace_back();
     ring.b.emplace_back();
     for (int i = 0; i < tdist::transport::kDefaultSocketsPerPeer; ++i) {
-      ring.a.back().push_back(
-          tdist::connect_with_retry("127.0.0.1", listener.local_port(), tdist::deadline_after(std::chrono::seconds(30))));
+      ring.a.back().push_back(tdist::connect_with_retry("127.0.0.1", listener.local_port(),
+                                                        tdist::deadline_after(std::chrono::seconds(30))));
       int error = 0;
       tdist::Socket accepted;
-      while (!(accepted = tdist::accept_connection(listener, &error)) && error == 0) listener.wait_readable(tdist::kNoDeadline);
+      while (!(accepted = tdist::accept_connection(listener, &error)) && error == 0)
+        listener.wait_readable(tdist::kNoDeadline);
       if (!accepted) throw std::runtime_error(std::string("tcp_exchange: accept: ") + std::strerror(error));
       accepted.set_nodelay();
       ring.b.back().push_back(std::move(accepted));

@@ -265,8 +265,8 @@ std::optional<HandoffProbe> forced_handoff(std::string_view op) {
     if (!value || value->empty() || *value == "auto") return std::nullopt;
     if (*value == "cached") return HandoffProbe::kCached;
     if (*value == "streamed") return HandoffProbe::kStreamed;
-    throw DistInvalidArgument(std::string(op) + ": TDIST_SHM_HANDOFF must be auto, cached or streamed, got '" +
-                              *value + "'");
+    throw DistInvalidArgument(std::string(op) +
+                              ": TDIST_SHM_HANDOFF must be auto, cached or streamed, got '" + *value + "'");
   }();
   return forced;
 }
@@ -278,7 +278,8 @@ uint32_t best_of(const std::atomic<uint32_t> (&ns)[2]) {
 using Clock = std::chrono::steady_clock;
 
 uint64_t ns_since(Clock::time_point start) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
 }
 
 // memcpy, or streaming stores (common/stream_copy.h).
@@ -321,26 +322,33 @@ bool Handoff::measured_streaming() const {
   return handoff_prefers_streaming(kind[0], kind[1]);
 }
 
-void Handoff::fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const {
+void Handoff::fill_with(uint64_t k, size_t n,
+                        tdist::detail::FunctionRef<void(bool streaming)> copy_in) const {
   if (n == 0) return;
-  if (const auto forced = forced_handoff(call_.ctx.op)) {
-    return copy_with(*forced == HandoffProbe::kStreamed, dst, src, n);
-  }
-  if (n < kHandoffMinBytes) return copy_with(false, dst, src, n);
+  if (const auto forced = forced_handoff(call_.ctx.op)) return copy_in(*forced == HandoffProbe::kStreamed);
+  if (n < kHandoffMinBytes) return copy_in(false);
   const HandoffProbe probe = probe_of(k, n);
-  if (probe == HandoffProbe::kNone) return copy_with(measured_streaming(), dst, src, n);
+  if (probe == HandoffProbe::kNone) return copy_in(measured_streaming());
   const Clock::time_point start = Clock::now();
-  copy_with(probe == HandoffProbe::kStreamed, dst, src, n);
+  copy_in(probe == HandoffProbe::kStreamed);
   record(true, probe, k, ns_since(start), n);
+}
+
+void Handoff::read_with(uint64_t k, size_t n, tdist::detail::FunctionRef<void()> work) const {
+  const HandoffProbe probe = probe_of(k, n);
+  if (probe == HandoffProbe::kNone) return work();
+  const Clock::time_point start = Clock::now();
+  work();
+  record(false, probe, k, ns_since(start), n);
+}
+
+void Handoff::fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const {
+  fill_with(k, n, [&](bool streaming) { copy_with(streaming, dst, src, n); });
 }
 
 void Handoff::read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool streaming) const {
   if (n == 0) return;
-  const HandoffProbe probe = probe_of(k, n);
-  if (probe == HandoffProbe::kNone) return copy_with(streaming, dst, src, n);
-  const Clock::time_point start = Clock::now();
-  copy_with(streaming, dst, src, n);
-  record(false, probe, k, ns_since(start), n);
+  read_with(k, n, [&] { copy_with(streaming, dst, src, n); });
 }
 
 // Into this rank's HandoffLine, in the probe's place (the older time of its
@@ -348,7 +356,8 @@ void Handoff::read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool 
 void Handoff::record(bool fill, HandoffProbe probe, uint64_t k, uint64_t ns, size_t n) const {
   transport::shm::HandoffLine& line = call_.group.handoff(call_.rank());
   const size_t kind = probe == HandoffProbe::kStreamed ? 1 : 0;
-  (fill ? line.fill_ns : line.read_ns)[kind][handoff_place(k)].store(ns_per_mib(ns, n), std::memory_order_relaxed);
+  (fill ? line.fill_ns : line.read_ns)[kind][handoff_place(k)].store(ns_per_mib(ns, n),
+                                                                     std::memory_order_relaxed);
 }
 
 void SlotRing::fill(size_t j, const uint8_t* src, size_t n) {

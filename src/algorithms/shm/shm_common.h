@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "common/function_ref.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_group.h"
 #include "transport/shm/shm_single_copy.h"
@@ -68,7 +69,8 @@ struct Call {
   void wait_copied(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its copy of our data"); }
 };
 
-/// How a writer stores a ring chunk for readers on other cores. On the
+/// How a writer stores a chunk (a ring's slot, a round's piece, a
+/// reduction's contribution) for readers on other cores. On the
 /// Zen 4 VM the two vCPUs are at times two threads of one core, at times
 /// two cores (a cache line passed back and forth in 27 ns, or in 160 ns;
 /// the state changes every few seconds to minutes). Between two cores a
@@ -90,9 +92,9 @@ struct Call {
 /// their fill of a probe, readers their copy of it (chunks of at least
 /// kHandoffMinBytes; per MiB), each in its HandoffLine.
 /// A writer streams its other chunks if its best fill plus its slowest
-/// reader's best copy, of the last two probes of each kind, is a quarter
-/// shorter with streaming stores (two, so that one preempted copy does not
-/// decide; a quarter, so that noise on one core does not).
+/// reader's best copy (or reduction), of the last two probes of each kind,
+/// is a quarter shorter with streaming stores (two, so that one preempted
+/// copy does not decide; a quarter, so that noise on one core does not).
 /// TDIST_SHM_HANDOFF=cached or streamed (each rank's own) fixes the
 /// choice and turns the probes off; another value fails the first call
 /// that writes a chunk.
@@ -132,6 +134,12 @@ class Handoff {
   /// A reader: a writer's chunk of round k from `src` to `dst`, with
   /// streaming stores if `streaming` (the caller's output is large).
   void read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool streaming) const;
+  /// A writer whose round-k chunks (n bytes in all) are several copies:
+  /// `copy_in(streaming)` makes them with the stores given.
+  void fill_with(uint64_t k, size_t n, tdist::detail::FunctionRef<void(bool streaming)> copy_in) const;
+  /// A reader that works on the round-k chunks (n bytes from its writers)
+  /// in place, a reduction: `work` runs, timed if round k is a probe.
+  void read_with(uint64_t k, size_t n, tdist::detail::FunctionRef<void()> work) const;
   bool reads_from(int reader, int writer) const {
     return reader != writer && (only_reader_ < 0 || reader == only_reader_);
   }

@@ -21,6 +21,7 @@
 #include "algorithms/shm/shm_collectives.h"
 #include "algorithms/shm/shm_common.h"
 #include "common/reduce_kernels.h"
+#include "common/stream_copy.h"
 
 namespace tdist::algorithms::shm {
 namespace {
@@ -34,10 +35,14 @@ using transport::shm::SingleCopyShape;
 constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 
 // Copies `bytes` of a contribution into shared memory, premultiplied for
-// PREMUL_SUM.
-void contribute(void* dst, const void* src, size_t count, DType dtype, const ReduceOp& op) {
+// PREMUL_SUM; with streaming stores if `streaming` (Handoff, shm_common.h;
+// a premultiplied one always goes through the cache).
+void contribute(void* dst, const void* src, size_t count, DType dtype, const ReduceOp& op,
+                bool streaming = false) {
   if (op.kind == ReduceOp::PREMUL_SUM) {
     premultiply_into(dst, src, count, dtype, op);
+  } else if (count > 0 && streaming) {
+    tdist::detail::stream_copy(dst, src, count * element_size(dtype));
   } else if (count > 0) {
     std::memcpy(dst, src, count * element_size(dtype));
   }
@@ -162,6 +167,16 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
       }
     }
   };
+  // Every rank reduces a piece of every other's round: all read all. A
+  // premultiplied contribution is computed, not copied: no probes.
+  const Handoff handoff(call, -1);
+  auto reduce_timed = [&](const TwoShotRound& round) {
+    if (round.data == nullptr) return;
+    const size_t handed = piece_of(round.count, round.section, static_cast<size_t>(me)).length * eb *
+                          static_cast<size_t>(p - 1);
+    if (premul) return reduce_piece(round);
+    handoff.read_with(round.k, handed, [&] { reduce_piece(round); });
+  };
   TwoShotRound to_reduce;     // copied in by every rank, not yet reduced
   TwoShotRound to_copy_back;  // reduced by every rank, not yet copied back
   for (size_t start = 0; start < count; start += chunk) {
@@ -171,12 +186,21 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
     round.data = data + start * eb;
     round.k = call.begin_round();  // every rank copied in to_reduce and reduced to_copy_back
     copy_back(to_copy_back);
-    reduce_piece(to_reduce);
+    reduce_timed(to_reduce);
     // Copy in every piece but our own, which reduce_piece takes from `data`.
-    for (int j = 0; j < p; ++j) {
-      if (j == me) continue;
-      const Piece piece = piece_of(round.count, round.section, static_cast<size_t>(j));
-      contribute(slot(me, round.k, j), round.data + piece.begin * eb, piece.length, dtype, op);
+    auto copy_in = [&](bool streaming) {
+      for (int j = 0; j < p; ++j) {
+        if (j == me) continue;
+        const Piece piece = piece_of(round.count, round.section, static_cast<size_t>(j));
+        contribute(slot(me, round.k, j), round.data + piece.begin * eb, piece.length, dtype, op, streaming);
+      }
+    };
+    if (premul) {
+      copy_in(false);
+    } else {
+      handoff.fill_with(
+          round.k, (round.count - piece_of(round.count, round.section, static_cast<size_t>(me)).length) * eb,
+          copy_in);
     }
     call.group.publish_arrive(round.k);
     to_copy_back = to_reduce;
@@ -188,7 +212,7 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   }
   const bool two_in_flight = to_copy_back.data != nullptr;
   copy_back(to_copy_back);
-  reduce_piece(to_reduce);
+  reduce_timed(to_reduce);
   call.group.publish_reduced(to_reduce.k);
   if (!keep) {
     // The next call's first round reuses the buffers of our round before
@@ -327,14 +351,30 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
     auto area = [&](int r, uint64_t k) -> uint8_t* {
       return payload ? call.group.arrive(r, k).payload : call.group.buffer(r, k);
     };
+    // Chunks in the buffers (not the flag lines), copied rather than
+    // premultiplied, are handed over with the stores measured best.
+    const bool measured = !payload && !premul;
+    const Handoff handoff(call, -1);
     for (size_t i = 0; i < rounds; ++i) {
       uint64_t k = call.begin_round();
       uint8_t* mine = area(me, k);
+      size_t handed = 0;  // bytes of this round copied in for the others
       for (int j = 0; j < p; ++j) {
-        if (j == me && !premul) continue;
-        Piece piece = piece_of(counts[static_cast<size_t>(j)], section, i);
-        contribute(mine + static_cast<size_t>(j) * section * eb,
-                   input + (offsets[static_cast<size_t>(j)] + piece.begin) * eb, piece.length, dtype, op);
+        if (j != me) handed += piece_of(counts[static_cast<size_t>(j)], section, i).length * eb;
+      }
+      auto copy_in = [&](bool streaming) {
+        for (int j = 0; j < p; ++j) {
+          if (j == me && !premul) continue;
+          Piece piece = piece_of(counts[static_cast<size_t>(j)], section, i);
+          contribute(mine + static_cast<size_t>(j) * section * eb,
+                     input + (offsets[static_cast<size_t>(j)] + piece.begin) * eb, piece.length, dtype, op,
+                     streaming);
+        }
+      };
+      if (measured) {
+        handoff.fill_with(k, handed, copy_in);
+      } else {
+        copy_in(false);
       }
       call.group.publish_arrive(k);
       Piece own = piece_of(counts[static_cast<size_t>(me)], section, i);
@@ -344,7 +384,15 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
                                            ? input + (offsets[static_cast<size_t>(me)] + own.begin) * eb
                                            : area(r, k) + static_cast<size_t>(me) * section * eb;
       }
-      if (own.length > 0) reduce_sources(output + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
+      if (own.length == 0) continue;
+      auto reduce_own = [&] {
+        reduce_sources(output + own.begin * eb, srcs.data(), p, own.length, dtype, op, p);
+      };
+      if (measured) {
+        handoff.read_with(k, own.length * eb * static_cast<size_t>(p - 1), reduce_own);
+      } else {
+        reduce_own();
+      }
     }
   });
 }
