@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <string>
+#include <vector>
 
 #include "algorithms/shm/shm_common.h"
 #include "transport/shm/shm_single_copy.h"
@@ -143,26 +144,34 @@ TEST(HandoffProbes, EveryEarlyRoundThenOneOfEachKindPer128RoundsInAlternatingPla
   for (auto& kind : early) {
     for (int count : kind) EXPECT_GE(count, 2);
   }
-  // Later, in any 128 consecutive rounds: exactly one probe of each kind,
-  // half a period apart; consecutive probes of a kind use the other place.
-  for (uint64_t from : {uint64_t{16}, uint64_t{100}, uint64_t{12345}}) {
-    int cached = 0;
-    int streamed = 0;
+  // Later, in every period of 128 rounds: one probe of each kind, half a
+  // period apart, at a place that moves from one period to the next (a
+  // loop of calls whose rounds repeat does not meet the probes always in
+  // the same step); consecutive periods keep their times in the other place.
+  uint64_t last_cached_at = kHandoffProbeRounds;  // none yet
+  for (uint64_t period : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{96}, uint64_t{97}}) {
+    const uint64_t from = period * kHandoffProbeRounds;
+    std::vector<uint64_t> cached;
+    std::vector<uint64_t> streamed;
     for (uint64_t round = from; round < from + kHandoffProbeRounds; ++round) {
       const HandoffProbe probe = handoff_probe(round);
-      cached += probe == HandoffProbe::kCached ? 1 : 0;
-      streamed += probe == HandoffProbe::kStreamed ? 1 : 0;
-      if (probe != HandoffProbe::kNone) {
-        EXPECT_EQ(handoff_probe(round + kHandoffProbeRounds), probe) << round;
-        EXPECT_NE(handoff_place(round + kHandoffProbeRounds), handoff_place(round)) << round;
-      }
+      if (probe == HandoffProbe::kCached) cached.push_back(round - from);
+      if (probe == HandoffProbe::kStreamed) streamed.push_back(round - from);
+      EXPECT_EQ(handoff_place(round), period % 2) << round;
     }
-    EXPECT_EQ(cached, 1) << from;
-    EXPECT_EQ(streamed, 1) << from;
+    ASSERT_EQ(cached.size(), 1U) << period;
+    ASSERT_EQ(streamed.size(), 1U) << period;
+    EXPECT_EQ((cached[0] + kHandoffProbeRounds / 2) % kHandoffProbeRounds, streamed[0]) << period;
+    if (period == 2 || period == 3 || period == 97) {
+      EXPECT_NE(cached[0], last_cached_at) << period;
+    }
+    last_cached_at = cached[0];
   }
-  EXPECT_EQ(handoff_probe(1024), HandoffProbe::kCached);
-  EXPECT_EQ(handoff_probe(1024 + 64), HandoffProbe::kStreamed);
-  EXPECT_EQ(handoff_probe(1025), HandoffProbe::kNone);
+  // Period 8: the cached probe 8 * 37 % 128 = 40 rounds in, the streamed
+  // one 64 after.
+  EXPECT_EQ(handoff_probe(1024 + 40), HandoffProbe::kCached);
+  EXPECT_EQ(handoff_probe(1024 + 104), HandoffProbe::kStreamed);
+  EXPECT_EQ(handoff_probe(1024), HandoffProbe::kNone);
 }
 
 TEST(HandoffProbes, TimesAreKeptPerMiBAndNeverAsZero) {

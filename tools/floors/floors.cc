@@ -232,18 +232,21 @@ struct Stripe {
   size_t end = 0;
 };
 
-// Moves what one call may move of `stripe` through `fd`; false on an error
-// other than "try again".
-bool move_stripe(int fd, Stripe& stripe, uint8_t* array, size_t n, bool out) {
+// Moves what one call may move of `stripe` through `fd`; throws on an
+// error other than "try again" and on a peer that closed.
+void move_stripe(int fd, Stripe& stripe, uint8_t* array, size_t n, bool out) {
   const size_t offset = stripe.at % n;
   const size_t length = std::min(stripe.end - stripe.at, n - offset);
   const ssize_t moved = out ? ::send(fd, array + offset, length, MSG_NOSIGNAL | MSG_DONTWAIT)
                             : ::recv(fd, array + offset, length, MSG_DONTWAIT);
   if (moved > 0) {
     stripe.at += static_cast<size_t>(moved);
-    return true;
+    return;
   }
-  return moved < 0 && (errno == EAGAIN || errno == EINTR);
+  if (moved == 0) throw std::runtime_error("tcp_exchange: the peer closed the connection");
+  if (errno == EAGAIN || errno == EINTR) return;
+  throw std::runtime_error(std::string("tcp_exchange: ") + (out ? "send: " : "recv: ") +
+                           std::strerror(errno));
 }
 
 void tcp_exchange(const Rank& r) {
@@ -267,15 +270,16 @@ void tcp_exchange(const Rank& r) {
       if (in[lane].at < in[lane].end) polls[waiting++] = {r.from_prev[lane], POLLIN, 0};
     }
     if (waiting == 0) return;
-    if (::poll(polls.data(), waiting, 60'000) <= 0)
-      throw std::runtime_error("tcp_exchange: no progress in 60 s");
+    const int ready = ::poll(polls.data(), waiting, 60'000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) throw std::runtime_error(std::string("tcp_exchange: poll: ") + std::strerror(errno));
+    if (ready == 0) throw std::runtime_error("tcp_exchange: no progress in 60 s");
     for (size_t i = 0; i < waiting; ++i) {
       if (polls[i].revents == 0) continue;
       const bool sending = polls[i].events == POLLOUT;
       const std::vector<int>& fds = sending ? r.to_next : r.from_prev;
       const auto lane = static_cast<size_t>(std::find(fds.begin(), fds.end(), polls[i].fd) - fds.begin());
-      if (!move_stripe(polls[i].fd, sending ? out[lane] : in[lane], sending ? data : other, r.bytes, sending))
-        throw std::runtime_error(std::string("tcp_exchange: ") + std::strerror(errno));
+      move_stripe(polls[i].fd, sending ? out[lane] : in[lane], sending ? data : other, r.bytes, sending);
     }
   }
 }
@@ -293,7 +297,8 @@ constexpr Floor kFloors[] = {{"in_place", in_place},
 // tcp_exchange's connections: pair p joins rank p ("a", its first end) and
 // rank p + 1 (mod world), kDefaultSocketsPerPeer connections each; at 2
 // ranks there is one pair, used both ways. Made before the fork, so every
-// rank inherits them; closed by the caller after the ranks exit.
+// rank inherits them; each rank keeps its own ends (take_ends), the parent
+// none.
 struct Ring {
   std::vector<std::vector<tdist::Socket>> a;
   std::vector<std::vector<tdist::Socket>> b;
@@ -335,6 +340,17 @@ void take_ends(const Ring& ring, Rank& r) {
   const auto& recv_end = (two && r.me == 0) ? ring.a[recv_pair] : ring.b[recv_pair];
   for (const tdist::Socket& s : send_end) r.to_next.push_back(s.fd());
   for (const tdist::Socket& s : recv_end) r.from_prev.push_back(s.fd());
+  // The other ends are closed here, as the parent closes its copies, so
+  // that a rank that dies closes its connections and its peers stop.
+  for (const auto* side : {&ring.a, &ring.b}) {
+    for (const auto& pair : *side) {
+      for (const tdist::Socket& s : pair) {
+        const bool mine = std::find(r.to_next.begin(), r.to_next.end(), s.fd()) != r.to_next.end() ||
+                          std::find(r.from_prev.begin(), r.from_prev.end(), s.fd()) != r.from_prev.end();
+        if (!mine) ::close(s.fd());
+      }
+    }
+  }
 }
 
 Args parse(int argc, char** argv) {
@@ -374,6 +390,15 @@ const Floor& find_floor(const std::string& name) {
 // Measures one floor: forks the ranks, returns every run's time in us
 // (empty if a rank failed, with the reason on stderr).
 std::vector<double> measure(const Args& args, const Floor& floor) {
+  Ring ring;
+  if (std::string(floor.name) == "tcp_exchange") {
+    try {
+      ring = connect_ring(args.world);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tdist-floors: tcp_exchange: connecting the ranks: %s\n", e.what());
+      return {};
+    }
+  }
   auto* control = static_cast<Control*>(map_anonymous(sizeof(Control), MAP_SHARED));
   auto* data = static_cast<float*>(map_anonymous(args.bytes * 2, MAP_PRIVATE));
   // The round the library picks for this many ranks on this process's CPUs.
@@ -383,7 +408,6 @@ std::vector<double> measure(const Args& args, const Floor& floor) {
       oversubscribed ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
   auto* segment =
       static_cast<uint8_t*>(map_anonymous(round_bytes * 2 * static_cast<size_t>(args.world), MAP_SHARED));
-  const Ring ring = std::string(floor.name) == "tcp_exchange" ? connect_ring(args.world) : Ring{};
   const Clock::time_point origin = Clock::now();
   std::vector<pid_t> children;
   for (int me = 0; me < args.world; ++me) {
@@ -415,6 +439,7 @@ std::vector<double> measure(const Args& args, const Floor& floor) {
     }
     _exit(ok ? 0 : 1);
   }
+  ring = Ring{};  // the ranks hold their ends
   bool ok = true;
   for (pid_t pid : children) {
     int status = 0;

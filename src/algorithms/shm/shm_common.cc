@@ -225,14 +225,14 @@ const uint8_t* SlotRing::await(int r, size_t j) const {
 
 HandoffProbe handoff_probe(uint64_t round) {
   if (round < kHandoffFirstProbes) return round % 2 == 1 ? HandoffProbe::kCached : HandoffProbe::kStreamed;
-  switch (round % kHandoffProbeRounds) {
-    case 0:
-      return HandoffProbe::kCached;
-    case kHandoffProbeRounds / 2:
-      return HandoffProbe::kStreamed;
-    default:
-      return HandoffProbe::kNone;
-  }
+  // The cached probe's place in each period moves by 37 (prime to the
+  // period) from one period to the next; the streamed one is half a
+  // period after it.
+  const uint64_t place = round / kHandoffProbeRounds * 37 % kHandoffProbeRounds;
+  const uint64_t at = round % kHandoffProbeRounds;
+  if (at == place) return HandoffProbe::kCached;
+  if (at == (place + kHandoffProbeRounds / 2) % kHandoffProbeRounds) return HandoffProbe::kStreamed;
+  return HandoffProbe::kNone;
 }
 
 size_t handoff_place(uint64_t round) {
@@ -253,23 +253,12 @@ bool handoff_prefers_streaming(HandoffCost cached, HandoffCost streamed) {
   return 4 * (uint64_t{streamed.fill} + streamed.read) < 3 * (uint64_t{cached.fill} + cached.read);
 }
 
-namespace {
-
-// TDIST_SHM_HANDOFF, read once: cached or streamed fixes the writers'
-// stores; auto (or unset) lets the probes decide.
-// A bad value fails the first call that hands a chunk over, naming its op
-// (and every call after it: the static is not initialised by a throw).
-std::optional<HandoffProbe> forced_handoff(std::string_view op) {
-  static const std::optional<HandoffProbe> forced = [op]() -> std::optional<HandoffProbe> {
-    const auto value = env_string("TDIST_SHM_HANDOFF");
-    if (!value || value->empty() || *value == "auto") return std::nullopt;
-    if (*value == "cached") return HandoffProbe::kCached;
-    if (*value == "streamed") return HandoffProbe::kStreamed;
-    throw DistInvalidArgument(std::string(op) +
-                              ": TDIST_SHM_HANDOFF must be auto, cached or streamed, got '" + *value + "'");
-  }();
-  return forced;
+uint32_t ns_per_mib(uint64_t ns, size_t bytes) {
+  const uint64_t scaled = bytes == 0 ? UINT32_MAX : ns * (uint64_t{1} << 20) / bytes;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(scaled, 1, UINT32_MAX));
 }
+
+namespace {
 
 uint32_t best_of(const std::atomic<uint32_t> (&ns)[2]) {
   return best_probe(ns[0].load(std::memory_order_relaxed), ns[1].load(std::memory_order_relaxed));
@@ -284,6 +273,7 @@ uint64_t ns_since(Clock::time_point start) {
 
 // memcpy, or streaming stores (common/stream_copy.h).
 void copy_with(bool streaming, uint8_t* dst, const uint8_t* src, size_t n) {
+  if (n == 0 || dst == src) return;
   if (streaming) {
     tdist::detail::stream_copy(dst, src, n);
   } else {
@@ -293,27 +283,22 @@ void copy_with(bool streaming, uint8_t* dst, const uint8_t* src, size_t n) {
 
 }  // namespace
 
-uint32_t ns_per_mib(uint64_t ns, size_t bytes) {
-  const uint64_t scaled = bytes == 0 ? UINT32_MAX : ns * (uint64_t{1} << 20) / bytes;
-  return static_cast<uint32_t>(std::clamp<uint64_t>(scaled, 1, UINT32_MAX));
-}
-
-HandoffProbe Handoff::probe_of(uint64_t k, size_t n) const {
-  if (n < kHandoffMinBytes || forced_handoff(call_.ctx.op)) return HandoffProbe::kNone;
-  return handoff_probe(k);
+HandoffProbe Handoff::probe_of(uint64_t k) const {
+  return call_.group.handoff_mode() == transport::shm::HandoffMode::kAuto ? handoff_probe(k)
+                                                                          : HandoffProbe::kNone;
 }
 
 bool Handoff::measured_streaming() const {
   const int me = call_.rank();
   const transport::shm::HandoffLine& mine = call_.group.handoff(me);
   HandoffCost kind[2];
-  for (int k = 0; k < 2; ++k) {
-    kind[k].fill = best_of(mine.fill_ns[k]);
+  for (size_t k = 0; k < 2; ++k) {
+    kind[k].fill = best_of(mine.fill_ns[use_][k]);
     uint32_t slowest = 0;
     bool all_measured = true;  // else the kind counts as unmeasured
     for (int r = 0; r < call_.size(); ++r) {
       if (!reads_from(r, me)) continue;
-      const uint32_t read = best_of(call_.group.handoff(r).read_ns[k]);
+      const uint32_t read = best_of(call_.group.handoff(r).read_ns[use_][k]);
       all_measured = all_measured && read != 0;
       slowest = std::max(slowest, read);
     }
@@ -322,21 +307,31 @@ bool Handoff::measured_streaming() const {
   return handoff_prefers_streaming(kind[0], kind[1]);
 }
 
+// In a probe round every writer uses the probe's stores, whatever the size
+// of its chunks, so that a reader's label (from the round) is always right;
+// only chunks of kHandoffMinBytes or more are timed.
 void Handoff::fill_with(uint64_t k, size_t n,
                         tdist::detail::FunctionRef<void(bool streaming)> copy_in) const {
   if (n == 0) return;
-  if (const auto forced = forced_handoff(call_.ctx.op)) return copy_in(*forced == HandoffProbe::kStreamed);
-  if (n < kHandoffMinBytes) return copy_in(false);
-  const HandoffProbe probe = probe_of(k, n);
-  if (probe == HandoffProbe::kNone) return copy_in(measured_streaming());
+  switch (call_.group.handoff_mode()) {
+    case transport::shm::HandoffMode::kCached:
+      return copy_in(false);
+    case transport::shm::HandoffMode::kStreamed:
+      return copy_in(true);
+    case transport::shm::HandoffMode::kAuto:
+      break;
+  }
+  const HandoffProbe probe = probe_of(k);
+  if (probe == HandoffProbe::kNone) return copy_in(n >= kHandoffMinBytes && measured_streaming());
+  if (n < kHandoffMinBytes) return copy_in(probe == HandoffProbe::kStreamed);
   const Clock::time_point start = Clock::now();
   copy_in(probe == HandoffProbe::kStreamed);
   record(true, probe, k, ns_since(start), n);
 }
 
 void Handoff::read_with(uint64_t k, size_t n, tdist::detail::FunctionRef<void()> work) const {
-  const HandoffProbe probe = probe_of(k, n);
-  if (probe == HandoffProbe::kNone) return work();
+  const HandoffProbe probe = probe_of(k);
+  if (probe == HandoffProbe::kNone || n < kHandoffMinBytes) return work();
   const Clock::time_point start = Clock::now();
   work();
   record(false, probe, k, ns_since(start), n);
@@ -347,17 +342,17 @@ void Handoff::fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const
 }
 
 void Handoff::read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool streaming) const {
-  if (n == 0) return;
+  if (n == 0 || dst == src) return;
   read_with(k, n, [&] { copy_with(streaming, dst, src, n); });
 }
 
 // Into this rank's HandoffLine, in the probe's place (the older time of its
-// kind: probe rounds alternate between the two places).
+// kind: probe periods alternate between the two places).
 void Handoff::record(bool fill, HandoffProbe probe, uint64_t k, uint64_t ns, size_t n) const {
   transport::shm::HandoffLine& line = call_.group.handoff(call_.rank());
   const size_t kind = probe == HandoffProbe::kStreamed ? 1 : 0;
-  (fill ? line.fill_ns : line.read_ns)[kind][handoff_place(k)].store(ns_per_mib(ns, n),
-                                                                     std::memory_order_relaxed);
+  (fill ? line.fill_ns : line.read_ns)[use_][kind][handoff_place(k)].store(ns_per_mib(ns, n),
+                                                                           std::memory_order_relaxed);
 }
 
 void SlotRing::fill(size_t j, const uint8_t* src, size_t n) {

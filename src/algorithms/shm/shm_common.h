@@ -85,26 +85,30 @@ struct Call {
 /// 4.5-4.8 ms on one core, 26-28.7 against 3.3-3.7 on two; all_gather
 /// 64 MiB 4.2-4.3 against 5.5-5.9 on one core, 16-17 against 4.3-5.5 on
 /// two; broadcast 4 MiB on two cores 1.0-1.8 ms against 175-204 us.
-/// So writers and readers measure (Handoff below): one round of every
+/// So writers and readers measure (Handoff below): one round in every
 /// kHandoffProbeRounds is a probe with ordinary stores and another with
-/// streaming stores (every round of a group's first kHandoffFirstProbes,
-/// so that its first large calls need not wait for a verdict); writers time
-/// their fill of a probe, readers their copy of it (chunks of at least
-/// kHandoffMinBytes; per MiB), each in its HandoffLine.
-/// A writer streams its other chunks if its best fill plus its slowest
-/// reader's best copy (or reduction), of the last two probes of each kind,
-/// is a quarter shorter with streaming stores (two, so that one preempted
-/// copy does not decide; a quarter, so that noise on one core does not).
-/// TDIST_SHM_HANDOFF=cached or streamed (each rank's own) fixes the
-/// choice and turns the probes off; another value fails the first call
-/// that writes a chunk.
+/// streaming stores, at places that move from period to period (so a loop
+/// of calls whose rounds repeat does not meet them always in the same
+/// step), and every round of a group's first kHandoffFirstProbes is one,
+/// so that its first large calls need not wait for a verdict. In a probe
+/// round every writer uses the probe's stores; writers time their fill,
+/// readers their copy or reduction (chunks of at least kHandoffMinBytes;
+/// per MiB), each in its HandoffLine, copies apart from reductions.
+/// A writer streams its other chunks of kHandoffMinBytes or more if its
+/// best fill plus its slowest reader's best copy (or reduction), of the
+/// last two probes of each kind, is a quarter shorter with streaming
+/// stores (two, so that one preempted copy does not decide; a quarter, so
+/// that noise on one core does not).
+/// TDIST_SHM_HANDOFF=cached or streamed (rank 0's, ShmGroup::handoff_mode)
+/// fixes the stores of every chunk and turns the probes off.
 enum class HandoffProbe { kNone, kCached, kStreamed };
 inline constexpr uint64_t kHandoffProbeRounds = 128;
 inline constexpr uint64_t kHandoffFirstProbes = 16;
-/// Chunks smaller than this are written with ordinary stores and not timed:
-/// their hand-over costs little either way, and timing it is noise.
+/// Outside probe rounds, chunks smaller than this are written with
+/// ordinary stores; they are never timed (their hand-over costs little
+/// either way, and timing it is noise).
 inline constexpr size_t kHandoffMinBytes = size_t{64} << 10;
-/// Which probe round `round` of a ring is, if any.
+/// Which probe round `round` is, if any.
 HandoffProbe handoff_probe(uint64_t round);
 /// Which of a HandoffLine's two places a probe of `round` goes to.
 size_t handoff_place(uint64_t round);
@@ -124,11 +128,14 @@ uint32_t ns_per_mib(uint64_t ns, size_t bytes);
 
 /// Chunks of round-numbered hand-overs within one call: a writer fills its
 /// chunk of round k with the stores its readers want (HandoffProbe above),
-/// a reader copies it out, timing the probes.
+/// a reader copies it out or reduces it, timing the probes.
 class Handoff {
  public:
+  /// What readers do with the chunks: copy them out, or reduce them.
+  enum class Use { kCopy = 0, kReduce = 1 };
   /// `only_reader` < 0: every rank reads every writer; else only that rank.
-  Handoff(Call& call, int only_reader) : call_(call), only_reader_(only_reader) {}
+  Handoff(Call& call, int only_reader, Use use = Use::kCopy)
+      : call_(call), only_reader_(only_reader), use_(static_cast<size_t>(use)) {}
   /// A writer: its chunk of round k from `src` to `dst` in its buffer.
   void fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const;
   /// A reader: a writer's chunk of round k from `src` to `dst`, with
@@ -145,15 +152,15 @@ class Handoff {
   }
 
  private:
-  // The probe of round k for a chunk of n bytes, if it is one (and the
-  // probes are on).
-  HandoffProbe probe_of(uint64_t k, size_t n) const;
+  // The probe of round k, if it is one and the probes are on.
+  HandoffProbe probe_of(uint64_t k) const;
   // The verdict of this writer's and its readers' probes so far.
   bool measured_streaming() const;
   void record(bool fill, HandoffProbe probe, uint64_t k, uint64_t ns, size_t n) const;
 
   Call& call_;
   int only_reader_;
+  size_t use_;
 };
 
 /// Chunks from writers to readers through each writer's two buffers taken

@@ -169,7 +169,7 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
   };
   // Every rank reduces a piece of every other's round: all read all. A
   // premultiplied contribution is computed, not copied: no probes.
-  const Handoff handoff(call, -1);
+  const Handoff handoff(call, -1, Handoff::Use::kReduce);
   auto reduce_timed = [&](const TwoShotRound& round) {
     if (round.data == nullptr) return;
     const size_t handed = piece_of(round.count, round.section, static_cast<size_t>(me)).length * eb *
@@ -354,7 +354,7 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
     // Chunks in the buffers (not the flag lines), copied rather than
     // premultiplied, are handed over with the stores measured best.
     const bool measured = !payload && !premul;
-    const Handoff handoff(call, -1);
+    const Handoff handoff(call, -1, Handoff::Use::kReduce);
     for (size_t i = 0; i < rounds; ++i) {
       uint64_t k = call.begin_round();
       uint8_t* mine = area(me, k);

@@ -25,7 +25,7 @@ struct ShmGroup::RankArea {
   FlagLine aborted;                       // seq != 0: this rank aborted; payload[0]: its AbortKind
   FlagLine any_aborted;                   // rank 0's only: seq != 0 once any rank aborted
   FlagLine eager_done;                    // eager operations this rank has finished
-  HandoffLine handoff;                    // how this rank wants ring chunks written
+  HandoffLine handoff;                    // what this rank measured handing chunks over
   FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
   char reason[1024];                      // why, NUL-terminated
   // Written once at connect, for single copy: the process to read from, and
@@ -62,6 +62,27 @@ size_t configured_buffer_bytes() {
 std::optional<size_t> configured_ring_bytes() {
   auto v = env_int("TDIST_SHM_RING_BYTES", 1, int64_t{1} << 50);
   return v ? std::optional<size_t>(static_cast<size_t>(*v)) : std::nullopt;
+}
+
+// TDIST_SHM_HANDOFF: auto (or unset), cached or streamed.
+HandoffMode configured_handoff() {
+  const auto value = env_string("TDIST_SHM_HANDOFF");
+  if (!value || value->empty() || *value == "auto") return HandoffMode::kAuto;
+  if (*value == "cached") return HandoffMode::kCached;
+  if (*value == "streamed") return HandoffMode::kStreamed;
+  throw DistInvalidArgument("TDIST_SHM_HANDOFF must be auto, cached or streamed, got '" + *value + "'");
+}
+
+const char* handoff_text(HandoffMode mode) {
+  switch (mode) {
+    case HandoffMode::kCached:
+      return "cached";
+    case HandoffMode::kStreamed:
+      return "streamed";
+    case HandoffMode::kAuto:
+      break;
+  }
+  return "auto";
 }
 
 std::string read_first_line(const char* path) {
@@ -129,6 +150,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   size_t buffer_bytes = 0;
   std::optional<size_t> ring_bytes;
   SingleCopySettings single_copy;
+  HandoffMode handoff = configured_handoff();  // every rank checks its own
   if (rank == 0) {
     buffer_bytes = configured_buffer_bytes();
     ring_bytes = configured_ring_bytes();
@@ -138,13 +160,18 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
     store.set(prefix + "segment",
               to_bytes(segment.name() + " " + std::to_string(buffer_bytes) + " " +
                        optional_text(single_copy.min_bytes) + " " + optional_text(single_copy.max_bytes) +
-                       (single_copy.slow_kernel_copy ? " 1 " : " 0 ") + optional_text(ring_bytes)));
+                       (single_copy.slow_kernel_copy ? " 1 " : " 0 ") + optional_text(ring_bytes) + " " +
+                       handoff_text(handoff)));
   } else {
     const std::string value = to_string(store.get(prefix + "segment"));
     std::istringstream fields(value);
-    std::string name, buffer, min, max, slow, ring;
-    if (!(fields >> name >> buffer >> min >> max >> slow >> ring) || (slow != "0" && slow != "1"))
+    std::string name, buffer, min, max, slow, ring, mode;
+    if (!(fields >> name >> buffer >> min >> max >> slow >> ring >> mode) || (slow != "0" && slow != "1") ||
+        (mode != "auto" && mode != "cached" && mode != "streamed"))
       throw DistBackendError("shared memory: bad segment record '" + value + "'");
+    handoff = mode == "cached"     ? HandoffMode::kCached
+              : mode == "streamed" ? HandoffMode::kStreamed
+                                   : HandoffMode::kAuto;
     single_copy.slow_kernel_copy = slow == "1";
     buffer_bytes = static_cast<size_t>(parse_int(buffer, "shm/segment buffer size", 1));
     ring_bytes = parse_optional(ring, "shm/segment ring threshold");
@@ -208,6 +235,7 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   auto group = std::unique_ptr<ShmGroup>(new ShmGroup(std::move(segment), rank, size, buffer_bytes));
   group->single_copy_ = single_copy;
   group->ring_bytes_ = ring_bytes;
+  group->handoff_mode_ = handoff;
   group->policy_ = WaitPolicy::for_oversubscription(single_copy.oversubscribed);
   group->group_ranks_ = std::move(group_ranks);
   return group;

@@ -62,17 +62,22 @@ inline constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
 /// (shm_single_copy.cc).
 inline constexpr size_t kDefaultRingBytes = size_t{1} << 20;
 
-/// What a rank measured handing chunks over in rings of slots
-/// (algorithms/shm/shm_common.h, SlotRing): its last two probe times (ns,
-/// 0: none yet) of filling a slot as a writer and of copying one out as a
-/// reader, for chunks stored with ordinary (index 0) and with streaming
-/// stores (1). Only the rank itself writes its line; writers read their
-/// readers' lines.
+/// What a rank measured handing chunks over to other ranks
+/// (algorithms/shm/shm_common.h, Handoff): its last two probe times, in ns
+/// per MiB (0: none yet), of filling its buffer as a writer and of taking
+/// chunks in as a reader, for chunks stored with ordinary (kind 0) and
+/// with streaming stores (1), separately for chunks that readers copy out
+/// (use 0) and chunks that they reduce (1). Only the rank itself writes its
+/// line; writers read their readers' lines.
 struct alignas(kCacheLine) HandoffLine {
-  std::atomic<uint32_t> fill_ns[2][2];  // [kind][place]
-  std::atomic<uint32_t> read_ns[2][2];
+  std::atomic<uint32_t> fill_ns[2][2][2];  // [use][kind][place]
+  std::atomic<uint32_t> read_ns[2][2][2];
 };
 static_assert(sizeof(HandoffLine) == kCacheLine);
+
+/// How writers store large chunks for their readers: measured (auto), or
+/// fixed by TDIST_SHM_HANDOFF (rank 0's value holds for the group).
+enum class HandoffMode { kAuto, kCached, kStreamed };
 
 class ShmGroup {
  public:
@@ -147,6 +152,9 @@ class ShmGroup {
   /// through a ring of slots (algorithms/shm/shm_common.h, SlotRing) in
   /// place of their measured thresholds (algorithms/shm/shm_move.cc).
   std::optional<size_t> ring_bytes() const { return ring_bytes_; }
+  /// Rank 0's TDIST_SHM_HANDOFF (every rank checks its own value at
+  /// connect, so a bad one fails there, naming the variable).
+  HandoffMode handoff_mode() const { return handoff_mode_; }
 
   /// True if every rank can read and write every other rank's memory
   /// directly (shm_single_copy.h); decided at connect.
@@ -184,6 +192,7 @@ class ShmGroup {
   size_t data_offset_;
   WaitPolicy policy_;
   std::optional<size_t> ring_bytes_;
+  HandoffMode handoff_mode_ = HandoffMode::kAuto;
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
   SingleCopySettings single_copy_;
