@@ -104,12 +104,13 @@ def median_runs(rows):
     return out
 
 
-FLOOR_ORDER = ["in_place", "copy", "two_shot_passes", "single_copy_passes", "tcp_exchange"]
+FLOOR_ORDER = ["in_place", "copy", "two_shot_passes", "single_copy_passes", "ping_pong", "tcp_exchange"]
 FLOOR_LABEL = {
     "in_place": "in place: every rank adds 1 to its tensor",
     "copy": "copy: every rank copies its tensor",
     "two_shot_passes": "two-shot's passes, no waiting",
     "single_copy_passes": "single copy's passes, no waiting",
+    "ping_pong": "ping-pong: ranks 0 and 1 pass a cache line 100,000 times (ms x 10 = ns a pass)",
     "tcp_exchange": "loopback TCP: every rank sends a ring all_reduce's bytes (its tensor, at 2 ranks) and receives as many",
 }
 

@@ -472,6 +472,15 @@ TEST(FloorsBinary, TcpExchangeAtTwoThreeAndOneRank) {
   EXPECT_EQ(nlohmann::json::parse(alone.lines[0])["floor"], "tcp_exchange");
 }
 
+TEST(FloorsBinary, PingPongTimesTwoRanksPassingALine) {
+  // 100,000 passes take at least 100,000 cache-line transfers' time (tens
+  // of ns each), however fast the machine: 1 ms is far below any of them.
+  const RunResult r = run_floors("--world 2 --bytes 4K --runs 3 --floors ping_pong");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  expect_floor_rows(r, {"ping_pong"}, 2, 4096, 3);
+  EXPECT_GT(nlohmann::json::parse(r.lines[0])["time_us"].get<double>(), 1000.0) << r.lines[0];
+}
+
 TEST(FloorsBinary, BadArgumentsFailWithAMessage) {
   expect_failure_saying(run_floors("--bytes 1000"), 2, "multiple of 4096");
   expect_failure_saying(run_floors("--floors in_place,fastest"), 2, "fastest");

@@ -20,6 +20,14 @@
 //                       every owner reads its piece of each peer's array with
 //                       process_vm_readv tile by tile, reduces it and writes
 //                       it back with process_vm_writev.
+//   ping_pong           ranks 0 and 1 pass one cache line back and forth
+//                       kPingPongPasses times (the others wait; meant for
+//                       2 ranks on 2 CPUs): time_us / 100
+//                       is the ns one pass takes, the floor of every flag a
+//                       collective waits for. On the Zen 4 VM about 27 ns
+//                       when its two vCPUs are threads of one core, 160 ns
+//                       when they are two cores (docs/performance.md).
+//                       n is not used.
 //   tcp_exchange        every rank sends 2(w-1)/w n bytes to the next rank and
 //                       receives as many from the previous one over loopback
 //                       TCP, through the transport's connections per pair
@@ -88,7 +96,8 @@ struct Args {
 struct Control {
   std::atomic<int> arrived[kMaxRuns + 1];
   std::atomic<int> failed;
-  pid_t pid[kMaxWorld];
+  alignas(64) std::atomic<uint64_t> ball;  // ping_pong's cache line
+  alignas(64) pid_t pid[kMaxWorld];
   int64_t start_ns[kMaxRuns][kMaxWorld];
   int64_t end_ns[kMaxRuns][kMaxWorld];
 };
@@ -224,6 +233,25 @@ void single_copy_passes(const Rank& r) {
   }
 }
 
+constexpr uint64_t kPingPongPasses = 100'000;
+
+// Rank 0 serves odd numbers, rank 1 answers with the next even one; the
+// count goes on from run to run (each rank keeps its own place).
+void ping_pong(const Rank& r) {
+  if (r.world < 2 || r.me > 1) return;
+  static uint64_t passes = 0;  // this process's, across runs
+  std::atomic<uint64_t>& ball = r.control->ball;
+  for (uint64_t end = passes + kPingPongPasses; passes < end; passes += 2) {
+    if (r.me == 0) ball.store(passes + 1, std::memory_order_release);
+    const uint64_t want = r.me == 0 ? passes + 2 : passes + 1;
+    // Yielding now and then: at more ranks than CPUs the two may share one.
+    for (int spins = 1; ball.load(std::memory_order_acquire) != want; ++spins) {
+      if (spins % 4096 == 0) sched_yield();
+    }
+    if (r.me == 1) ball.store(passes + 2, std::memory_order_release);
+  }
+}
+
 // The bytes of a stream of `total` bytes, one stripe per connection as the
 // transport cuts a message (tcp::stripe_begin), taken from (or put into) an
 // array of n bytes again and again: a rank has n bytes, a ring moves more.
@@ -292,6 +320,7 @@ constexpr Floor kFloors[] = {{"in_place", in_place},
                              {"copy", copy},
                              {"two_shot_passes", two_shot_passes},
                              {"single_copy_passes", single_copy_passes},
+                             {"ping_pong", ping_pong},
                              {"tcp_exchange", tcp_exchange}};
 
 // tcp_exchange's connections: pair p joins rank p ("a", its first end) and
