@@ -223,6 +223,15 @@ const uint8_t* SlotRing::await(int r, size_t j) const {
   return slot(r, j);
 }
 
+void copy_out(void* dst, const void* src, size_t n, bool streaming) {
+  if (n == 0 || dst == src) return;
+  if (streaming) {
+    tdist::detail::stream_copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 HandoffProbe handoff_probe(uint64_t round) {
   if (round < kHandoffFirstProbes) return round % 2 == 1 ? HandoffProbe::kCached : HandoffProbe::kStreamed;
   // The cached probe's place in each period moves by 37 (prime to the
@@ -269,16 +278,6 @@ using Clock = std::chrono::steady_clock;
 uint64_t ns_since(Clock::time_point start) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-}
-
-// memcpy, or streaming stores (common/stream_copy.h).
-void copy_with(bool streaming, uint8_t* dst, const uint8_t* src, size_t n) {
-  if (n == 0 || dst == src) return;
-  if (streaming) {
-    tdist::detail::stream_copy(dst, src, n);
-  } else {
-    std::memcpy(dst, src, n);
-  }
 }
 
 }  // namespace
@@ -338,12 +337,12 @@ void Handoff::read_with(uint64_t k, size_t n, tdist::detail::FunctionRef<void()>
 }
 
 void Handoff::fill(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n) const {
-  fill_with(k, n, [&](bool streaming) { copy_with(streaming, dst, src, n); });
+  fill_with(k, n, [&](bool streaming) { copy_out(dst, src, n, streaming); });
 }
 
 void Handoff::read(uint64_t k, uint8_t* dst, const uint8_t* src, size_t n, bool streaming) const {
   if (n == 0 || dst == src) return;
-  read_with(k, n, [&] { copy_with(streaming, dst, src, n); });
+  read_with(k, n, [&] { copy_out(dst, src, n, streaming); });
 }
 
 // Into this rank's HandoffLine, in the probe's place (the older time of its

@@ -69,6 +69,10 @@ struct Call {
   void wait_copied(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its copy of our data"); }
 };
 
+/// memcpy, or streaming stores when `streaming` (common/stream_copy.h): a
+/// copy into a large output, or a chunk handed to readers on other cores.
+void copy_out(void* dst, const void* src, size_t n, bool streaming);
+
 /// How a writer stores a chunk (a ring's slot, a round's piece, a
 /// reduction's contribution) for readers on other cores. On the
 /// Zen 4 VM the two vCPUs are at times two threads of one core, at times

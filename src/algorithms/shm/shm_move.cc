@@ -64,17 +64,6 @@ void copy(void* dst, const void* src, size_t n) {
   if (n > 0 && dst != src) std::memcpy(dst, src, n);
 }
 
-// A copy into the caller's output: streaming stores when the call's output
-// is too large for the caches (common/stream_copy.h).
-void copy_out(void* dst, const void* src, size_t n, bool streaming) {
-  if (n == 0 || dst == src) return;
-  if (streaming) {
-    tdist::detail::stream_copy(dst, src, n);
-  } else {
-    std::memcpy(dst, src, n);
-  }
-}
-
 size_t total(const std::vector<size_t>& bytes) {
   size_t sum = 0;
   for (size_t b : bytes) sum += b;
