@@ -65,6 +65,7 @@
 
 #include "algorithms/shm/shm_common.h"
 #include "common/cpus.h"
+#include "common/error_text.h"
 #include "common/scratch.h"
 #include "common/socket.h"
 #include "common/stream_copy.h"
@@ -274,7 +275,7 @@ void move_stripe(int fd, Stripe& stripe, uint8_t* array, size_t n, bool out) {
   if (moved == 0) throw std::runtime_error("tcp_exchange: the peer closed the connection");
   if (errno == EAGAIN || errno == EINTR) return;
   throw std::runtime_error(std::string("tcp_exchange: ") + (out ? "send: " : "recv: ") +
-                           std::strerror(errno));
+                           tdist::errno_text(errno));
 }
 
 void tcp_exchange(const Rank& r) {
@@ -300,7 +301,7 @@ void tcp_exchange(const Rank& r) {
     if (waiting == 0) return;
     const int ready = ::poll(polls.data(), waiting, 60'000);
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) throw std::runtime_error(std::string("tcp_exchange: poll: ") + std::strerror(errno));
+    if (ready < 0) throw std::runtime_error(std::string("tcp_exchange: poll: ") + tdist::errno_text(errno));
     if (ready == 0) throw std::runtime_error("tcp_exchange: no progress in 60 s");
     for (size_t i = 0; i < waiting; ++i) {
       if (polls[i].revents == 0) continue;
@@ -350,7 +351,8 @@ Ring connect_ring(int world) {
       tdist::Socket accepted;
       while (!(accepted = tdist::accept_connection(listener, &error)) && error == 0)
         listener.wait_readable(tdist::kNoDeadline);
-      if (!accepted) throw std::runtime_error(std::string("tcp_exchange: accept: ") + std::strerror(error));
+      if (!accepted)
+        throw std::runtime_error(std::string("tcp_exchange: accept: ") + tdist::errno_text(error));
       accepted.set_nodelay();
       ring.b.back().push_back(std::move(accepted));
     }
