@@ -23,7 +23,12 @@ namespace tdist::algorithms::shm::detail {
 uint64_t Call::begin_round() {
   // The previous round's flags come from every peer; any of them may be the
   // one that is late, so the failure check looks at all of them.
-  return group.begin_round([this] { check(-1); });
+  return group.begin_round([this](int peer, const FlagLine& line, uint64_t target) {
+    transport::shm::wait_at_least(line, target, group.policy(), [this, peer, &line, target] {
+      check_failures(-1);
+      check_deadline(peer, &line, target, "its arrival");
+    });
+  });
 }
 
 uint64_t Call::begin_eager() {
@@ -42,7 +47,12 @@ void Call::end_eager(uint64_t n) {
   if ((n + 1) % ShmGroup::kEagerCheck == 0) transport::shm::publish(group.eager_done(rank()), n + 1);
 }
 
-void Call::check(int peer) const {
+void Call::check(int peer, const FlagLine* line, uint64_t target, const char* what) const {
+  check_failures(peer);
+  check_deadline(peer, line, target, what);
+}
+
+void Call::check_failures(int peer) const {
   group.check_aborted(ctx.op);
   for (int r = 0; r < size(); ++r) {
     if (r == rank() || (peer >= 0 && r != peer)) continue;
@@ -52,18 +62,27 @@ void Call::check(int peer) const {
                              " died or closed its connection");
     }
   }
-  if (Clock::now() >= ctx.deadline) {
-    throw DistTimeoutError(
-        std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
-        std::to_string(ctx.timeout.count()) + " ms waiting for " +
-        (peer >= 0 ? "rank " + std::to_string(group.group_rank(peer)) : std::string("the other ranks")) +
-        " (shared memory)");
+}
+
+void Call::check_deadline(int peer, const FlagLine* line, uint64_t target, const char* what) const {
+  if (Clock::now() < ctx.deadline) return;
+  std::string message = std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
+                        " in this group): timed out after " + std::to_string(ctx.timeout.count()) +
+                        " ms waiting for " +
+                        (peer >= 0 ? "rank " + std::to_string(group.group_rank(peer)) : "the other ranks") +
+                        " over shared memory";
+  // Which flag and how far it got tell a late rank (one behind) from a
+  // rank in another call or stuck in this one.
+  if (line != nullptr && what != nullptr) {
+    message += " (for " + std::string(what) + " in round " + std::to_string(target) +
+               "; its flag is at round " + std::to_string(line->seq.load(std::memory_order_acquire)) + ")";
   }
+  throw DistTimeoutError(message);
 }
 
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what) const {
-  (void)what;
-  transport::shm::wait_at_least(line, target, group.policy(), [this, peer] { check(peer); });
+  transport::shm::wait_at_least(line, target, group.policy(),
+                                [this, peer, &line, target, what] { check(peer, &line, target, what); });
 }
 
 transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {

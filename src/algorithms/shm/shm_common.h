@@ -41,8 +41,14 @@ struct Call {
   void wait(const FlagLine& line, uint64_t target, int peer, const char* what) const;
   void wait_arrive(int peer, uint64_t k) const { wait(group.arrive(peer, k), k, peer, "its data"); }
   void wait_reduced(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its reduced piece"); }
-  /// Throws if a peer aborted, died, or the deadline passed (`peer`: who we wait for).
-  void check(int peer) const;
+  /// Throws if a peer aborted, died, or the deadline passed (`peer`: who we
+  /// wait for; if `line`, the timeout names `what` we wait for on it, the
+  /// sequence number expected and the one it holds).
+  void check(int peer, const FlagLine* line = nullptr, uint64_t target = 0, const char* what = nullptr) const;
+  /// The two halves of check: an abort or a dead peer (any if peer < 0)...
+  void check_failures(int peer) const;
+  /// ... and the deadline.
+  void check_deadline(int peer, const FlagLine* line, uint64_t target, const char* what) const;
 
   // Single copy (transport/shm/shm_single_copy.h): a rank publishes the
   // address of its data in its arrive line, readers copy from there and

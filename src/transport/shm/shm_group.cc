@@ -286,11 +286,12 @@ FlagLine& ShmGroup::eager_done(int r) const {
   return area(r).eager_done;
 }
 
-uint64_t ShmGroup::begin_round(FailureCheck check) {
+uint64_t ShmGroup::begin_round(
+    detail::FunctionRef<void(int peer, const FlagLine& line, uint64_t target)> wait) {
   uint64_t k = ++round_;
   if (k >= 2) {
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_) wait_at_least(arrive(r, k - 1), k - 1, policy_, check);
+      if (r != rank_) wait(r, arrive(r, k - 1), k - 1);
     }
   }
   return k;

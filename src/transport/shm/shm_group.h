@@ -104,9 +104,10 @@ class ShmGroup {
   const WaitPolicy& policy() const { return policy_; }
   const std::string& segment_name() const { return segment_.name(); }
 
-  /// Starts the next round (see above) and returns its number. `check` runs
-  /// while waiting.
-  uint64_t begin_round(FailureCheck check);
+  /// Starts the next round (see above) and returns its number, after
+  /// wait(r, line, target) for every peer r: returns once `line` holds
+  /// `target` (the caller waits, so that its errors name what it waited for).
+  uint64_t begin_round(detail::FunctionRef<void(int peer, const FlagLine& line, uint64_t target)> wait);
   /// Rank r's data buffer of round k.
   uint8_t* buffer(int r, uint64_t k) const;
   /// Skips `n` round numbers and returns the last: a run of rounds that
