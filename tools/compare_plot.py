@@ -158,6 +158,51 @@ def floors_table(floors, rows):
     return "\n".join(lines)
 
 
+def rounds_table(rows_path, floors):
+    """Round by round, the largest all_reduce of each world size: what each
+    library took, beside the state of the machine in that round (the
+    ping-pong: a pass takes about 30 ns when the two vCPUs are one core's
+    threads and about 160 ns when they are two cores, benchmark.md) and the
+    floor. Medians hide which rounds were slow and why; this shows it."""
+    runs = defaultdict(dict)  # (world, bytes) -> {run: {lib: time_us}}
+    for row in read_json_lines(rows_path):
+        if row.get("op") == "all_reduce" and "time_us" in row and "floor" not in row and "run" in row:
+            runs[(row["world_size"], row["bytes"])].setdefault(row["run"], {})[row["lib"]] = row["time_us"]
+    lines = []
+    for w in sorted({k[0] for k in runs}):
+        nbytes = max(k[1] for k in runs if k[0] == w)
+        by_run = runs[(w, nbytes)]
+        if len(by_run) < 2 or "tdist" not in next(iter(by_run.values())):
+            continue
+        # The ping-pong runs at 2 ranks, in the same part of the round.
+        state = {r["run"]: r["time_us"] / 100 for r in floors.get((w, "ping_pong"), []) if "run" in r}
+        floor_name = "tcp_exchange" if (w, "tcp_exchange") in floors else "copy"
+        floor = {r["run"]: r["time_us"] for r in floors.get((w, floor_name), []) if "run" in r}
+        peers = [lib for lib in ("mpi", "gloo") if any(lib in v for v in by_run.values())]
+        # One unit for the table, from tdist's slowest round.
+        scale, unit = (1e3, "ms") if max(v.get("tdist", 0) for v in by_run.values()) >= 1e3 else (1, "us")
+        head = ["round"] + (["ping-pong (ns a pass)"] if state else []) + [f"tdist ({unit})"]
+        head += [f"{LIB_LABEL[lib]} ({unit})" for lib in peers]
+        head += [f"floor: {floor_name} ({unit})"] if floor else []
+        head += [f"{LIB_LABEL[lib]} / tdist" for lib in peers]
+        lines.append(f"#### Round by round: all_reduce, {w} ranks, {human(nbytes, ' ')}")
+        lines.append("")
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + " ---: |" * len(head))
+        for run in sorted(by_run):
+            t = by_run[run]
+            if "tdist" not in t:
+                continue
+            cells = [str(run)] + ([f"{state[run]:.0f}" if run in state else "-"] if state else [])
+            cells += [f"{t[lib] / scale:.2f}" if lib in t else "-" for lib in ["tdist"] + peers]
+            if floor:
+                cells.append(f"{floor[run] / scale:.2f}" if run in floor else "-")
+            cells += [f"{t[lib] / t['tdist']:.2f}x" if lib in t and t["tdist"] > 0 else "-" for lib in peers]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def runs_per_point(rows):
     return max(r.get("runs", 1) for r in rows)
 
@@ -416,6 +461,9 @@ def update_doc(doc, rows_path, rows, command, build_dir, load_before, transport=
             "",
             floors_table(floors, rows).rstrip(),
         ]
+    by_round = rounds_table(rows_path, floors)
+    if by_round:
+        block += ["", by_round.rstrip()]
     block += [
         end,
     ]
