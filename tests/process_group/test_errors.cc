@@ -5,10 +5,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <regex>
-#include <string>
-
 #include "pg_harness.h"
 #include "tdist/errors.h"
 #include "tdist/file_store.h"
@@ -97,39 +93,6 @@ TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
                 },
                 1500ms),
             "");
-}
-
-// Over shared memory the timeout also says which flag the rank waited on and
-// how far it got: a peer one call behind is told from one stuck elsewhere.
-TEST(PgErrors, ASharedMemoryTimeoutNamesTheFlagAndHowFarItGot) {
-  const char* transport = std::getenv("TDIST_TRANSPORT");
-  if (transport != nullptr && std::string(transport) == "tcp") GTEST_SKIP() << "a shared-memory test";
-  for (const size_t elements : {size_t{1}, size_t{16}, size_t{1} << 20}) {  // payload, one-shot, two-shot
-    EXPECT_EQ(with_groups(
-                  Mode::kThreads, 2,
-                  [&](ProcessGroup& pg, int rank) {
-                    Tensor t = Tensor::zeros(DType::kFloat32, {static_cast<int64_t>(elements)});
-                    pg.barrier()->wait();
-                    if (rank == 1) return;  // rank 1 skips call #1
-                    try {
-                      pg.all_reduce(t, ReduceOp::SUM)->wait();
-                      throw std::runtime_error("all_reduce completed without rank 1");
-                    } catch (const DistTimeoutError& e) {
-                      const std::string what = e.what();
-                      std::smatch m;
-                      const std::regex pattern(
-                          "all_reduce \\(call #1 in this group\\): timed out after 800 ms waiting for rank 1 "
-                          "over shared memory \\(for its [a-z ]+ in round ([0-9]+); its flag is at round "
-                          "([0-9]+)\\)");
-                      check(std::regex_search(what, m, pattern), "unexpected message: " + what);
-                      check(std::stoull(m[2].str()) < std::stoull(m[1].str()),
-                            "the flag had reached what was expected: " + what);
-                    }
-                  },
-                  800ms),
-              "")
-        << elements << " elements";
-  }
 }
 
 // Runs `body` on 2 forked ranks of a tdist group (timeout `timeout`), once

@@ -504,6 +504,60 @@ TEST(Shm, ASegmentLeftByACreatorKilledBeforeUnlinkIsSweptAway) {
   EXPECT_TRUE(segments_of(child).empty());
 }
 
+// A timeout over shared memory says which flag the rank waited for, the
+// round (or eager operation) it expected and how far the late peer got:
+// here rank 1 is exactly one call behind. The group's first calls: #0 a
+// barrier, #1 the call rank 1 skips.
+std::string timeout_of_a_skipped_call(const std::function<void(ProcessGroup&)>& call) {
+  std::string message;
+  const std::string failures = with_groups(
+      Mode::kThreads, 2,
+      [&](ProcessGroup& pg, int rank) {
+        pg.barrier()->wait();
+        if (rank == 1) return;
+        try {
+          call(pg);
+          throw std::runtime_error("the call completed without rank 1");
+        } catch (const DistTimeoutError& e) {
+          message = e.what();
+        }
+      },
+      800ms);
+  EXPECT_EQ(failures, "");
+  return message;
+}
+
+TEST(Shm, ATimeoutNamesTheFlagWaitedForAndHowFarTheLatePeerGot) {
+  const std::string prefix =
+      "all_reduce (call #1 in this group): timed out after 800 ms waiting for rank 1 "
+      "over shared memory (for ";
+  // Payload (in the flag line) and one-shot all_reduce wait in round 2 for
+  // its data; two-shot waits to begin its second round for the peer's
+  // arrival in the first. The peer last arrived in round 1 (the barrier's).
+  const std::pair<int64_t, const char*> cases[] = {
+      {1, "its data in round 2; its last arrival was in round 1)"},
+      {16, "its data in round 2; its last arrival was in round 1)"},
+      {int64_t{1} << 20, "its arrival in round 2; its last arrival was in round 1)"},
+  };
+  for (const auto& [elements, expected] : cases) {
+    EXPECT_EQ(timeout_of_a_skipped_call([&](ProcessGroup& pg) {
+                Tensor t = Tensor::zeros(DType::kFloat32, {elements});
+                pg.all_reduce(t, ReduceOp::SUM)->wait();
+              }),
+              prefix + expected)
+        << elements << " elements";
+  }
+  // An eager reduce (at most a flag line's payload) waits on the peer's
+  // slot, which no eager operation has used yet.
+  EXPECT_EQ(
+      timeout_of_a_skipped_call([&](ProcessGroup& pg) {
+        Tensor t = Tensor::zeros(DType::kFloat32, {1});
+        pg.reduce(t, 0, ReduceOp::SUM)->wait();
+      }),
+      "reduce (call #1 in this group): timed out after 800 ms waiting for rank 1 over shared memory (for "
+      "its contribution in eager operation 0; its slot was never written)");
+}
+
 TEST(Shm, AWaitEndsWhenTheFlagIsPublishedFromAnotherThread) {
   alignas(64) shm::FlagLine line{};
   std::thread writer([&] {

@@ -24,10 +24,8 @@ uint64_t Call::begin_round() {
   // The previous round's flags come from every peer; any of them may be the
   // one that is late, so the failure check looks at all of them.
   return group.begin_round([this](int peer, const FlagLine& line, uint64_t target) {
-    transport::shm::wait_at_least(line, target, group.policy(), [this, peer, &line, target] {
-      check_failures(-1);
-      check_deadline(peer, &line, target, "its arrival");
-    });
+    check_failures(-1);
+    check_deadline(peer, line, target, "its arrival", Counts::kRounds);
   });
 }
 
@@ -37,7 +35,10 @@ uint64_t Call::begin_eager() {
     // The slots of the next kEagerCheck ops were last used kEagerSlots ops
     // before them: every rank must be done with those.
     for (int r = 0; r < size(); ++r) {
-      if (r != rank()) wait(group.eager_done(r), n - ShmGroup::kEagerCheck, r, "its eager operations");
+      if (r != rank()) {
+        wait(group.eager_done(r), n - ShmGroup::kEagerCheck, r, "its eager operations",
+             Counts::kEagerOpsDone);
+      }
     }
   }
   return n;
@@ -45,11 +46,6 @@ uint64_t Call::begin_eager() {
 
 void Call::end_eager(uint64_t n) {
   if ((n + 1) % ShmGroup::kEagerCheck == 0) transport::shm::publish(group.eager_done(rank()), n + 1);
-}
-
-void Call::check(int peer, const FlagLine* line, uint64_t target, const char* what) const {
-  check_failures(peer);
-  check_deadline(peer, line, target, what);
 }
 
 void Call::check_failures(int peer) const {
@@ -64,25 +60,43 @@ void Call::check_failures(int peer) const {
   }
 }
 
-void Call::check_deadline(int peer, const FlagLine* line, uint64_t target, const char* what) const {
+void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const char* what,
+                          Counts counts) const {
   if (Clock::now() < ctx.deadline) return;
-  std::string message = std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
-                        " in this group): timed out after " + std::to_string(ctx.timeout.count()) +
-                        " ms waiting for " +
-                        (peer >= 0 ? "rank " + std::to_string(group.group_rank(peer)) : "the other ranks") +
-                        " over shared memory";
-  // Which flag and how far it got tell a late rank (one behind) from a
-  // rank in another call or stuck in this one.
-  if (line != nullptr && what != nullptr) {
-    message += " (for " + std::string(what) + " in round " + std::to_string(target) +
-               "; its flag is at round " + std::to_string(line->seq.load(std::memory_order_acquire)) + ")";
+  // How far the peer got tells a late rank (one behind) from one in
+  // another call or stuck in this one.
+  const uint64_t seen = line.seq.load(std::memory_order_acquire);
+  std::string progress;
+  switch (counts) {
+    case Counts::kRounds:
+      // Its arrive lines alternate between rounds: the one we wait on holds
+      // its last round but one.
+      progress = &line == &group.arrive(peer, 0) || &line == &group.arrive(peer, 1)
+                     ? "its last arrival was in round " + std::to_string(group.last_arrival(peer))
+                     : "its flag is at round " + std::to_string(seen);
+      progress = " in round " + std::to_string(target) + "; " + progress;
+      break;
+    case Counts::kEagerOps:
+      progress = " in eager operation " + std::to_string(target - 1) + "; " +
+                 (seen == 0 ? std::string("its slot was never written")
+                            : "its slot holds operation " + std::to_string(seen - 1));
+      break;
+    case Counts::kEagerOpsDone:
+      progress =
+          ": it must have finished " + std::to_string(target) + " and has finished " + std::to_string(seen);
+      break;
   }
-  throw DistTimeoutError(message);
+  throw DistTimeoutError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
+                         " in this group): timed out after " + std::to_string(ctx.timeout.count()) +
+                         " ms waiting for rank " + std::to_string(group.group_rank(peer)) +
+                         " over shared memory (for " + what + progress + ")");
 }
 
-void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what) const {
-  transport::shm::wait_at_least(line, target, group.policy(),
-                                [this, peer, &line, target, what] { check(peer, &line, target, what); });
+void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what, Counts counts) const {
+  transport::shm::wait_at_least(line, target, group.policy(), [&] {
+    check_failures(peer);
+    check_deadline(peer, line, target, what, counts);
+  });
 }
 
 transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {

@@ -37,18 +37,21 @@ struct Call {
   /// says this rank is done with n.
   uint64_t begin_eager();
   void end_eager(uint64_t n);
-  /// Waits for `peer`'s `line` to reach `target` (`what` names the flag).
-  void wait(const FlagLine& line, uint64_t target, int peer, const char* what) const;
+  /// What a flag's numbers count, for the timeout's message: rounds,
+  /// eager operations (an eager slot holds op n + 1 once op n is in it), or
+  /// how many eager operations a rank has finished (eager_done).
+  enum class Counts { kRounds, kEagerOps, kEagerOpsDone };
+  /// Waits for `peer`'s `line` to reach `target`; a timeout names `what` we
+  /// wait for, the target and how far the peer got.
+  void wait(const FlagLine& line, uint64_t target, int peer, const char* what,
+            Counts counts = Counts::kRounds) const;
   void wait_arrive(int peer, uint64_t k) const { wait(group.arrive(peer, k), k, peer, "its data"); }
   void wait_reduced(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its reduced piece"); }
-  /// Throws if a peer aborted, died, or the deadline passed (`peer`: who we
-  /// wait for; if `line`, the timeout names `what` we wait for on it, the
-  /// sequence number expected and the one it holds).
-  void check(int peer, const FlagLine* line = nullptr, uint64_t target = 0, const char* what = nullptr) const;
-  /// The two halves of check: an abort or a dead peer (any if peer < 0)...
+  /// Throws if the group was aborted or `peer` (every peer if -1) died.
   void check_failures(int peer) const;
-  /// ... and the deadline.
-  void check_deadline(int peer, const FlagLine* line, uint64_t target, const char* what) const;
+  /// Throws DistTimeoutError past the deadline, naming `peer`, `what` it
+  /// waits for on `line` and how far it got.
+  void check_deadline(int peer, const FlagLine& line, uint64_t target, const char* what, Counts counts) const;
 
   // Single copy (transport/shm/shm_single_copy.h): a rank publishes the
   // address of its data in its arrive line, readers copy from there and

@@ -266,7 +266,7 @@ void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
     std::memcpy(slot.payload, data, nbytes);
     transport::shm::publish(slot, n + 1);
   } else {
-    call.wait(slot, n + 1, root, "its broadcast");
+    call.wait(slot, n + 1, root, "its broadcast", Call::Counts::kEagerOps);
     std::memcpy(data, slot.payload, nbytes);
   }
   call.end_eager(n);

@@ -83,7 +83,7 @@ void eager_reduce(Call& call, void* data, size_t count, DType dtype, const Reduc
     Sources srcs(call.size());
     for (int r = 0; r < call.size(); ++r) {
       FlagLine& theirs = call.group.eager_slot(r, n);
-      if (r != call.rank()) call.wait(theirs, n + 1, r, "its contribution");
+      if (r != call.rank()) call.wait(theirs, n + 1, r, "its contribution", Call::Counts::kEagerOps);
       srcs[static_cast<size_t>(r)] = theirs.payload;
     }
     reduce_sources(data, srcs.data(), call.size(), count, dtype, op, call.size());

@@ -282,16 +282,23 @@ FlagLine& ShmGroup::eager_slot(int writer, uint64_t n) const {
   return area(writer).eager[n % kEagerSlots];
 }
 
+uint64_t ShmGroup::last_arrival(int r) const {
+  return std::max(area(r).arrive[0].seq.load(std::memory_order_acquire),
+                  area(r).arrive[1].seq.load(std::memory_order_acquire));
+}
+
 FlagLine& ShmGroup::eager_done(int r) const {
   return area(r).eager_done;
 }
 
 uint64_t ShmGroup::begin_round(
-    detail::FunctionRef<void(int peer, const FlagLine& line, uint64_t target)> wait) {
+    detail::FunctionRef<void(int peer, const FlagLine& line, uint64_t target)> check) {
   uint64_t k = ++round_;
   if (k >= 2) {
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_) wait(r, arrive(r, k - 1), k - 1);
+      if (r == rank_) continue;
+      const FlagLine& line = arrive(r, k - 1);
+      wait_at_least(line, k - 1, policy_, [&] { check(r, line, k - 1); });
     }
   }
   return k;

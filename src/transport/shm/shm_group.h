@@ -104,10 +104,10 @@ class ShmGroup {
   const WaitPolicy& policy() const { return policy_; }
   const std::string& segment_name() const { return segment_.name(); }
 
-  /// Starts the next round (see above) and returns its number, after
-  /// wait(r, line, target) for every peer r: returns once `line` holds
-  /// `target` (the caller waits, so that its errors name what it waited for).
-  uint64_t begin_round(detail::FunctionRef<void(int peer, const FlagLine& line, uint64_t target)> wait);
+  /// Starts the next round (see above) and returns its number. While it
+  /// waits for peer r's `line` to reach `target`, check(r, line, target)
+  /// runs now and then (FailureCheck), so that its errors can name the peer.
+  uint64_t begin_round(detail::FunctionRef<void(int peer, const FlagLine& line, uint64_t target)> check);
   /// Rank r's data buffer of round k.
   uint8_t* buffer(int r, uint64_t k) const;
   /// Skips `n` round numbers and returns the last: a run of rounds that
@@ -118,6 +118,8 @@ class ShmGroup {
   uint64_t skip_rounds(uint64_t n) { return round_ += n; }
   /// Rank r's arrive flag line of round k (its payload is free for data).
   FlagLine& arrive(int r, uint64_t k) const;
+  /// The last round rank r arrived in (its two arrive lines alternate).
+  uint64_t last_arrival(int r) const;
   FlagLine& reduced(int r) const;
   /// Rank r's count of writes into peers' memory (single copy): odd while
   /// one is under way. A rank that fails a call waits until no peer is
