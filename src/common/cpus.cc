@@ -2,7 +2,11 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <fstream>
+#include <numeric>
+#include <string>
 
 namespace tdist::detail {
 
@@ -28,6 +32,34 @@ std::vector<int> allowed_cpus() {
     if (error != EINVAL) return cpus;
   }
   return cpus;
+}
+
+int core_of_cpu(int cpu) {
+  for (const char* list : {"core_cpus_list", "thread_siblings_list"}) {
+    std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + list);
+    int first = -1;
+    // "0-1", "0,64" or "3": the lowest CPU comes first.
+    if (in >> first && first >= 0) return first;
+  }
+  return cpu;
+}
+
+std::vector<std::vector<int>> share_cpus(const std::vector<int>& cpus, const std::vector<int>& core_of,
+                                         int parts) {
+  const size_t n = cpus.size();
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return core_of[a] != core_of[b] ? core_of[a] < core_of[b] : cpus[a] < cpus[b];
+  });
+  std::vector<std::vector<int>> shares(static_cast<size_t>(parts));
+  const auto p = static_cast<size_t>(parts);
+  for (size_t i = 0; i < p; ++i) {
+    // Share i is [i * n / p, (i + 1) * n / p): lengths differ by at most one.
+    for (size_t j = i * n / p; j < (i + 1) * n / p; ++j) shares[i].push_back(cpus[order[j]]);
+    std::sort(shares[i].begin(), shares[i].end());
+  }
+  return shares;
 }
 
 }  // namespace tdist::detail

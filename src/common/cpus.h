@@ -1,7 +1,7 @@
 #pragma once
 
 // The CPUs a thread may run on, for the shared-memory transport (do the
-// ranks outnumber their CPUs?) and the launcher (tdistrun --bind-to core).
+// ranks outnumber their CPUs?) and the launcher (tdistrun --bind-to).
 
 #include <cstddef>
 #include <vector>
@@ -18,5 +18,19 @@ std::vector<int> allowed_cpus();
 inline bool outnumber_cpus(size_t ranks, size_t cpus) {
   return ranks > (cpus > 0 ? cpus : 1);
 }
+
+/// The core CPU `cpu` belongs to, as the lowest-numbered CPU of its core
+/// (sysfs topology/core_cpus_list or thread_siblings_list); `cpu` itself
+/// if the kernel does not say.
+int core_of_cpu(int cpu);
+
+/// `cpus` shared out among `parts` ranks (1 <= parts <= cpus.size()) as
+/// tdistrun --bind-to auto does: the CPUs ordered by core (`core_of[i]` is
+/// the core of cpus[i]), then cut into `parts` runs of equal length (the
+/// first ones one shorter when it does not divide), so that a rank gets
+/// whole cores when the cores divide among the ranks, and no two ranks
+/// share a core's hardware threads unless there are fewer cores than ranks.
+std::vector<std::vector<int>> share_cpus(const std::vector<int>& cpus, const std::vector<int>& core_of,
+                                         int parts);
 
 }  // namespace tdist::detail

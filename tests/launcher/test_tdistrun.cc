@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #include "common/cpus.h"
 #include "launcher_process.h"
@@ -163,7 +164,7 @@ TEST(TdistrunOptions, UsageErrorsAreExplained) {
   EXPECT_EQ(no_nodes.exit_code(), 2);  // a check of CLI11's, whose own code is 105
   EXPECT_TRUE(contains(no_nodes.err(), "--nnodes: Value 0 not in range")) << no_nodes.err();
   EXPECT_EQ(bad_bind.exit_code(), 2);
-  EXPECT_TRUE(contains(bad_bind.err(), "--bind-to: socket not in {none,core}")) << bad_bind.err();
+  EXPECT_TRUE(contains(bad_bind.err(), "--bind-to: socket not in {auto,none,core}")) << bad_bind.err();
   // Every message names the launcher, those of its option parser too.
   for (const ChildProcess* p :
        {&no_program, &unknown, &missing, &bad_nproc, &bad_node, &no_nodes, &bad_bind}) {
@@ -204,6 +205,19 @@ size_t count_lines(const std::string& text, const std::string& line) {
   return static_cast<size_t>(std::count(lines.begin(), lines.end(), line));
 }
 
+// "0-2,5" -> {0, 1, 2, 5} (the kernel's CPU list format).
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    const size_t dash = part.find('-');
+    const int first = std::stoi(part.substr(0, dash));
+    const int last = dash == std::string::npos ? first : std::stoi(part.substr(dash + 1));
+    for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
 // Starts `args` with the test narrowed to CPU `cpu`, so the child inherits
 // that mask; the test's own mask is restored however the start ends. Null if
 // the mask could not be changed.
@@ -227,8 +241,8 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
   const int ranks = static_cast<int>(cpus.size()) + 1;  // one more than CPUs: the ranks wrap around
   ChildProcess bound({kTdistrun, "--standalone", "--use-env", "--bind-to", "core", "--nproc-per-node",
                       std::to_string(ranks), "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
-  ChildProcess unbound({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", "2", "/bin/grep",
-                        "Cpus_allowed_list", "/proc/self/status"});
+  ChildProcess unbound({kTdistrun, "--standalone", "--use-env", "--bind-to", "none", "--nproc-per-node", "2",
+                        "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
   ChildProcess::wait_all({&bound, &unbound}, deadline());
   ASSERT_EQ(bound.exit_code(), 0) << both(bound);
   ASSERT_EQ(unbound.exit_code(), 0) << both(unbound);
@@ -237,7 +251,7 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
     EXPECT_EQ(count_lines(bound.out(), "[rank " + std::to_string(rank) + "]: Cpus_allowed_list:\t" + cpu), 1U)
         << bound.out();
   }
-  // Without --bind-to the ranks may run wherever tdistrun may.
+  // With --bind-to none the ranks may run wherever tdistrun may.
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(count_lines(unbound.out(), "[rank " + std::to_string(rank) + "]: " + own_allowed_list()), 1U)
         << unbound.out();
@@ -256,6 +270,43 @@ TEST(TdistrunBinding, BindToCorePinsLocalRankIToTheIthAllowedCpu) {
                                               std::to_string(cpus.back())),
               1U)
         << narrowed.out();
+  }
+}
+
+// The default, --bind-to auto: ranks that do not outnumber the CPUs get
+// disjoint shares of them, together all of them (as mpirun binds 2 ranks);
+// more ranks than CPUs are left to the scheduler, as mpirun leaves them.
+TEST(TdistrunBinding, ByDefaultRanksShareTheCpusOutUnlessTheyOutnumberThem) {
+  const std::vector<int> cpus = detail::allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const int fitting = std::min<int>(static_cast<int>(cpus.size()), 2);
+  const int outnumbering = static_cast<int>(cpus.size()) + 1;
+  ChildProcess shared({kTdistrun, "--standalone", "--use-env", "--nproc-per-node", std::to_string(fitting),
+                       "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
+  ChildProcess crowded({kTdistrun, "--standalone", "--use-env", "--nproc-per-node",
+                        std::to_string(outnumbering), "/bin/grep", "Cpus_allowed_list", "/proc/self/status"});
+  ChildProcess::wait_all({&shared, &crowded}, deadline());
+  ASSERT_EQ(shared.exit_code(), 0) << both(shared);
+  ASSERT_EQ(crowded.exit_code(), 0) << both(crowded);
+  std::vector<int> cores;
+  for (int cpu : cpus) cores.push_back(detail::core_of_cpu(cpu));
+  const auto shares = detail::share_cpus(cpus, cores, fitting);
+  std::vector<int> given;
+  for (int rank = 0; rank < fitting; ++rank) {
+    const auto& share = shares[static_cast<size_t>(rank)];
+    // The kernel's list form of one run or single CPUs: compare as sets.
+    const std::string prefix = "[rank " + std::to_string(rank) + "]: Cpus_allowed_list:\t";
+    const auto lines = lines_with(shared.out(), prefix);
+    ASSERT_EQ(lines.size(), 1U) << shared.out();
+    const std::vector<int> got = parse_cpu_list(lines[0].substr(prefix.size()));
+    EXPECT_EQ(got, share) << shared.out();
+    given.insert(given.end(), got.begin(), got.end());
+  }
+  std::sort(given.begin(), given.end());
+  EXPECT_EQ(given, cpus) << "every CPU given out once: " << shared.out();
+  for (int rank = 0; rank < outnumbering; ++rank) {
+    EXPECT_EQ(count_lines(crowded.out(), "[rank " + std::to_string(rank) + "]: " + own_allowed_list()), 1U)
+        << crowded.out();
   }
 }
 

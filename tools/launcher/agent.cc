@@ -176,7 +176,7 @@ Agent::RoundResult Agent::run_round(int attempt, int master_port, int rank_offse
   spec.log_dir = options_.log_dir;
   spec.tee = options_.tee;
   spec.child_signal_mask = child_mask_;
-  spec.bind_cpus = options_.bind_cpus;
+  spec.bind_sets = options_.bind_sets;
   WorkerGroup group(spec);
 
   RoundResult result;

@@ -28,10 +28,10 @@ struct LaunchOptions {
   bool no_python = false;
   /// The program is a Python module name (python3 -m).
   bool module = false;
-  /// --bind-to core: the CPUs tdistrun may run on, in increasing order;
-  /// local rank i is pinned to bind_cpus[i % size]. Empty: the scheduler
-  /// places the ranks.
-  std::vector<int> bind_cpus;
+  /// --bind-to: local rank i runs on the CPUs bind_sets[i % size] (core:
+  /// one CPU each; auto: a share of them, detail::share_cpus). Empty: the
+  /// scheduler places the ranks.
+  std::vector<std::vector<int>> bind_sets;
   /// SIGTERM to SIGKILL.
   std::chrono::milliseconds grace_period{5000};
   /// How long node agents wait for each other.

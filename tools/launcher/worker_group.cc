@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "common/error_text.h"
 #include "launcher/process_util.h"
@@ -18,6 +20,11 @@ extern char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace tdist::launcher {
 namespace {
+
+// The deleter of a CPU_ALLOC set.
+void cpu_free(cpu_set_t* set) {
+  CPU_FREE(set);
+}
 
 // Read at most this much from one pipe per wake-up, so one chatty rank
 // cannot starve the others.
@@ -132,15 +139,27 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(env);
   std::string exec_error = "tdistrun: cannot execute " + spec_.command->path + ": ";
-  const bool bind = !spec_.bind_cpus.empty();
-  cpu_set_t bind_set;
-  CPU_ZERO(&bind_set);
+  const bool bind = !spec_.bind_sets.empty();
+  // Sized for the highest CPU (a fixed cpu_set_t holds 1024), made before
+  // fork: the child only calls sched_setaffinity.
+  std::unique_ptr<cpu_set_t, decltype(&cpu_free)> bind_set(nullptr, &cpu_free);
+  size_t bind_bytes = 0;
   std::string bind_error;
   if (bind) {
-    const int cpu = spec_.bind_cpus[static_cast<size_t>(worker.local_rank) % spec_.bind_cpus.size()];
-    CPU_SET(cpu, &bind_set);
-    bind_error =
-        "tdistrun: cannot bind rank " + std::to_string(worker.rank) + " to CPU " + std::to_string(cpu) + ": ";
+    const std::vector<int>& cpus =
+        spec_.bind_sets[static_cast<size_t>(worker.local_rank) % spec_.bind_sets.size()];
+    const int highest = *std::max_element(cpus.begin(), cpus.end());
+    bind_set.reset(CPU_ALLOC(highest + 1));
+    if (!bind_set) throw DistError("tdistrun: out of memory for a CPU set");
+    bind_bytes = CPU_ALLOC_SIZE(highest + 1);
+    CPU_ZERO_S(bind_bytes, bind_set.get());
+    std::string listed;
+    for (int cpu : cpus) {
+      CPU_SET_S(cpu, bind_bytes, bind_set.get());
+      listed += (listed.empty() ? "" : ",") + std::to_string(cpu);
+    }
+    bind_error = "tdistrun: cannot bind rank " + std::to_string(worker.rank) + " to CPU" +
+                 (cpus.size() > 1 ? "s " : " ") + listed + ": ";
   }
   const char* path = spec_.command->path.c_str();
 
@@ -176,7 +195,7 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
     // NOLINTNEXTLINE(concurrency-mt-unsafe): the child has one thread
     sigprocmask(SIG_SETMASK, &spec_.child_signal_mask, nullptr);
     const std::string* failed = &exec_error;
-    if (!bind || sched_setaffinity(0, sizeof(bind_set), &bind_set) == 0) {
+    if (!bind || sched_setaffinity(0, bind_bytes, bind_set.get()) == 0) {
       execve(path, c_argv.data(), c_env.data());
     } else {
       failed = &bind_error;

@@ -34,8 +34,8 @@ struct GroupSpec {
   int tee = 0;          // with log_dir: 1 stdout, 2 stderr, 3 both to the console too
   /// The signal mask the launcher started with; ranks get it back.
   sigset_t child_signal_mask{};
-  /// Not empty (--bind-to core): local rank i runs on CPU bind_cpus[i % size].
-  std::vector<int> bind_cpus;
+  /// Not empty (--bind-to): local rank i runs on the CPUs bind_sets[i % size].
+  std::vector<std::vector<int>> bind_sets;
 };
 
 /// Lines of stderr kept per rank for the failure report.
