@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -160,8 +161,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
     // than CPUs stay unbound, as mpirun leaves them: waiting ranks then
     // hand their CPU over, and the scheduler balances better than a fixed
     // share (docs/launcher.md).
-    std::vector<int> cores;
-    for (int cpu : cpus) cores.push_back(detail::core_of_cpu(cpu));
+    std::vector<int> cores(cpus.size());
+    std::transform(cpus.begin(), cpus.end(), cores.begin(), detail::core_of_cpu);
     o.bind_sets = detail::share_cpus(cpus, cores, o.nproc_per_node);
   }
   o.grace_period = seconds_to_ms(grace_s);
