@@ -62,4 +62,10 @@ std::vector<std::vector<int>> share_cpus(const std::vector<int>& cpus, const std
   return shares;
 }
 
+std::vector<std::vector<int>> share_cpus(const std::vector<int>& cpus, int parts) {
+  std::vector<int> cores(cpus.size());
+  std::transform(cpus.begin(), cpus.end(), cores.begin(), core_of_cpu);
+  return share_cpus(cpus, cores, parts);
+}
+
 }  // namespace tdist::detail

@@ -32,5 +32,7 @@ int core_of_cpu(int cpu);
 /// share a core's hardware threads unless there are fewer cores than ranks.
 std::vector<std::vector<int>> share_cpus(const std::vector<int>& cpus, const std::vector<int>& core_of,
                                          int parts);
+/// share_cpus with each CPU's core from the kernel (core_of_cpu).
+std::vector<std::vector<int>> share_cpus(const std::vector<int>& cpus, int parts);
 
 }  // namespace tdist::detail

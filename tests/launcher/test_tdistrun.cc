@@ -288,9 +288,7 @@ TEST(TdistrunBinding, ByDefaultRanksShareTheCpusOutUnlessTheyOutnumberThem) {
   ChildProcess::wait_all({&shared, &crowded}, deadline());
   ASSERT_EQ(shared.exit_code(), 0) << both(shared);
   ASSERT_EQ(crowded.exit_code(), 0) << both(crowded);
-  std::vector<int> cores;
-  for (int cpu : cpus) cores.push_back(detail::core_of_cpu(cpu));
-  const auto shares = detail::share_cpus(cpus, cores, fitting);
+  const auto shares = detail::share_cpus(cpus, fitting);
   std::vector<int> given;
   for (int rank = 0; rank < fitting; ++rank) {
     const auto& share = shares[static_cast<size_t>(rank)];

@@ -1,7 +1,6 @@
 #include "options.h"
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -161,9 +160,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
     // than CPUs stay unbound, as mpirun leaves them: waiting ranks then
     // hand their CPU over, and the scheduler balances better than a fixed
     // share (docs/launcher.md).
-    std::vector<int> cores(cpus.size());
-    std::transform(cpus.begin(), cpus.end(), cores.begin(), detail::core_of_cpu);
-    o.bind_sets = detail::share_cpus(cpus, cores, o.nproc_per_node);
+    o.bind_sets = detail::share_cpus(cpus, o.nproc_per_node);
   }
   o.grace_period = seconds_to_ms(grace_s);
   o.join_timeout = seconds_to_ms(join_s);

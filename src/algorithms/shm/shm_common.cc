@@ -71,10 +71,10 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
     case Counts::kRounds:
       // Its arrive lines alternate between rounds: the one we wait on holds
       // its last round but one.
-      progress = &line == &group.arrive(peer, 0) || &line == &group.arrive(peer, 1)
-                     ? "its last arrival was in round " + std::to_string(group.last_arrival(peer))
-                     : "its flag is at round " + std::to_string(seen);
-      progress = " in round " + std::to_string(target) + "; " + progress;
+      progress = " in round " + std::to_string(target) + "; " +
+                 (&line == &group.arrive(peer, 0) || &line == &group.arrive(peer, 1)
+                      ? "its last arrival was in round " + std::to_string(group.last_arrival(peer))
+                      : "its flag is at round " + std::to_string(seen));
       break;
     case Counts::kEagerOps:
       progress = " in eager operation " + std::to_string(target - 1) + "; " +
