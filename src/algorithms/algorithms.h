@@ -15,11 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/call_signature.h"
 #include "common/scratch.h"
 #include "tdist/dtype.h"
 #include "tdist/reduce_op.h"
@@ -42,7 +44,27 @@ struct CallContext {
   Clock::time_point deadline = Clock::time_point::max();
   std::chrono::milliseconds timeout{0};
 
+  /// What this rank passed to the call (seq included), carried by every
+  /// message and flag of the call and compared by its peers before they
+  /// use any of its data (common/call_signature.h). Empty: unchecked.
+  tdist::detail::CallSignature sig{};
+  /// This rank's signature of the call before (empty if none), to name
+  /// both sides when a peer's message of that call is found unreceived.
+  tdist::detail::CallSignature previous{};
+  /// Called with the error before a failing call aborts the transport
+  /// (abort_call), while the peers can still be told why: the process group
+  /// leaves the reason in its store for peers that see only a broken
+  /// connection. Null: nothing to call.
+  const std::function<void(const std::exception_ptr&)>* on_abort = nullptr;
+
   int rank() const { return transport.rank(); }
+  /// The transport's isend/irecv with this call's signature.
+  RequestPtr isend(int to, uint64_t tag, const void* data, size_t nbytes) const {
+    return transport.isend(to, tag, data, nbytes, sig);
+  }
+  RequestPtr irecv(int from, uint64_t tag, void* data, size_t nbytes) const {
+    return transport.irecv(from, tag, data, nbytes, sig);
+  }
   int size() const { return transport.size(); }
   /// The tag of step `step` of this call. Collective tags have the top bit
   /// clear; point-to-point tags (the process group's) have it set.
@@ -144,16 +166,26 @@ constexpr size_t segment_elements(size_t element_bytes) {
 using tdist::detail::make_scratch;
 using tdist::detail::Scratch;
 
+/// Raises DistBackendError naming both calls if ctx.transport holds a
+/// message that shows a peer's call differs from this one
+/// (Transport::conflicting_message), aborting ctx.transport first so that
+/// every peer fails too.
+void check_unmatched(const CallContext& ctx);
+/// The check of check_unmatched without the abort (for callers that abort
+/// on any error themselves); `my_rank` names this rank in the message (-1:
+/// ctx.rank()).
+void throw_if_unmatched(const CallContext& ctx, int my_rank = -1);
+
 /// wait_all of one request.
 void wait_one(const CallContext& ctx, const RequestPtr& request);
 
 /// isend / irecv, or nothing (null, which wait_all skips) for 0 bytes: both
 /// sides of every transfer know its size, so empty ones are skipped on both.
 inline RequestPtr post_send(const CallContext& ctx, int to, uint64_t tag, const void* data, size_t nbytes) {
-  return nbytes == 0 ? nullptr : ctx.transport.isend(to, tag, data, nbytes);
+  return nbytes == 0 ? nullptr : ctx.isend(to, tag, data, nbytes);
 }
 inline RequestPtr post_recv(const CallContext& ctx, int from, uint64_t tag, void* data, size_t nbytes) {
-  return nbytes == 0 ? nullptr : ctx.transport.irecv(from, tag, data, nbytes);
+  return nbytes == 0 ? nullptr : ctx.irecv(from, tag, data, nbytes);
 }
 
 /// Aborts ctx.transport with `error`, so that no request still pending can

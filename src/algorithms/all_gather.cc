@@ -49,15 +49,15 @@ void ring_all_gather(const CallContext& ctx, uint32_t first_step, int me, int p,
   auto post_recvs = [&](size_t upto) {
     for (; posted < std::min(upto, items.size()); ++posted) {
       const ForwardItem& item = items[posted];
-      recvs[posted] = ctx.transport.irecv(prev, ctx.tag(first_step + static_cast<uint32_t>(item.step)),
-                                          out + item.bytes.offset, item.bytes.length);
+      recvs[posted] = ctx.irecv(prev, ctx.tag(first_step + static_cast<uint32_t>(item.step)),
+                                out + item.bytes.offset, item.bytes.length);
     }
   };
   post_recvs(kForwardAhead);
   const patterns::ElementRange mine = block(me);
   for (size_t j = 0; j < patterns::segment_count(mine.length, kSegmentBytes); ++j) {
     const patterns::ElementRange s = patterns::segment_of(mine, kSegmentBytes, j);
-    sends.push_back(ctx.transport.isend(next, ctx.tag(first_step), own + (s.offset - mine.offset), s.length));
+    sends.push_back(ctx.isend(next, ctx.tag(first_step), own + (s.offset - mine.offset), s.length));
   }
   // A segment received in step t is sent on in step t + 1 as soon as it is
   // in, so all steps overlap. Receives never target a block that is being
@@ -67,8 +67,8 @@ void ring_all_gather(const CallContext& ctx, uint32_t first_step, int me, int p,
     const ForwardItem& item = items[i];
     if (item.step + 1 >= num_steps) break;
     wait_one(ctx, recvs[i]);
-    sends.push_back(ctx.transport.isend(next, ctx.tag(first_step + static_cast<uint32_t>(item.step) + 1),
-                                        out + item.bytes.offset, item.bytes.length));
+    sends.push_back(ctx.isend(next, ctx.tag(first_step + static_cast<uint32_t>(item.step) + 1),
+                              out + item.bytes.offset, item.bytes.length));
   }
   post_recvs(items.size());
   wait_all(ctx, recvs);

@@ -32,12 +32,12 @@ struct Blocks {
 
 RequestPtr post_send_to(const CallContext& ctx, const Blocks& b, int dst) {
   const auto d = static_cast<size_t>(dst);
-  return ctx.transport.isend(dst, ctx.tag(0), b.in + b.send_offsets[d], b.send_bytes[d]);
+  return ctx.isend(dst, ctx.tag(0), b.in + b.send_offsets[d], b.send_bytes[d]);
 }
 
 RequestPtr post_recv_from(const CallContext& ctx, const Blocks& b, int src) {
   const auto s = static_cast<size_t>(src);
-  return ctx.transport.irecv(src, ctx.tag(0), b.out + b.recv_offsets[s], b.recv_bytes[s]);
+  return ctx.irecv(src, ctx.tag(0), b.out + b.recv_offsets[s], b.recv_bytes[s]);
 }
 
 void check_received(const CallContext& ctx, const Blocks& b, const RequestPtr& recv) {

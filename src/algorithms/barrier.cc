@@ -18,8 +18,7 @@ void barrier(const CallContext& ctx, BarrierAlgo algo) {
       // signal would not vouch for everyone heard so far. Rounds can pair
       // the same ranks (p = 3), hence a tag per round.
       const uint64_t tag = ctx.tag(static_cast<uint32_t>(k));
-      wait_all(ctx, {ctx.transport.irecv(step.recv_from, tag, nullptr, 0),
-                     ctx.transport.isend(step.send_to, tag, nullptr, 0)});
+      wait_all(ctx, {ctx.irecv(step.recv_from, tag, nullptr, 0), ctx.isend(step.send_to, tag, nullptr, 0)});
     }
   });
 }

@@ -37,12 +37,12 @@ void binomial(const CallContext& ctx, uint8_t* data, size_t nbytes, int root) {
     if (!recvs.empty()) {
       for (; posted < std::min(j + kReceiveAhead, num_segments); ++posted) {
         const patterns::ElementRange r = patterns::segment_of(whole, detail::kSegmentBytes, posted);
-        recvs[posted] = ctx.transport.irecv(parent, tag, data + r.offset, r.length);
+        recvs[posted] = ctx.irecv(parent, tag, data + r.offset, r.length);
       }
       detail::wait_one(ctx, recvs[j]);
     }
     for (const patterns::TreeChild& child : children) {
-      sends.push_back(ctx.transport.isend(child.rank, tag, data + s.offset, s.length));
+      sends.push_back(ctx.isend(child.rank, tag, data + s.offset, s.length));
     }
   }
   wait_all(ctx, sends);

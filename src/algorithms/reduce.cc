@@ -49,8 +49,7 @@ void binomial(const CallContext& ctx, uint8_t* data, size_t count, int root, con
       // The slot of item - 1 is free: post up to item + num_slots - 1.
       for (; posted < std::min(item + num_slots, num_items); ++posted) {
         const patterns::ElementRange r = patterns::segment_of(whole, seg, posted / num_children);
-        recvs[posted] =
-            ctx.transport.irecv(children[posted % num_children].rank, tag, slot(posted), r.length * eb);
+        recvs[posted] = ctx.irecv(children[posted % num_children].rank, tag, slot(posted), r.length * eb);
       }
       detail::wait_one(ctx, recvs[item]);
       combiner.combine(data + s.offset * eb, slot(item), s.length, /*received_first=*/false);
@@ -58,7 +57,7 @@ void binomial(const CallContext& ctx, uint8_t* data, size_t count, int root, con
     if (parent == patterns::kNoPeer) {
       combiner.finalize(data + s.offset * eb, s.length);
     } else {
-      sends.push_back(ctx.transport.isend(parent, tag, data + s.offset * eb, s.length * eb));
+      sends.push_back(ctx.isend(parent, tag, data + s.offset * eb, s.length * eb));
     }
   }
   wait_all(ctx, sends);

@@ -105,10 +105,10 @@ void ring_reduce_scatter(const CallContext& ctx, uint32_t first_step, const uint
     if (premultiply_in) {
       const size_t slot = pool.take();
       premultiply_into(pool.data(slot), in + s.offset * eb, s.length, combiner.dtype, combiner.op);
-      sends.push_back(ctx.transport.isend(next, ctx.tag(first_step), pool.data(slot), s.length * eb));
+      sends.push_back(ctx.isend(next, ctx.tag(first_step), pool.data(slot), s.length * eb));
       pool.give_back_after(slot, sends.back());
     } else {
-      sends.push_back(ctx.transport.isend(next, ctx.tag(first_step), in + s.offset * eb, s.length * eb));
+      sends.push_back(ctx.isend(next, ctx.tag(first_step), in + s.offset * eb, s.length * eb));
     }
   }
 
@@ -119,8 +119,8 @@ void ring_reduce_scatter(const CallContext& ctx, uint32_t first_step, const uint
     for (; posted < std::min(i + kPipelineDepth, items.size()); ++posted) {
       const RingItem& item = items[posted];
       recv_slot[posted] = pool.take();
-      recvs[posted] = ctx.transport.irecv(prev, ctx.tag(first_step + static_cast<uint32_t>(item.step)),
-                                          pool.data(recv_slot[posted]), item.elements.length * eb);
+      recvs[posted] = ctx.irecv(prev, ctx.tag(first_step + static_cast<uint32_t>(item.step)),
+                                pool.data(recv_slot[posted]), item.elements.length * eb);
     }
     wait_one(ctx, recvs[i]);
     const RingItem& item = items[i];
@@ -136,8 +136,8 @@ void ring_reduce_scatter(const CallContext& ctx, uint32_t first_step, const uint
     // every rank ends with the same bits.
     reduce_into(partial, partial, local, item.elements.length, combiner.dtype, combiner.op);
     if (item.step + 1 < num_steps) {
-      sends.push_back(ctx.transport.isend(next, ctx.tag(first_step + static_cast<uint32_t>(item.step) + 1),
-                                          partial, item.elements.length * eb));
+      sends.push_back(ctx.isend(next, ctx.tag(first_step + static_cast<uint32_t>(item.step) + 1), partial,
+                                item.elements.length * eb));
       pool.give_back_after(slot, sends.back());
     } else {
       uint8_t* result = out + (item.elements.offset - bounds[static_cast<size_t>(rank)]) * eb;

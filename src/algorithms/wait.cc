@@ -45,6 +45,42 @@ std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr
 
 }  // namespace
 
+namespace detail {
+
+void throw_if_unmatched(const CallContext& ctx, int my_rank) {
+  if (ctx.sig.empty()) return;
+  const int me = my_rank >= 0 ? my_rank : ctx.rank();
+  const auto conflict = ctx.transport.conflicting_message(ctx.sig);
+  if (!conflict) return;
+  const auto& [peer, theirs] = *conflict;
+  if (theirs.seq == ctx.sig.seq)
+    throw DistBackendError(tdist::detail::mismatch_message(ctx.op, ctx.sig, me, theirs, peer));
+  if (!ctx.previous.empty() && theirs.seq == ctx.previous.seq && !(theirs == ctx.previous)) {
+    throw DistBackendError(std::string(ctx.op) + " (call #" + std::to_string(ctx.sig.seq) +
+                           " in this group): an earlier call differed: " +
+                           tdist::detail::mismatch_message(tdist::detail::call_kind_name(ctx.previous.kind),
+                                                           ctx.previous, me, theirs, peer));
+  }
+  throw DistBackendError(
+      std::string(ctx.op) + " (call #" + std::to_string(ctx.sig.seq) + " in this group): rank " +
+      std::to_string(peer) + " sent rank " + std::to_string(me) + " data of call #" +
+      std::to_string(theirs.seq) + " (" + tdist::detail::describe(theirs) + ") that no call of rank " +
+      std::to_string(me) +
+      " received, so their calls differed (every rank must make the same calls in the same "
+      "order, with matching arguments)");
+}
+
+void check_unmatched(const CallContext& ctx) {
+  try {
+    throw_if_unmatched(ctx);
+  } catch (...) {
+    abort_call(ctx, std::current_exception());
+    throw;
+  }
+}
+
+}  // namespace detail
+
 void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
   try {
     size_t next = 0;
@@ -64,6 +100,9 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
           std::rethrow_exception(requests[i]->error());
         }
       }
+      // A peer in another op (or with other arguments) at this call may
+      // never send what we wait for; what it did send tells.
+      detail::throw_if_unmatched(ctx);
       if (Clock::now() >= ctx.deadline) throw DistTimeoutError(timeout_message(ctx, requests));
     }
   } catch (...) {
@@ -83,6 +122,11 @@ void wait_one(const CallContext& ctx, const RequestPtr& request) {
 }
 
 void abort_call(const CallContext& ctx, std::exception_ptr error) noexcept {
+  try {
+    if (ctx.on_abort != nullptr) (*ctx.on_abort)(error);
+  } catch (...) {
+    // Best effort too.
+  }
   try {
     ctx.transport.abort(std::move(error));
   } catch (...) {
@@ -127,14 +171,14 @@ void reduce_exchange(const CallContext& ctx, uint32_t step, int to, const uint8_
   auto post_sends = [&](size_t upto) {
     for (; sends_posted < std::min(upto, num_sends); ++sends_posted) {
       const auto s = patterns::segment_of(send_range, seg, sends_posted);
-      sends[sends_posted] = ctx.transport.isend(to, tag, send + s.offset * eb, s.length * eb);
+      sends[sends_posted] = ctx.isend(to, tag, send + s.offset * eb, s.length * eb);
     }
   };
   auto slot = [&](size_t k) { return slots.get() + (k % kPipelineDepth) * slot_bytes; };
   auto post_recvs = [&](size_t upto) {
     for (; recvs_posted < std::min(upto, num_recvs); ++recvs_posted) {
       const auto s = patterns::segment_of(recv_range, seg, recvs_posted);
-      recvs[recvs_posted] = ctx.transport.irecv(from, tag, slot(recvs_posted), s.length * eb);
+      recvs[recvs_posted] = ctx.irecv(from, tag, slot(recvs_posted), s.length * eb);
     }
   };
 

@@ -8,6 +8,7 @@
 #include "algorithms/shm/shm_collectives.h"
 #include "blocking_call.h"
 #include "common/completion_thread.h"
+#include "common/env.h"
 #include "common/scratch.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -19,6 +20,33 @@ namespace tdist {
 namespace {
 
 namespace algo = algorithms;
+namespace sig = tdist::detail;
+using tdist::detail::CallKind;
+
+// Where a failing rank leaves its reason (see publish_failure_).
+constexpr const char* kFailureKey = "tdist/failure";
+
+bool is_network_failure(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistTimeoutError&) {
+    return false;
+  } catch (const DistNetworkError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+uint64_t count_of(const Tensor& t) {
+  return static_cast<uint64_t>(t.numel());
+}
+
+uint64_t total_count(const std::vector<Tensor>& tensors) {
+  uint64_t n = 0;
+  for (const auto& t : tensors) n += count_of(t);
+  return n;
+}
 
 // Point-to-point tags have the top bit set; collective tags never do.
 uint64_t p2p_tag(int tag) {
@@ -144,6 +172,22 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
     throw DistInvalidArgument("ProcessGroupTdist: rank " + std::to_string(rank) + " is not in [0, " +
                               std::to_string(size) + ")");
   }
+  store_ = store;
+  check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
+  publish_failure_ = [this](const std::exception_ptr& error) {
+    if (is_network_failure(error)) return;
+    try {
+      std::rethrow_exception(error);
+    } catch (const DistTimeoutError&) {
+      // Every rank times out on its own; a peer's timeout explains nothing.
+    } catch (const std::exception& e) {
+      try {
+        store_->compare_set(kFailureKey, {}, to_bytes(std::string(e.what())));  // the first one stays
+      } catch (...) {
+        // The store may be gone with the rank that hosts it.
+      }
+    }
+  };
   transport::TcpOptions tcp;
   tcp.timeout = options.timeout;
   tcp.reach_host = options.master_host;
@@ -194,7 +238,7 @@ bool ProcessGroupTdist::claim_inline() {
   return state_.compare_exchange_strong(idle, 1, std::memory_order_acquire, std::memory_order_relaxed);
 }
 
-void ProcessGroupTdist::run_inline(std::string_view op, BodyRef body) {
+void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, BodyRef body) {
   struct Release {
     ProcessGroupTdist& group;
     ~Release() {
@@ -207,24 +251,35 @@ void ProcessGroupTdist::run_inline(std::string_view op, BodyRef body) {
     }
   } release{*this};
   const uint64_t seq = next_seq_++;  // only the thread that owns the group counts
-  algo::CallContext ctx{*transport_, op, seq, transport::coarse_now() + timeout(), timeout()};
+  algo::CallContext ctx{*transport_, op,  seq,       transport::coarse_now() + timeout(),
+                        timeout(),   sig, last_sig_, &publish_failure_};
+  ctx.sig.seq = seq;
+  last_sig_ = ctx.sig;
   try {
     // Only calls that may wait on TCP need it (see transport.h).
     std::optional<transport::CallScope> call;
-    if (!all_on_shared_memory_) call.emplace(*transport_);
+    if (!all_on_shared_memory_) {
+      call.emplace(*transport_);
+      algo::detail::check_unmatched(ctx);
+    }
     body(ctx);
+    // A peer's message of an earlier call that this rank never received
+    // (its broadcast root sent and returned) has arrived by now if this
+    // call received anything from that peer: connections keep order.
+    if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);
   } catch (const std::exception& e) {
     TDIST_LOG(DEBUG) << op << " (call #" << seq << ") failed: " << e.what();
-    throw;
+    std::rethrow_exception(explain(std::current_exception(), op, seq));
   }
 }
 
-WorkPtr ProcessGroupTdist::enqueue(std::string_view op, std::vector<Tensor> outputs, Body body) {
+WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig, std::vector<Tensor> outputs,
+                                   Body body) {
   auto work = std::make_shared<Work>(std::string(op), std::move(outputs), this);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(std::string(op) + ": the process group is being destroyed");
-    queue_.push_back(Task{std::string(op), 0, work, std::move(body)});
+    queue_.push_back(Task{std::string(op), sig, 0, work, std::move(body)});
     // Counted once queued (a failed push leaves no trace); nobody takes the
     // task before this lock is released.
     state_.fetch_add(2, std::memory_order_relaxed);
@@ -253,13 +308,18 @@ void ProcessGroupTdist::run() {
 }
 
 void ProcessGroupTdist::execute(Task& task) {
-  algo::CallContext ctx{*transport_, task.op, task.seq, transport::coarse_now() + timeout(), timeout()};
+  algo::CallContext ctx{*transport_, task.op,  task.seq,  transport::coarse_now() + timeout(),
+                        timeout(),   task.sig, last_sig_, &publish_failure_};
+  ctx.sig.seq = task.seq;
+  last_sig_ = ctx.sig;
   std::exception_ptr error;
   try {
     transport::CallScope call(*transport_);
+    if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);
     task.body(ctx);
+    if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);  // see run_inline
   } catch (...) {
-    error = std::current_exception();
+    error = explain(std::current_exception(), task.op, task.seq);
     try {
       throw;
     } catch (const std::exception& e) {
@@ -272,15 +332,36 @@ void ProcessGroupTdist::execute(Task& task) {
   task.work->finish(error);
 }
 
+std::exception_ptr ProcessGroupTdist::explain(const std::exception_ptr& error, std::string_view op,
+                                              uint64_t seq) const {
+  if (!is_network_failure(error)) return error;
+  try {
+    if (!store_->check({kFailureKey})) return error;
+    return std::make_exception_ptr(DistBackendError(
+        std::string(op) + " (call #" + std::to_string(seq) +
+        " in this group): a peer aborted the group: " + to_string(store_->get(kFailureKey))));
+  } catch (...) {
+    return error;
+  }
+}
+
 template <typename Algo>
 transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
   if (!shm_ || (forced_algos_ & forced_bit<Algo>()) != 0) return nullptr;
   return shm_;
 }
 
+bool ProcessGroupTdist::empty_over_tcp(const algo::CallContext& ctx, bool on_shared_memory,
+                                       size_t total_bytes) const {
+  if (on_shared_memory || total_bytes != 0 || ctx.size() == 1) return false;
+  algo::barrier(ctx);
+  return true;
+}
+
 void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const void* in, void* out,
                                          const std::vector<size_t>& bytes) const {
   if (auto* shm = shm_for<algo::AllGatherAlgo>()) return algo::shm::all_gather(ctx, *shm, in, out, bytes);
+  if (empty_over_tcp(ctx, false, std::accumulate(bytes.begin(), bytes.end(), size_t{0}))) return;
   algo::all_gather(ctx, in, out, bytes);
 }
 
@@ -289,6 +370,7 @@ void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, co
                                                 const ReduceOp& op) const {
   if (auto* shm = shm_for<algo::ReduceScatterAlgo>())
     return algo::shm::reduce_scatter(ctx, *shm, in, output.data(), counts, output.dtype(), op);
+  if (empty_over_tcp(ctx, false, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
   algo::reduce_scatter(ctx, in, output.data(), counts, output.dtype(), op);
 }
 
@@ -305,18 +387,22 @@ void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const voi
 void ProcessGroupTdist::run_broadcast(const algo::CallContext& ctx, const Tensor& tensor, int root) {
   if (auto* shm = shm_for<algo::BroadcastAlgo>())
     return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
+  if (empty_over_tcp(ctx, false, tensor.nbytes())) return;
   algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
 }
 
 WorkPtr ProcessGroupTdist::broadcast(const Tensor& tensor, int root) {
   validate::rank_in_group("broadcast", "src", root, size());
-  return submit("broadcast", {.one = &tensor}, &ProcessGroupTdist::run_broadcast, tensor, root);
+  return submit("broadcast",
+                sig::collective_signature(CallKind::kBroadcast, tensor.dtype(), count_of(tensor), root),
+                {.one = &tensor}, &ProcessGroupTdist::run_broadcast, tensor, root);
 }
 
 void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tensor& tensor,
                                        const ReduceOp& op) {
   if (auto* shm = shm_for<algo::AllReduceAlgo>())
     return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
+  if (empty_over_tcp(ctx, false, tensor.nbytes())) return;
   if (domains_.local && (forced_algos_ & forced_bit<algo::AllReduceAlgo>()) == 0) {
     return algo::shm::hierarchical_all_reduce(
         ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
@@ -327,7 +413,9 @@ void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tenso
 
 WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) {
   validate::reduce_op("all_reduce", tensor, op);
-  return submit("all_reduce", {.one = &tensor}, &ProcessGroupTdist::run_all_reduce, tensor, op);
+  return submit("all_reduce",
+                sig::collective_signature(CallKind::kAllReduce, tensor.dtype(), count_of(tensor), -1, &op),
+                {.one = &tensor}, &ProcessGroupTdist::run_all_reduce, tensor, op);
 }
 
 void ProcessGroupTdist::run_reduce(const algo::CallContext& ctx, const Tensor& tensor, int root,
@@ -336,6 +424,7 @@ void ProcessGroupTdist::run_reduce(const algo::CallContext& ctx, const Tensor& t
   // The shared-memory reduce never writes a non-root rank's input.
   if (auto* shm = shm_for<algo::ReduceAlgo>())
     return algo::shm::reduce(ctx, *shm, tensor.data(), count, tensor.dtype(), op, root);
+  if (empty_over_tcp(ctx, false, tensor.nbytes())) return;
   if (ctx.rank() == root) return algo::reduce(ctx, tensor.data(), count, tensor.dtype(), op, root);
   // The message-passing one uses its buffer as scratch: non-root ranks
   // keep their input intact by lending it a (recycled) copy.
@@ -347,7 +436,9 @@ void ProcessGroupTdist::run_reduce(const algo::CallContext& ctx, const Tensor& t
 WorkPtr ProcessGroupTdist::reduce(const Tensor& tensor, int root, const ReduceOp& op) {
   validate::rank_in_group("reduce", "dst", root, size());
   validate::reduce_op("reduce", tensor, op);
-  return submit("reduce", {.one = &tensor}, &ProcessGroupTdist::run_reduce, tensor, root, op);
+  return submit("reduce",
+                sig::collective_signature(CallKind::kReduce, tensor.dtype(), count_of(tensor), root, &op),
+                {.one = &tensor}, &ProcessGroupTdist::run_reduce, tensor, root, op);
 }
 
 void ProcessGroupTdist::run_all_gather(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
@@ -366,7 +457,11 @@ WorkPtr ProcessGroupTdist::all_gather(const std::vector<Tensor>& outputs, const 
   }
   validate::numel_equals("all_gather", "this rank's tensor_list entry", outputs[to_size(rank())],
                          input.numel());
-  return submit("all_gather", {.list = &outputs}, &ProcessGroupTdist::run_all_gather, outputs, input);
+  const auto bytes = nbytes_of(outputs);
+  return submit("all_gather",
+                sig::collective_signature(CallKind::kAllGather, input.dtype(), total_count(outputs), -1,
+                                          nullptr, sig::layout_of(bytes)),
+                {.list = &outputs}, &ProcessGroupTdist::run_all_gather, outputs, input);
 }
 
 void ProcessGroupTdist::run_all_gather_into_tensor(const algo::CallContext& ctx, const Tensor& output,
@@ -381,8 +476,9 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor(const Tensor& output, const Te
   bool in_place = block > 0 && input.data() == slot;
   if (!in_place)
     validate::no_overlap("all_gather_into_tensor", "output_tensor", output, "input_tensor", input);
-  return submit("all_gather_into_tensor", {.one = &output}, &ProcessGroupTdist::run_all_gather_into_tensor,
-                output, input, block);
+  return submit("all_gather_into_tensor",
+                sig::collective_signature(CallKind::kAllGatherIntoTensor, input.dtype(), count_of(input)),
+                {.one = &output}, &ProcessGroupTdist::run_all_gather_into_tensor, output, input, block);
 }
 
 void ProcessGroupTdist::run_all_gather_into_tensor_uneven(const algo::CallContext& ctx, const Tensor& output,
@@ -405,13 +501,19 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, c
   const auto* slot = static_cast<const uint8_t*>(output.data()) + offsets_of(bytes)[to_size(rank())];
   if (!(input.nbytes() > 0 && input.data() == slot))
     validate::no_overlap(op, "output", output, "input", input);
-  return submit(op, {.one = &output}, &ProcessGroupTdist::run_all_gather_into_tensor_uneven, output, input,
+  uint64_t total = 0;
+  for (int64_t rows : output_split_sizes) total += static_cast<uint64_t>(rows * row);
+  return submit(op,
+                sig::collective_signature(CallKind::kAllGatherIntoTensorUneven, input.dtype(), total, -1,
+                                          nullptr, sig::layout_of(bytes)),
+                {.one = &output}, &ProcessGroupTdist::run_all_gather_into_tensor_uneven, output, input,
                 bytes);
 }
 
 void ProcessGroupTdist::run_gather(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
                                    const Tensor& input, const std::vector<size_t>& bytes, int root) {
   auto* shm = shm_for<algo::GatherAlgo>();
+  if (empty_over_tcp(ctx, shm != nullptr, input.nbytes())) return;
   if (ctx.rank() != root) {
     if (shm) return algo::shm::gather(ctx, *shm, input.data(), nullptr, bytes, root);
     algo::gather(ctx, input.data(), nullptr, bytes, root);
@@ -441,13 +543,15 @@ WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tens
                               " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), input.nbytes());
-  return submit("gather", {.list = &outputs}, &ProcessGroupTdist::run_gather, outputs, input, bytes, root);
+  return submit("gather", sig::collective_signature(CallKind::kGather, input.dtype(), count_of(input), root),
+                {.list = &outputs}, &ProcessGroupTdist::run_gather, outputs, input, bytes, root);
 }
 
 void ProcessGroupTdist::run_scatter(const algo::CallContext& ctx, const Tensor& output,
                                     const std::vector<Tensor>& inputs, const std::vector<size_t>& bytes,
                                     int root) {
   auto* shm = shm_for<algo::ScatterAlgo>();
+  if (empty_over_tcp(ctx, shm != nullptr, output.nbytes())) return;
   if (ctx.rank() != root) {
     if (shm) return algo::shm::scatter(ctx, *shm, nullptr, output.data(), bytes, root);
     algo::scatter(ctx, nullptr, output.data(), bytes, root);
@@ -474,7 +578,9 @@ WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tenso
                               " tensors on rank " + std::to_string(rank()) + ")");
   }
   std::vector<size_t> bytes(to_size(size()), output.nbytes());
-  return submit("scatter", {.one = &output}, &ProcessGroupTdist::run_scatter, output, inputs, bytes, root);
+  return submit("scatter",
+                sig::collective_signature(CallKind::kScatter, output.dtype(), count_of(output), root),
+                {.one = &output}, &ProcessGroupTdist::run_scatter, output, inputs, bytes, root);
 }
 
 void ProcessGroupTdist::run_reduce_scatter(const algo::CallContext& ctx, const Tensor& output,
@@ -498,8 +604,10 @@ WorkPtr ProcessGroupTdist::reduce_scatter(const Tensor& output, const std::vecto
   std::vector<size_t> counts;
   counts.reserve(inputs.size());
   for (const auto& t : inputs) counts.push_back(to_size(t.numel()));
-  return submit("reduce_scatter", {.one = &output}, &ProcessGroupTdist::run_reduce_scatter, output, inputs,
-                counts, op);
+  return submit("reduce_scatter",
+                sig::collective_signature(CallKind::kReduceScatter, output.dtype(), total_count(inputs), -1,
+                                          &op, sig::layout_of(counts)),
+                {.one = &output}, &ProcessGroupTdist::run_reduce_scatter, output, inputs, counts, op);
 }
 
 void ProcessGroupTdist::run_reduce_scatter_tensor(const algo::CallContext& ctx, const Tensor& output,
@@ -514,8 +622,10 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor(const Tensor& output, const Ten
   validate::reduce_op("reduce_scatter_tensor", output, op);
   validate::no_overlap("reduce_scatter_tensor", "input", input, "output", output);
   std::vector<size_t> counts(to_size(size()), to_size(output.numel()));
-  return submit("reduce_scatter_tensor", {.one = &output}, &ProcessGroupTdist::run_reduce_scatter_tensor,
-                output, input, counts, op);
+  return submit(
+      "reduce_scatter_tensor",
+      sig::collective_signature(CallKind::kReduceScatterTensor, output.dtype(), count_of(output), -1, &op),
+      {.one = &output}, &ProcessGroupTdist::run_reduce_scatter_tensor, output, input, counts, op);
 }
 
 void ProcessGroupTdist::run_reduce_scatter_tensor_uneven(const algo::CallContext& ctx, const Tensor& output,
@@ -539,8 +649,11 @@ WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, co
   std::vector<size_t> counts;
   counts.reserve(input_split_sizes.size());
   for (int64_t rows : input_split_sizes) counts.push_back(to_size(rows * row));
-  return submit(name, {.one = &output}, &ProcessGroupTdist::run_reduce_scatter_tensor_uneven, output, input,
-                counts, op);
+  return submit(name,
+                sig::collective_signature(CallKind::kReduceScatterTensorUneven, output.dtype(),
+                                          count_of(input), -1, &op, sig::layout_of(counts)),
+                {.one = &output}, &ProcessGroupTdist::run_reduce_scatter_tensor_uneven, output, input, counts,
+                op);
 }
 
 void ProcessGroupTdist::run_all_to_all(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
@@ -563,7 +676,10 @@ WorkPtr ProcessGroupTdist::all_to_all(const std::vector<Tensor>& outputs, const 
     for (const auto& out : outputs)
       validate::no_overlap("all_to_all", "an output", out, "an input", inputs[r]);
   }
-  return submit("all_to_all", {.list = &outputs}, &ProcessGroupTdist::run_all_to_all, outputs, inputs);
+  return submit(
+      "all_to_all",
+      sig::collective_signature(CallKind::kAllToAll, inputs.empty() ? DType::kFloat32 : inputs[0].dtype(), 0),
+      {.list = &outputs}, &ProcessGroupTdist::run_all_to_all, outputs, inputs);
 }
 
 void ProcessGroupTdist::run_all_to_all_single(const algo::CallContext& ctx, const Tensor& output,
@@ -597,8 +713,8 @@ WorkPtr ProcessGroupTdist::all_to_all_single(const Tensor& output, const Tensor&
   };
   auto send_bytes = splits_to_bytes(input, input_split_sizes, "input_split_sizes");
   auto recv_bytes = splits_to_bytes(output, output_split_sizes, "output_split_sizes");
-  return submit(op, {.one = &output}, &ProcessGroupTdist::run_all_to_all_single, output, input, send_bytes,
-                recv_bytes);
+  return submit(op, sig::collective_signature(CallKind::kAllToAllSingle, input.dtype(), 0), {.one = &output},
+                &ProcessGroupTdist::run_all_to_all_single, output, input, send_bytes, recv_bytes);
 }
 
 void ProcessGroupTdist::run_barrier(const algo::CallContext& ctx) {
@@ -607,7 +723,8 @@ void ProcessGroupTdist::run_barrier(const algo::CallContext& ctx) {
 }
 
 WorkPtr ProcessGroupTdist::barrier() {
-  return submit("barrier", {}, &ProcessGroupTdist::run_barrier);
+  return submit("barrier", sig::collective_signature(CallKind::kBarrier, DType::kUInt8, 0), {},
+                &ProcessGroupTdist::run_barrier);
 }
 
 void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& request) {
@@ -630,7 +747,8 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
                               " is this rank; a rank cannot send to itself");
   }
   auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, transport_.get());
-  auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes());
+  auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(),
+                                   sig::p2p_signature(tensor.dtype(), count_of(tensor)));
   // The callback keeps the tensor (and so the bytes being sent) alive.
   request->on_complete([work, tensor](transport::Request& r) { work->finish(r.error()); });
   drive_on_wait(*work, request);
@@ -640,7 +758,8 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
   auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());
-  auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes());
+  auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(),
+                                   sig::p2p_signature(tensor.dtype(), count_of(tensor)));
   size_t expected = tensor.nbytes();
   request->on_complete([work, tensor, expected](transport::Request& r) {
     std::exception_ptr error = r.error();

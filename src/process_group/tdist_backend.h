@@ -69,8 +69,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Lets a thread waiting for a point-to-point work read the sockets itself.
   void drive_on_wait(Work& work, const transport::RequestPtr& request);
   using Body = std::function<void(const algorithms::CallContext&)>;
+  using Signature = tdist::detail::CallSignature;
   struct Task {
     std::string op;
+    Signature sig;  // its seq is taken when the task runs
     uint64_t seq;
     WorkPtr work;
     Body body;
@@ -89,24 +91,32 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// anything else is queued for the worker, with copies of `args`, and
   /// returns its work. Sequence numbers are taken as operations start, in
   /// the order they run.
+  /// `sig` is what this rank passes (CallSignature): peers compare theirs
+  /// with it before they use any of its data.
   template <typename... Params, typename... Args>
-  WorkPtr submit(std::string_view op, Outputs outputs,
+  WorkPtr submit(std::string_view op, const Signature& sig, Outputs outputs,
                  void (ProcessGroupTdist::*body)(const algorithms::CallContext&, Params...),
                  const Args&... args) {
+    const Signature& checked = check_calls_ ? sig : Signature{};
     if (claim_inline()) {
-      run_inline(op, [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
+      run_inline(op, checked, [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
       return nullptr;
     }
-    return enqueue(op, outputs.get(), [this, body, args...](const algorithms::CallContext& ctx) {
+    return enqueue(op, checked, outputs.get(), [this, body, args...](const algorithms::CallContext& ctx) {
       (this->*body)(ctx, args...);
     });
   }
   /// True if this call may run on the calling thread now; it then owns the
   /// group until run_inline() returns.
   bool claim_inline();
-  void run_inline(std::string_view op, BodyRef body);
+  void run_inline(std::string_view op, const Signature& sig, BodyRef body);
   /// Queues a collective for the worker.
-  WorkPtr enqueue(std::string_view op, std::vector<Tensor> outputs, Body body);
+  WorkPtr enqueue(std::string_view op, const Signature& sig, std::vector<Tensor> outputs, Body body);
+  /// Over TCP, a call that moves no bytes on any rank (by this rank's
+  /// arguments) runs a barrier instead, so that a peer that passed more
+  /// still meets this rank's signature and fails, instead of waiting out
+  /// its timeout for messages that never come. True if it did.
+  bool empty_over_tcp(const algorithms::CallContext& ctx, bool on_shared_memory, size_t total_bytes) const;
   void run();
   /// Runs one queued task and finishes its work.
   void execute(Task& task);
@@ -150,6 +160,17 @@ class ProcessGroupTdist final : public ProcessGroup {
                         const std::vector<size_t>& send_bytes, void* out,
                         const std::vector<size_t>& recv_bytes) const;
 
+  /// If `error` is a broken connection and a peer left the reason it
+  /// aborted the group in the store (publish_failure_), that reason as a
+  /// DistBackendError; else `error`.
+  std::exception_ptr explain(const std::exception_ptr& error, std::string_view op, uint64_t seq) const;
+
+  std::shared_ptr<Store> store_;
+  // Leaves the reason of the first failure that is not a network error (a
+  // mismatched call, a bad argument found by the algorithm) in the store
+  // under kFailureKey, before the failing rank aborts its connections: a
+  // peer in the middle of a message sees only a reset connection.
+  std::function<void(const std::exception_ptr&)> publish_failure_;
   std::unique_ptr<transport::Transport> transport_;
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
@@ -174,6 +195,12 @@ class ProcessGroupTdist final : public ProcessGroup {
   // The next operation's sequence number, taken when it starts to run, by
   // the thread that owns the group then (state_ orders them).
   uint64_t next_seq_ = 0;
+  // The signature of the last operation run (CallContext::previous), kept
+  // by the thread that owns the group, like next_seq_.
+  Signature last_sig_{};
+  // False only under TDIST_TESTONLY_UNCHECKED_CALLS=1, which measures what
+  // the checks cost (docs/performance.md): calls then carry no signature.
+  bool check_calls_ = true;
   std::thread worker_;
 };
 

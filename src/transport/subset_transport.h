@@ -32,11 +32,22 @@ class SubsetTransport final : public Transport {
   int size() const override { return static_cast<int>(members_.size()); }
   const char* name() const override { return parent_.name(); }
 
-  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) override {
-    return parent_.isend(member(dst), tag, data, nbytes);
+  using Transport::irecv;
+  using Transport::isend;
+  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes,
+                   const tdist::detail::CallSignature& sig) override {
+    return parent_.isend(member(dst), tag, data, nbytes, sig);
   }
-  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) override {
-    return parent_.irecv(member(src), tag, data, nbytes);
+  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes,
+                   const tdist::detail::CallSignature& sig) override {
+    return parent_.irecv(member(src), tag, data, nbytes, sig);
+  }
+  /// The parent's: a conflicting message may come from any rank of the
+  /// whole group (a peer outside this subset in another op), so its sender
+  /// keeps the parent's number.
+  std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
+      const tdist::detail::CallSignature& mine) const override {
+    return parent_.conflicting_message(mine);
   }
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override {
     return parent_.irecv_bytes(member(src), tag, std::move(out));

@@ -20,8 +20,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "common/call_signature.h"
 
 namespace tdist::transport {
 
@@ -116,12 +120,37 @@ class Transport {
   virtual const char* name() const = 0;
 
   /// Sends `nbytes` from `data` to `dst`; `data` must stay valid and unchanged
-  /// until the request completes. Sending to oneself is allowed.
-  virtual RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) = 0;
+  /// until the request completes. Sending to oneself is allowed. The
+  /// message carries `sig`, what the sender passed to its call.
+  virtual RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes,
+                           const tdist::detail::CallSignature& sig) = 0;
+  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) {
+    return isend(dst, tag, data, nbytes, tdist::detail::CallSignature{});
+  }
   /// Receives into `data` (capacity `nbytes`) from `src` or kAnySource. A
   /// message longer than the capacity fails the request with DistBackendError
   /// naming both sizes; a shorter one completes with received_bytes() < nbytes.
-  virtual RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) = 0;
+  /// A receive with a signature (`sig` not empty) accepts only a message
+  /// with the same signature: any other fails it with DistBackendError
+  /// naming both calls (mismatch_message), and nothing is written to `data`.
+  virtual RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes,
+                           const tdist::detail::CallSignature& sig) = 0;
+  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) {
+    return irecv(src, tag, data, nbytes, tdist::detail::CallSignature{});
+  }
+  /// A collective's message that has arrived for no receive yet, of call
+  /// `mine.seq` but with another signature, or of an earlier call (which no
+  /// receive will take any more): its sender and signature. A rank waiting
+  /// in a call looks for one now and then, since a peer in another op may
+  /// never send what it waits for, and at the start of each call, since a
+  /// root that sends and waits for nobody (broadcast) may have met no
+  /// receive at all. The sender is named by its rank in the whole group
+  /// (a subset's transport asks its parent's).
+  virtual std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
+      const tdist::detail::CallSignature& mine) const {
+    (void)mine;
+    return std::nullopt;
+  }
   /// Receives a message whose size is not known in advance into `out`.
   virtual RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) = 0;
 

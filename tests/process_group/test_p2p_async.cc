@@ -99,20 +99,23 @@ TEST_P(P2P, AsyncCollectivesCompleteInOrderWithFutures) {
 
 TEST_P(P2P, ASizeMismatchOnRecvIsAnError) {
   if (n() < 2) GTEST_SKIP();
-  EXPECT_EQ(with_groups(mode(), n(),
-                        [&](ProcessGroup& pg, int rank) {
-                          if (rank == 0) pg.send(Tensor::zeros(DType::kFloat32, {4}), 1, 0)->wait();
-                          if (rank == 1) {
-                            Tensor t = Tensor::zeros(DType::kFloat32, {8});
-                            try {
-                              pg.recv(t, 0, 0)->wait();
-                              throw std::runtime_error("a 16-byte message filled a 32-byte tensor silently");
-                            } catch (const DistError& e) {
-                              check(std::string(e.what()).find("16") != std::string::npos, e.what());
-                            }
-                          }
-                        }),
-            "");
+  EXPECT_EQ(
+      with_groups(mode(), n(),
+                  [&](ProcessGroup& pg, int rank) {
+                    if (rank == 0) pg.send(Tensor::zeros(DType::kFloat32, {4}), 1, 0)->wait();
+                    if (rank == 1) {
+                      Tensor t = Tensor::zeros(DType::kFloat32, {8});
+                      try {
+                        pg.recv(t, 0, 0)->wait();
+                        throw std::runtime_error("a 16-byte message filled a 32-byte tensor silently");
+                      } catch (const DistError& e) {
+                        check(std::string(e.what()).find("rank 0 sent 4 float32 elements but rank 1 "
+                                                         "receives 8 float32 elements") != std::string::npos,
+                              e.what());
+                      }
+                    }
+                  }),
+      "");
 }
 
 // A then() callback runs on the thread that completes operations; waiting

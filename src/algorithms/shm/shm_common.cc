@@ -25,6 +25,8 @@ uint64_t Call::begin_round() {
   // one that is late, so the failure check looks at all of them.
   return group.begin_round([this](int peer, const FlagLine& line, uint64_t target) {
     check_failures(-1);
+    check_signature(peer, false);
+    algorithms::detail::throw_if_unmatched(ctx, group.group_rank(rank()));
     check_deadline(peer, line, target, "its arrival", Counts::kRounds);
   });
 }
@@ -95,8 +97,70 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what, Counts counts) const {
   transport::shm::wait_at_least(line, target, group.policy(), [&] {
     check_failures(peer);
+    // A peer in another op may never publish what we wait for.
+    if (!ctx.sig.empty()) {
+      check_signature(peer, false);
+      // A peer in another op over TCP (a hierarchical group's other ops)
+      // may have sent this rank what shows it.
+      algorithms::detail::throw_if_unmatched(ctx, group.group_rank(rank()));
+    }
     check_deadline(peer, line, target, what, counts);
   });
+  // eager_done lines count operations of earlier calls; every other line
+  // waited for was published in this call.
+  if (counts != Counts::kEagerOpsDone) verify(peer, line);
+}
+
+void Call::throw_first_difference(int peer, uint64_t end) const {
+  const uint64_t first = end > ShmGroup::kCallRecords - 1 ? end - (ShmGroup::kCallRecords - 1) : 0;
+  for (uint64_t s = first; s < end; ++s) {
+    const auto a = group.signature_of(rank(), s);
+    const auto b = group.signature_of(peer, s);
+    if (a && b && !(a->sig == b->sig)) {
+      throw DistBackendError(std::string(ctx.op) + " (call #" + std::to_string(ctx.sig.seq) +
+                             " in this group): an earlier call differed: " +
+                             tdist::detail::mismatch_message(tdist::detail::call_kind_name(a->sig.kind),
+                                                             a->sig, group.group_rank(rank()), b->sig,
+                                                             group.group_rank(peer)));
+    }
+  }
+}
+
+void Call::check_signature(int peer, bool published) const {
+  const int me = group.group_rank(rank());
+  const int them = group.group_rank(peer);
+  const uint64_t seq = ctx.sig.seq;
+  if (auto theirs = group.signature_of(peer, seq)) {
+    if (!(theirs->sig == ctx.sig))
+      throw DistBackendError(tdist::detail::mismatch_message(ctx.op, ctx.sig, me, theirs->sig, them));
+    const auto mine = group.signature_of(rank(), seq);
+    if (!mine || mine->history == theirs->history) return;
+    // The same call, after different ones: one that nobody checked then
+    // (a small broadcast whose root waits for no reader).
+    throw_first_difference(peer, seq);
+    throw DistBackendError(
+        std::string(ctx.op) + " (call #" + std::to_string(seq) + " in this group): rank " +
+        std::to_string(me) + " and rank " + std::to_string(them) +
+        " made different calls before this one (every rank must make the same calls in the "
+        "same order, with matching arguments)");
+  }
+  if (!published) return;  // it has not begun this call: late, not mismatched
+  // It published a line this call waits for without having begun this
+  // call: what it did before differs from what this rank did. If it has
+  // found that out already, its reason says more.
+  group.check_aborted(ctx.op);
+  const uint64_t begun = group.calls_begun(peer);
+  throw_first_difference(peer, std::min(begun, seq));
+  const auto last_record = begun > 0 ? group.signature_of(peer, begun - 1) : std::nullopt;
+  const auto last = last_record ? std::optional(last_record->sig) : std::nullopt;
+  throw DistBackendError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
+                         " in this group): rank " + std::to_string(them) +
+                         " published data for it while in call #" +
+                         (begun > 0 ? std::to_string(begun - 1) : std::string("(none)")) +
+                         (last ? " (" + tdist::detail::describe(*last) + ")" : std::string()) + ", so rank " +
+                         std::to_string(me) + " and rank " + std::to_string(them) +
+                         " made different calls before this one (every rank must make the same calls in the "
+                         "same order, with matching arguments)");
 }
 
 transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {

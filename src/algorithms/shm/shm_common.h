@@ -49,6 +49,21 @@ struct Call {
   void wait_reduced(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its reduced piece"); }
   /// Throws if the group was aborted or `peer` (every peer if -1) died.
   void check_failures(int peer) const;
+  /// Before this rank uses what `peer` published on `line` in this call:
+  /// throws DistBackendError on every rank if the peer's call is not the
+  /// same as this one (ShmGroup::begin_call). One compare of the line's
+  /// stamp when it matches.
+  void verify(int peer, const FlagLine& line) const {
+    if (line.stamp.load(std::memory_order_relaxed) != group.stamp() && !ctx.sig.empty())
+      check_signature(peer, true);
+  }
+  /// Compares `peer`'s record of this call, if it has begun it, with ours.
+  /// `published`: the peer published a line this call waited for, so it
+  /// must have begun this call.
+  void check_signature(int peer, bool published) const;
+  /// Throws the mismatch of the first call before `end` (as far back as the
+  /// records go) that `peer` passed differently, if any.
+  void throw_first_difference(int peer, uint64_t end) const;
   /// Throws DistTimeoutError past the deadline, naming `peer`, `what` it
   /// waits for on `line` and how far it got.
   void check_deadline(int peer, const FlagLine& line, uint64_t target, const char* what, Counts counts) const;
@@ -272,6 +287,7 @@ void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
     if (group.aborted_rank() >= 0)
       group.check_aborted(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group)");
+    if (!ctx.sig.empty()) group.begin_call(ctx.sig);
     body(Call{ctx, group});
   } catch (...) {
     abort_group(group, std::current_exception());

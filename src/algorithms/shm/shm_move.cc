@@ -264,7 +264,7 @@ void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
   FlagLine& slot = call.group.eager_slot(root, n);
   if (call.rank() == root) {
     std::memcpy(slot.payload, data, nbytes);
-    transport::shm::publish(slot, n + 1);
+    call.group.publish_stamped(slot, n + 1);
   } else {
     call.wait(slot, n + 1, root, "its broadcast", Call::Counts::kEagerOps);
     std::memcpy(data, slot.payload, nbytes);

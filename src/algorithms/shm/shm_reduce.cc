@@ -78,7 +78,7 @@ void eager_reduce(Call& call, void* data, size_t count, DType dtype, const Reduc
   const uint64_t n = call.begin_eager();
   FlagLine& mine = call.group.eager_slot(call.rank(), n);
   contribute(mine.payload, data, count, dtype, op);
-  transport::shm::publish(mine, n + 1);
+  call.group.publish_stamped(mine, n + 1);
   if (call.rank() == root) {
     Sources srcs(call.size());
     for (int r = 0; r < call.size(); ++r) {

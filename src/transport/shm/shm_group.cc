@@ -21,13 +21,15 @@ namespace tdist::transport::shm {
 struct ShmGroup::RankArea {
   FlagLine arrive[2];
   FlagLine reduced;
-  FlagLine writing;                       // odd while this rank writes into a peer's memory
-  FlagLine aborted;                       // seq != 0: this rank aborted; payload[0]: its AbortKind
-  FlagLine any_aborted;                   // rank 0's only: seq != 0 once any rank aborted
-  FlagLine eager_done;                    // eager operations this rank has finished
-  HandoffLine handoff;                    // what this rank measured handing chunks over
-  FlagLine eager[ShmGroup::kEagerSlots];  // what this rank writes in eager operations
-  char reason[1024];                      // why, NUL-terminated
+  FlagLine writing;                            // odd while this rank writes into a peer's memory
+  FlagLine aborted;                            // seq != 0: this rank aborted; payload[0]: its AbortKind
+  FlagLine any_aborted;                        // rank 0's only: seq != 0 once any rank aborted
+  FlagLine eager_done;                         // eager operations this rank has finished
+  HandoffLine handoff;                         // what this rank measured handing chunks over
+  FlagLine eager[ShmGroup::kEagerSlots];       // what this rank writes in eager operations
+  FlagLine calls;                              // seq: how many calls this rank has begun
+  CallRecord records[ShmGroup::kCallRecords];  // call n's signature at n % kCallRecords
+  char reason[1024];                           // why, NUL-terminated
   // Written once at connect, for single copy: the process to read from, and
   // a word (probe_value itself, at this rank's address) peers read and write
   // back to probe that they can.
@@ -302,6 +304,40 @@ uint64_t ShmGroup::begin_round(
     }
   }
   return k;
+}
+
+void ShmGroup::begin_call(const tdist::detail::CallSignature& sig) {
+  // A hierarchical call runs several steps here under one signature: the
+  // history moves on once per call.
+  if (sig.seq + 1 == next_call_) return;
+  const uint64_t before = history_;
+  history_ = tdist::detail::next_history(history_, sig);
+  next_call_ = sig.seq + 1;
+  stamp_ = tdist::detail::stamp_of(sig, before);
+  RankArea& mine = area(rank_);
+  CallRecord& record = mine.records[sig.seq % kCallRecords];
+  uint64_t words[4];
+  static_assert(sizeof(words) == sizeof(sig));
+  std::memcpy(words, &sig, sizeof(words));
+  for (size_t i = 0; i < 4; ++i) record.words[i].store(words[i], std::memory_order_relaxed);
+  record.history.store(before, std::memory_order_relaxed);
+  record.mark.store(sig.seq + 1, std::memory_order_release);
+  mine.calls.seq.store(sig.seq + 1, std::memory_order_release);
+}
+
+std::optional<ShmGroup::Recorded> ShmGroup::signature_of(int r, uint64_t seq) const {
+  const CallRecord& record = area(r).records[seq % kCallRecords];
+  if (record.mark.load(std::memory_order_acquire) != seq + 1) return std::nullopt;
+  uint64_t words[4];
+  for (size_t i = 0; i < 4; ++i) words[i] = record.words[i].load(std::memory_order_relaxed);
+  Recorded out{};
+  std::memcpy(&out.sig, words, sizeof(out.sig));
+  out.history = record.history.load(std::memory_order_relaxed);
+  return out;
+}
+
+uint64_t ShmGroup::calls_begun(int r) const {
+  return area(r).calls.seq.load(std::memory_order_acquire);
 }
 
 void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/call_signature.h"
 #include "tdist/store.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_single_copy.h"
@@ -78,6 +79,16 @@ static_assert(sizeof(HandoffLine) == kCacheLine);
 /// How writers store large chunks for their readers: measured (auto), or
 /// fixed by TDIST_SHM_HANDOFF (rank 0's value holds for the group).
 enum class HandoffMode { kAuto, kCached, kStreamed };
+
+/// One call's signature in a rank's ring of calls (CallSignature): `mark`
+/// is the call's seq + 1 once the rest is written (release), so a reader
+/// that finds its seq + 1 there reads the whole signature of that call.
+struct alignas(kCacheLine) CallRecord {
+  std::atomic<uint64_t> mark;
+  std::atomic<uint64_t> words[4];
+  std::atomic<uint64_t> history;  // next_history of the calls before it
+};
+static_assert(sizeof(CallRecord) == kCacheLine);
 
 class ShmGroup {
  public:
@@ -128,8 +139,35 @@ class ShmGroup {
   /// Rank r's line as a reader of rings of slots (HandoffLine).
   HandoffLine& handoff(int r) const;
 
-  void publish_arrive(uint64_t k) { publish(arrive(rank_, k), k); }
-  void publish_reduced(uint64_t k) { publish(reduced(rank_), k); }
+  void publish_arrive(uint64_t k) { publish_stamped(arrive(rank_, k), k); }
+  void publish_reduced(uint64_t k) { publish_stamped(reduced(rank_), k); }
+  /// Publishes `value` on one of this rank's lines with the current call's
+  /// stamp (begin_call).
+  void publish_stamped(FlagLine& line, uint64_t value) {
+    line.stamp.store(stamp_, std::memory_order_relaxed);
+    publish(line, value);
+  }
+
+  /// Every call's signatures (common/call_signature.h): a rank records what
+  /// it passes to call `sig.seq` in its ring of kCallRecords calls before it
+  /// publishes anything in it, and stamps every line it publishes in it
+  /// with stamp_of(sig). A peer that finds another stamp on a line it
+  /// waited for reads the record (signature_of) to tell a mismatched call
+  /// from one that has moved on to its next call. The ring is longer than
+  /// any lead a rank can have over another (an eager writer's is at most
+  /// kEagerSlots calls).
+  static constexpr uint64_t kCallRecords = 256;
+  void begin_call(const tdist::detail::CallSignature& sig);
+  uint32_t stamp() const { return stamp_; }
+  /// Rank r's signature of call `seq`, if r has begun that call and not yet
+  /// kCallRecords more, with the history of r's calls before it.
+  struct Recorded {
+    tdist::detail::CallSignature sig;
+    uint64_t history;
+  };
+  std::optional<Recorded> signature_of(int r, uint64_t seq) const;
+  /// How many calls rank r has begun.
+  uint64_t calls_begun(int r) const;
 
   /// Eager operations (broadcast and reduce of at most kPayloadBytes)
   /// bypass the rounds: a writer (the broadcast's root, every rank of a
@@ -198,6 +236,9 @@ class ShmGroup {
   HandoffMode handoff_mode_ = HandoffMode::kAuto;
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
+  uint32_t stamp_ = 0;
+  uint64_t history_ = 0;    // of the calls begun (next_history)
+  uint64_t next_call_ = 0;  // the seq a call must have to extend history_
   SingleCopySettings single_copy_;
   std::vector<int> group_ranks_;
 };

@@ -40,7 +40,7 @@ std::chrono::microseconds spin_time() {
 // A zero-byte message with this tag says "I am shutting down on purpose".
 constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
 // "I am giving up on the group, and here is why": the payload is one kind
-// byte (1: a timeout) and the reason's text, so peers can report the real
+// byte (1: a timeout, 2: a backend error) and the reason's text, so peers can report the real
 // cause instead of a bare disconnect.
 constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
 constexpr size_t kMaxAbortReason = 4096;
@@ -54,6 +54,22 @@ bool is_timeout(const std::exception_ptr& error) {
     return false;
   }
 }
+// A mismatched call (or a bad argument found by a peer) rather than a
+// network failure: peers raise DistBackendError for it.
+bool is_backend_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistNetworkError&) {
+    return false;
+  } catch (const DistBackendError&) {
+    return true;
+  } catch (const DistInvalidArgument&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 // Bytes read from one peer before the lock is released and other peers (and
 // threads posting operations) get their turn; epoll is level-triggered, so
 // the rest is picked up on the next round.
@@ -99,6 +115,25 @@ uint64_t lane_id(int peer, size_t lane) {
 
 bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
   return (want_src == kAnySource || want_src == src) && want_tag == tag;
+}
+
+// A receive with a signature takes only a message with the same one (a
+// message without one, from a caller that checks nothing, passes).
+bool signatures_differ(const tcp::RecvOp& op, const tdist::detail::CallSignature& theirs) {
+  return !op.sig.empty() && !theirs.empty() && !(op.sig == theirs);
+}
+
+std::exception_ptr signature_error(int rank, int src, const tcp::RecvOp& op,
+                                   const tdist::detail::CallSignature& theirs) {
+  std::string what;
+  if (op.sig.kind == tdist::detail::CallKind::kPointToPoint) {
+    what = "recv from rank " + std::to_string(src) + " (tag " + std::to_string(op.tag & 0xffffffffU) + ")";
+  } else {
+    what = tdist::detail::call_kind_name(op.sig.kind);
+  }
+  return std::make_exception_ptr(
+      DistBackendError("rank " + std::to_string(rank) + ": " +
+                       tdist::detail::mismatch_message(what, op.sig, rank, theirs, src)));
 }
 
 std::exception_ptr too_big(int rank, int src, uint64_t tag, size_t size, size_t capacity) {
@@ -183,7 +218,7 @@ TcpTransport::~TcpTransport() {
     // any-source receives are not failed as if we had crashed. Best effort:
     // a full socket buffer just means the peer learns from the EOF.
     std::lock_guard<std::mutex> lock(mutex_);
-    Header bye{kGoodbyeTag, 0};
+    Header bye{kGoodbyeTag, 0, {}};
     for (auto& pair : pairs_) {
       if (pair.peer == rank_ || pair.closed || pair.sending()) continue;
       (void)pair.socket.try_send(&bye, sizeof(bye));
@@ -230,7 +265,8 @@ std::exception_ptr TcpTransport::closed_error(const Pair& pair, const char* what
                                                   std::to_string(pair.peer) + ": its connection is closed"));
 }
 
-RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t nbytes) {
+RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t nbytes,
+                               const tdist::detail::CallSignature& sig) {
   if (dst < 0 || dst >= size_) {
     throw DistInvalidArgument("send: destination rank " + std::to_string(dst) + " is not in [0, " +
                               std::to_string(size_) + ")");
@@ -238,21 +274,21 @@ RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t n
   auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    post_send(request, dst, tag, static_cast<const uint8_t*>(data), nbytes);
+    post_send(request, dst, tag, static_cast<const uint8_t*>(data), nbytes, sig);
   }
   flush();
   return request;
 }
 
 void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data,
-                             size_t nbytes) {
+                             size_t nbytes, const tdist::detail::CallSignature& sig) {
   claim_for_call_locked();
   if (aborted_) {
     failed(request, aborted_);
     return;
   }
   if (dst == rank_) {
-    deliver_local(rank_, tag, data, nbytes);
+    deliver_local(rank_, tag, data, nbytes, sig);
     completed(request, rank_, nbytes);
     return;
   }
@@ -265,8 +301,8 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
   if (parts > 1 && nbytes >= tcp::kStripeMinBytes) {
     // One stripe per connection; the request completes with the last one.
     auto striped = std::make_shared<tcp::StripedSend>(tcp::StripedSend{request, nbytes, parts});
-    pair.sends.push_back(
-        SendOp{request, Header{tag, nbytes}, data, tcp::stripe_begin(nbytes, parts, 1), 0, striped, false});
+    pair.sends.push_back(SendOp{request, Header{tag, nbytes, sig}, data, tcp::stripe_begin(nbytes, parts, 1),
+                                0, striped, false});
     for (int j = 1; j < parts; ++j) {
       const size_t begin = tcp::stripe_begin(nbytes, parts, j);
       const size_t end = tcp::stripe_begin(nbytes, parts, j + 1);
@@ -276,7 +312,7 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
       if (lane.sends.size() == 1) write_queue(pair, lane.socket, lane.sends);
     }
   } else {
-    pair.sends.push_back(SendOp{request, Header{tag, nbytes}, data, nbytes});
+    pair.sends.push_back(SendOp{request, Header{tag, nbytes, sig}, data, nbytes});
   }
   // Write at once from this thread when nothing is queued ahead: small
   // messages then leave without waking anyone.
@@ -290,9 +326,10 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
   }
 }
 
-RequestPtr TcpTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes) {
+RequestPtr TcpTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes,
+                               const tdist::detail::CallSignature& sig) {
   auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, nbytes);
-  return post_recv(RecvOp{src, tag, data, nbytes, nullptr, request});
+  return post_recv(RecvOp{src, tag, data, nbytes, nullptr, request, sig});
 }
 
 RequestPtr TcpTransport::irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) {
@@ -314,6 +351,20 @@ RequestPtr TcpTransport::post_recv(RecvOp op) {
   return request;
 }
 
+std::optional<std::pair<int, tdist::detail::CallSignature>> TcpTransport::conflicting_message(
+    const tdist::detail::CallSignature& mine) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& message : unexpected_) {
+    // Of this call but not as this rank passed it, or of an earlier call:
+    // every message of a call is received in it, so one still here was
+    // sent by a peer whose call differed.
+    if (!message.sig.empty() && message.sig.kind != tdist::detail::CallKind::kPointToPoint &&
+        (message.sig.seq < mine.seq || (message.sig.seq == mine.seq && !(message.sig == mine))))
+      return std::make_pair(message.src, message.sig);
+  }
+  return std::nullopt;
+}
+
 void TcpTransport::match_recv(RecvOp op) {
   claim_for_call_locked();
   if (aborted_) {
@@ -324,7 +375,7 @@ void TcpTransport::match_recv(RecvOp op) {
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->claimed || !matches(op.src, op.tag, it->src, it->tag)) continue;
     if (it->complete) {
-      finish_into(op, it->src, it->data.get(), it->size);
+      finish_into(op, it->src, it->data.get(), it->size, it->sig);
       unexpected_.erase(it);
     } else {
       it->claimed = std::move(op);
@@ -412,7 +463,12 @@ void TcpTransport::interrupt_loop() const {
   signal_fd(wake_fd_);
 }
 
-void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size) {
+void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size,
+                               const tdist::detail::CallSignature& sig) {
+  if (signatures_differ(op, sig)) {
+    failed(op.request, signature_error(rank_, src, op, sig));
+    return;
+  }
   if (op.bytes) {
     op.bytes->assign(data, data + size);
   } else if (size > op.capacity) {
@@ -424,15 +480,16 @@ void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t 
   completed(op.request, src, size);
 }
 
-void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size) {
+void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
+                                 const tdist::detail::CallSignature& sig) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (!matches(it->src, it->tag, src, tag)) continue;
     RecvOp op = std::move(*it);
     posted_.erase(it);
-    finish_into(op, src, data, size);
+    finish_into(op, src, data, size, sig);
     return;
   }
-  Incoming message{src, tag, detail::Scratch(size), size, true, std::nullopt};
+  Incoming message{src, tag, detail::Scratch(size), size, true, std::nullopt, sig};
   if (size > 0) std::memcpy(message.data.get(), data, size);
   unexpected_.push_back(std::move(message));
 }
@@ -539,8 +596,10 @@ void TcpTransport::start_payload(Pair& pair) {
     if (op.bytes) {
       op.bytes->resize(h.size);
       pair.target = op.bytes->data();
-    } else if (h.size > op.capacity) {
-      // Read the message aside, then fail the receive naming both sizes.
+    } else if (h.size > op.capacity || signatures_differ(op, h.sig)) {
+      // Read the message aside, then fail the receive naming both sizes
+      // (or both calls: a message of another call never touches the
+      // receiver's buffer).
       pair.overflow.resize(h.size);
       pair.target = pair.overflow.data();
     } else {
@@ -549,7 +608,8 @@ void TcpTransport::start_payload(Pair& pair) {
     pair.direct = std::move(op);
     return;
   }
-  unexpected_.push_back(Incoming{pair.peer, h.tag, detail::Scratch(h.size), h.size, false, std::nullopt});
+  unexpected_.push_back(
+      Incoming{pair.peer, h.tag, detail::Scratch(h.size), h.size, false, std::nullopt, h.sig});
   pair.incoming = std::prev(unexpected_.end());
   pair.to_incoming = true;
   pair.target = pair.incoming->data.get();
@@ -563,12 +623,14 @@ void TcpTransport::finish_payload(Pair& pair) {
   size_t size = pair.header.size;
   if (pair.reading_abort) {
     pair.reading_abort = false;
-    bool timeout = size > 0 && pair.overflow[0] == 1;
+    const bool timeout = size > 0 && pair.overflow[0] == 1;
+    const bool backend = size > 0 && pair.overflow[0] == 2;
     std::string reason(pair.overflow.begin() + (size > 0 ? 1 : 0), pair.overflow.end());
     std::string message = "rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) +
                           " aborted the group: " + reason;
-    auto error = timeout ? std::make_exception_ptr(DistNetworkTimeoutError(message))
-                         : std::make_exception_ptr(DistNetworkError(message));
+    auto error = timeout   ? std::make_exception_ptr(DistNetworkTimeoutError(message))
+                 : backend ? std::make_exception_ptr(DistBackendError(message))
+                           : std::make_exception_ptr(DistNetworkError(message));
     if (!aborted_) TDIST_LOG(WARNING) << "tcp transport: " << message;
     pair.said_goodbye = true;
     break_locked(error);
@@ -577,7 +639,11 @@ void TcpTransport::finish_payload(Pair& pair) {
   if (pair.direct) {
     RecvOp op = std::move(*pair.direct);
     pair.direct.reset();
-    if (!op.bytes && size > op.capacity) {
+    if (signatures_differ(op, pair.header.sig)) {
+      failed(op.request, signature_error(rank_, pair.peer, op, pair.header.sig));
+      pair.overflow.clear();
+      pair.overflow.shrink_to_fit();
+    } else if (!op.bytes && size > op.capacity) {
       failed(op.request, too_big(rank_, pair.peer, op.tag, size, op.capacity));
       pair.overflow.clear();
       pair.overflow.shrink_to_fit();
@@ -592,7 +658,7 @@ void TcpTransport::finish_payload(Pair& pair) {
     message.complete = true;
     if (message.claimed) {
       RecvOp op = std::move(*message.claimed);
-      finish_into(op, message.src, message.data.get(), message.size);
+      finish_into(op, message.src, message.data.get(), message.size, message.sig);
       unexpected_.erase(pair.incoming);
     }
   }
@@ -869,9 +935,11 @@ void TcpTransport::abort(std::exception_ptr error) {
 
 void TcpTransport::notify_abort(const std::exception_ptr& error) {
   std::string reason = exception_text(error).substr(0, kMaxAbortReason);
-  std::string payload(1, is_timeout(error) ? '\1' : '\0');
+  // The kind of error, so that peers raise the same kind: 1 a timeout, 2 a
+  // backend error (a mismatched call), 0 a network error.
+  std::string payload(1, is_timeout(error) ? '\1' : is_backend_error(error) ? '\2' : '\0');
   payload += reason;
-  Header header{kAbortTag, payload.size()};
+  Header header{kAbortTag, payload.size(), {}};
   for (auto& pair : pairs_) {
     // A half-written message cannot be interrupted; that peer learns from
     // the disconnect instead. Best effort: a full socket buffer drops it.

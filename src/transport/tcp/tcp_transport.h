@@ -75,6 +75,9 @@ namespace tcp {
 struct Header {
   uint64_t tag;
   uint64_t size;
+  // What the sender passed to the call the message belongs to: a receive
+  // with a signature accepts only the same (transport.h).
+  tdist::detail::CallSignature sig;
 };
 
 // A receive posted before its message arrived.
@@ -85,6 +88,7 @@ struct RecvOp {
   size_t capacity;
   std::shared_ptr<std::vector<uint8_t>> bytes;  // set for irecv_bytes
   RequestPtr request;
+  tdist::detail::CallSignature sig{};  // empty: accepts any message
 };
 
 // A message that arrived (or is arriving) before its receive was posted.
@@ -94,7 +98,8 @@ struct Incoming {
   detail::Scratch data;  // recycled: see common/scratch.h
   size_t size = 0;
   bool complete = false;
-  std::optional<RecvOp> claimed;  // a receive posted while it was arriving
+  std::optional<RecvOp> claimed;       // a receive posted while it was arriving
+  tdist::detail::CallSignature sig{};  // the sender's, from the header
 };
 
 // Messages this large or larger travel in stripes, one per connection of
@@ -195,8 +200,14 @@ class TcpTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "tcp"; }
-  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes) override;
-  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes) override;
+  using Transport::irecv;
+  using Transport::isend;
+  RequestPtr isend(int dst, uint64_t tag, const void* data, size_t nbytes,
+                   const tdist::detail::CallSignature& sig) override;
+  RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes,
+                   const tdist::detail::CallSignature& sig) override;
+  std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
+      const tdist::detail::CallSignature& mine) const override;
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override;
   bool wait(const RequestPtr& request, Clock::time_point deadline) override;
   void begin_call() override;
@@ -220,12 +231,15 @@ class TcpTransport final : public Transport {
 
   RequestPtr post_recv(tcp::RecvOp op);
   void match_recv(tcp::RecvOp op);
-  void post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes);
+  void post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes,
+                 const tdist::detail::CallSignature& sig);
   void abort_locked(const std::exception_ptr& error);
   void break_locked(std::exception_ptr error);
   void notify_abort(const std::exception_ptr& error);
-  void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size);
-  void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size);
+  void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
+                     const tdist::detail::CallSignature& sig);
+  void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size,
+                   const tdist::detail::CallSignature& sig);
   void write_some(tcp::Pair& pair) { write_queue(pair, pair.socket, pair.sends); }
   void write_queue(tcp::Pair& pair, const Socket& socket, std::deque<tcp::SendOp>& sends);
   void sent_part(const tcp::SendOp& op);
