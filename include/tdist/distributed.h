@@ -43,14 +43,23 @@ struct InitProcessGroupOptions {
   std::string group_name;
 };
 
-/// Initializes the default process group. Raises DistError if it already is.
+/// Initializes the default process group. Raises DistError if it already
+/// is; DistInvalidArgument for a timeout that is not positive (zero is not
+/// "no timeout"), a rank below -1 or a world_size of 0 or below -1 (-1 means
+/// "not given": from init_method or the environment).
 void init_process_group(const InitProcessGroupOptions& options = {});
-/// With nullptr (or the default group), drops the library's references to
-/// the default group and its store: the group is destroyed once no handle
-/// to it is left. Any other group is left alone (its handles own it; it goes
-/// with the last one). No other thread may be inside a call on the default
-/// group meanwhile: collectives read it without a lock or a reference
-/// count, for speed.
+/// With nullptr (or the default group), destroys the default group and every
+/// group new_group made since init_process_group, and drops the library's
+/// references to them and the store. Any other group: destroys that group
+/// only. A destroyed group's memory goes with its last handle, but every
+/// call of this API on a handle kept of it raises DistError ("the process
+/// group was destroyed"), as do calls with the default group until the next
+/// init_process_group. Raises DistError when there is nothing to destroy:
+/// the default group before init_process_group or twice, another group
+/// twice (torch 1.13 raises AssertionError and RuntimeError("Invalid process
+/// group specified") there). No other thread may be inside a call on the
+/// default group meanwhile: collectives read it without a lock or a
+/// reference count, for speed.
 void destroy_process_group(const Group& group = nullptr);
 bool is_initialized();
 /// This process's rank in `group`; -1 if it is not a member.
@@ -65,7 +74,8 @@ Group default_group();
 /// Creates a group of the given global ranks (all ranks when empty). Every
 /// rank of the default group must call it, in the same order, unless
 /// use_local_synchronization is true (then only members call it). A
-/// non-member gets a group handle for which it is not a member.
+/// non-member gets a group handle for which it is not a member. A timeout
+/// must be positive (default: the default group's).
 Group new_group(const std::vector<int>& ranks = {},
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt,
                 const std::string& backend = "", bool use_local_synchronization = false);
@@ -77,6 +87,9 @@ std::vector<int> get_process_group_ranks(const Group& group);
 bool is_member(const Group& group);
 
 // ---- Point to point ----
+// Tags are user tags: 0 to 2^31-1. A negative tag raises DistInvalidArgument
+// naming the call and the tag before anything is sent (as torch's Gloo, which
+// says "Tag must be nonnegative"); negative tags are tdist's own.
 void send(const Tensor& tensor, int dst, const Group& group = nullptr, int tag = 0);
 /// Receives into `tensor` from `src` (nullopt: any source); returns the
 /// sender's global rank (-1 for a non-member).
@@ -95,8 +108,16 @@ struct P2POp {
   Group group = nullptr;
   int tag = 0;
 };
-/// Posts every operation and returns their work handles, in order.
+/// Posts every operation and returns their work handles, in order (every
+/// tag is checked before the first is posted).
 std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list);
+
+namespace detail {
+/// isend/irecv that take tdist's own negative tags (monitored_barrier's);
+/// not for users, whose tags are >= 0.
+WorkPtr isend_reserved_tag(const Tensor& tensor, int dst, const Group& group, int tag);
+WorkPtr irecv_reserved_tag(const Tensor& tensor, std::optional<int> src, const Group& group, int tag);
+}  // namespace detail
 
 // ---- Collectives ----
 WorkPtr broadcast(const Tensor& tensor, int src, const Group& group = nullptr, bool async_op = false);

@@ -7,6 +7,7 @@
 /// "backend X does not support Y", so a backend implements what it supports,
 /// honestly. tdist's own backend is registered as "tdist".
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -47,6 +48,10 @@ class ProcessGroup {
   /// Global rank of each group rank.
   const std::vector<int>& global_ranks() const { return options_.global_ranks; }
   const ProcessGroupOptions& options() const { return options_; }
+  /// True once destroy_process_group() destroyed this group (distributed.h);
+  /// the functional API then refuses every call on it.
+  bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }
+  void mark_destroyed() { destroyed_.store(true, std::memory_order_release); }
 
   // Collectives. Outputs are written through the tensors' shared storage.
   virtual WorkPtr broadcast(const Tensor& tensor, int root);
@@ -86,6 +91,7 @@ class ProcessGroup {
   int rank_;
   int size_;
   ProcessGroupOptions options_;
+  std::atomic<bool> destroyed_{false};
 };
 
 using Group = std::shared_ptr<ProcessGroup>;

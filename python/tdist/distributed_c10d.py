@@ -4,6 +4,7 @@
 ``ReduceOp``/``reduce_op``, ``group.WORLD`` and ``GroupMember``.
 """
 
+import numbers
 import os
 import warnings
 from datetime import timedelta
@@ -197,7 +198,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         init_method: "env://" (default: MASTER_ADDR, MASTER_PORT, RANK,
             WORLD_SIZE), "tcp://host:port" or "file:///path". Excludes `store`.
         timeout: ``datetime.timedelta`` deadline of every operation
-            (default 30 minutes) and of the rendezvous.
+            (default 30 minutes) and of the rendezvous; must be positive
+            (``timedelta(0)`` is not "no timeout": DistInvalidArgument).
         world_size, rank: required with `store` or tcp:// (unless in the URL);
             taken from the environment for env://.
         store: an explicit ``Store`` shared by all ranks.
@@ -216,16 +218,40 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if store is None and init_method in (None, "env://"):
         _check_launcher_agrees(rank, world_size)
     name = _backend_to_create(backend, "init_process_group")
-    _C.init_process_group(name or "tdist", init_method or "", timeout or default_pg_timeout, world_size, rank,
-                          store, group_name)
+    timeout = _check_timeout("init_process_group", timeout)
+    _C.init_process_group(name or "tdist", init_method or "", default_pg_timeout if timeout is None else timeout,
+                          world_size, rank, store, group_name)
+
+
+def _check_timeout(op, timeout):
+    """`timeout` (None: the default) if it is a positive timedelta; raises
+    otherwise (zero is not "no timeout": torch's Gloo fails at once with it)."""
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, numbers.Real):  # seconds, as the binding takes them
+        seconds = timeout
+    else:
+        return timeout  # None, or for the binding to refuse
+    if seconds <= 0:
+        raise DistInvalidArgument(f"{op}: timeout must be positive, got {seconds:g} s (zero does not mean "
+                                  "\"no timeout\"; pass a long one instead)")
+    return timeout
 
 
 def destroy_process_group(group=None):
-    """Destroys `group`, or (None) every group and the default one, so that
-    init_process_group can be called again."""
+    """Destroys `group`, or (None or the default group) the default group and
+    every group made since init_process_group, so that init_process_group can
+    be called again. Calls on a destroyed group raise DistError. As torch
+    1.13: AssertionError if the default group is not initialized (before
+    init_process_group, or destroyed twice); DistError (a RuntimeError)
+    "Invalid process group specified" for another group destroyed twice."""
     g = resolve_group(group, "destroy_process_group")
-    if g is not NOT_MEMBER:
-        _C.destroy_process_group(g)
+    if g is NOT_MEMBER:
+        return
+    if g is None and not _C.is_initialized():
+        raise AssertionError("destroy_process_group: the default process group is not initialized "
+                             "(destroy_process_group() was called before init_process_group(), or twice)")
+    _C.destroy_process_group(g)
 
 
 def is_initialized():
@@ -268,6 +294,7 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     """
     if pg_options is not None:
         raise DistInvalidArgument("new_group: pg_options are not supported by tdist")
+    timeout = _check_timeout("new_group", timeout)
     ranks = [] if ranks is None else [int(r) for r in ranks]
     if use_local_synchronization and ranks and _C.get_rank(None) not in ranks:
         return GroupMember.NON_GROUP_MEMBER

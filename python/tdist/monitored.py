@@ -12,7 +12,8 @@ from datetime import timedelta
 from tdist import _C
 from tdist._C import DistError, DistTimeoutError
 from tdist.distributed_c10d import NOT_MEMBER, get_process_group_ranks, get_rank, resolve_group
-from tdist.p2p import irecv, isend
+from tdist.p2p import _irecv_reserved as irecv
+from tdist.p2p import _isend_reserved as isend
 
 _TAG = -2  # reserved for monitored_barrier
 

@@ -6,9 +6,28 @@ of a send and its receive must be equal (raw bytes travel, so the receiving
 tensor should have the sender's dtype and element count).
 """
 
+import numbers
+
 from tdist import _C, _work
 from tdist._C import DistInvalidArgument
 from tdist.distributed_c10d import NOT_MEMBER, resolve_group
+
+_MAX_TAG = 2**31 - 1
+
+
+def _check_tag(op, tag):
+    """Raises unless `tag` is a user tag: an int from 0 to 2**31 - 1. Negative
+    tags are tdist's own (torch's Gloo rejects them too: "Tag must be
+    nonnegative"); larger ones do not fit the 32 bits tags travel in."""
+    if not isinstance(tag, numbers.Integral):
+        raise TypeError(f"{op}: tag must be an int, not {type(tag).__name__}")
+    if tag < 0:
+        raise DistInvalidArgument(f"{op}: tag {tag} is invalid: tags must be non-negative (0 to {_MAX_TAG}); "
+                                  "negative tags are reserved for tdist's own messages")
+    if tag > _MAX_TAG:
+        raise DistInvalidArgument(f"{op}: tag {tag} is invalid: tags must be at most {_MAX_TAG} "
+                                  "(they travel as 32-bit integers)")
+    return int(tag)
 
 
 def send(tensor, dst, group=None, tag=0):
@@ -17,6 +36,7 @@ def send(tensor, dst, group=None, tag=0):
     Does nothing on a rank outside `group`. Raises DistInvalidArgument if
     `dst` is this rank or not in the group.
     """
+    tag = _check_tag("send", tag)
     g = resolve_group(group, "send")
     if g is not NOT_MEMBER:
         _C.send(tensor, dst, g, tag)
@@ -29,6 +49,7 @@ def recv(tensor, src=None, group=None, tag=0):
     Raises DistInvalidArgument if the message's size differs from the
     tensor's.
     """
+    tag = _check_tag("recv", tag)
     g = resolve_group(group, "recv")
     if g is NOT_MEMBER:
         return -1
@@ -38,6 +59,7 @@ def recv(tensor, src=None, group=None, tag=0):
 def isend(tensor, dst, group=None, tag=0):
     """Starts sending `tensor` to `dst`; returns a Work (None outside `group`).
     `tensor` is kept alive until the send completes; do not modify it before."""
+    tag = _check_tag("isend", tag)
     g = resolve_group(group, "isend")
     if g is NOT_MEMBER:
         return None
@@ -47,10 +69,30 @@ def isend(tensor, dst, group=None, tag=0):
 def irecv(tensor, src=None, group=None, tag=0):
     """Starts receiving into `tensor` from `src` (None: any rank); returns a
     Work (None outside `group`) whose ``source_rank()`` names the sender."""
+    tag = _check_tag("irecv", tag)
     g = resolve_group(group, "irecv")
     if g is NOT_MEMBER:
         return None
     work = _work.wrap(_C.irecv(tensor, src, g, tag), "irecv", (tensor,), [tensor])
+    if work is not None:
+        work._group = g
+    return work
+
+
+def _isend_reserved(tensor, dst, group, tag):
+    """isend on one of tdist's own negative tags (monitored_barrier)."""
+    g = resolve_group(group, "isend")
+    if g is NOT_MEMBER:
+        return None
+    return _work.wrap(_C._isend_reserved_tag(tensor, dst, g, tag), "isend", (tensor,), [tensor])
+
+
+def _irecv_reserved(tensor, src, group, tag):
+    """irecv on one of tdist's own negative tags (monitored_barrier)."""
+    g = resolve_group(group, "irecv")
+    if g is NOT_MEMBER:
+        return None
+    work = _work.wrap(_C._irecv_reserved_tag(tensor, src, g, tag), "irecv", (tensor,), [tensor])
     if work is not None:
         work._group = g
     return work
@@ -91,4 +133,6 @@ def batch_isend_irecv(p2p_op_list):
     groups = {None if g is default else g for g in (resolve_group(p.group, "batch_isend_irecv") for p in p2p_op_list)}
     if len(groups) > 1:
         raise DistInvalidArgument("batch_isend_irecv: all operations must use the same group")
+    for p in p2p_op_list:  # every tag, before the first operation is posted
+        _check_tag("batch_isend_irecv", p.tag)
     return [p.op(p.tensor, p.peer, p.group, p.tag) for p in p2p_op_list]

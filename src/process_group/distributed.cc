@@ -5,6 +5,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "blocking_call.h"
 #include "tdist/errors.h"
@@ -39,6 +41,9 @@ struct State {
   std::string master_host;
   int new_group_calls = 0;
   std::map<std::string, int> local_group_calls;
+  // Every group made by init_process_group and new_group since the last
+  // destroy_process_group(): destroying the default group destroys them all.
+  std::vector<std::weak_ptr<ProcessGroup>> groups;
 };
 
 State& state() {
@@ -61,17 +66,57 @@ Group world_or_throw() {
   return state().world;
 }
 
-Group resolve(const Group& group) {
-  return group ? group : world_or_throw();
+[[noreturn]] void throw_destroyed(const char* op) {
+  throw DistError(std::string(op) +
+                  ": the process group was destroyed by destroy_process_group() and cannot be used any more "
+                  "(create a new one: new_group(), after init_process_group() if the default group was "
+                  "destroyed)");
+}
+
+Group resolve(const Group& group, const char* op) {
+  if (!group) return world_or_throw();
+  if (group->destroyed()) throw_destroyed(op);
+  return group;
 }
 
 // resolve() for the collectives: no lock and no reference count on their
 // path (an 8 B collective takes a few hundred nanoseconds in all).
-ProcessGroup& group_or_world(const Group& group) {
-  if (group) return *group;
+ProcessGroup& group_or_world(const Group& group, const char* op) {
+  if (group) {
+    if (group->destroyed()) throw_destroyed(op);
+    return *group;
+  }
   ProcessGroup* world = g_world.load(std::memory_order_acquire);
   if (world == nullptr) return *world_or_throw();  // raises
   return *world;
+}
+
+// A timeout of a group must be positive: zero is not "no timeout" (torch's
+// Gloo fails at once with it), and a negative one has no meaning.
+void check_timeout(const char* op, std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) {
+    throw DistInvalidArgument(std::string(op) + ": timeout must be positive, got " +
+                              std::to_string(timeout.count()) +
+                              " ms (zero does not mean \"no timeout\"; pass a long one instead)");
+  }
+}
+
+// User tags of point-to-point operations: 0..2^31-1, as torch's Gloo
+// ("Tag must be nonnegative"). Negative ones are tdist's own (the torch
+// plugin's payloads, monitored_barrier).
+void check_user_tag(const char* op, int tag) {
+  if (tag < 0) {
+    throw DistInvalidArgument(std::string(op) + ": tag " + std::to_string(tag) +
+                              " is invalid: tags must be non-negative (0 to 2147483647); negative tags are "
+                              "reserved for tdist's own messages");
+  }
+}
+
+// Forgets groups that are gone, then remembers `group` (under the lock).
+void remember_locked(const Group& group) {
+  auto& groups = state().groups;
+  std::erase_if(groups, [](const std::weak_ptr<ProcessGroup>& g) { return g.expired(); });
+  groups.push_back(group);
 }
 
 // The member of `g` with global rank `global_rank`, or DistInvalidArgument.
@@ -119,6 +164,19 @@ void init_process_group(const InitProcessGroupOptions& options) {
           "destroy_process_group() first");
     }
   }
+  check_timeout("init_process_group", options.timeout);
+  // -1 (the default) means "not given": taken from init_method or the
+  // environment. Any other negative value is a mistake, not "not given".
+  if (options.rank < -1) {
+    throw DistInvalidArgument("init_process_group: rank " + std::to_string(options.rank) +
+                              " is invalid: a rank is >= 0 (-1, the default, means: take it from init_method "
+                              "or the environment)");
+  }
+  if (options.world_size < -1 || options.world_size == 0) {
+    throw DistInvalidArgument("init_process_group: world_size " + std::to_string(options.world_size) +
+                              " is invalid: it must be positive (-1, the default, means: take it from "
+                              "init_method or the environment)");
+  }
   std::string backend = backend_name(options.backend);
   RendezvousResult r;
   if (options.store) {
@@ -153,11 +211,32 @@ void init_process_group(const InitProcessGroupOptions& options) {
   state().master_host = master_host;
   state().new_group_calls = 0;
   state().local_group_calls.clear();
+  remember_locked(state().world);
 }
 
 void destroy_process_group(const Group& group) {
   std::lock_guard<std::mutex> lock(state().mutex);
-  if (group && group != state().world) return;  // the handle's owner frees it
+  if (group && group != state().world) {
+    // One group: no call may use it any more; its last handle frees it.
+    if (group->destroyed()) {
+      throw DistError(
+          "destroy_process_group: Invalid process group specified (the group was already destroyed)");
+    }
+    group->mark_destroyed();
+    std::erase_if(state().groups, [&](const std::weak_ptr<ProcessGroup>& g) { return g.lock() == group; });
+    return;
+  }
+  if (!state().world) {
+    throw DistError(
+        "destroy_process_group: the default process group is not initialized (destroy_process_group() "
+        "was called before init_process_group(), or twice)");
+  }
+  // The default group and every group made since: handles kept of them
+  // fail from now on instead of running.
+  for (const auto& weak : state().groups) {
+    if (auto g = weak.lock()) g->mark_destroyed();
+  }
+  state().groups.clear();
   g_world.store(nullptr, std::memory_order_release);
   state().world.reset();
   state().store.reset();
@@ -173,25 +252,26 @@ Group default_group() {
 }
 
 bool is_member(const Group& group) {
-  return resolve(group)->rank() >= 0;
+  return resolve(group, "is_member")->rank() >= 0;
 }
 
 int get_rank(const Group& group) {
-  return resolve(group)->rank();
+  return resolve(group, "get_rank")->rank();
 }
 
 int get_world_size(const Group& group) {
-  Group g = resolve(group);
+  Group g = resolve(group, "get_world_size");
   return g->rank() >= 0 ? g->size() : -1;
 }
 
 std::string get_backend(const Group& group) {
-  return resolve(group)->backend_name();
+  return resolve(group, "get_backend")->backend_name();
 }
 
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                 const std::string& backend, bool use_local_synchronization) {
   Group world = world_or_throw();
+  if (timeout) check_timeout("new_group", *timeout);
   int world_size = world->size();
   std::vector<int> members = ranks;
   if (members.empty()) {
@@ -240,21 +320,27 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
           "new_group: with use_local_synchronization=true only members call new_group; rank " +
           std::to_string(me) + " is not in the group");
     }
-    return std::make_shared<NonMemberGroup>(static_cast<int>(members.size()), options, chosen_backend);
+    Group group = std::make_shared<NonMemberGroup>(static_cast<int>(members.size()), options, chosen_backend);
+    std::lock_guard<std::mutex> lock(state().mutex);
+    remember_locked(group);
+    return group;
   }
   int group_rank = static_cast<int>(it - members.begin());
-  return create_process_group(chosen_backend, std::make_shared<PrefixStore>(name, base), group_rank,
-                              static_cast<int>(members.size()), options);
+  Group group = create_process_group(chosen_backend, std::make_shared<PrefixStore>(name, base), group_rank,
+                                     static_cast<int>(members.size()), options);
+  std::lock_guard<std::mutex> lock(state().mutex);
+  remember_locked(group);
+  return group;
 }
 
 int get_group_rank(const Group& group, int global_rank) {
-  const auto& ranks = resolve(group)->global_ranks();
+  const auto& ranks = resolve(group, "get_group_rank")->global_ranks();
   auto it = std::find(ranks.begin(), ranks.end(), global_rank);
   return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
 }
 
 int get_global_rank(const Group& group, int group_rank) {
-  const auto& ranks = resolve(group)->global_ranks();
+  const auto& ranks = resolve(group, "get_global_rank")->global_ranks();
   if (group_rank < 0 || group_rank >= static_cast<int>(ranks.size())) {
     throw DistInvalidArgument("get_global_rank: group rank " + std::to_string(group_rank) +
                               " is not in [0, " + std::to_string(ranks.size()) + ")");
@@ -263,36 +349,68 @@ int get_global_rank(const Group& group, int group_rank) {
 }
 
 std::vector<int> get_process_group_ranks(const Group& group) {
-  return resolve(group)->global_ranks();
+  return resolve(group, "get_process_group_ranks")->global_ranks();
 }
 
 // ---- Point to point ----
 
-WorkPtr isend(const Tensor& tensor, int dst, const Group& group, int tag) {
-  Group g = resolve(group);
+namespace {
+
+// isend/irecv under the name of the call the user made ("send", "irecv", ...).
+WorkPtr start_send(const char* op, const Tensor& tensor, int dst, const Group& group, int tag) {
+  Group g = resolve(group, op);
   if (g->rank() < 0) return nullptr;
-  return g->send(tensor, to_group_rank(*g, dst, "send", "dst"), tag);
+  return g->send(tensor, to_group_rank(*g, dst, op, "dst"), tag);
+}
+
+WorkPtr start_recv(const char* op, const Tensor& tensor, std::optional<int> src, const Group& group,
+                   int tag) {
+  Group g = resolve(group, op);
+  if (g->rank() < 0) return nullptr;
+  return g->recv(tensor, src ? to_group_rank(*g, *src, op, "src") : -1, tag);
+}
+
+}  // namespace
+
+WorkPtr isend(const Tensor& tensor, int dst, const Group& group, int tag) {
+  check_user_tag("isend", tag);
+  return start_send("isend", tensor, dst, group, tag);
 }
 
 WorkPtr irecv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
-  Group g = resolve(group);
-  if (g->rank() < 0) return nullptr;
-  return g->recv(tensor, src ? to_group_rank(*g, *src, "recv", "src") : -1, tag);
+  check_user_tag("irecv", tag);
+  return start_recv("irecv", tensor, src, group, tag);
 }
 
 void send(const Tensor& tensor, int dst, const Group& group, int tag) {
-  if (auto work = isend(tensor, dst, group, tag)) work->wait();
+  check_user_tag("send", tag);
+  if (auto work = start_send("send", tensor, dst, group, tag)) work->wait();
 }
 
 int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
-  Group g = resolve(group);
-  auto work = irecv(tensor, src, g, tag);
+  check_user_tag("recv", tag);
+  Group g = resolve(group, "recv");
+  auto work = start_recv("recv", tensor, src, g, tag);
   if (!work) return -1;
   work->wait();
   return get_global_rank(g, work->source_rank());
 }
 
+namespace detail {
+
+WorkPtr isend_reserved_tag(const Tensor& tensor, int dst, const Group& group, int tag) {
+  return start_send("isend", tensor, dst, group, tag);
+}
+
+WorkPtr irecv_reserved_tag(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
+  return start_recv("irecv", tensor, src, group, tag);
+}
+
+}  // namespace detail
+
 std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
+  // Every operation is checked before the first is posted.
+  for (const auto& op : p2p_op_list) check_user_tag("batch_isend_irecv", op.tag);
   std::vector<WorkPtr> works;
   works.reserve(p2p_op_list.size());
   for (const auto& op : p2p_op_list) {
@@ -305,21 +423,21 @@ std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
 // ---- Collectives ----
 
 WorkPtr broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "broadcast");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.broadcast(tensor, to_group_rank(g, src, "broadcast", "src")), async_op);
 }
 
 WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "all_reduce");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_reduce(tensor, op), async_op);
 }
 
 WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "reduce");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce(tensor, to_group_rank(g, dst, "reduce", "dst"), op), async_op);
@@ -327,7 +445,7 @@ WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& g
 
 WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group,
                    bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "all_gather");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather(tensor_list, tensor), async_op);
@@ -335,7 +453,7 @@ WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor,
 
 WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor, const Group& group,
                                bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "all_gather_into_tensor");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather_into_tensor(output_tensor, input_tensor), async_op);
@@ -344,7 +462,7 @@ WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_
 WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
                                       const std::vector<int64_t>& output_split_sizes, const Group& group,
                                       bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "all_gather_into_tensor_uneven");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather_into_tensor_uneven(output, input, output_split_sizes), async_op);
@@ -352,7 +470,7 @@ WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
 
 WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int dst, const Group& group,
                bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "gather");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.gather(gather_list, tensor, to_group_rank(g, dst, "gather", "dst")), async_op);
@@ -360,7 +478,7 @@ WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int
 
 WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, int src, const Group& group,
                 bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "scatter");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.scatter(tensor, scatter_list, to_group_rank(g, src, "scatter", "src")), async_op);
@@ -368,7 +486,7 @@ WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, i
 
 WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list, const ReduceOp& op,
                        const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "reduce_scatter");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter(output, input_list, op), async_op);
@@ -376,7 +494,7 @@ WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_li
 
 WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op,
                               const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "reduce_scatter_tensor");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter_tensor(output, input, op), async_op);
@@ -385,7 +503,7 @@ WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const R
 WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
                                      const std::vector<int64_t>& input_split_sizes, const ReduceOp& op,
                                      const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "reduce_scatter_tensor_uneven");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter_tensor_uneven(output, input, input_split_sizes, op), async_op);
@@ -393,7 +511,7 @@ WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
 
 WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
                    const std::vector<Tensor>& input_tensor_list, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "all_to_all");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_to_all(output_tensor_list, input_tensor_list), async_op);
@@ -402,14 +520,14 @@ WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
 WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
                           const std::vector<int64_t>& output_split_sizes,
                           const std::vector<int64_t>& input_split_sizes, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "all_to_all_single");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_to_all_single(output, input, output_split_sizes, input_split_sizes), async_op);
 }
 
 WorkPtr barrier(const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group);
+  ProcessGroup& g = group_or_world(group, "barrier");
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.barrier(), async_op);
@@ -420,7 +538,7 @@ WorkPtr barrier(const Group& group, bool async_op) {
 // padded to the largest where the underlying collective needs equal blocks.
 
 void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group& group) {
-  Group g = resolve(group);
+  Group g = resolve(group, "broadcast_object_list");
   if (g->rank() < 0) return;
   std::vector<int64_t> sizes(object_list.size(), 0);
   bool is_src = get_global_rank(g, g->rank()) == src;
@@ -451,7 +569,7 @@ void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group
 }
 
 void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const Group& group) {
-  Group g = resolve(group);
+  Group g = resolve(group, "all_gather_object");
   if (g->rank() < 0) return;
   int n = g->size();
   std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
@@ -473,7 +591,7 @@ void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const 
 }
 
 void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int dst, const Group& group) {
-  Group g = resolve(group);
+  Group g = resolve(group, "gather_object");
   if (g->rank() < 0) return;
   bool is_dst = get_global_rank(g, g->rank()) == dst;
   if (is_dst && object_gather_list == nullptr) {
@@ -509,7 +627,7 @@ void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int
 
 void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
                          const std::vector<Bytes>& scatter_object_input_list, int src, const Group& group) {
-  Group g = resolve(group);
+  Group g = resolve(group, "scatter_object_list");
   if (g->rank() < 0) return;
   int n = g->size();
   bool is_src = get_global_rank(g, g->rank()) == src;

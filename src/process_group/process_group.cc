@@ -136,6 +136,11 @@ std::string backend_name(const std::string& name) {
 Group create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank, int size,
                            const ProcessGroupOptions& options) {
   std::string key = backend_name(backend);
+  if (options.timeout.count() <= 0) {
+    // Zero is not "no timeout" (torch's Gloo fails at once with it).
+    throw DistInvalidArgument("create_process_group(" + key + "): timeout must be positive, got " +
+                              std::to_string(options.timeout.count()) + " ms");
+  }
   BackendFactory factory;
   {
     auto& r = registry();

@@ -1,7 +1,9 @@
 #include "tdist/rendezvous.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <initializer_list>
+#include <optional>
 
 #include "common/env.h"
 #include "tdist/errors.h"
@@ -77,6 +79,21 @@ void check_rank(const std::string& where, int rank, int world_size) {
   if (rank < 0 || rank >= world_size) {
     throw DistInvalidArgument(where + ": rank must be in [0, " + std::to_string(world_size) + "), got " +
                               std::to_string(rank));
+  }
+}
+
+// MASTER_PORT as a port number. Blanks around the number are ignored, as
+// torch's int(os.environ["MASTER_PORT"]) ignores them; anything else that is
+// not a whole number in 1..65535 is an error quoting the value. Unset: nullopt.
+std::optional<int> master_port_from_env() {
+  const char* raw = std::getenv("MASTER_PORT");  // NOLINT(concurrency-mt-unsafe): tdist never calls setenv
+  if (raw == nullptr) return std::nullopt;
+  const std::string text = raw;
+  try {
+    return static_cast<int>(parse_int(text, "MASTER_PORT", 1, 65535));
+  } catch (const DistInvalidArgument&) {
+    const std::string what = "env:// rendezvous: environment variable MASTER_PORT";
+    throw DistInvalidArgument(what + " must be a port number from 1 to 65535, got '" + text + "'");
   }
 }
 
@@ -178,6 +195,15 @@ InitMethodUrl parse_init_method(const std::string& init_method) {
 RendezvousResult rendezvous(const std::string& init_method, int rank, int world_size,
                             Store::Duration timeout) {
   InitMethodUrl url = parse_init_method(init_method);
+  // -1 means "not given"; any other negative value is a mistake.
+  if (rank < -1) {
+    throw DistInvalidArgument(url.scheme + ":// rendezvous: rank " + std::to_string(rank) +
+                              " is invalid: a rank is >= 0 (-1 means not given)");
+  }
+  if (world_size < -1) {
+    throw DistInvalidArgument(url.scheme + ":// rendezvous: world_size " + std::to_string(world_size) +
+                              " is invalid: it must be positive (-1 means not given)");
+  }
   if (rank < 0) rank = url.rank;
   if (world_size < 0) world_size = url.world_size;
   RendezvousResult result;
@@ -195,7 +221,7 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
                                 std::to_string(rank) + " needs the address of rank 0)" +
                                 foreign_launcher_hint(rank_source));
     }
-    auto port = env_int("MASTER_PORT", 1, 65535);
+    auto port = master_port_from_env();
     if (!port) {
       throw DistInvalidArgument("env:// rendezvous: environment variable MASTER_PORT is not set" +
                                 foreign_launcher_hint(rank_source));

@@ -151,7 +151,7 @@ TEST(EnvRendezvousErrors, MissingOrInvalidVariablesAreNamed) {
       env_error({{"MASTER_PORT", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}}).find("MASTER_ADDR is not set"),
       std::string::npos);
   EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}})
-                .find("MASTER_PORT must be between 1 and 65535, got 99999"),
+                .find("MASTER_PORT must be a port number from 1 to 65535, got '99999'"),
             std::string::npos);
   EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "one"}, {"WORLD_SIZE", "2"}})
                 .find("RANK must be an integer, got 'one'"),
@@ -162,6 +162,70 @@ TEST(EnvRendezvousErrors, MissingOrInvalidVariablesAreNamed) {
   // Arguments win over the environment: rank 5 of 2 comes from the argument.
   EXPECT_NE(env_error({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}, 5)
                 .find("got 5"),
+            std::string::npos);
+}
+
+// MASTER_PORT must be a whole number in 1..65535; the error names the
+// variable and quotes the value as it is, so stray characters show.
+TEST(EnvRendezvousErrors, AMasterPortThatIsNotAPortIsQuoted) {
+  for (const char* value : {"29500x", "", "70000", "0", "-5", " ", "29 500", "0x7000"}) {
+    std::string error =
+        env_error({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", value}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+    EXPECT_NE(
+        error.find("env:// rendezvous: environment variable MASTER_PORT must be a port number from 1 to "
+                   "65535, got '" +
+                   std::string(value) + "'"),
+        std::string::npos)
+        << "MASTER_PORT='" << value << "': " << error;
+  }
+}
+
+// Blanks around the number are ignored, as torch's int(MASTER_PORT) does.
+TEST(EnvRendezvous, AMasterPortWithBlanksAroundItIsReadAsTorchReadsIt) {
+  int port = pick_free_port();
+  EXPECT_EQ(describe_failures(
+                run_forked(1,
+                           [&](int rank) {
+                             for (const char* name : kLauncherVariables) unsetenv(name);
+                             setenv("MASTER_ADDR", "127.0.0.1", 1);
+                             setenv("MASTER_PORT", (" " + std::to_string(port) + "\t").c_str(), 1);
+                             setenv("RANK", "0", 1);
+                             setenv("WORLD_SIZE", "1", 1);
+                             auto r = rendezvous("env://", -1, -1, 30s);
+                             auto* tcp = dynamic_cast<TCPStore*>(r.store.get());
+                             if (tcp == nullptr || tcp->port() != port)
+                               throw std::runtime_error("not the store at port " + std::to_string(port));
+                             check_shared_store(r, rank, 1);
+                           })),
+            "");
+}
+
+// -1 means "not given" (then the URL or the environment says); any other
+// negative rank or world size is a mistake, named as one.
+TEST(RendezvousErrors, AnExplicitNegativeRankOrWorldSizeIsInvalidNotMissing) {
+  auto error_of = [](const std::function<void()>& call) -> std::string {
+    try {
+      call();
+    } catch (const DistInvalidArgument& e) {
+      return e.what();
+    }
+    return "no DistInvalidArgument";
+  };
+  EXPECT_EQ(error_of([] { rendezvous("tcp://127.0.0.1:1", -2, 2); }),
+            "tcp:// rendezvous: rank -2 is invalid: a rank is >= 0 (-1 means not given)");
+  EXPECT_EQ(error_of([] { rendezvous("file:///tmp/x", -3, 2); }),
+            "file:// rendezvous: rank -3 is invalid: a rank is >= 0 (-1 means not given)");
+  EXPECT_EQ(error_of([] { rendezvous("tcp://127.0.0.1:1?rank=0&world_size=2", 0, -2); }),
+            "tcp:// rendezvous: world_size -2 is invalid: it must be positive (-1 means not given)");
+  // env://: with RANK and WORLD_SIZE set, -2 must not fall back on them.
+  const std::vector<std::pair<const char*, const char*>> vars = {
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}};
+  EXPECT_NE(env_error(vars, -2).find("env:// rendezvous: rank -2 is invalid"), std::string::npos)
+      << env_error(vars, -2);
+  EXPECT_NE(env_error(vars, 0, -2).find("env:// rendezvous: world_size -2 is invalid"), std::string::npos)
+      << env_error(vars, 0, -2);
+  // -1 still means "not given".
+  EXPECT_NE(error_of([] { rendezvous("tcp://127.0.0.1:1", -1, 2); }).find("rank was not given"),
             std::string::npos);
 }
 
