@@ -32,6 +32,21 @@ namespace tdist::algorithms {
 using transport::Clock;
 using transport::RequestPtr;
 
+/// Which ranks have arrived at a call, for a timeout's message: a rank
+/// whose call runs long says so (the process group keeps it in its store),
+/// and one that times out names those that never did, instead of only the
+/// peer it happened to wait for (in a ring that is a neighbour waiting for
+/// the same missing rank).
+class Arrivals {
+ public:
+  virtual ~Arrivals() = default;
+  /// This rank is in call `seq`.
+  virtual void arrived(uint64_t seq) noexcept = 0;
+  /// The group's ranks, this one aside, that have not said they are in call
+  /// `seq` (empty if that cannot be told).
+  virtual std::vector<int> missing(uint64_t seq) noexcept = 0;
+};
+
 /// Everything one collective call needs besides its buffers.
 struct CallContext {
   transport::Transport& transport;
@@ -56,6 +71,8 @@ struct CallContext {
   /// leaves the reason in its store for peers that see only a broken
   /// connection. Null: nothing to call.
   const std::function<void(const std::exception_ptr&)>* on_abort = nullptr;
+  /// Null: timeouts name only the peers waited for.
+  Arrivals* arrivals = nullptr;
 
   int rank() const { return transport.rank(); }
   /// The transport's isend/irecv with this call's signature.
@@ -175,6 +192,13 @@ void check_unmatched(const CallContext& ctx);
 /// on any error themselves); `my_rank` names this rank in the message (-1:
 /// ctx.rank()).
 void throw_if_unmatched(const CallContext& ctx, int my_rank = -1);
+
+/// Once the call has waited for half its timeout (at most a second):
+/// tells ctx.arrivals that this rank is in the call, once (`noted`).
+void note_long_wait(const CallContext& ctx, bool& noted) noexcept;
+/// For a timeout's message: "; rank 1 never said it reached this call (it
+/// is behind, stopped or dead)", or "" when every rank did or nobody knows.
+std::string missing_ranks_text(const CallContext& ctx);
 
 /// wait_all of one request.
 void wait_one(const CallContext& ctx, const RequestPtr& request);

@@ -70,6 +70,24 @@ void throw_if_unmatched(const CallContext& ctx, int my_rank) {
       "order, with matching arguments)");
 }
 
+void note_long_wait(const CallContext& ctx, bool& noted) noexcept {
+  if (noted || ctx.arrivals == nullptr) return;
+  const auto started = ctx.deadline - ctx.timeout;
+  if (Clock::now() - started < std::min<Clock::duration>(std::chrono::seconds(1), ctx.timeout / 2)) return;
+  noted = true;
+  ctx.arrivals->arrived(ctx.seq);
+}
+
+std::string missing_ranks_text(const CallContext& ctx) {
+  if (ctx.arrivals == nullptr) return "";
+  const std::vector<int> missing = ctx.arrivals->missing(ctx.seq);
+  if (missing.empty()) return "";
+  std::string who = missing.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < missing.size(); ++i) who += (i > 0 ? ", " : "") + std::to_string(missing[i]);
+  return "; " + who + (missing.size() == 1 ? " never said it" : " never said they") +
+         " reached this call (behind, stopped or dead)";
+}
+
 void check_unmatched(const CallContext& ctx) {
   try {
     throw_if_unmatched(ctx);
@@ -84,6 +102,7 @@ void check_unmatched(const CallContext& ctx) {
 void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
   try {
     size_t next = 0;
+    bool noted = false;  // note_long_wait
     while (next < requests.size()) {
       const RequestPtr& request = requests[next];
       if (!request) {
@@ -103,7 +122,9 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
       // A peer in another op (or with other arguments) at this call may
       // never send what we wait for; what it did send tells.
       detail::throw_if_unmatched(ctx);
-      if (Clock::now() >= ctx.deadline) throw DistTimeoutError(timeout_message(ctx, requests));
+      detail::note_long_wait(ctx, noted);
+      if (Clock::now() >= ctx.deadline)
+        throw DistTimeoutError(timeout_message(ctx, requests) + detail::missing_ranks_text(ctx));
     }
   } catch (...) {
     // The transport's error names the peer; the call's context names the op.

@@ -76,16 +76,19 @@ CallSignature p2p_signature(DType dtype, uint64_t count);
 /// CallSignature::layout.
 uint64_t layout_of(const std::vector<size_t>& sizes);
 
-/// 32 bits of `sig` and of the calls before it (`history`, next_history)
-/// for flags in shared memory: the count added to a hash of the rest, so
-/// that two calls differing only in their counts (by less than 2^32
-/// elements) always differ here; other differences do but for one chance
-/// in 2^32. A call that no peer checked (a small broadcast's root waits for
-/// nobody) still changes the stamps of every call after it. Never 0 (0
-/// marks a flag published by no call).
-uint32_t stamp_of(const CallSignature& sig, uint64_t history = 0);
-/// The history of the calls up to and including `sig`, given theirs before.
-uint64_t next_history(uint64_t history, const CallSignature& sig);
+/// What a call publishes over shared memory: 32 bits of `sig` and of the
+/// calls before it (`history`) for its flags, and the history including it.
+/// The stamp is the count added to a hash of the rest, so that two calls
+/// differing only in their counts (by less than 2^32 elements) always
+/// differ here; other differences do but for one chance in 2^32. A call
+/// that no peer checked (a small broadcast's root waits for nobody) still
+/// changes the stamps of every call after it. Never 0 (0 marks a flag
+/// published by no call).
+struct CallStamp {
+  uint32_t stamp;
+  uint64_t history;
+};
+CallStamp stamp_call(const CallSignature& sig, uint64_t history);
 
 /// "all_reduce of 10 float32 elements (sum)", for messages.
 std::string describe(const CallSignature& sig);

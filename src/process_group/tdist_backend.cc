@@ -38,6 +38,40 @@ bool is_network_failure(const std::exception_ptr& error) {
   }
 }
 
+// A rank whose call has waited long leaves "tdist/arrived/<rank>" = the
+// call's number in the group's store; a rank that times out reads them
+// all. Only slow calls write, so the store sees nothing on the fast path.
+class StoreArrivals final : public algo::Arrivals {
+ public:
+  StoreArrivals(std::shared_ptr<Store> store, int rank, int size)
+      : store_(std::move(store)), rank_(rank), size_(size) {}
+  void arrived(uint64_t seq) noexcept override {
+    try {
+      store_->set(key(rank_), std::to_string(seq));
+    } catch (...) {
+      // The store may be gone with the rank that hosts it: no names then.
+    }
+  }
+  std::vector<int> missing(uint64_t seq) noexcept override {
+    std::vector<int> out;
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        if (!store_->check({key(r)}) || std::stoull(to_string(store_->get(key(r)))) < seq) out.push_back(r);
+      }
+    } catch (...) {
+      return {};
+    }
+    return out;
+  }
+
+ private:
+  static std::string key(int r) { return "tdist/arrived/" + std::to_string(r); }
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+};
+
 uint64_t count_of(const Tensor& t) {
   return static_cast<uint64_t>(t.numel());
 }
@@ -173,6 +207,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
                               std::to_string(size) + ")");
   }
   store_ = store;
+  arrivals_ = std::make_unique<StoreArrivals>(store, rank, size);
   check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
   publish_failure_ = [this](const std::exception_ptr& error) {
     if (is_network_failure(error)) return;
@@ -251,8 +286,9 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
     }
   } release{*this};
   const uint64_t seq = next_seq_++;  // only the thread that owns the group counts
-  algo::CallContext ctx{*transport_, op,  seq,       transport::coarse_now() + timeout(),
-                        timeout(),   sig, last_sig_, &publish_failure_};
+  algo::CallContext ctx{*transport_,    op,  seq,       transport::coarse_now() + timeout(),
+                        timeout(),      sig, last_sig_, &publish_failure_,
+                        arrivals_.get()};
   ctx.sig.seq = seq;
   last_sig_ = ctx.sig;
   try {
@@ -308,8 +344,9 @@ void ProcessGroupTdist::run() {
 }
 
 void ProcessGroupTdist::execute(Task& task) {
-  algo::CallContext ctx{*transport_, task.op,  task.seq,  transport::coarse_now() + timeout(),
-                        timeout(),   task.sig, last_sig_, &publish_failure_};
+  algo::CallContext ctx{*transport_,    task.op,  task.seq,  transport::coarse_now() + timeout(),
+                        timeout(),      task.sig, last_sig_, &publish_failure_,
+                        arrivals_.get()};
   ctx.sig.seq = task.seq;
   last_sig_ = ctx.sig;
   std::exception_ptr error;

@@ -171,6 +171,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   // under kFailureKey, before the failing rank aborts its connections: a
   // peer in the middle of a message sees only a reset connection.
   std::function<void(const std::exception_ptr&)> publish_failure_;
+  // Who said it reached a long call, for timeouts (CallContext::arrivals).
+  std::unique_ptr<algorithms::Arrivals> arrivals_;
   std::unique_ptr<transport::Transport> transport_;
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "pg_harness.h"
+#include "tdist/distributed.h"
 #include "tdist/errors.h"
 #include "tdist/file_store.h"
 
@@ -93,6 +94,49 @@ TEST(PgErrors, ARankThatNeverArrivesGivesATimeoutNamingOpSequenceAndPeer) {
                 },
                 1500ms),
             "");
+}
+
+// A rank that is stuck before a call (frozen, as under SIGSTOP) is the one
+// the timeout names, on every rank, even where a rank waits for another
+// (a ring's neighbour that waits for the stuck one itself): ranks whose
+// call runs long say so in the store, and a timeout lists those that never
+// did. Rank 1 blocks on a pipe until ranks 0 and 2 have their errors.
+TEST(PgErrors, ATimeoutNamesTheRankThatNeverReachedTheCall) {
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    int gate[2];
+    ASSERT_EQ(pipe(gate), 0);
+    EXPECT_EQ(with_groups(
+                  mode, 3,
+                  [&](ProcessGroup& pg, int rank) {
+                    Tensor t = Tensor::zeros(DType::kFloat32, {1 << 20});
+                    pg.barrier()->wait();  // call #0 everywhere
+                    if (rank == 1) {
+                      char c[2];
+                      size_t got = 0;
+                      while (got < 2) {
+                        const ssize_t n = read(gate[0], c, 2 - got);
+                        if (n <= 0) break;
+                        got += static_cast<size_t>(n);
+                      }
+                      return;
+                    }
+                    std::string what;
+                    try {
+                      pg.all_reduce(t, ReduceOp::SUM)->wait();
+                    } catch (const DistError& e) {
+                      what = e.what();
+                    }
+                    const char one = 1;
+                    (void)!write(gate[1], &one, 1);
+                    check(what.find("rank 1 never said it reached this call") != std::string::npos,
+                          "rank " + std::to_string(rank) + ": the stuck rank is not named: '" + what + "'");
+                  },
+                  1500ms),
+              "")
+        << mode_name(mode);
+    close(gate[0]);
+    close(gate[1]);
+  }
 }
 
 // Runs `body` on 2 forked ranks of a tdist group (timeout `timeout`), once
@@ -214,6 +258,230 @@ TEST(PgErrors, AKilledRankInASingleCopyAllReduceIsReportedByTheOther) {
   EXPECT_EQ(kill_one_rank_in_all_reduce(2, "kill_single_copy", size_t{4} << 20 /* 16 MiB */, 1,
                                         [](int) { setenv("TDIST_SHM_KERNEL_COPY_SLOW", "0", 1); }),
             "");
+}
+
+// `call` must raise `E` with `needle` in its message.
+template <typename E>
+void expect_error(const std::function<void()>& call, const std::string& needle) {
+  try {
+    call();
+  } catch (const E& e) {
+    check(std::string(e.what()).find(needle) != std::string::npos,
+          "error '" + std::string(e.what()) + "' does not contain '" + needle + "'");
+    return;
+  }
+  throw std::runtime_error("accepted; expected an error containing '" + needle + "'");
+}
+
+// A send and a recv of other dtypes: the error names the user's tag, never
+// the tag on the wire (the backend sets its top bit: 9223372036854775808
+// for tag 0).
+TEST(PgErrors, AP2PMismatchNamesTheUsersTag) {
+  EXPECT_EQ(
+      with_groups(
+          Mode::kThreads, 2,
+          [&](ProcessGroup& pg, int rank) {
+            for (int tag : {0, 2147483647}) {
+              if (rank == 0) {
+                pg.send(Tensor::zeros(DType::kInt64, {3}), 1, tag)->wait();
+                continue;
+              }
+              try {
+                pg.recv(Tensor::zeros(DType::kFloat32, {3}), 0, tag)->wait();
+                throw std::runtime_error("recv of int64 data into float32 accepted");
+              } catch (const DistBackendError& e) {
+                std::string what = e.what();
+                check(what.find("recv from rank 0 (tag " + std::to_string(tag) + ")") != std::string::npos,
+                      "the user's tag is not named: " + what);
+                check(what.find("92233720") == std::string::npos, "the wire tag is named: " + what);
+              }
+            }
+          },
+          20s),
+      "");
+}
+
+// Negative tags (tdist's own) are refused by every point-to-point call of
+// the functional API, naming it and the tag, before anything is sent.
+TEST(PgErrors, NegativeP2PTagsAreRefusedBeforeAnyCommunication) {
+  std::string path = temp_path("tags");
+  EXPECT_EQ(describe_failures(run_forked(
+                2,
+                [&](int rank) {
+                  init_process_group(
+                      {.init_method = "file://" + path, .world_size = 2, .rank = rank, .timeout = 20s});
+                  const int peer = 1 - rank;
+                  Tensor t = Tensor::from_vector<float>({float(rank)});
+                  expect_invalid([&] { send(t, peer, nullptr, -1); }, "send: tag -1 is invalid");
+                  expect_invalid([&] { recv(t, peer, nullptr, -2); }, "recv: tag -2 is invalid");
+                  expect_invalid([&] { isend(t, peer, nullptr, -3); }, "isend: tag -3 is invalid");
+                  expect_invalid([&] { irecv(t, peer, nullptr, INT32_MIN); },
+                                 "irecv: tag -2147483648 is invalid: tags must be non-negative");
+                  // No operation of a batch is posted if one tag is bad: the
+                  // valid isend on tag 3 must not have left.
+                  Tensor seven = Tensor::from_vector<float>({7.0f});
+                  expect_invalid(
+                      [&] {
+                        batch_isend_irecv({{P2POp::Kind::kIsend, seven, peer, nullptr, 3},
+                                           {P2POp::Kind::kIrecv, t, peer, nullptr, -1}});
+                      },
+                      "batch_isend_irecv: tag -1 is invalid");
+                  Tensor value = Tensor::from_vector<float>({42.0f});
+                  if (rank == 0) {
+                    send(value, 1, nullptr, 3);
+                  } else {
+                    recv(value, 0, nullptr, 3);
+                    check(real_at(value, 0) == 42.0, "rank 1 received a send of the refused batch");
+                  }
+                  barrier();
+                  destroy_process_group();
+                },
+                40s)),
+            "");
+  unlink(path.c_str());
+}
+
+// init_process_group: -1 means "not given" (from the URL or environment);
+// other negative ranks and world sizes, and timeouts that are not
+// positive, are refused naming the value. new_group checks its timeout too.
+TEST(PgErrors, InitProcessGroupRefusesNegativeRanksAndTimeoutsThatAreNotPositive) {
+  EXPECT_EQ(
+      describe_failures(run_forked(
+          1,
+          [&](int) {
+            auto store = std::make_shared<HashStore>();
+            expect_invalid([&] { init_process_group({.store = store, .world_size = 1, .rank = -2}); },
+                           "init_process_group: rank -2 is invalid: a rank is >= 0");
+            expect_invalid(
+                [&] {
+                  init_process_group({.init_method = "tcp://127.0.0.1:1", .world_size = 2, .rank = -7});
+                },
+                "init_process_group: rank -7 is invalid");
+            expect_invalid([&] { init_process_group({.store = store, .world_size = -2, .rank = 0}); },
+                           "init_process_group: world_size -2 is invalid: it must be positive");
+            expect_invalid([&] { init_process_group({.store = store, .world_size = 0, .rank = 0}); },
+                           "init_process_group: world_size 0 is invalid");
+            for (auto bad : {0ms, -5ms}) {
+              expect_invalid(
+                  [&] { init_process_group({.store = store, .world_size = 1, .rank = 0, .timeout = bad}); },
+                  "init_process_group: timeout must be positive, got " + std::to_string(bad.count()) + " ms");
+              ProcessGroupOptions options;
+              options.timeout = bad;
+              expect_invalid([&] { create_process_group("tdist", store, 0, 1, options); },
+                             "create_process_group(tdist): timeout must be positive");
+            }
+            check(!is_initialized(), "initialized by a refused call");
+            init_process_group({.store = store, .world_size = 1, .rank = 0, .timeout = 20s});
+            expect_invalid([&] { new_group({0}, 0ms); }, "new_group: timeout must be positive, got 0 ms");
+            expect_invalid([&] { new_group({0}, -1ms); }, "new_group: timeout must be positive, got -1 ms");
+            destroy_process_group();
+          },
+          30s)),
+      "");
+}
+
+// After destroy_process_group(), handles kept of the default group and of
+// the groups made since refuse every call, naming it; destroying what is
+// already destroyed (or never was initialized) is an error, as in torch.
+TEST(PgErrors, AGroupUsedAfterDestroyProcessGroupIsAnError) {
+  std::string path = temp_path("destroyed");
+  EXPECT_EQ(
+      describe_failures(run_forked(
+          2,
+          [&](int rank) {
+            expect_error<DistError>([] { destroy_process_group(); }, "not initialized");
+            init_process_group(
+                {.init_method = "file://" + path, .world_size = 2, .rank = rank, .timeout = 20s});
+            Tensor t = Tensor::from_vector<float>({1.0f});
+            // A subgroup destroyed alone; the rest keeps working.
+            Group alone = new_group({0, 1});
+            destroy_process_group(alone);
+            expect_error<DistError>([&] { all_reduce(t, ReduceOp::SUM, alone); },
+                                    "all_reduce: the process group was destroyed by destroy_process_group()");
+            expect_error<DistError>([&] { destroy_process_group(alone); },
+                                    "Invalid process group specified (the group was already destroyed)");
+            all_reduce(t);
+            check(real_at(t, 0) == 2.0, "all_reduce on the default group after destroying a subgroup");
+            Group sub = new_group({0, 1});
+            Group world = default_group();
+            barrier();
+            destroy_process_group();
+            for (const Group& g : {sub, world}) {
+              expect_error<DistError>([&] { all_reduce(t, ReduceOp::SUM, g); },
+                                      "all_reduce: the process group was destroyed");
+              expect_error<DistError>([&] { broadcast(t, 0, g); },
+                                      "broadcast: the process group was destroyed");
+              expect_error<DistError>([&] { barrier(g); }, "barrier: the process group was destroyed");
+              expect_error<DistError>([&] { send(t, 1 - rank, g); }, "send: the process group was destroyed");
+              expect_error<DistError>([&] { recv(t, 1 - rank, g); }, "recv: the process group was destroyed");
+              expect_error<DistError>([&] { get_rank(g); }, "get_rank: the process group was destroyed");
+              std::vector<Bytes> objects;
+              expect_error<DistError>([&] { all_gather_object(objects, Bytes{1}, g); },
+                                      "all_gather_object: the process group was destroyed");
+            }
+            expect_error<DistError>([&] { all_reduce(t); }, "Default process group has not been initialized");
+            expect_error<DistError>([] { destroy_process_group(); },
+                                    "the default process group is not initialized");
+            expect_error<DistError>([&] { destroy_process_group(sub); }, "Invalid process group specified");
+            check(real_at(t, 0) == 2.0, "a call on a destroyed group ran");
+          },
+          40s)),
+      "");
+  unlink(path.c_str());
+}
+
+// TDIST_SHM_BUFFER_BYTES that is not a size: every rank raises the real
+// reason, none "the store connection was lost" or a timeout. With the bad
+// value on rank 0 only, the others get rank 0's reason through the store.
+TEST(PgErrors, ABadShmBufferSizeIsReportedByEveryRank) {
+  auto outcome_of = [](const std::vector<const char*>& values) {
+    std::string path = temp_path("shm_env");
+    auto outcomes = run_forked(
+        3,
+        [&](int rank) {
+          setenv("TDIST_TRANSPORT", "auto", 1);
+          if (values[static_cast<size_t>(rank)] != nullptr) {
+            setenv("TDIST_SHM_BUFFER_BYTES", values[static_cast<size_t>(rank)], 1);
+          } else {
+            unsetenv("TDIST_SHM_BUFFER_BYTES");
+          }
+          auto store = std::make_shared<FileStore>(path, 3);
+          ProcessGroupOptions options;
+          options.timeout = 20s;
+          try {
+            create_process_group("tdist", store, rank, 3, options);
+          } catch (const DistError& e) {
+            // The type tells the bad input (own) from rank 0's abort.
+            throw std::runtime_error(std::string(dynamic_cast<const DistInvalidArgument*>(&e) ? "invalid: "
+                                                 : dynamic_cast<const DistBackendError*>(&e)  ? "backend: "
+                                                                                              : "other: ") +
+                                     e.what());
+          }
+        },
+        40s);
+    unlink(path.c_str());
+    return outcomes;
+  };
+  for (const char* bad : {"abc", "0", "12x", "5000"}) {
+    auto outcomes = outcome_of({bad, bad, bad});
+    for (const auto& o : outcomes) {
+      EXPECT_FALSE(o.ok || o.timed_out) << bad << ": rank " << o.rank << " " << describe_failures(outcomes);
+      EXPECT_NE(o.error.find("invalid: "), std::string::npos)
+          << bad << ": rank " << o.rank << ": " << o.error;
+      EXPECT_NE(o.error.find("TDIST_SHM_BUFFER_BYTES"), std::string::npos) << o.error;
+      EXPECT_NE(o.error.find(bad), std::string::npos) << o.error;
+    }
+  }
+  auto outcomes = outcome_of({"12x", nullptr, nullptr});
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(outcomes[0].error,
+            "invalid: environment variable TDIST_SHM_BUFFER_BYTES must be an integer, got '12x'");
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].error,
+              "backend: shared memory: rank 0 aborted the group while setting it up: environment variable "
+              "TDIST_SHM_BUFFER_BYTES must be an integer, got '12x'")
+        << describe_failures(outcomes);
+  }
 }
 
 }  // namespace

@@ -19,6 +19,13 @@
 #include "transport/shm/shm_single_copy.h"
 
 namespace tdist::algorithms::shm::detail {
+namespace {
+
+// How long a rank whose peer published a flag of this call waits for the
+// peer's record of it (check_signature).
+constexpr auto kRecordGraceTime = std::chrono::milliseconds(100);
+
+}  // namespace
 
 uint64_t Call::begin_round() {
   // The previous round's flags come from every peer; any of them may be the
@@ -64,6 +71,7 @@ void Call::check_failures(int peer) const {
 
 void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const char* what,
                           Counts counts) const {
+  algorithms::detail::note_long_wait(ctx, arrival_noted);
   if (Clock::now() < ctx.deadline) return;
   // How far the peer got tells a late rank (one behind) from one in
   // another call or stuck in this one.
@@ -88,10 +96,10 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
           ": it must have finished " + std::to_string(target) + " and has finished " + std::to_string(seen);
       break;
   }
-  throw DistTimeoutError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
-                         " in this group): timed out after " + std::to_string(ctx.timeout.count()) +
-                         " ms waiting for rank " + std::to_string(group.group_rank(peer)) +
-                         " over shared memory (for " + what + progress + ")");
+  throw DistTimeoutError(
+      std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+      std::to_string(ctx.timeout.count()) + " ms waiting for rank " + std::to_string(group.group_rank(peer)) +
+      " over shared memory (for " + what + progress + ")" + algorithms::detail::missing_ranks_text(ctx));
 }
 
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what, Counts counts) const {
@@ -130,7 +138,18 @@ void Call::check_signature(int peer, bool published) const {
   const int me = group.group_rank(rank());
   const int them = group.group_rank(peer);
   const uint64_t seq = ctx.sig.seq;
-  if (auto theirs = group.signature_of(peer, seq)) {
+  auto theirs = group.signature_of(peer, seq);
+  if (!theirs && published) {
+    // A rank writes its record just after its first flag of the call
+    // (ShmGroup::publish_stamped): give it the moment it needs, a few
+    // stores. One that published our flag from an earlier call never will.
+    const auto give_up = Clock::now() + kRecordGraceTime;
+    while (!(theirs = group.signature_of(peer, seq)) && Clock::now() < give_up) {
+      check_failures(peer);
+      sched_yield();
+    }
+  }
+  if (theirs) {
     if (!(theirs->sig == ctx.sig))
       throw DistBackendError(tdist::detail::mismatch_message(ctx.op, ctx.sig, me, theirs->sig, them));
     const auto mine = group.signature_of(rank(), seq);

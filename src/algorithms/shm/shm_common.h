@@ -28,6 +28,8 @@ using transport::shm::ShmGroup;
 struct Call {
   const CallContext& ctx;
   ShmGroup& group;
+  /// This rank told ctx.arrivals it is in the call (note_long_wait).
+  mutable bool arrival_noted = false;
 
   int rank() const { return group.rank(); }
   int size() const { return group.size(); }
@@ -289,7 +291,9 @@ void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
       group.check_aborted(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group)");
     if (!ctx.sig.empty()) group.begin_call(ctx.sig);
     body(Call{ctx, group});
+    group.flush_record();
   } catch (...) {
+    group.flush_record();
     abort_group(group, std::current_exception());
     await_writers(ctx, group);
     algorithms::detail::abort_call(ctx, std::current_exception());

@@ -27,7 +27,6 @@ struct ShmGroup::RankArea {
   FlagLine eager_done;                         // eager operations this rank has finished
   HandoffLine handoff;                         // what this rank measured handing chunks over
   FlagLine eager[ShmGroup::kEagerSlots];       // what this rank writes in eager operations
-  FlagLine calls;                              // seq: how many calls this rank has begun
   CallRecord records[ShmGroup::kCallRecords];  // call n's signature at n % kCallRecords
   char reason[1024];                           // why, NUL-terminated
   // Written once at connect, for single copy: the process to read from, and
@@ -152,20 +151,46 @@ std::unique_ptr<ShmGroup> ShmGroup::connect(Store& store, int rank, int size,
   size_t buffer_bytes = 0;
   std::optional<size_t> ring_bytes;
   SingleCopySettings single_copy;
-  HandoffMode handoff = configured_handoff();  // every rank checks its own
+  HandoffMode handoff = HandoffMode::kAuto;
+  // A segment record that starts with this holds rank 0's reason for failing.
+  const std::string failed_mark = "!failed ";
   if (rank == 0) {
-    buffer_bytes = configured_buffer_bytes();
-    ring_bytes = configured_ring_bytes();
-    single_copy.read_window_overrides();
-    single_copy.slow_kernel_copy = size > 1 && single_copy_allowed() && kernel_copy_is_slow();
-    segment = Segment::create(segment_bytes(size, buffer_bytes));
+    try {
+      handoff = configured_handoff();
+      buffer_bytes = configured_buffer_bytes();
+      ring_bytes = configured_ring_bytes();
+      single_copy.read_window_overrides();
+      single_copy.slow_kernel_copy = size > 1 && single_copy_allowed() && kernel_copy_is_slow();
+      segment = Segment::create(segment_bytes(size, buffer_bytes));
+    } catch (const std::exception& e) {
+      // The other ranks wait for the record: give them the reason (best
+      // effort: the store may be failing too).
+      try {
+        store.set(prefix + "segment", to_bytes(failed_mark + e.what()));
+      } catch (...) {
+      }
+      throw;
+    }
     store.set(prefix + "segment",
               to_bytes(segment.name() + " " + std::to_string(buffer_bytes) + " " +
                        optional_text(single_copy.min_bytes) + " " + optional_text(single_copy.max_bytes) +
                        (single_copy.slow_kernel_copy ? " 1 " : " 0 ") + optional_text(ring_bytes) + " " +
                        handoff_text(handoff)));
   } else {
+    // Every rank checks its own settings, also those only rank 0's count
+    // for: with a bad value on every rank, each raises the real reason at
+    // once instead of waiting for a rank 0 that failed (and may be gone
+    // with the store).
+    (void)configured_handoff();
+    (void)configured_buffer_bytes();
+    (void)configured_ring_bytes();
+    SingleCopySettings{}.read_window_overrides();
     const std::string value = to_string(store.get(prefix + "segment"));
+    if (value.starts_with(failed_mark)) {
+      const int leader = group_ranks.empty() ? 0 : group_ranks[0];
+      throw DistBackendError("shared memory: rank " + std::to_string(leader) +
+                             " aborted the group while setting it up: " + value.substr(failed_mark.size()));
+    }
     std::istringstream fields(value);
     std::string name, buffer, min, max, slow, ring, mode;
     if (!(fields >> name >> buffer >> min >> max >> slow >> ring >> mode) || (slow != "0" && slow != "1") ||
@@ -311,18 +336,23 @@ void ShmGroup::begin_call(const tdist::detail::CallSignature& sig) {
   // history moves on once per call.
   if (sig.seq + 1 == next_call_) return;
   const uint64_t before = history_;
-  history_ = tdist::detail::next_history(history_, sig);
+  const auto stamped = tdist::detail::stamp_call(sig, before);
+  history_ = stamped.history;
   next_call_ = sig.seq + 1;
-  stamp_ = tdist::detail::stamp_of(sig, before);
-  RankArea& mine = area(rank_);
-  CallRecord& record = mine.records[sig.seq % kCallRecords];
+  stamp_ = stamped.stamp;
+  pending_ = Recorded{sig, before};
+  record_pending_ = true;
+}
+
+void ShmGroup::write_record() {
+  record_pending_ = false;
+  CallRecord& record = area(rank_).records[pending_.sig.seq % kCallRecords];
   uint64_t words[4];
-  static_assert(sizeof(words) == sizeof(sig));
-  std::memcpy(words, &sig, sizeof(words));
+  static_assert(sizeof(words) == sizeof(pending_.sig));
+  std::memcpy(words, &pending_.sig, sizeof(words));
   for (size_t i = 0; i < 4; ++i) record.words[i].store(words[i], std::memory_order_relaxed);
-  record.history.store(before, std::memory_order_relaxed);
-  record.mark.store(sig.seq + 1, std::memory_order_release);
-  mine.calls.seq.store(sig.seq + 1, std::memory_order_release);
+  record.history.store(pending_.history, std::memory_order_relaxed);
+  record.mark.store(pending_.sig.seq + 1, std::memory_order_release);
 }
 
 std::optional<ShmGroup::Recorded> ShmGroup::signature_of(int r, uint64_t seq) const {
@@ -337,7 +367,12 @@ std::optional<ShmGroup::Recorded> ShmGroup::signature_of(int r, uint64_t seq) co
 }
 
 uint64_t ShmGroup::calls_begun(int r) const {
-  return area(r).calls.seq.load(std::memory_order_acquire);
+  // The newest record's mark (only failures ask: no line of its own to
+  // write on every call).
+  uint64_t newest = 0;
+  for (const auto& record : area(r).records)
+    newest = std::max(newest, record.mark.load(std::memory_order_acquire));
+  return newest;
 }
 
 void ShmGroup::abort(const std::string& reason, AbortKind kind) noexcept {

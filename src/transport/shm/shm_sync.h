@@ -29,7 +29,7 @@ struct alignas(kCacheLine) FlagLine {
   /// Ranks sleeping on this line's futex; the writer wakes them only if
   /// nonzero, so a publish without sleepers costs no system call.
   std::atomic<uint32_t> sleepers;
-  /// The stamp of the call that last published this line (stamp_of in
+  /// The stamp of the call that last published this line (stamp_call in
   /// common/call_signature.h; 0: none), stored before `seq`: a reader
   /// compares it with its own call's before it uses what the line says.
   std::atomic<uint32_t> stamp;
