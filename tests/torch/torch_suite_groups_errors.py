@@ -135,3 +135,28 @@ def check_group_timeout(ctx):
         absent = ["rank %d" % r for r in range(1, ctx.world_size)]
         assert any(a in message for a in absent), "no absent rank named in %r" % message
     dist.barrier()
+
+
+def check_mismatched_calls(ctx):
+    # Ranks that pass different calls fail, every one of them, naming both
+    # sides; nobody gets a sum nobody computed (the spec's example: rank 0
+    # passes 10 elements, the others 20). On a group of its own: a mismatch
+    # aborts the group it happens in.
+    group = dist.new_group(timeout=timedelta(seconds=60))
+    t = torch.ones(10 if ctx.rank == 0 else 20)
+    expect_error(lambda: dist.all_reduce(t, group=group), "all_reduce", "10 float32 elements",
+                 "20 float32 elements")
+    assert_equal(t, torch.ones(10 if ctx.rank == 0 else 20), "the tensor of a mismatched all_reduce")
+    # A recv of another element count fails naming both sides and leaves
+    # the buffer alone. (Another dtype with the same count is converted as
+    # Tensor.copy_ does: the spec's own send/recv program sends int64 into
+    # float32; docs/torch.md.)
+    pair = dist.new_group(timeout=timedelta(seconds=60))
+    if ctx.rank == 0:
+        dist.send(torch.tensor([1, 2, 3]), 1, group=pair)
+    elif ctx.rank == 1:
+        buf = torch.zeros(4)
+        expect_error(lambda: dist.recv(buf, 0, group=pair), "rank 0 sent int64[3]",
+                     "the receiving tensor is float32[4]")
+        assert_equal(buf, torch.zeros(4), "the buffer of a mismatched recv")
+    dist.barrier()
