@@ -17,8 +17,10 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/call_signature.h"
@@ -40,11 +42,31 @@ using transport::RequestPtr;
 class Arrivals {
  public:
   virtual ~Arrivals() = default;
-  /// This rank is in call `seq`.
-  virtual void arrived(uint64_t seq) noexcept = 0;
+  /// This rank is in call `sig.seq`, passing `sig`.
+  virtual void arrived(const tdist::detail::CallSignature& sig) noexcept = 0;
   /// The group's ranks, this one aside, that have not said they are in call
   /// `seq` (empty if that cannot be told).
   virtual std::vector<int> missing(uint64_t seq) noexcept = 0;
+  /// A rank that said it is in call `mine.seq` with another signature (a
+  /// broadcast whose ranks all think another rank is the root moves
+  /// nothing anyone could compare): its rank and signature.
+  virtual std::optional<std::pair<int, tdist::detail::CallSignature>> differing(
+      const tdist::detail::CallSignature& mine) noexcept = 0;
+};
+
+struct CallContext;
+
+/// What a call that waits long does now and then (wait_all over TCP, the
+/// failure checks of a shared-memory wait): past half its timeout (at most
+/// a second) it tells ctx.arrivals that it is in the call, and from then on
+/// compares, every 200 ms, the signatures that the others left there,
+/// raising DistBackendError on a mismatch.
+struct LongWait {
+  bool noted = false;
+  Clock::time_point next_compare{};
+  /// `my_rank` names this rank in messages (the whole group's number; -1:
+  /// the transport's).
+  void poll(const CallContext& ctx, int my_rank);
 };
 
 /// Everything one collective call needs besides its buffers.
@@ -193,9 +215,6 @@ void check_unmatched(const CallContext& ctx);
 /// ctx.rank()).
 void throw_if_unmatched(const CallContext& ctx, int my_rank = -1);
 
-/// Once the call has waited for half its timeout (at most a second):
-/// tells ctx.arrivals that this rank is in the call, once (`noted`).
-void note_long_wait(const CallContext& ctx, bool& noted) noexcept;
 /// For a timeout's message: "; rank 1 never said it reached this call (it
 /// is behind, stopped or dead)", or "" when every rank did or nobody knows.
 std::string missing_ranks_text(const CallContext& ctx);

@@ -43,10 +43,10 @@ RequestPtr post_recv_from(const CallContext& ctx, const Blocks& b, int src) {
 void check_received(const CallContext& ctx, const Blocks& b, const RequestPtr& recv) {
   const size_t expected = b.recv_bytes[static_cast<size_t>(recv->peer())];
   if (recv->received_bytes() != expected) {
-    throw DistInvalidArgument(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) + " expected " +
-                              std::to_string(expected) + " bytes from rank " + std::to_string(recv->peer()) +
-                              " but it sent " + std::to_string(recv->received_bytes()) +
-                              " (do the ranks' split sizes agree?)");
+    throw DistBackendError(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) + " expected " +
+                           std::to_string(expected) + " bytes from rank " + std::to_string(recv->peer()) +
+                           " but it sent " + std::to_string(recv->received_bytes()) +
+                           " (do the ranks' split sizes agree?)");
   }
 }
 

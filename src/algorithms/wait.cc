@@ -70,13 +70,28 @@ void throw_if_unmatched(const CallContext& ctx, int my_rank) {
       "order, with matching arguments)");
 }
 
-void note_long_wait(const CallContext& ctx, bool& noted) noexcept {
-  if (noted || ctx.arrivals == nullptr) return;
-  const auto started = ctx.deadline - ctx.timeout;
-  if (Clock::now() - started < std::min<Clock::duration>(std::chrono::seconds(1), ctx.timeout / 2)) return;
-  noted = true;
-  ctx.arrivals->arrived(ctx.seq);
+}  // namespace detail
+
+void LongWait::poll(const CallContext& ctx, int my_rank) {
+  if (ctx.arrivals == nullptr) return;
+  const auto now = Clock::now();
+  if (!noted) {
+    const auto started = ctx.deadline - ctx.timeout;
+    if (now - started < std::min<Clock::duration>(std::chrono::seconds(1), ctx.timeout / 2)) return;
+    noted = true;
+    tdist::detail::CallSignature sig = ctx.sig;
+    sig.seq = ctx.seq;
+    ctx.arrivals->arrived(sig);
+  }
+  if (ctx.sig.empty() || now < next_compare) return;
+  next_compare = now + std::chrono::milliseconds(200);
+  if (const auto other = ctx.arrivals->differing(ctx.sig)) {
+    throw DistBackendError(tdist::detail::mismatch_message(
+        ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.rank(), other->second, other->first));
+  }
 }
+
+namespace detail {
 
 std::string missing_ranks_text(const CallContext& ctx) {
   if (ctx.arrivals == nullptr) return "";
@@ -102,7 +117,7 @@ void check_unmatched(const CallContext& ctx) {
 void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
   try {
     size_t next = 0;
-    bool noted = false;  // note_long_wait
+    LongWait long_wait;
     while (next < requests.size()) {
       const RequestPtr& request = requests[next];
       if (!request) {
@@ -122,7 +137,7 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
       // A peer in another op (or with other arguments) at this call may
       // never send what we wait for; what it did send tells.
       detail::throw_if_unmatched(ctx);
-      detail::note_long_wait(ctx, noted);
+      long_wait.poll(ctx, -1);
       if (Clock::now() >= ctx.deadline)
         throw DistTimeoutError(timeout_message(ctx, requests) + detail::missing_ranks_text(ctx));
     }

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <sstream>
 
 #include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
@@ -45,9 +46,13 @@ class StoreArrivals final : public algo::Arrivals {
  public:
   StoreArrivals(std::shared_ptr<Store> store, int rank, int size)
       : store_(std::move(store)), rank_(rank), size_(size) {}
-  void arrived(uint64_t seq) noexcept override {
+  void arrived(const sig::CallSignature& mine) noexcept override {
     try {
-      store_->set(key(rank_), std::to_string(seq));
+      uint64_t words[4];
+      std::memcpy(words, &mine, sizeof(words));
+      std::string value;
+      for (uint64_t w : words) value += std::to_string(w) + " ";
+      store_->set(key(rank_), value);
     } catch (...) {
       // The store may be gone with the rank that hosts it: no names then.
     }
@@ -57,16 +62,42 @@ class StoreArrivals final : public algo::Arrivals {
     try {
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
-        if (!store_->check({key(r)}) || std::stoull(to_string(store_->get(key(r)))) < seq) out.push_back(r);
+        const auto theirs = read(r);
+        if (!theirs || theirs->seq < seq) out.push_back(r);
       }
     } catch (...) {
       return {};
     }
     return out;
   }
+  std::optional<std::pair<int, sig::CallSignature>> differing(
+      const sig::CallSignature& mine) noexcept override {
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const auto theirs = read(r);
+        if (theirs && theirs->seq == mine.seq && !theirs->empty() && !(*theirs == mine))
+          return std::make_pair(r, *theirs);
+      }
+    } catch (...) {
+    }
+    return std::nullopt;
+  }
 
  private:
   static std::string key(int r) { return "tdist/arrived/" + std::to_string(r); }
+  // What rank r left: the signature of the last long call it was in.
+  std::optional<sig::CallSignature> read(int r) {
+    if (!store_->check({key(r)})) return std::nullopt;
+    std::istringstream in(to_string(store_->get(key(r))));
+    uint64_t words[4];
+    for (uint64_t& w : words) {
+      if (!(in >> w)) return std::nullopt;
+    }
+    sig::CallSignature out;
+    std::memcpy(&out, words, sizeof(out));
+    return out;
+  }
   std::shared_ptr<Store> store_;
   int rank_;
   int size_;
@@ -388,26 +419,31 @@ transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
   return shm_;
 }
 
-bool ProcessGroupTdist::empty_over_tcp(const algo::CallContext& ctx, bool on_shared_memory,
-                                       size_t total_bytes) const {
-  if (on_shared_memory || total_bytes != 0 || ctx.size() == 1) return false;
-  algo::barrier(ctx);
+bool ProcessGroupTdist::empty_call(const algo::CallContext& ctx, size_t total_bytes) const {
+  if (total_bytes != 0 || ctx.size() == 1) return false;
+  // On shared memory too: a call that meets nobody would let a rank run any
+  // number of calls ahead, past the ring of call records its peers read.
+  if (shm_ != nullptr && (forced_algos_ & forced_bit<algo::BarrierAlgo>()) == 0) {
+    algo::shm::barrier(ctx, *shm_);
+  } else {
+    algo::barrier(ctx);
+  }
   return true;
 }
 
 void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const void* in, void* out,
                                          const std::vector<size_t>& bytes) const {
+  if (empty_call(ctx, std::accumulate(bytes.begin(), bytes.end(), size_t{0}))) return;
   if (auto* shm = shm_for<algo::AllGatherAlgo>()) return algo::shm::all_gather(ctx, *shm, in, out, bytes);
-  if (empty_over_tcp(ctx, false, std::accumulate(bytes.begin(), bytes.end(), size_t{0}))) return;
   algo::all_gather(ctx, in, out, bytes);
 }
 
 void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, const void* in,
                                                 const Tensor& output, const std::vector<size_t>& counts,
                                                 const ReduceOp& op) const {
+  if (empty_call(ctx, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
   if (auto* shm = shm_for<algo::ReduceScatterAlgo>())
     return algo::shm::reduce_scatter(ctx, *shm, in, output.data(), counts, output.dtype(), op);
-  if (empty_over_tcp(ctx, false, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
   algo::reduce_scatter(ctx, in, output.data(), counts, output.dtype(), op);
 }
 
@@ -422,9 +458,9 @@ void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const voi
 }
 
 void ProcessGroupTdist::run_broadcast(const algo::CallContext& ctx, const Tensor& tensor, int root) {
+  if (empty_call(ctx, tensor.nbytes())) return;
   if (auto* shm = shm_for<algo::BroadcastAlgo>())
     return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
-  if (empty_over_tcp(ctx, false, tensor.nbytes())) return;
   algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
 }
 
@@ -437,9 +473,9 @@ WorkPtr ProcessGroupTdist::broadcast(const Tensor& tensor, int root) {
 
 void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tensor& tensor,
                                        const ReduceOp& op) {
+  if (empty_call(ctx, tensor.nbytes())) return;
   if (auto* shm = shm_for<algo::AllReduceAlgo>())
     return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
-  if (empty_over_tcp(ctx, false, tensor.nbytes())) return;
   if (domains_.local && (forced_algos_ & forced_bit<algo::AllReduceAlgo>()) == 0) {
     return algo::shm::hierarchical_all_reduce(
         ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
@@ -457,11 +493,11 @@ WorkPtr ProcessGroupTdist::all_reduce(const Tensor& tensor, const ReduceOp& op) 
 
 void ProcessGroupTdist::run_reduce(const algo::CallContext& ctx, const Tensor& tensor, int root,
                                    const ReduceOp& op) {
+  if (empty_call(ctx, tensor.nbytes())) return;
   const size_t count = to_size(tensor.numel());
   // The shared-memory reduce never writes a non-root rank's input.
   if (auto* shm = shm_for<algo::ReduceAlgo>())
     return algo::shm::reduce(ctx, *shm, tensor.data(), count, tensor.dtype(), op, root);
-  if (empty_over_tcp(ctx, false, tensor.nbytes())) return;
   if (ctx.rank() == root) return algo::reduce(ctx, tensor.data(), count, tensor.dtype(), op, root);
   // The message-passing one uses its buffer as scratch: non-root ranks
   // keep their input intact by lending it a (recycled) copy.
@@ -550,7 +586,7 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, c
 void ProcessGroupTdist::run_gather(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
                                    const Tensor& input, const std::vector<size_t>& bytes, int root) {
   auto* shm = shm_for<algo::GatherAlgo>();
-  if (empty_over_tcp(ctx, shm != nullptr, input.nbytes())) return;
+  if (empty_call(ctx, input.nbytes())) return;
   if (ctx.rank() != root) {
     if (shm) return algo::shm::gather(ctx, *shm, input.data(), nullptr, bytes, root);
     algo::gather(ctx, input.data(), nullptr, bytes, root);
@@ -588,7 +624,7 @@ void ProcessGroupTdist::run_scatter(const algo::CallContext& ctx, const Tensor& 
                                     const std::vector<Tensor>& inputs, const std::vector<size_t>& bytes,
                                     int root) {
   auto* shm = shm_for<algo::ScatterAlgo>();
-  if (empty_over_tcp(ctx, shm != nullptr, output.nbytes())) return;
+  if (empty_call(ctx, output.nbytes())) return;
   if (ctx.rank() != root) {
     if (shm) return algo::shm::scatter(ctx, *shm, nullptr, output.data(), bytes, root);
     algo::scatter(ctx, nullptr, output.data(), bytes, root);
@@ -783,6 +819,12 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
+  // A receiver that refused an earlier send of this rank said why: the
+  // next user send or recv raises it (tdist's own messages, on negative
+  // tags, leave it for them).
+  if (tag >= 0) {
+    if (auto refused = transport_->take_rejection()) std::rethrow_exception(refused);
+  }
   auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, transport_.get());
   auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(),
                                    sig::p2p_signature(tensor.dtype(), count_of(tensor)));
@@ -794,6 +836,9 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
+  if (tag >= 0) {
+    if (auto refused = transport_->take_rejection()) std::rethrow_exception(refused);
+  }
   auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());
   auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(),
                                    sig::p2p_signature(tensor.dtype(), count_of(tensor)));

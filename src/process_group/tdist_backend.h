@@ -112,11 +112,12 @@ class ProcessGroupTdist final : public ProcessGroup {
   void run_inline(std::string_view op, const Signature& sig, BodyRef body);
   /// Queues a collective for the worker.
   WorkPtr enqueue(std::string_view op, const Signature& sig, std::vector<Tensor> outputs, Body body);
-  /// Over TCP, a call that moves no bytes on any rank (by this rank's
-  /// arguments) runs a barrier instead, so that a peer that passed more
-  /// still meets this rank's signature and fails, instead of waiting out
-  /// its timeout for messages that never come. True if it did.
-  bool empty_over_tcp(const algorithms::CallContext& ctx, bool on_shared_memory, size_t total_bytes) const;
+  /// A call that moves no bytes on any rank (by this rank's arguments)
+  /// runs a barrier instead, so that a peer that passed more still meets
+  /// this rank's signature and fails, instead of waiting out its timeout
+  /// for messages that never come, and so that no rank runs ahead of its
+  /// peers by more calls than they keep records of. True if it did.
+  bool empty_call(const algorithms::CallContext& ctx, size_t total_bytes) const;
   void run();
   /// Runs one queued task and finishes its work.
   void execute(Task& task);

@@ -167,6 +167,11 @@ class Transport {
   virtual void begin_call() {}
   virtual void end_call() {}
 
+  /// The error a peer sent back for a point-to-point message of this rank
+  /// that its receive refused (another dtype or count), once; null if none.
+  /// The process group raises it at this rank's next send or recv.
+  virtual std::exception_ptr take_rejection() { return nullptr; }
+
   /// Fails every pending and future request with `error` (e.g. the group was
   /// aborted or destroyed).
   virtual void abort(std::exception_ptr error) = 0;

@@ -122,6 +122,14 @@ std::vector<Case> cases() {
          pg.broadcast(t, rank == 0 ? 0 : 1)->wait();
        },
        {"broadcast (call #0 in this group)", "rank 0 passed src 0", "passed src 1"}},
+      {"swapped_roots",
+       [](ProcessGroup& pg, int rank, int n) {
+         // Every rank thinks the next one is the root: nobody sends
+         // anything another rank could compare.
+         Tensor t = ones(DType::kFloat32, 4);
+         pg.broadcast(t, (rank + 1) % n)->wait();
+       },
+       {"broadcast (call #0 in this group)", "passed src"}},
       {"reduce_op",
        [](ProcessGroup& pg, int rank, int) {
          Tensor t = ones(DType::kFloat32, 100);
@@ -262,6 +270,20 @@ TEST(MismatchP2p, ARecvOfAnotherDtypeOrCountFailsNamingBothSides) {
             [&](ProcessGroup& pg, int rank) {
               if (rank == 0) {
                 pg.send(ones(DType::kInt64, 10), 1, 7)->wait();
+                // Rank 1 refused it and said why, before its message on tag
+                // 9 (one connection keeps order): the refusal fails this
+                // recv if it came first, else the next send; once.
+                std::string got;
+                try {
+                  pg.recv(Tensor::zeros(DType::kUInt8, {1}), 1, 9)->wait();
+                  pg.send(Tensor::zeros(DType::kUInt8, {1}), 1, 10)->wait();
+                } catch (const DistError& e) {
+                  got = e.what();
+                }
+                check(got.find("a send of rank 0 was refused") != std::string::npos &&
+                          got.find("rank 0 sent 10 int64 elements but rank 1 receives 10 float32") !=
+                              std::string::npos,
+                      "the sender's error: '" + got + "'");
                 pg.send(ones(DType::kFloat32, 10), 1, 8)->wait();
                 return;
               }
@@ -280,6 +302,7 @@ TEST(MismatchP2p, ARecvOfAnotherDtypeOrCountFailsNamingBothSides) {
                 check(got.find("tag " + std::to_string(tag)) != std::string::npos, "no user tag in: " + got);
                 check_elements(
                     t, 0, count, [](int64_t) { return 0.0; }, "the recv buffer");
+                if (tag == 7) pg.send(Tensor::zeros(DType::kUInt8, {1}), 0, 9)->wait();
               }
             },
             20s),

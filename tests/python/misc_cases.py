@@ -84,14 +84,22 @@ def case_tags_match_out_of_order(rank, world):
 def case_recv_size_mismatch(rank, world):
     # The spec's send program sends int64[3] into a float32[3]. tdist names
     # both sides instead of writing garbage, and leaves the buffer alone.
+    want = "rank 0 sent 3 int64 elements but rank 1 receives 3 float32 elements"
     if rank == 0:
         dist.send(np.array([1, 2, 3], np.int64), 1)
+        # Rank 1 refused it and said why before its message on tag 9 (one
+        # connection keeps order): that recv, or the send after it, raises.
+        def next_two():
+            dist.recv(np.zeros(1, np.uint8), 1, tag=9)
+            dist.send(np.zeros(1, np.uint8), 1, tag=10)
+        error = expect_raises(dist.DistBackendError, next_two, "was refused")
+        assert want in str(error), error
     elif rank == 1:
-        # (The C++ transport reports a too-large message as a DistBackendError.)
         buffer = np.zeros(3, np.float32)
         error = expect_raises(dist.DistBackendError, lambda: dist.recv(buffer, 0), "recv")
-        assert "rank 0 sent 3 int64 elements but rank 1 receives 3 float32 elements" in str(error), error
+        assert want in str(error), error
         expect_equal(buffer, [0.0, 0.0, 0.0], "the recv buffer")
+        dist.send(np.zeros(1, np.uint8), 0, tag=9)
 
 
 # ---- groups ----

@@ -31,6 +31,9 @@ uint64_t Call::begin_round() {
   // The previous round's flags come from every peer; any of them may be the
   // one that is late, so the failure check looks at all of them.
   return group.begin_round([this](int peer, const FlagLine& line, uint64_t target) {
+    // A rank that waits before publishing anything (a broadcast's reader)
+    // must be on record for peers that compare while they wait.
+    group.flush_record();
     check_failures(-1);
     check_signature(peer, false);
     algorithms::detail::throw_if_unmatched(ctx, group.group_rank(rank()));
@@ -71,7 +74,7 @@ void Call::check_failures(int peer) const {
 
 void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const char* what,
                           Counts counts) const {
-  algorithms::detail::note_long_wait(ctx, arrival_noted);
+  long_wait.poll(ctx, group.group_rank(rank()));
   if (Clock::now() < ctx.deadline) return;
   // How far the peer got tells a late rank (one behind) from one in
   // another call or stuck in this one.
@@ -104,6 +107,7 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
 
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what, Counts counts) const {
   transport::shm::wait_at_least(line, target, group.policy(), [&] {
+    group.flush_record();  // see begin_round
     check_failures(peer);
     // A peer in another op may never publish what we wait for.
     if (!ctx.sig.empty()) {
@@ -152,8 +156,7 @@ void Call::check_signature(int peer, bool published) const {
   if (theirs) {
     if (!(theirs->sig == ctx.sig))
       throw DistBackendError(tdist::detail::mismatch_message(ctx.op, ctx.sig, me, theirs->sig, them));
-    const auto mine = group.signature_of(rank(), seq);
-    if (!mine || mine->history == theirs->history) return;
+    if (group.history_before_call() == theirs->history) return;
     // The same call, after different ones: one that nobody checked then
     // (a small broadcast whose root waits for no reader).
     throw_first_difference(peer, seq);

@@ -28,8 +28,8 @@ using transport::shm::ShmGroup;
 struct Call {
   const CallContext& ctx;
   ShmGroup& group;
-  /// This rank told ctx.arrivals it is in the call (note_long_wait).
-  mutable bool arrival_noted = false;
+  /// What this call does once it has waited long (algorithms.h).
+  mutable LongWait long_wait{};
 
   int rank() const { return group.rank(); }
   int size() const { return group.size(); }

@@ -504,11 +504,11 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
         continue;
       }
       if (sent != recv_bytes[static_cast<size_t>(r)]) {
-        throw DistInvalidArgument(std::string(call.ctx.op) + ": rank " +
-                                  std::to_string(call.group.group_rank(me)) + " expected " +
-                                  std::to_string(recv_bytes[static_cast<size_t>(r)]) + " bytes from rank " +
-                                  std::to_string(call.group.group_rank(r)) + " but it sent " +
-                                  std::to_string(sent) + " (do the ranks' split sizes agree?)");
+        throw DistBackendError(std::string(call.ctx.op) + ": rank " +
+                               std::to_string(call.group.group_rank(me)) + " expected " +
+                               std::to_string(recv_bytes[static_cast<size_t>(r)]) + " bytes from rank " +
+                               std::to_string(call.group.group_rank(r)) + " but it sent " +
+                               std::to_string(sent) + " (do the ranks' split sizes agree?)");
       }
     }
     if (max_block == 0) return;

@@ -185,6 +185,13 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
     round.section = two_shot_section(round.count, p, eb, full_section);
     round.data = data + start * eb;
     round.k = call.begin_round();  // every rank copied in to_reduce and reduced to_copy_back
+    // Their arrivals of the round before were of this call: check them
+    // before reading what they copied in.
+    if (to_reduce.data != nullptr) {
+      for (int r = 0; r < p; ++r) {
+        if (r != me) call.verify(r, call.group.arrive(r, round.k - 1));
+      }
+    }
     copy_back(to_copy_back);
     reduce_timed(to_reduce);
     // Copy in every piece but our own, which reduce_piece takes from `data`.

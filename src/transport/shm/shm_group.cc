@@ -347,6 +347,10 @@ void ShmGroup::begin_call(const tdist::detail::CallSignature& sig) {
 void ShmGroup::write_record() {
   record_pending_ = false;
   CallRecord& record = area(rank_).records[pending_.sig.seq % kCallRecords];
+  // A seqlock: 0 while the words change, so that a reader that overlaps a
+  // rewrite of the slot sees the mark move and ignores what it read.
+  record.mark.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   uint64_t words[4];
   static_assert(sizeof(words) == sizeof(pending_.sig));
   std::memcpy(words, &pending_.sig, sizeof(words));
@@ -363,6 +367,8 @@ std::optional<ShmGroup::Recorded> ShmGroup::signature_of(int r, uint64_t seq) co
   Recorded out{};
   std::memcpy(&out.sig, words, sizeof(out.sig));
   out.history = record.history.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (record.mark.load(std::memory_order_relaxed) != seq + 1) return std::nullopt;
   return out;
 }
 

@@ -169,6 +169,9 @@ class ShmGroup {
     if (record_pending_) write_record();
   }
   uint32_t stamp() const { return stamp_; }
+  /// The history of this rank's calls before the current one (what its
+  /// record of the current call holds, written or not).
+  uint64_t history_before_call() const { return pending_.history; }
   /// Rank r's signature of call `seq`, if r has begun that call and not yet
   /// kCallRecords more, with the history of r's calls before it.
   struct Recorded {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "common/completion_thread.h"
 #include "common/env.h"
@@ -43,6 +44,10 @@ constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
 // byte (1: a timeout, 2: a backend error) and the reason's text, so peers can report the real
 // cause instead of a bare disconnect.
 constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
+// "Your message (a send) met a receive of another dtype or count": the
+// payload is the receiver's error text, which the sender raises at its next
+// send or recv.
+constexpr uint64_t kRejectTag = ~uint64_t{0} - 2;
 constexpr size_t kMaxAbortReason = 4096;
 
 bool is_timeout(const std::exception_ptr& error) {
@@ -466,7 +471,7 @@ void TcpTransport::interrupt_loop() const {
 void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size,
                                const tdist::detail::CallSignature& sig) {
   if (signatures_differ(op, sig)) {
-    failed(op.request, signature_error(rank_, src, op, sig));
+    refuse_locked(op, src, sig);
     return;
   }
   if (op.bytes) {
@@ -478,6 +483,23 @@ void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t 
     std::memcpy(op.data, data, size);
   }
   completed(op.request, src, size);
+}
+
+void TcpTransport::refuse_locked(RecvOp& op, int src, const tdist::detail::CallSignature& theirs) {
+  std::exception_ptr error = signature_error(rank_, src, op, theirs);
+  failed(op.request, error);
+  if (op.sig.kind != tdist::detail::CallKind::kPointToPoint || src == rank_) return;
+  // Collectives abort the group instead (every rank raises); a sender's
+  // send has completed by now, so it learns at its next send or recv.
+  auto text = std::make_shared<std::string>(exception_text(error).substr(0, kMaxAbortReason));
+  auto request = std::make_shared<Request>(Request::Kind::kSend, src, kRejectTag, text->size());
+  request->on_complete([text](Request&) {});  // keeps the bytes alive until written
+  post_send(request, src, kRejectTag, reinterpret_cast<const uint8_t*>(text->data()), text->size(), {});
+}
+
+std::exception_ptr TcpTransport::take_rejection() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(rejection_, nullptr);
 }
 
 void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
@@ -621,6 +643,14 @@ void TcpTransport::finish_payload(Pair& pair) {
   pair.waiting_lanes = false;
   pair.stripes_left = 0;
   size_t size = pair.header.size;
+  if (pair.reading_reject) {
+    pair.reading_reject = false;
+    const std::string reason(pair.overflow.begin(), pair.overflow.end());
+    rejection_ =
+        std::make_exception_ptr(DistBackendError("rank " + std::to_string(rank_) + ": a send of rank " +
+                                                 std::to_string(rank_) + " was refused: " + reason));
+    return;
+  }
   if (pair.reading_abort) {
     pair.reading_abort = false;
     const bool timeout = size > 0 && pair.overflow[0] == 1;
@@ -640,7 +670,7 @@ void TcpTransport::finish_payload(Pair& pair) {
     RecvOp op = std::move(*pair.direct);
     pair.direct.reset();
     if (signatures_differ(op, pair.header.sig)) {
-      failed(op.request, signature_error(rank_, pair.peer, op, pair.header.sig));
+      refuse_locked(op, pair.peer, pair.header.sig);
       pair.overflow.clear();
       pair.overflow.shrink_to_fit();
     } else if (!op.bytes && size > op.capacity) {
@@ -668,11 +698,12 @@ void TcpTransport::advance(Pair& pair, size_t n) {
   if (!pair.in_payload) {
     pair.header_got += n;
     if (pair.header_got < sizeof(Header)) return;
-    if (pair.header.tag == kAbortTag) {
+    if (pair.header.tag == kAbortTag || pair.header.tag == kRejectTag) {
       if (pair.header.size > kMaxAbortReason + 1) pair.header.size = 0;  // not ours to trust
       pair.in_payload = true;
       pair.payload_got = 0;
-      pair.reading_abort = true;
+      pair.reading_abort = pair.header.tag == kAbortTag;
+      pair.reading_reject = pair.header.tag == kRejectTag;
       pair.overflow.resize(pair.header.size);
       pair.target = pair.overflow.data();
       pair.payload_end = pair.header.size;

@@ -166,6 +166,7 @@ struct Pair {
   bool to_incoming = false;
   std::vector<uint8_t> overflow;  // a message too big for its receive
   bool reading_abort = false;     // the payload is a peer's abort notice
+  bool reading_reject = false;    // ... its refusal of a message of ours
   std::vector<uint8_t> stage;     // kStageBytes
   size_t staged_off = 0;          // stage bytes read but not consumed yet
   size_t staged_len = 0;
@@ -214,6 +215,7 @@ class TcpTransport final : public Transport {
   void end_call() override;
   void abort(std::exception_ptr error) override;
   bool peer_failed(int peer) const override;
+  std::exception_ptr take_rejection() override;
 
  private:
   // Completions found under the lock are queued and delivered by flush()
@@ -240,6 +242,10 @@ class TcpTransport final : public Transport {
                      const tdist::detail::CallSignature& sig);
   void finish_into(tcp::RecvOp& op, int src, const uint8_t* data, size_t size,
                    const tdist::detail::CallSignature& sig);
+  // Fails `op`, whose message from `src` had signature `theirs`, and tells
+  // a point-to-point sender why (a reject notice: its next send or recv
+  // raises it).
+  void refuse_locked(tcp::RecvOp& op, int src, const tdist::detail::CallSignature& theirs);
   void write_some(tcp::Pair& pair) { write_queue(pair, pair.socket, pair.sends); }
   void write_queue(tcp::Pair& pair, const Socket& socket, std::deque<tcp::SendOp>& sends);
   void sent_part(const tcp::SendOp& op);
@@ -280,7 +286,8 @@ class TcpTransport final : public Transport {
 
   const int rank_;
   const int size_;
-  mutable std::mutex mutex_;  // guards everything below
+  mutable std::mutex mutex_;      // guards everything below
+  std::exception_ptr rejection_;  // take_rejection()
 
   std::vector<tcp::Pair> pairs_;
   std::list<tcp::RecvOp> posted_;
