@@ -73,7 +73,12 @@ def irecv(tensor, src=None, group=None, tag=0):
     g = resolve_group(group, "irecv")
     if g is NOT_MEMBER:
         return None
-    work = _work.wrap(_C.irecv(tensor, src, g, tag), "irecv", (tensor,), [tensor])
+    return _recv_work(_C.irecv(tensor, src, g, tag), tensor, g)
+
+
+def _recv_work(handle, tensor, g):
+    """The Work of a posted receive; it keeps its group to name the sender."""
+    work = _work.wrap(handle, "irecv", (tensor,), [tensor])
     if work is not None:
         work._group = g
     return work
@@ -92,10 +97,7 @@ def _irecv_reserved(tensor, src, group, tag):
     g = resolve_group(group, "irecv")
     if g is NOT_MEMBER:
         return None
-    work = _work.wrap(_C._irecv_reserved_tag(tensor, src, g, tag), "irecv", (tensor,), [tensor])
-    if work is not None:
-        work._group = g
-    return work
+    return _recv_work(_C._irecv_reserved_tag(tensor, src, g, tag), tensor, g)
 
 
 class P2POp:

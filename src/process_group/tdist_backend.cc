@@ -327,6 +327,7 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
     std::optional<transport::CallScope> call;
     if (!all_on_shared_memory_) {
       call.emplace(*transport_);
+      record_call(ctx);
       algo::detail::check_unmatched(ctx);
     }
     body(ctx);
@@ -383,7 +384,10 @@ void ProcessGroupTdist::execute(Task& task) {
   std::exception_ptr error;
   try {
     transport::CallScope call(*transport_);
-    if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);
+    if (!all_on_shared_memory_) {
+      record_call(ctx);
+      algo::detail::check_unmatched(ctx);
+    }
     task.body(ctx);
     if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);  // see run_inline
   } catch (...) {
@@ -417,6 +421,13 @@ template <typename Algo>
 transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
   if (!shm_ || (forced_algos_ & forced_bit<Algo>()) != 0) return nullptr;
   return shm_;
+}
+
+void ProcessGroupTdist::record_call(const algo::CallContext& ctx) const {
+  auto* group = shm_ != nullptr ? shm_ : domains_.local.get();
+  if (group == nullptr || ctx.sig.empty()) return;
+  group->begin_call(ctx.sig);
+  group->flush_record();
 }
 
 bool ProcessGroupTdist::empty_call(const algo::CallContext& ctx, size_t total_bytes) const {

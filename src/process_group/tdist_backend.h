@@ -118,6 +118,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// for messages that never come, and so that no rank runs ahead of its
   /// peers by more calls than they keep records of. True if it did.
   bool empty_call(const algorithms::CallContext& ctx, size_t total_bytes) const;
+  /// Groups whose calls do not all run on shared memory (hierarchical
+  /// ones, ops forced to TCP) record every call in their shared-memory
+  /// domain anyway, so that a peer there names the call a rank made
+  /// elsewhere instead of finding no record of it (ShmGroup::begin_call).
+  void record_call(const algorithms::CallContext& ctx) const;
   void run();
   /// Runs one queued task and finishes its work.
   void execute(Task& task);

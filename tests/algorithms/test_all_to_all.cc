@@ -104,7 +104,7 @@ TEST(AllToAllErrors, ASplitTheRanksDisagreeOnIsReported) {
                          try {
                            algorithms::all_to_all(g.call("all_to_all"), in.data(), send, offsets, out.data(),
                                                   recv, offsets, AllToAllAlgo::kLinear);
-                         } catch (const DistInvalidArgument& e) {
+                         } catch (const DistBackendError& e) {
                            check(std::string(e.what()).find("expected 8 bytes from rank 1 but it sent 4") !=
                                      std::string::npos,
                                  std::string("unexpected message: ") + e.what());
