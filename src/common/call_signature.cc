@@ -144,10 +144,10 @@ std::string describe(const CallSignature& sig) {
     text += std::string(" of ") + dtype_name(static_cast<DType>(sig.dtype));
   }
   if (sig.reduce != kNoReduce) text += " (" + reduce_text(sig.reduce) + ")";
-  if (sig.root >= 0)
-    text += std::string(" ") +
-            (sig.kind == CallKind::kReduce || sig.kind == CallKind::kGather ? "to " : "from ") +
-            root_name(sig.kind) + " " + std::to_string(sig.root);
+  if (sig.root >= 0) {
+    const bool to = sig.kind == CallKind::kReduce || sig.kind == CallKind::kGather;
+    text += std::string(to ? " to " : " from ") + root_name(sig.kind) + " " + std::to_string(sig.root);
+  }
   return text;
 }
 
