@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,22 +33,26 @@ namespace tdist::algorithms {
 using transport::Clock;
 using transport::RequestPtr;
 
-/// Which ranks have arrived at a call, for a timeout's message: a rank
-/// whose call runs long says so (the process group keeps it in its store),
-/// and one that times out names those that never did, instead of only the
-/// peer it happened to wait for (in a ring that is a neighbour waiting for
-/// the same missing rank).
-class Arrivals {
+/// What a call leaves for its peers beside the data path, and reads of
+/// theirs (the process group keeps these notes in its store): why it failed,
+/// before it aborts its connections (a peer whose connection broke in the
+/// middle of a message sees only a reset); that it is in a call that has
+/// waited long, for a timeout to name the ranks that never said so instead
+/// of only the peer it happened to wait for (in a ring, a neighbour waiting
+/// for the same missing rank); and with which signature (a broadcast whose
+/// ranks all think another is the root moves nothing anyone could compare).
+class CallNotes {
  public:
-  virtual ~Arrivals() = default;
+  virtual ~CallNotes() = default;
+  /// The call failed with `error` (abort_call, before the transport's abort).
+  virtual void failed(const std::exception_ptr& error) noexcept = 0;
   /// This rank is in call `sig.seq`, passing `sig`.
   virtual void arrived(const tdist::detail::CallSignature& sig) noexcept = 0;
   /// The group's ranks, this one aside, that have not said they are in call
   /// `seq` (empty if that cannot be told).
   virtual std::vector<int> missing(uint64_t seq) noexcept = 0;
-  /// A rank that said it is in call `mine.seq` with another signature (a
-  /// broadcast whose ranks all think another rank is the root moves
-  /// nothing anyone could compare): its rank and signature.
+  /// A rank that said it is in call `mine.seq` with another signature: its
+  /// rank and signature.
   virtual std::optional<std::pair<int, tdist::detail::CallSignature>> differing(
       const tdist::detail::CallSignature& mine) noexcept = 0;
 };
@@ -58,7 +61,7 @@ struct CallContext;
 
 /// What a call that waits long does now and then (wait_all over TCP, the
 /// failure checks of a shared-memory wait): past half its timeout (at most
-/// a second) it tells ctx.arrivals that it is in the call, and from then on
+/// a second) it tells ctx.notes that it is in the call, and from then on
 /// compares, every 200 ms, the signatures that the others left there,
 /// raising DistBackendError on a mismatch.
 struct LongWait {
@@ -88,13 +91,8 @@ struct CallContext {
   /// This rank's signature of the call before (empty if none), to name
   /// both sides when a peer's message of that call is found unreceived.
   tdist::detail::CallSignature previous{};
-  /// Called with the error before a failing call aborts the transport
-  /// (abort_call), while the peers can still be told why: the process group
-  /// leaves the reason in its store for peers that see only a broken
-  /// connection. Null: nothing to call.
-  const std::function<void(const std::exception_ptr&)>* on_abort = nullptr;
-  /// Null: timeouts name only the peers waited for.
-  Arrivals* arrivals = nullptr;
+  /// Null: no notes (timeouts name only the peers waited for).
+  CallNotes* notes = nullptr;
 
   int rank() const { return transport.rank(); }
   /// The transport's isend/irecv with this call's signature.

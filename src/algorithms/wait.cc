@@ -56,24 +56,20 @@ void throw_if_unmatched(const CallContext& ctx, int my_rank) {
   if (theirs.seq == ctx.sig.seq)
     throw DistBackendError(tdist::detail::mismatch_message(ctx.op, ctx.sig, me, theirs, peer));
   if (!ctx.previous.empty() && theirs.seq == ctx.previous.seq && !(theirs == ctx.previous)) {
-    throw DistBackendError(std::string(ctx.op) + " (call #" + std::to_string(ctx.sig.seq) +
-                           " in this group): an earlier call differed: " +
-                           tdist::detail::mismatch_message(tdist::detail::call_kind_name(ctx.previous.kind),
-                                                           ctx.previous, me, theirs, peer));
+    throw DistBackendError(
+        tdist::detail::earlier_mismatch_message(ctx.op, ctx.sig.seq, ctx.previous, me, theirs, peer));
   }
-  throw DistBackendError(
-      std::string(ctx.op) + " (call #" + std::to_string(ctx.sig.seq) + " in this group): rank " +
-      std::to_string(peer) + " sent rank " + std::to_string(me) + " data of call #" +
-      std::to_string(theirs.seq) + " (" + tdist::detail::describe(theirs) + ") that no call of rank " +
-      std::to_string(me) +
-      " received, so their calls differed (every rank must make the same calls in the same "
-      "order, with matching arguments)");
+  throw DistBackendError(tdist::detail::calls_differ_message(
+      ctx.op, ctx.sig.seq,
+      "rank " + std::to_string(peer) + " sent rank " + std::to_string(me) + " data of call #" +
+          std::to_string(theirs.seq) + " (" + tdist::detail::describe(theirs) + ") that no call of rank " +
+          std::to_string(me) + " received, so their calls differed"));
 }
 
 }  // namespace detail
 
 void LongWait::poll(const CallContext& ctx, int my_rank) {
-  if (ctx.arrivals == nullptr) return;
+  if (ctx.notes == nullptr) return;
   const auto now = Clock::now();
   if (!noted) {
     const auto started = ctx.deadline - ctx.timeout;
@@ -81,11 +77,11 @@ void LongWait::poll(const CallContext& ctx, int my_rank) {
     noted = true;
     tdist::detail::CallSignature sig = ctx.sig;
     sig.seq = ctx.seq;
-    ctx.arrivals->arrived(sig);
+    ctx.notes->arrived(sig);
   }
   if (ctx.sig.empty() || now < next_compare) return;
   next_compare = now + std::chrono::milliseconds(200);
-  if (const auto other = ctx.arrivals->differing(ctx.sig)) {
+  if (const auto other = ctx.notes->differing(ctx.sig)) {
     throw DistBackendError(tdist::detail::mismatch_message(
         ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.rank(), other->second, other->first));
   }
@@ -94,8 +90,8 @@ void LongWait::poll(const CallContext& ctx, int my_rank) {
 namespace detail {
 
 std::string missing_ranks_text(const CallContext& ctx) {
-  if (ctx.arrivals == nullptr) return "";
-  const std::vector<int> missing = ctx.arrivals->missing(ctx.seq);
+  if (ctx.notes == nullptr) return "";
+  const std::vector<int> missing = ctx.notes->missing(ctx.seq);
   if (missing.empty()) return "";
   std::string who = missing.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < missing.size(); ++i) who += (i > 0 ? ", " : "") + std::to_string(missing[i]);
@@ -158,11 +154,7 @@ void wait_one(const CallContext& ctx, const RequestPtr& request) {
 }
 
 void abort_call(const CallContext& ctx, std::exception_ptr error) noexcept {
-  try {
-    if (ctx.on_abort != nullptr) (*ctx.on_abort)(error);
-  } catch (...) {
-    // Best effort too.
-  }
+  if (ctx.notes != nullptr) ctx.notes->failed(error);
   try {
     ctx.transport.abort(std::move(error));
   } catch (...) {

@@ -167,10 +167,7 @@ std::string mismatch_message(std::string_view op, const CallSignature& mine, int
            elements(mine.count, mine.dtype) +
            " (send and recv must pass the same dtype and number of elements)";
   }
-  if (a.seq != b.seq) {
-    what = ra + " is in call #" + std::to_string(a.seq) + " (" + describe(a) + ") while " + rb +
-           " is in call #" + std::to_string(b.seq) + " (" + describe(b) + ")";
-  } else if (a.kind != b.kind) {
+  if (a.kind != b.kind) {
     what = ra + " called " + describe(a) + ", " + rb + " called " + describe(b);
   } else {
     std::vector<std::string> parts;
@@ -198,8 +195,18 @@ std::string mismatch_message(std::string_view op, const CallSignature& mine, int
     for (const auto& part : parts) what += (what.empty() ? "" : "; ") + part;
     if (what.empty()) what = ra + " and " + rb + " passed different arguments";
   }
-  return std::string(op) + " (call #" + std::to_string(mine.seq) + " in this group): " + what +
+  return calls_differ_message(op, mine.seq, what);
+}
+
+std::string calls_differ_message(std::string_view op, uint64_t seq, const std::string& what) {
+  return std::string(op) + " (call #" + std::to_string(seq) + " in this group): " + what +
          " (every rank must make the same calls in the same order, with matching arguments)";
+}
+
+std::string earlier_mismatch_message(std::string_view op, uint64_t seq, const CallSignature& mine,
+                                     int my_rank, const CallSignature& theirs, int their_rank) {
+  return std::string(op) + " (call #" + std::to_string(seq) + " in this group): an earlier call differed: " +
+         mismatch_message(call_kind_name(mine.kind), mine, my_rank, theirs, their_rank);
 }
 
 }  // namespace tdist::detail

@@ -93,10 +93,20 @@ CallStamp stamp_call(const CallSignature& sig, uint64_t history);
 /// "all_reduce of 10 float32 elements (sum)", for messages.
 std::string describe(const CallSignature& sig);
 
+/// "<op> (call #<seq> in this group): <what> (every rank must make the same
+/// calls in the same order, with matching arguments)": the text of every
+/// error about calls that differ across ranks.
+std::string calls_differ_message(std::string_view op, uint64_t seq, const std::string& what);
+
 /// The error every rank of a mismatched call raises:
 /// "all_reduce (call #7 in this group): rank 0 passed 10 float32 elements,
 /// rank 1 passed 20 float32 elements; ..."; names what differs first.
 std::string mismatch_message(std::string_view op, const CallSignature& mine, int my_rank,
                              const CallSignature& theirs, int their_rank);
+/// A mismatch of an earlier call (`mine`, `theirs`), found in call `seq` of
+/// `op`: "<op> (call #<seq> in this group): an earlier call differed: " and
+/// that call's mismatch_message.
+std::string earlier_mismatch_message(std::string_view op, uint64_t seq, const CallSignature& mine,
+                                     int my_rank, const CallSignature& theirs, int their_rank);
 
 }  // namespace tdist::detail

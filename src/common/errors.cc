@@ -15,6 +15,18 @@ std::string errno_text(int err) {
   return std::string(text) + " (errno " + std::to_string(err) + ")";
 }
 
+ErrorKind error_kind(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistTimeoutError&) {
+    return ErrorKind::kTimeout;
+  } catch (const DistNetworkError&) {
+    return ErrorKind::kNetwork;
+  } catch (...) {
+    return ErrorKind::kOther;
+  }
+}
+
 std::string exception_text(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);

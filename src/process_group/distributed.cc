@@ -13,6 +13,7 @@
 #include "tdist/logging.h"
 #include "tdist/rendezvous.h"
 #include "tdist/tcp_store.h"
+#include "validate.h"
 
 namespace tdist {
 
@@ -91,16 +92,6 @@ ProcessGroup& group_or_world(const Group& group, const char* op) {
   return *world;
 }
 
-// A timeout of a group must be positive: zero is not "no timeout" (torch's
-// Gloo fails at once with it), and a negative one has no meaning.
-void check_timeout(const char* op, std::chrono::milliseconds timeout) {
-  if (timeout.count() <= 0) {
-    throw DistInvalidArgument(std::string(op) + ": timeout must be positive, got " +
-                              std::to_string(timeout.count()) +
-                              " ms (zero does not mean \"no timeout\"; pass a long one instead)");
-  }
-}
-
 // User tags of point-to-point operations: 0..2^31-1, as torch's Gloo
 // ("Tag must be nonnegative"). Negative ones are tdist's own (the torch
 // plugin's payloads, monitored_barrier).
@@ -164,7 +155,7 @@ void init_process_group(const InitProcessGroupOptions& options) {
           "destroy_process_group() first");
     }
   }
-  check_timeout("init_process_group", options.timeout);
+  validate::positive_timeout("init_process_group", options.timeout);
   // -1 (the default) means "not given": taken from init_method or the
   // environment. Any other negative value is a mistake, not "not given".
   if (options.rank < -1) {
@@ -271,7 +262,7 @@ std::string get_backend(const Group& group) {
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                 const std::string& backend, bool use_local_synchronization) {
   Group world = world_or_throw();
-  if (timeout) check_timeout("new_group", *timeout);
+  if (timeout) validate::positive_timeout("new_group", *timeout);
   int world_size = world->size();
   std::vector<int> members = ranks;
   if (members.empty()) {
@@ -320,14 +311,13 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
           "new_group: with use_local_synchronization=true only members call new_group; rank " +
           std::to_string(me) + " is not in the group");
     }
-    Group group = std::make_shared<NonMemberGroup>(static_cast<int>(members.size()), options, chosen_backend);
-    std::lock_guard<std::mutex> lock(state().mutex);
-    remember_locked(group);
-    return group;
   }
-  int group_rank = static_cast<int>(it - members.begin());
-  Group group = create_process_group(chosen_backend, std::make_shared<PrefixStore>(name, base), group_rank,
-                                     static_cast<int>(members.size()), options);
+  Group group =
+      it == members.end()
+          ? std::make_shared<NonMemberGroup>(static_cast<int>(members.size()), options, chosen_backend)
+          : create_process_group(chosen_backend, std::make_shared<PrefixStore>(name, base),
+                                 static_cast<int>(it - members.begin()), static_cast<int>(members.size()),
+                                 options);
   std::lock_guard<std::mutex> lock(state().mutex);
   remember_locked(group);
   return group;

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "tdist/errors.h"
+#include "validate.h"
 
 namespace tdist {
 namespace {
@@ -136,11 +137,7 @@ std::string backend_name(const std::string& name) {
 Group create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank, int size,
                            const ProcessGroupOptions& options) {
   std::string key = backend_name(backend);
-  if (options.timeout.count() <= 0) {
-    // Zero is not "no timeout" (torch's Gloo fails at once with it).
-    throw DistInvalidArgument("create_process_group(" + key + "): timeout must be positive, got " +
-                              std::to_string(options.timeout.count()) + " ms");
-  }
+  validate::positive_timeout("create_process_group(" + key + ")", options.timeout);
   BackendFactory factory;
   {
     auto& r = registry();

@@ -10,6 +10,7 @@
 #include "blocking_call.h"
 #include "common/completion_thread.h"
 #include "common/env.h"
+#include "common/error_text.h"
 #include "common/scratch.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -23,85 +24,6 @@ namespace {
 namespace algo = algorithms;
 namespace sig = tdist::detail;
 using tdist::detail::CallKind;
-
-// Where a failing rank leaves its reason (see publish_failure_).
-constexpr const char* kFailureKey = "tdist/failure";
-
-bool is_network_failure(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const DistTimeoutError&) {
-    return false;
-  } catch (const DistNetworkError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-// A rank whose call has waited long leaves "tdist/arrived/<rank>" = the
-// call's number in the group's store; a rank that times out reads them
-// all. Only slow calls write, so the store sees nothing on the fast path.
-class StoreArrivals final : public algo::Arrivals {
- public:
-  StoreArrivals(std::shared_ptr<Store> store, int rank, int size)
-      : store_(std::move(store)), rank_(rank), size_(size) {}
-  void arrived(const sig::CallSignature& mine) noexcept override {
-    try {
-      uint64_t words[4];
-      std::memcpy(words, &mine, sizeof(words));
-      std::string value;
-      for (uint64_t w : words) value += std::to_string(w) + " ";
-      store_->set(key(rank_), value);
-    } catch (...) {
-      // The store may be gone with the rank that hosts it: no names then.
-    }
-  }
-  std::vector<int> missing(uint64_t seq) noexcept override {
-    std::vector<int> out;
-    try {
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        const auto theirs = read(r);
-        if (!theirs || theirs->seq < seq) out.push_back(r);
-      }
-    } catch (...) {
-      return {};
-    }
-    return out;
-  }
-  std::optional<std::pair<int, sig::CallSignature>> differing(
-      const sig::CallSignature& mine) noexcept override {
-    try {
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        const auto theirs = read(r);
-        if (theirs && theirs->seq == mine.seq && !theirs->empty() && !(*theirs == mine))
-          return std::make_pair(r, *theirs);
-      }
-    } catch (...) {
-    }
-    return std::nullopt;
-  }
-
- private:
-  static std::string key(int r) { return "tdist/arrived/" + std::to_string(r); }
-  // What rank r left: the signature of the last long call it was in.
-  std::optional<sig::CallSignature> read(int r) {
-    if (!store_->check({key(r)})) return std::nullopt;
-    std::istringstream in(to_string(store_->get(key(r))));
-    uint64_t words[4];
-    for (uint64_t& w : words) {
-      if (!(in >> w)) return std::nullopt;
-    }
-    sig::CallSignature out;
-    std::memcpy(&out, words, sizeof(out));
-    return out;
-  }
-  std::shared_ptr<Store> store_;
-  int rank_;
-  int size_;
-};
 
 uint64_t count_of(const Tensor& t) {
   return static_cast<uint64_t>(t.numel());
@@ -222,6 +144,89 @@ uint32_t forced_algorithms() {
 
 }  // namespace
 
+// The notes of the group's calls (algo::CallNotes) in its store: the reason
+// of the first failure that is not a network failure or a timeout (every
+// rank times out on its own) under "tdist/failure", and the signature of
+// each rank's last call that waited long under "tdist/arrived/<rank>".
+// Only failing and slow calls write, so the store sees nothing on the fast
+// path. The store may be gone with the rank that hosts it: the notes are
+// best effort.
+class ProcessGroupTdist::Notes final : public algo::CallNotes {
+ public:
+  Notes(std::shared_ptr<Store> store, int rank, int size)
+      : store_(std::move(store)), rank_(rank), size_(size) {}
+  void failed(const std::exception_ptr& error) noexcept override {
+    if (error_kind(error) != ErrorKind::kOther) return;
+    try {
+      store_->compare_set(kFailureKey, {}, to_bytes(exception_text(error)));  // the first one stays
+    } catch (...) {
+    }
+  }
+  /// The reason a peer left with failed(), if any.
+  std::optional<std::string> failure() noexcept {
+    try {
+      if (store_->check({kFailureKey})) return to_string(store_->get(kFailureKey));
+    } catch (...) {
+    }
+    return std::nullopt;
+  }
+  void arrived(const sig::CallSignature& mine) noexcept override {
+    try {
+      uint64_t words[4];
+      std::memcpy(words, &mine, sizeof(words));
+      std::string value;
+      for (uint64_t w : words) value += std::to_string(w) + " ";
+      store_->set(arrived_key(rank_), value);
+    } catch (...) {
+    }
+  }
+  std::vector<int> missing(uint64_t seq) noexcept override {
+    std::vector<int> out;
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const auto theirs = read_arrived(r);
+        if (!theirs || theirs->seq < seq) out.push_back(r);
+      }
+    } catch (...) {
+      return {};
+    }
+    return out;
+  }
+  std::optional<std::pair<int, sig::CallSignature>> differing(
+      const sig::CallSignature& mine) noexcept override {
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const auto theirs = read_arrived(r);
+        if (theirs && theirs->seq == mine.seq && !theirs->empty() && !(*theirs == mine))
+          return std::make_pair(r, *theirs);
+      }
+    } catch (...) {
+    }
+    return std::nullopt;
+  }
+
+ private:
+  static constexpr const char* kFailureKey = "tdist/failure";
+  static std::string arrived_key(int r) { return "tdist/arrived/" + std::to_string(r); }
+  // What rank r left: the signature of the last long call it was in.
+  std::optional<sig::CallSignature> read_arrived(int r) {
+    if (!store_->check({arrived_key(r)})) return std::nullopt;
+    std::istringstream in(to_string(store_->get(arrived_key(r))));
+    uint64_t words[4];
+    for (uint64_t& w : words) {
+      if (!(in >> w)) return std::nullopt;
+    }
+    sig::CallSignature out;
+    std::memcpy(&out, words, sizeof(out));
+    return out;
+  }
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+};
+
 // By value: the signature every backend factory has (see process_group.cc).
 // NOLINTNEXTLINE(performance-unnecessary-value-param)
 Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size,
@@ -237,23 +242,8 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
     throw DistInvalidArgument("ProcessGroupTdist: rank " + std::to_string(rank) + " is not in [0, " +
                               std::to_string(size) + ")");
   }
-  store_ = store;
-  arrivals_ = std::make_unique<StoreArrivals>(store, rank, size);
+  notes_ = std::make_unique<Notes>(store, rank, size);
   check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
-  publish_failure_ = [this](const std::exception_ptr& error) {
-    if (is_network_failure(error)) return;
-    try {
-      std::rethrow_exception(error);
-    } catch (const DistTimeoutError&) {
-      // Every rank times out on its own; a peer's timeout explains nothing.
-    } catch (const std::exception& e) {
-      try {
-        store_->compare_set(kFailureKey, {}, to_bytes(std::string(e.what())));  // the first one stays
-      } catch (...) {
-        // The store may be gone with the rank that hosts it.
-      }
-    }
-  };
   transport::TcpOptions tcp;
   tcp.timeout = options.timeout;
   tcp.reach_host = options.master_host;
@@ -317,24 +307,12 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
     }
   } release{*this};
   const uint64_t seq = next_seq_++;  // only the thread that owns the group counts
-  algo::CallContext ctx{*transport_,    op,  seq,       transport::coarse_now() + timeout(),
-                        timeout(),      sig, last_sig_, &publish_failure_,
-                        arrivals_.get()};
-  ctx.sig.seq = seq;
-  last_sig_ = ctx.sig;
+  const algo::CallContext ctx = start_call(op, sig, seq);
   try {
     // Only calls that may wait on TCP need it (see transport.h).
     std::optional<transport::CallScope> call;
-    if (!all_on_shared_memory_) {
-      call.emplace(*transport_);
-      record_call(ctx);
-      algo::detail::check_unmatched(ctx);
-    }
-    body(ctx);
-    // A peer's message of an earlier call that this rank never received
-    // (its broadcast root sent and returned) has arrived by now if this
-    // call received anything from that peer: connections keep order.
-    if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);
+    if (!all_on_shared_memory_) call.emplace(*transport_);
+    run_checked(ctx, body);
   } catch (const std::exception& e) {
     TDIST_LOG(DEBUG) << op << " (call #" << seq << ") failed: " << e.what();
     std::rethrow_exception(explain(std::current_exception(), op, seq));
@@ -376,20 +354,11 @@ void ProcessGroupTdist::run() {
 }
 
 void ProcessGroupTdist::execute(Task& task) {
-  algo::CallContext ctx{*transport_,    task.op,  task.seq,  transport::coarse_now() + timeout(),
-                        timeout(),      task.sig, last_sig_, &publish_failure_,
-                        arrivals_.get()};
-  ctx.sig.seq = task.seq;
-  last_sig_ = ctx.sig;
+  const algo::CallContext ctx = start_call(task.op, task.sig, task.seq);
   std::exception_ptr error;
   try {
     transport::CallScope call(*transport_);
-    if (!all_on_shared_memory_) {
-      record_call(ctx);
-      algo::detail::check_unmatched(ctx);
-    }
-    task.body(ctx);
-    if (!all_on_shared_memory_) algo::detail::check_unmatched(ctx);  // see run_inline
+    run_checked(ctx, task.body);
   } catch (...) {
     error = explain(std::current_exception(), task.op, task.seq);
     try {
@@ -406,21 +375,36 @@ void ProcessGroupTdist::execute(Task& task) {
 
 std::exception_ptr ProcessGroupTdist::explain(const std::exception_ptr& error, std::string_view op,
                                               uint64_t seq) const {
-  if (!is_network_failure(error)) return error;
-  try {
-    if (!store_->check({kFailureKey})) return error;
-    return std::make_exception_ptr(DistBackendError(
-        std::string(op) + " (call #" + std::to_string(seq) +
-        " in this group): a peer aborted the group: " + to_string(store_->get(kFailureKey))));
-  } catch (...) {
-    return error;
-  }
+  if (error_kind(error) != ErrorKind::kNetwork) return error;
+  const auto reason = notes_->failure();
+  if (!reason) return error;
+  return std::make_exception_ptr(DistBackendError(std::string(op) + " (call #" + std::to_string(seq) +
+                                                  " in this group): a peer aborted the group: " + *reason));
 }
 
 template <typename Algo>
 transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
   if (!shm_ || (forced_algos_ & forced_bit<Algo>()) != 0) return nullptr;
   return shm_;
+}
+
+algo::CallContext ProcessGroupTdist::start_call(std::string_view op, const Signature& sig, uint64_t seq) {
+  algo::CallContext ctx{*transport_, op,  seq,       transport::coarse_now() + timeout(),
+                        timeout(),   sig, last_sig_, notes_.get()};
+  ctx.sig.seq = seq;
+  last_sig_ = ctx.sig;
+  return ctx;
+}
+
+void ProcessGroupTdist::run_checked(const algo::CallContext& ctx, BodyRef body) const {
+  if (all_on_shared_memory_) return body(ctx);
+  record_call(ctx);
+  algo::detail::check_unmatched(ctx);
+  body(ctx);
+  // A peer's message of an earlier call that this rank never received (its
+  // broadcast root sent and returned) has arrived by now if this call
+  // received anything from that peer: connections keep order.
+  algo::detail::check_unmatched(ctx);
 }
 
 void ProcessGroupTdist::record_call(const algo::CallContext& ctx) const {
@@ -596,8 +580,8 @@ WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, c
 
 void ProcessGroupTdist::run_gather(const algo::CallContext& ctx, const std::vector<Tensor>& outputs,
                                    const Tensor& input, const std::vector<size_t>& bytes, int root) {
-  auto* shm = shm_for<algo::GatherAlgo>();
   if (empty_call(ctx, input.nbytes())) return;
+  auto* shm = shm_for<algo::GatherAlgo>();
   if (ctx.rank() != root) {
     if (shm) return algo::shm::gather(ctx, *shm, input.data(), nullptr, bytes, root);
     algo::gather(ctx, input.data(), nullptr, bytes, root);
@@ -634,8 +618,8 @@ WorkPtr ProcessGroupTdist::gather(const std::vector<Tensor>& outputs, const Tens
 void ProcessGroupTdist::run_scatter(const algo::CallContext& ctx, const Tensor& output,
                                     const std::vector<Tensor>& inputs, const std::vector<size_t>& bytes,
                                     int root) {
-  auto* shm = shm_for<algo::ScatterAlgo>();
   if (empty_call(ctx, output.nbytes())) return;
+  auto* shm = shm_for<algo::ScatterAlgo>();
   if (ctx.rank() != root) {
     if (shm) return algo::shm::scatter(ctx, *shm, nullptr, output.data(), bytes, root);
     algo::scatter(ctx, nullptr, output.data(), bytes, root);
@@ -824,18 +808,19 @@ void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& r
   });
 }
 
+void ProcessGroupTdist::raise_refusal(int tag) {
+  // tdist's own messages, on negative tags, leave it for the user's.
+  if (tag < 0) return;
+  if (auto refused = transport_->take_rejection()) std::rethrow_exception(refused);
+}
+
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   validate::rank_in_group("send", "dst", dst, size());
   if (dst == rank()) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  // A receiver that refused an earlier send of this rank said why: the
-  // next user send or recv raises it (tdist's own messages, on negative
-  // tags, leave it for them).
-  if (tag >= 0) {
-    if (auto refused = transport_->take_rejection()) std::rethrow_exception(refused);
-  }
+  raise_refusal(tag);
   auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, transport_.get());
   auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(),
                                    sig::p2p_signature(tensor.dtype(), count_of(tensor)));
@@ -847,9 +832,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
-  if (tag >= 0) {
-    if (auto refused = transport_->take_rejection()) std::rethrow_exception(refused);
-  }
+  raise_refusal(tag);
   auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());
   auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(),
                                    sig::p2p_signature(tensor.dtype(), count_of(tensor)));

@@ -123,6 +123,16 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// domain anyway, so that a peer there names the call a rank made
   /// elsewhere instead of finding no record of it (ShmGroup::begin_call).
   void record_call(const algorithms::CallContext& ctx) const;
+  /// The context of the operation about to run as call `seq` (the thread
+  /// that owns the group calls it: it also keeps last_sig_).
+  algorithms::CallContext start_call(std::string_view op, const Signature& sig, uint64_t seq);
+  /// Runs `body`, and for groups whose calls may cross TCP records the
+  /// call (record_call) and looks for unreceived messages of other calls
+  /// before and after it (check_unmatched).
+  void run_checked(const algorithms::CallContext& ctx, BodyRef body) const;
+  /// Raises what a receiver that refused an earlier send of this rank sent
+  /// back (Transport::take_rejection), at a user's send or recv (tag >= 0).
+  void raise_refusal(int tag);
   void run();
   /// Runs one queued task and finishes its work.
   void execute(Task& task);
@@ -167,18 +177,14 @@ class ProcessGroupTdist final : public ProcessGroup {
                         const std::vector<size_t>& recv_bytes) const;
 
   /// If `error` is a broken connection and a peer left the reason it
-  /// aborted the group in the store (publish_failure_), that reason as a
+  /// aborted the group in the store (Notes::failed), that reason as a
   /// DistBackendError; else `error`.
   std::exception_ptr explain(const std::exception_ptr& error, std::string_view op, uint64_t seq) const;
 
-  std::shared_ptr<Store> store_;
-  // Leaves the reason of the first failure that is not a network error (a
-  // mismatched call, a bad argument found by the algorithm) in the store
-  // under kFailureKey, before the failing rank aborts its connections: a
-  // peer in the middle of a message sees only a reset connection.
-  std::function<void(const std::exception_ptr&)> publish_failure_;
-  // Who said it reached a long call, for timeouts (CallContext::arrivals).
-  std::unique_ptr<algorithms::Arrivals> arrivals_;
+  /// The group's call notes in its store (algorithms.h CallNotes; defined in
+  /// the .cc).
+  class Notes;
+  std::unique_ptr<Notes> notes_;
   std::unique_ptr<transport::Transport> transport_;
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;

@@ -96,4 +96,10 @@ void no_overlap(const char* op, const char* a_name, const Tensor& a, const char*
   }
 }
 
+void positive_timeout(const std::string& op, std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) return;
+  throw DistInvalidArgument(op + ": timeout must be positive, got " + std::to_string(timeout.count()) +
+                            " ms (zero does not mean \"no timeout\"; pass a long one instead)");
+}
+
 }  // namespace tdist::validate

@@ -4,6 +4,7 @@
 // Each raises DistInvalidArgument naming the op, the argument and what was
 // expected versus what came.
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ void split_sizes(const char* op, const char* what, const std::vector<int64_t>& s
                  int64_t rows);
 /// Bytes of one row (dim-0 slice) of a tensor; raises for a 0-dim tensor.
 int64_t row_elements(const char* op, const char* what, const Tensor& tensor);
+/// A group's timeout: positive. Zero is not "no timeout" (torch's Gloo fails
+/// at once with it), and a negative one has no meaning.
+void positive_timeout(const std::string& op, std::chrono::milliseconds timeout);
 /// No two tensors may share memory, except `allowed_alias` pairs found by the caller.
 void no_overlap(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
 

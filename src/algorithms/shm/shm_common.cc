@@ -31,12 +31,7 @@ uint64_t Call::begin_round() {
   // The previous round's flags come from every peer; any of them may be the
   // one that is late, so the failure check looks at all of them.
   return group.begin_round([this](int peer, const FlagLine& line, uint64_t target) {
-    // A rank that waits before publishing anything (a broadcast's reader)
-    // must be on record for peers that compare while they wait.
-    group.flush_record();
-    check_failures(-1);
-    check_signature(peer, false);
-    algorithms::detail::throw_if_unmatched(ctx, group.group_rank(rank()));
+    check_while_waiting(-1, peer);
     check_deadline(peer, line, target, "its arrival", Counts::kRounds);
   });
 }
@@ -107,20 +102,25 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
 
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what, Counts counts) const {
   transport::shm::wait_at_least(line, target, group.policy(), [&] {
-    group.flush_record();  // see begin_round
-    check_failures(peer);
-    // A peer in another op may never publish what we wait for.
-    if (!ctx.sig.empty()) {
-      check_signature(peer, false);
-      // A peer in another op over TCP (a hierarchical group's other ops)
-      // may have sent this rank what shows it.
-      algorithms::detail::throw_if_unmatched(ctx, group.group_rank(rank()));
-    }
+    check_while_waiting(peer, peer);
     check_deadline(peer, line, target, what, counts);
   });
   // eager_done lines count operations of earlier calls; every other line
   // waited for was published in this call.
   if (counts != Counts::kEagerOpsDone) verify(peer, line);
+}
+
+void Call::check_while_waiting(int failed_peer, int peer) const {
+  // A rank that waits before publishing anything (a broadcast's reader)
+  // must be on record for peers that compare while they wait.
+  group.flush_record();
+  check_failures(failed_peer);
+  if (ctx.sig.empty()) return;
+  // A peer in another op may never publish what we wait for; over TCP (a
+  // hierarchical group's other ops) it may have sent this rank what shows
+  // it.
+  check_signature(peer, false);
+  algorithms::detail::throw_if_unmatched(ctx, group.group_rank(rank()));
 }
 
 void Call::throw_first_difference(int peer, uint64_t end) const {
@@ -129,11 +129,8 @@ void Call::throw_first_difference(int peer, uint64_t end) const {
     const auto a = group.signature_of(rank(), s);
     const auto b = group.signature_of(peer, s);
     if (a && b && !(a->sig == b->sig)) {
-      throw DistBackendError(std::string(ctx.op) + " (call #" + std::to_string(ctx.sig.seq) +
-                             " in this group): an earlier call differed: " +
-                             tdist::detail::mismatch_message(tdist::detail::call_kind_name(a->sig.kind),
-                                                             a->sig, group.group_rank(rank()), b->sig,
-                                                             group.group_rank(peer)));
+      throw DistBackendError(tdist::detail::earlier_mismatch_message(
+          ctx.op, ctx.sig.seq, a->sig, group.group_rank(rank()), b->sig, group.group_rank(peer)));
     }
   }
 }
@@ -160,11 +157,10 @@ void Call::check_signature(int peer, bool published) const {
     // The same call, after different ones: one that nobody checked then
     // (a small broadcast whose root waits for no reader).
     throw_first_difference(peer, seq);
-    throw DistBackendError(
-        std::string(ctx.op) + " (call #" + std::to_string(seq) + " in this group): rank " +
-        std::to_string(me) + " and rank " + std::to_string(them) +
-        " made different calls before this one (every rank must make the same calls in the "
-        "same order, with matching arguments)");
+    throw DistBackendError(tdist::detail::calls_differ_message(ctx.op, seq,
+                                                               "rank " + std::to_string(me) + " and rank " +
+                                                                   std::to_string(them) +
+                                                                   " made different calls before this one"));
   }
   if (!published) return;  // it has not begun this call: late, not mismatched
   // It published a line this call waits for without having begun this
@@ -175,14 +171,13 @@ void Call::check_signature(int peer, bool published) const {
   throw_first_difference(peer, std::min(begun, seq));
   const auto last_record = begun > 0 ? group.signature_of(peer, begun - 1) : std::nullopt;
   const auto last = last_record ? std::optional(last_record->sig) : std::nullopt;
-  throw DistBackendError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
-                         " in this group): rank " + std::to_string(them) +
-                         " published data for it while in call #" +
-                         (begun > 0 ? std::to_string(begun - 1) : std::string("(none)")) +
-                         (last ? " (" + tdist::detail::describe(*last) + ")" : std::string()) + ", so rank " +
-                         std::to_string(me) + " and rank " + std::to_string(them) +
-                         " made different calls before this one (every rank must make the same calls in the "
-                         "same order, with matching arguments)");
+  throw DistBackendError(tdist::detail::calls_differ_message(
+      ctx.op, seq,
+      "rank " + std::to_string(them) + " published data for it while in call #" +
+          (begun > 0 ? std::to_string(begun - 1) : std::string("(none)")) +
+          (last ? " (" + tdist::detail::describe(*last) + ")" : std::string()) + ", so rank " +
+          std::to_string(me) + " and rank " + std::to_string(them) +
+          " made different calls before this one"));
 }
 
 transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {
@@ -280,15 +275,15 @@ namespace {
 
 // What kind of failure `error` is, for peers to raise the same type.
 ShmGroup::AbortKind abort_kind_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const DistTimeoutError&) {
-    return ShmGroup::AbortKind::kTimeout;
-  } catch (const DistNetworkError&) {
-    return ShmGroup::AbortKind::kNetwork;
-  } catch (...) {
-    return ShmGroup::AbortKind::kOther;
+  switch (error_kind(error)) {
+    case ErrorKind::kTimeout:
+      return ShmGroup::AbortKind::kTimeout;
+    case ErrorKind::kNetwork:
+      return ShmGroup::AbortKind::kNetwork;
+    case ErrorKind::kOther:
+      break;
   }
+  return ShmGroup::AbortKind::kOther;
 }
 
 }  // namespace

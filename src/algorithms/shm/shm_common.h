@@ -51,6 +51,10 @@ struct Call {
   void wait_reduced(int peer, uint64_t k) const { wait(group.reduced(peer), k, peer, "its reduced piece"); }
   /// Throws if the group was aborted or `peer` (every peer if -1) died.
   void check_failures(int peer) const;
+  /// What a wait for `peer` checks now and then: check_failures(failed_peer),
+  /// and that `peer`'s call (and any message of another call that reached
+  /// this rank) matches this one.
+  void check_while_waiting(int failed_peer, int peer) const;
   /// Before this rank uses what `peer` published on `line` in this call:
   /// throws DistBackendError on every rank if the peer's call is not the
   /// same as this one (ShmGroup::begin_call). One compare of the line's

@@ -84,10 +84,10 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
   size_t mine_total = 0;
   for (const auto& c : chunks) mine_total += c.counts[me];
   auto pieces = algorithms::detail::make_scratch(mine_total * eb);
-  const CallContext in_host{local_ranks, ctx.op,       ctx.seq,      ctx.deadline, ctx.timeout,
-                            ctx.sig,     ctx.previous, ctx.on_abort, ctx.arrivals};
-  const CallContext between{cross_ranks, ctx.op,       ctx.seq,      ctx.deadline, ctx.timeout,
-                            ctx.sig,     ctx.previous, ctx.on_abort, ctx.arrivals};
+  const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
+                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const CallContext between{cross_ranks, ctx.op,  ctx.seq,      ctx.deadline,
+                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
   auto piece_of = [&](const Chunk& c) { return pieces.get() + c.mine_offset * eb; };
   auto reduce_scatter_chunk = [&](const Chunk& c) {
     reduce_scatter(in_host, local, bytes + c.begin * eb, piece_of(c), c.counts, dtype, inside);

@@ -334,11 +334,10 @@ uint64_t ShmGroup::begin_round(
 void ShmGroup::begin_call(const tdist::detail::CallSignature& sig) {
   // A hierarchical call runs several steps here under one signature: the
   // history moves on once per call.
-  if (sig.seq + 1 == next_call_) return;
+  if (!pending_.sig.empty() && pending_.sig.seq == sig.seq) return;
   const uint64_t before = history_;
   const auto stamped = tdist::detail::stamp_call(sig, before);
   history_ = stamped.history;
-  next_call_ = sig.seq + 1;
   stamp_ = stamped.stamp;
   pending_ = Recorded{sig, before};
   record_pending_ = true;

@@ -250,9 +250,8 @@ class ShmGroup {
   uint64_t round_ = 0;
   uint64_t eager_ = 0;
   uint32_t stamp_ = 0;
-  uint64_t history_ = 0;    // of the calls begun (CallStamp::history)
-  uint64_t next_call_ = 0;  // the seq a call must have to extend history_
-  Recorded pending_{};      // the current call's record, until written
+  uint64_t history_ = 0;  // of the calls begun (CallStamp::history)
+  Recorded pending_{};    // the current call's record (written or not)
   bool record_pending_ = false;
   void write_record();
   SingleCopySettings single_copy_;

@@ -41,39 +41,14 @@ std::chrono::microseconds spin_time() {
 // A zero-byte message with this tag says "I am shutting down on purpose".
 constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
 // "I am giving up on the group, and here is why": the payload is one kind
-// byte (1: a timeout, 2: a backend error) and the reason's text, so peers can report the real
-// cause instead of a bare disconnect.
+// byte (1: a timeout, 0: a network failure, 2: anything else) and the reason's text, so peers can report the
+// real cause instead of a bare disconnect.
 constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
 // "Your message (a send) met a receive of another dtype or count": the
 // payload is the receiver's error text, which the sender raises at its next
 // send or recv.
 constexpr uint64_t kRejectTag = ~uint64_t{0} - 2;
 constexpr size_t kMaxAbortReason = 4096;
-
-bool is_timeout(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const DistTimeoutError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-// A mismatched call (or a bad argument found by a peer) rather than a
-// network failure: peers raise DistBackendError for it.
-bool is_backend_error(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const DistNetworkError&) {
-    return false;
-  } catch (const DistBackendError&) {
-    return true;
-  } catch (const DistInvalidArgument&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
 
 // Bytes read from one peer before the lock is released and other peers (and
 // threads posting operations) get their turn; epoll is level-triggered, so
@@ -966,9 +941,11 @@ void TcpTransport::abort(std::exception_ptr error) {
 
 void TcpTransport::notify_abort(const std::exception_ptr& error) {
   std::string reason = exception_text(error).substr(0, kMaxAbortReason);
-  // The kind of error, so that peers raise the same kind: 1 a timeout, 2 a
-  // backend error (a mismatched call), 0 a network error.
-  std::string payload(1, is_timeout(error) ? '\1' : is_backend_error(error) ? '\2' : '\0');
+  // The kind of error, so that peers raise the same kind: 1 a timeout, 0 a
+  // network failure, 2 anything else (a mismatched call), which they raise
+  // as DistBackendError.
+  const ErrorKind kind = error_kind(error);
+  std::string payload(1, kind == ErrorKind::kTimeout ? '\1' : kind == ErrorKind::kNetwork ? '\0' : '\2');
   payload += reason;
   Header header{kAbortTag, payload.size(), {}};
   for (auto& pair : pairs_) {
