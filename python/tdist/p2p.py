@@ -59,45 +59,41 @@ def recv(tensor, src=None, group=None, tag=0):
 def isend(tensor, dst, group=None, tag=0):
     """Starts sending `tensor` to `dst`; returns a Work (None outside `group`).
     `tensor` is kept alive until the send completes; do not modify it before."""
-    tag = _check_tag("isend", tag)
-    g = resolve_group(group, "isend")
-    if g is NOT_MEMBER:
-        return None
-    return _work.wrap(_C.isend(tensor, dst, g, tag), "isend", (tensor,), [tensor])
+    return _start_send(_C.isend, tensor, dst, group, _check_tag("isend", tag))
 
 
 def irecv(tensor, src=None, group=None, tag=0):
     """Starts receiving into `tensor` from `src` (None: any rank); returns a
     Work (None outside `group`) whose ``source_rank()`` names the sender."""
-    tag = _check_tag("irecv", tag)
-    g = resolve_group(group, "irecv")
-    if g is NOT_MEMBER:
-        return None
-    return _recv_work(_C.irecv(tensor, src, g, tag), tensor, g)
-
-
-def _recv_work(handle, tensor, g):
-    """The Work of a posted receive; it keeps its group to name the sender."""
-    work = _work.wrap(handle, "irecv", (tensor,), [tensor])
-    if work is not None:
-        work._group = g
-    return work
+    return _start_recv(_C.irecv, tensor, src, group, _check_tag("irecv", tag))
 
 
 def _isend_reserved(tensor, dst, group, tag):
     """isend on one of tdist's own negative tags (monitored_barrier)."""
-    g = resolve_group(group, "isend")
-    if g is NOT_MEMBER:
-        return None
-    return _work.wrap(_C._isend_reserved_tag(tensor, dst, g, tag), "isend", (tensor,), [tensor])
+    return _start_send(_C._isend_reserved_tag, tensor, dst, group, tag)
 
 
 def _irecv_reserved(tensor, src, group, tag):
     """irecv on one of tdist's own negative tags (monitored_barrier)."""
+    return _start_recv(_C._irecv_reserved_tag, tensor, src, group, tag)
+
+
+def _start_send(post, tensor, dst, group, tag):
+    g = resolve_group(group, "isend")
+    if g is NOT_MEMBER:
+        return None
+    return _work.wrap(post(tensor, dst, g, tag), "isend", (tensor,), [tensor])
+
+
+def _start_recv(post, tensor, src, group, tag):
+    """The Work of a posted receive; it keeps its group to name the sender."""
     g = resolve_group(group, "irecv")
     if g is NOT_MEMBER:
         return None
-    return _recv_work(_C._irecv_reserved_tag(tensor, src, g, tag), tensor, g)
+    work = _work.wrap(post(tensor, src, g, tag), "irecv", (tensor,), [tensor])
+    if work is not None:
+        work._group = g
+    return work
 
 
 class P2POp:
