@@ -52,6 +52,11 @@ class ProcessGroup {
   /// the functional API then refuses every call on it.
   bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }
   void mark_destroyed() { destroyed_.store(true, std::memory_order_release); }
+  /// How many collectives this group has started (point-to-point operations
+  /// are not counted): the sequence number the next collective will carry,
+  /// alike on every rank that made the same calls. 0 for backends that do
+  /// not count.
+  virtual uint64_t sequence_number() const { return 0; }
 
   // Collectives. Outputs are written through the tensors' shared storage.
   virtual WorkPtr broadcast(const Tensor& tensor, int root);

@@ -306,7 +306,7 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
       }
     }
   } release{*this};
-  const uint64_t seq = next_seq_++;  // only the thread that owns the group counts
+  const uint64_t seq = take_seq();
   const algo::CallContext ctx = start_call(op, sig, seq);
   try {
     // Only calls that may wait on TCP need it (see transport.h).
@@ -347,7 +347,7 @@ void ProcessGroupTdist::run() {
     }
     // Numbered when it runs: operations run one at a time in call order, so
     // the numbers follow the order in which they run on every rank.
-    task.seq = next_seq_++;
+    task.seq = take_seq();
     execute(task);
     state_.fetch_sub(2, std::memory_order_release);
   }

@@ -41,6 +41,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   bool single_copy() const { return shm_ != nullptr && shm_->single_copy(); }
   /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
   bool hierarchical() const { return domains_.local != nullptr; }
+  uint64_t sequence_number() const override { return next_seq_.load(std::memory_order_relaxed); }
 
   WorkPtr broadcast(const Tensor& tensor, int root) override;
   WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op) override;
@@ -133,6 +134,13 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Raises what a receiver that refused an earlier send of this rank sent
   /// back (Transport::take_rejection), at a user's send or recv (tag >= 0).
   void raise_refusal(int tag);
+  /// The next sequence number; only the thread that owns the group calls it
+  /// (a plain load and store: nobody else writes).
+  uint64_t take_seq() {
+    const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+    next_seq_.store(seq + 1, std::memory_order_relaxed);
+    return seq;
+  }
   void run();
   /// Runs one queued task and finishes its work.
   void execute(Task& task);
@@ -207,8 +215,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   // while bit 0 is set: every operation of the group runs alone, in order.
   std::atomic<uint64_t> state_{0};
   // The next operation's sequence number, taken when it starts to run, by
-  // the thread that owns the group then (state_ orders them).
-  uint64_t next_seq_ = 0;
+  // the thread that owns the group then (state_ orders them); atomic only so
+  // that sequence_number() may read it from any thread.
+  std::atomic<uint64_t> next_seq_{0};
   // The signature of the last operation run (CallContext::previous), kept
   // by the thread that owns the group, like next_seq_.
   Signature last_sig_{};
