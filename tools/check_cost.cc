@@ -1,14 +1,16 @@
 // tdist-check-cost: what matching every call across ranks costs
-// (docs/design.md, "Every call is matched across ranks"). Run under a
-// launcher; every rank makes two groups of all ranks, one with the checks
-// and one without (TDIST_TESTONLY_UNCHECKED_CALLS=1 while it is created),
+// (docs/design.md, "Every call is matched across ranks"), or with
+// --feature recorder what the flight recorder costs. Run under a
+// launcher; every rank makes two groups of all ranks, one with the feature
+// and one without (TDIST_TESTONLY_UNCHECKED_CALLS=1 or
+// TDIST_TESTONLY_UNRECORDED_CALLS=1 while it is created),
 // and times all_reduce on each in alternating batches, so that both see the
 // same machine within a fraction of a second. Rank 0 prints one line per
 // size: the median over rounds of the slowest rank's time per call, with
 // and without the checks, and their ratio.
 //
-//     tdistrun --standalone --nproc-per-node 2 tdist-check-cost [--rounds 21] [--sizes 8,64M]
-//     TDIST_TRANSPORT=tcp tdistrun ... tdist-check-cost      # over TCP
+//     tdistrun --standalone --nproc-per-node 2 tdist-check-cost [--rounds 21] [--sizes 8,64M] [--feature
+//     checks|recorder] TDIST_TRANSPORT=tcp tdistrun ... tdist-check-cost      # over TCP
 
 #include <CLI/CLI.hpp>
 
@@ -64,6 +66,10 @@ int main(int argc, char** argv) {
   std::string sizes_text = "8,64M";
   app.add_option("--rounds", rounds, "alternating rounds per size")->check(CLI::Range(1, 10000));
   app.add_option("--sizes", sizes_text, "message sizes, comma-separated (K, M, G suffixes)");
+  std::string feature = "checks";
+  app.add_option("--feature", feature,
+                 "what to turn off in the second group: the call checks, or the flight recorder")
+      ->check(CLI::IsMember({"checks", "recorder"}));
   int local_rank = 0;  // tdistrun passes it; LOCAL_RANK says the same
   app.add_option("--local-rank,--local_rank", local_rank, "set by the launcher");
   CLI11_PARSE(app, argc, argv);
@@ -73,9 +79,11 @@ int main(int argc, char** argv) {
   // The group reads the variable as it is created, on this thread; tdist's
   // other threads read no environment after start-up.
   // NOLINTBEGIN(concurrency-mt-unsafe)
-  setenv("TDIST_TESTONLY_UNCHECKED_CALLS", "1", 1);
+  const char* off_switch =
+      feature == "checks" ? "TDIST_TESTONLY_UNCHECKED_CALLS" : "TDIST_TESTONLY_UNRECORDED_CALLS";
+  setenv(off_switch, "1", 1);
   const tdist::Group unchecked = tdist::new_group();
-  unsetenv("TDIST_TESTONLY_UNCHECKED_CALLS");
+  unsetenv(off_switch);
   const char* transport = getenv("TDIST_TRANSPORT");
   // NOLINTEND(concurrency-mt-unsafe)
   const tdist::Group checked = tdist::new_group();
@@ -89,7 +97,8 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("# world %d, %s; us per all_reduce (float32, sum), median of %d alternating rounds\n",
                 tdist::get_world_size(), transport != nullptr ? transport : "auto", rounds);
-    std::printf("# %10s %12s %12s %8s\n", "bytes", "checked", "unchecked", "ratio");
+    std::printf("# %10s %12s %12s %8s\n", "bytes", feature == "checks" ? "checked" : "recorded",
+                feature == "checks" ? "unchecked" : "unrecorded", "ratio");
   }
   for (size_t bytes : sizes) {
     const auto count = static_cast<int64_t>(std::max<size_t>(1, bytes / 4));

@@ -23,6 +23,7 @@ void bind_work(py::module_& m);
 void bind_process_group(py::module_& m);
 void bind_distributed(py::module_& m);
 void bind_objects(py::module_& m);
+void bind_trace(py::module_& m);
 
 /// Whether an operation writes into a tensor argument. Read-only NumPy arrays
 /// are accepted only where nothing is written.

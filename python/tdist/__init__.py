@@ -81,6 +81,7 @@ from tdist.distributed_c10d import (
 from tdist.monitored import monitored_barrier
 from tdist.objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
 from tdist.p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
+from tdist.trace import dump_trace, trace_calls
 
 __version__ = getattr(_C, "__version__", "0")
 
@@ -97,10 +98,10 @@ __all__ = [
     "ProcessExitedException", "ProcessGroup", "ProcessRaisedException", "ReduceOp", "Store", "TCPStore", "Work",
     "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_gather_object", "all_reduce",
     "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "default_pg_timeout", "destroy_process_group", "gather", "gather_object", "get_backend", "get_global_rank",
+    "default_pg_timeout", "destroy_process_group", "dump_trace", "gather", "gather_object", "get_backend", "get_global_rank",
     "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
     "irecv", "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
     "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group", "recv", "reduce",
     "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven", "scatter",
-    "scatter_object_list", "send", "spawn", "start_processes",
+    "scatter_object_list", "send", "spawn", "start_processes", "trace_calls",
 ]

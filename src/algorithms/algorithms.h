@@ -93,6 +93,9 @@ struct CallContext {
   tdist::detail::CallSignature previous{};
   /// Null: no notes (timeouts name only the peers waited for).
   CallNotes* notes = nullptr;
+  /// When this rank entered the call, on the flight recorder's clock (0:
+  /// unknown), recorded with its signature for peers to read.
+  int64_t entered_at = 0;
 
   int rank() const { return transport.rank(); }
   /// The transport's isend/irecv with this call's signature.

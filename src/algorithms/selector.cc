@@ -395,14 +395,26 @@ TDIST_INSTANTIATE_ALGO(BarrierAlgo)
 
 namespace {
 
+// The last choice of this thread, for the flight recorder (a name with
+// static storage, so that keeping it costs one store).
+thread_local const char* t_chosen = nullptr;
+
 template <typename Algo, typename Select>
 Algo resolve(Algo requested, Select&& select) {
-  if (requested != Algo::kAuto) return requested;
-  if (const std::optional<Algo> forced = env_algo<Algo>()) return *forced;
-  return select();
+  Algo chosen = requested;
+  if (requested == Algo::kAuto) {
+    const std::optional<Algo> forced = env_algo<Algo>();
+    chosen = forced ? *forced : select();
+  }
+  t_chosen = algo_name(chosen);
+  return chosen;
 }
 
 }  // namespace
+
+const char* take_chosen_algorithm() {
+  return std::exchange(t_chosen, nullptr);
+}
 
 AllReduceAlgo resolve_algo(AllReduceAlgo requested, size_t bytes, int p) {
   return resolve(requested, [&] { return select_all_reduce(bytes, p); });

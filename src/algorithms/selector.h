@@ -102,4 +102,9 @@ ReduceScatterAlgo resolve_algo(ReduceScatterAlgo requested, size_t bytes, int p)
 AllToAllAlgo resolve_algo(AllToAllAlgo requested, size_t bytes, int p);
 BarrierAlgo resolve_algo(BarrierAlgo requested, int p);
 
+/// The name of the algorithm the calling thread's last resolve_algo chose
+/// (a static string), or null if none since the last take: the flight
+/// recorder keeps it with the call.
+const char* take_chosen_algorithm();
+
 }  // namespace tdist::algorithms

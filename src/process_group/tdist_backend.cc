@@ -244,6 +244,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   }
   notes_ = std::make_unique<Notes>(store, rank, size);
   check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
+  record_calls_ = recorder_.enabled() && !env_bool("TDIST_TESTONLY_UNRECORDED_CALLS").value_or(false);
   transport::TcpOptions tcp;
   tcp.timeout = options.timeout;
   tcp.reach_host = options.master_host;
@@ -253,6 +254,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   forced_algos_ = forced_algorithms();
   all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
   if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
+  trace_register();
   TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
                    << (shm_             ? "shared memory"
                        : domains_.local ? "shared memory inside hosts, TCP across"
@@ -261,6 +263,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
 }
 
 ProcessGroupTdist::~ProcessGroupTdist() {
+  recorder_.forget_group(trace_group_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -308,6 +311,8 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
   } release{*this};
   const uint64_t seq = take_seq();
   const algo::CallContext ctx = start_call(op, sig, seq);
+  const uint64_t trace_id = trace_begin(op, ctx.sig, static_cast<int64_t>(seq), detail::TraceState::kStarted,
+                                        -1, 0, ctx.entered_at);
   try {
     // Only calls that may wait on TCP need it (see transport.h).
     std::optional<transport::CallScope> call;
@@ -315,8 +320,11 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
     run_checked(ctx, body);
   } catch (const std::exception& e) {
     TDIST_LOG(DEBUG) << op << " (call #" << seq << ") failed: " << e.what();
-    std::rethrow_exception(explain(std::current_exception(), op, seq));
+    auto error = explain(std::current_exception(), op, seq);
+    trace_end(trace_id, error);
+    std::rethrow_exception(error);
   }
+  trace_end(trace_id, nullptr);
 }
 
 WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig, std::vector<Tensor> outputs,
@@ -325,7 +333,8 @@ WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig, st
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(std::string(op) + ": the process group is being destroyed");
-    queue_.push_back(Task{std::string(op), sig, 0, work, std::move(body)});
+    queue_.push_back(Task{std::string(op), sig, 0, work, std::move(body),
+                          trace_begin(op, sig, -1, detail::TraceState::kQueued)});
     // Counted once queued (a failed push leaves no trace); nobody takes the
     // task before this lock is released.
     state_.fetch_add(2, std::memory_order_relaxed);
@@ -355,6 +364,7 @@ void ProcessGroupTdist::run() {
 
 void ProcessGroupTdist::execute(Task& task) {
   const algo::CallContext ctx = start_call(task.op, task.sig, task.seq);
+  recorder_.started(task.trace_id, static_cast<int64_t>(task.seq), ctx.entered_at);
   std::exception_ptr error;
   try {
     transport::CallScope call(*transport_);
@@ -367,6 +377,7 @@ void ProcessGroupTdist::execute(Task& task) {
       TDIST_LOG(DEBUG) << task.op << " (call #" << task.seq << ") failed: " << e.what();
     }
   }
+  trace_end(task.trace_id, error);
   // Callbacks run inside finish(), here: a blocking wait in one of them must
   // raise (the next operation cannot start until this one returns).
   detail::CompletionThreadScope completing(this);
@@ -389,11 +400,60 @@ transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
 }
 
 algo::CallContext ProcessGroupTdist::start_call(std::string_view op, const Signature& sig, uint64_t seq) {
-  algo::CallContext ctx{*transport_, op,  seq,       transport::coarse_now() + timeout(),
-                        timeout(),   sig, last_sig_, notes_.get()};
+  algo::CallContext ctx{
+      *transport_, op,        seq,          transport::coarse_now() + timeout(),      timeout(),
+      sig,         last_sig_, notes_.get(), record_calls_ ? detail::trace_ticks() : 0};
   ctx.sig.seq = seq;
   last_sig_ = ctx.sig;
   return ctx;
+}
+
+namespace {
+void end_trace(detail::FlightRecorder& recorder, uint64_t trace_id, const std::exception_ptr& error) {
+  const char* algorithm = algo::take_chosen_algorithm();
+  if (trace_id == 0) return;
+  if (!error) {
+    recorder.completed(trace_id, algorithm);
+    return;
+  }
+  recorder.failed(trace_id, exception_text(error));
+  recorder.dump_if_configured("a call failed: " + exception_text(error));
+}
+}  // namespace
+
+void ProcessGroupTdist::trace_end(uint64_t trace_id, const std::exception_ptr& error) const {
+  end_trace(recorder_, trace_id, error);
+}
+
+void ProcessGroupTdist::trace_register() {
+  detail::TraceGroupInfo info;
+  info.rank = rank();
+  info.size = size();
+  info.global_ranks = global_ranks();
+  info.transport = shm_ != nullptr ? "shared memory" : domains_.local ? "shared memory + tcp" : "tcp";
+  if (shm_ != nullptr) {
+    // Records exist only on shared memory (the ranks of a hierarchical
+    // group's own host would be a subset: left out).
+    auto* shm = shm_;
+    info.peer_entered = [shm](int r, uint64_t seq) -> std::optional<int64_t> {
+      const auto record = shm->signature_of(r, seq);
+      if (!record || record->entered_at == 0) return std::nullopt;
+      return record->entered_at;
+    };
+    info.peer_last_call = [shm](int r) -> std::optional<Signature> {
+      const uint64_t begun = shm->calls_begun(r);
+      if (begun == 0) return std::nullopt;
+      const auto record = shm->signature_of(r, begun - 1);
+      if (!record) return std::nullopt;
+      return record->sig;
+    };
+  } else {
+    // Over TCP: the newest call of which a peer's message reached this rank.
+    auto* transport = transport_.get();
+    info.peer_last_call = [transport](int r) { return transport->last_call_from(r); };
+  }
+  trace_group_ = recorder_.add_group(std::move(info));
+  detail::install_trace_signal_handler();
 }
 
 void ProcessGroupTdist::run_checked(const algo::CallContext& ctx, BodyRef body) const {
@@ -410,7 +470,7 @@ void ProcessGroupTdist::run_checked(const algo::CallContext& ctx, BodyRef body) 
 void ProcessGroupTdist::record_call(const algo::CallContext& ctx) const {
   auto* group = shm_ != nullptr ? shm_ : domains_.local.get();
   if (group == nullptr || ctx.sig.empty()) return;
-  group->begin_call(ctx.sig);
+  group->begin_call(ctx.sig, ctx.entered_at);
   group->flush_record();
 }
 
@@ -822,10 +882,14 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   }
   raise_refusal(tag);
   auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, transport_.get());
-  auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(),
-                                   sig::p2p_signature(tensor.dtype(), count_of(tensor)));
+  const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
+  const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
+  auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
   // The callback keeps the tensor (and so the bytes being sent) alive.
-  request->on_complete([work, tensor](transport::Request& r) { work->finish(r.error()); });
+  request->on_complete([recorder = &recorder_, work, tensor, trace_id](transport::Request& r) {
+    end_trace(*recorder, trace_id, r.error());
+    work->finish(r.error());
+  });
   drive_on_wait(*work, request);
   return work;
 }
@@ -834,10 +898,11 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
   raise_refusal(tag);
   auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());
-  auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(),
-                                   sig::p2p_signature(tensor.dtype(), count_of(tensor)));
+  const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
+  const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);
+  auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
   size_t expected = tensor.nbytes();
-  request->on_complete([work, tensor, expected](transport::Request& r) {
+  request->on_complete([recorder = &recorder_, work, tensor, expected, trace_id](transport::Request& r) {
     std::exception_ptr error = r.error();
     if (!error && r.received_bytes() != expected) {
       error = std::make_exception_ptr(DistInvalidArgument("recv: the tensor has " + std::to_string(expected) +
@@ -845,6 +910,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
                                                           " sent " + std::to_string(r.received_bytes()) +
                                                           " (send and recv tensors must match)"));
     }
+    end_trace(*recorder, trace_id, error);
     work->finish(error, error ? -1 : r.source());
   });
   drive_on_wait(*work, request);

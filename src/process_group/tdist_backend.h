@@ -20,6 +20,7 @@
 #include "algorithms/algorithms.h"
 #include "common/function_ref.h"
 #include "common/worker_thread.h"
+#include "flight_recorder.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
 #include "transport/transport.h"
@@ -77,6 +78,7 @@ class ProcessGroupTdist final : public ProcessGroup {
     uint64_t seq;
     WorkPtr work;
     Body body;
+    uint64_t trace_id = 0;  // its flight recorder entry
   };
   /// The tensors a queued operation's future completes with: one, a list,
   /// or none. Copied only when the operation is queued.
@@ -127,6 +129,18 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// The context of the operation about to run as call `seq` (the thread
   /// that owns the group calls it: it also keeps last_sig_).
   algorithms::CallContext start_call(std::string_view op, const Signature& sig, uint64_t seq);
+  /// Tells the flight recorder how call `trace_id` ended; after a failure
+  /// also dumps it when TDIST_TRACE_DIR is set.
+  void trace_end(uint64_t trace_id, const std::exception_ptr& error) const;
+  /// A new flight recorder entry of this group (FlightRecorder::begin), or
+  /// 0 when the group records nothing.
+  uint64_t trace_begin(std::string_view op, const Signature& sig, int64_t seq, detail::TraceState state,
+                       int peer = -1, int64_t tag = 0, int64_t now_ns = 0) {
+    return record_calls_ ? recorder_.begin(trace_group_, op, sig, seq, state, peer, tag, now_ns) : 0;
+  }
+  /// Registers the group with the flight recorder (its peers' call records
+  /// on shared memory name who arrived last).
+  void trace_register();
   /// Runs `body`, and for groups whose calls may cross TCP records the
   /// call (record_call) and looks for unreceived messages of other calls
   /// before and after it (check_unmatched).
@@ -224,6 +238,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   // False only under TDIST_TESTONLY_UNCHECKED_CALLS=1, which measures what
   // the checks cost (docs/performance.md): calls then carry no signature.
   bool check_calls_ = true;
+  detail::FlightRecorder& recorder_ = detail::FlightRecorder::instance();
+  uint32_t trace_group_ = 0;  // this group's id in the recorder
+  // False when the recorder is off, or under TDIST_TESTONLY_UNRECORDED_CALLS=1,
+  // which measures what recording costs (docs/performance.md).
+  bool record_calls_ = true;
   std::thread worker_;
 };
 

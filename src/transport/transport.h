@@ -172,6 +172,11 @@ class Transport {
   /// The process group raises it at this rank's next send or recv.
   virtual std::exception_ptr take_rejection() { return nullptr; }
 
+  /// The signature of the newest collective call of which a message from
+  /// `peer` has arrived here, if any: the flight recorder's view of a peer
+  /// that keeps no records this rank can read.
+  virtual std::optional<tdist::detail::CallSignature> last_call_from(int peer) const { return std::nullopt; }
+
   /// Fails every pending and future request with `error` (e.g. the group was
   /// aborted or destroyed).
   virtual void abort(std::exception_ptr error) = 0;

@@ -293,7 +293,7 @@ void run_guarded(const CallContext& ctx, ShmGroup& group, F&& body) {
   try {
     if (group.aborted_rank() >= 0)
       group.check_aborted(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group)");
-    if (!ctx.sig.empty()) group.begin_call(ctx.sig);
+    if (!ctx.sig.empty()) group.begin_call(ctx.sig, ctx.entered_at);
     body(Call{ctx, group});
     group.flush_record();
   } catch (...) {

@@ -331,7 +331,7 @@ uint64_t ShmGroup::begin_round(
   return k;
 }
 
-void ShmGroup::begin_call(const tdist::detail::CallSignature& sig) {
+void ShmGroup::begin_call(const tdist::detail::CallSignature& sig, int64_t entered_at) {
   // A hierarchical call runs several steps here under one signature: the
   // history moves on once per call.
   if (!pending_.sig.empty() && pending_.sig.seq == sig.seq) return;
@@ -339,7 +339,7 @@ void ShmGroup::begin_call(const tdist::detail::CallSignature& sig) {
   const auto stamped = tdist::detail::stamp_call(sig, before);
   history_ = stamped.history;
   stamp_ = stamped.stamp;
-  pending_ = Recorded{sig, before};
+  pending_ = Recorded{sig, before, entered_at};
   record_pending_ = true;
 }
 
@@ -355,6 +355,7 @@ void ShmGroup::write_record() {
   std::memcpy(words, &pending_.sig, sizeof(words));
   for (size_t i = 0; i < 4; ++i) record.words[i].store(words[i], std::memory_order_relaxed);
   record.history.store(pending_.history, std::memory_order_relaxed);
+  record.entered_at.store(pending_.entered_at, std::memory_order_relaxed);
   record.mark.store(pending_.sig.seq + 1, std::memory_order_release);
 }
 
@@ -366,6 +367,7 @@ std::optional<ShmGroup::Recorded> ShmGroup::signature_of(int r, uint64_t seq) co
   Recorded out{};
   std::memcpy(&out.sig, words, sizeof(out.sig));
   out.history = record.history.load(std::memory_order_relaxed);
+  out.entered_at = record.entered_at.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (record.mark.load(std::memory_order_relaxed) != seq + 1) return std::nullopt;
   return out;

@@ -87,6 +87,10 @@ struct alignas(kCacheLine) CallRecord {
   std::atomic<uint64_t> mark;
   std::atomic<uint64_t> words[4];
   std::atomic<uint64_t> history;  // CallStamp::history of the calls before it
+  // When the rank entered the call, on the flight recorder's clock (ticks
+  // that every process of a host shares): peers name the rank that arrived
+  // last from these.
+  std::atomic<int64_t> entered_at;
 };
 static_assert(sizeof(CallRecord) == kCacheLine);
 
@@ -162,7 +166,9 @@ class ShmGroup {
   /// any lead a rank can have over another (an eager writer's is at most
   /// kEagerSlots calls).
   static constexpr uint64_t kCallRecords = 256;
-  void begin_call(const tdist::detail::CallSignature& sig);
+  /// `entered_at`: when this rank entered the call, on the flight recorder's
+  /// clock (recorded for peers to read; 0 if unknown).
+  void begin_call(const tdist::detail::CallSignature& sig, int64_t entered_at = 0);
   /// Writes the current call's record if no publish has yet (every call
   /// ends with it, so that a call that published nothing is on record).
   void flush_record() {
@@ -177,6 +183,7 @@ class ShmGroup {
   struct Recorded {
     tdist::detail::CallSignature sig;
     uint64_t history;
+    int64_t entered_at = 0;
   };
   std::optional<Recorded> signature_of(int r, uint64_t seq) const;
   /// How many calls rank r has begun (a scan of its records: for errors).

@@ -477,6 +477,13 @@ std::exception_ptr TcpTransport::take_rejection() {
   return std::exchange(rejection_, nullptr);
 }
 
+std::optional<tdist::detail::CallSignature> TcpTransport::last_call_from(int peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer < 0 || static_cast<size_t>(peer) >= pairs_.size() || pairs_[peer].last_call.empty())
+    return std::nullopt;
+  return pairs_[peer].last_call;
+}
+
 void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
                                  const tdist::detail::CallSignature& sig) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
@@ -581,6 +588,9 @@ void TcpTransport::update_polling(Pair& pair) {
 
 void TcpTransport::start_payload(Pair& pair) {
   const Header& h = pair.header;
+  if (!h.sig.empty() && h.sig.kind != tdist::detail::CallKind::kPointToPoint &&
+      h.sig.seq >= pair.last_call.seq)
+    pair.last_call = h.sig;
   pair.in_payload = true;
   pair.payload_got = 0;
   pair.to_incoming = false;

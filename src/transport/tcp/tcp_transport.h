@@ -157,6 +157,7 @@ struct Pair {
   std::vector<Lane> lanes;  // connections 1.. (see kStripeMinBytes)
   // Reading.
   Header header{};
+  tdist::detail::CallSignature last_call{};  // of the newest collective message read (last_call_from)
   size_t header_got = 0;
   bool in_payload = false;
   size_t payload_got = 0;
@@ -216,6 +217,7 @@ class TcpTransport final : public Transport {
   void abort(std::exception_ptr error) override;
   bool peer_failed(int peer) const override;
   std::exception_ptr take_rejection() override;
+  std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override;
 
  private:
   // Completions found under the lock are queued and delivered by flush()

@@ -1,0 +1,36 @@
+"""A rank of the flight recorder tests (test_flight_recorder.py), started as
+its own process with env:// variables: a loop of collectives in which one
+rank misbehaves.
+
+    trace_job.py stop K    rank 2 stops itself (SIGSTOP) before iteration K
+    trace_job.py skip K    rank 1 skips iteration K's all_reduce
+"""
+
+import os
+import signal
+import sys
+from datetime import timedelta
+
+import numpy as np
+
+import tdist as dist
+
+
+def main():
+    mode, k = sys.argv[1], int(sys.argv[2])
+    dist.init_process_group("tdist", timeout=timedelta(seconds=float(os.environ.get("JOB_TIMEOUT", "4"))))
+    rank = dist.get_rank()
+    x = np.ones(1000, np.float32)
+    y = np.zeros(7, np.int64)
+    for i in range(k + 5):
+        if mode == "stop" and rank == 2 and i == k:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if not (mode == "skip" and rank == 1 and i == k):
+            dist.all_reduce(x)
+        if mode == "skip":
+            dist.broadcast(y, 0)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
