@@ -12,6 +12,7 @@
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "tdist/rendezvous.h"
+#include "flight_recorder.h"
 #include "tdist/tcp_store.h"
 #include "validate.h"
 
@@ -221,6 +222,10 @@ void destroy_process_group(const Group& group) {
     throw DistError(
         "destroy_process_group: the default process group is not initialized (destroy_process_group() "
         "was called before init_process_group(), or twice)");
+  }
+  if (state().world->rank() >= 0) {
+    detail::write_job_trace(*state().store, state().world->rank(), state().world->size(),
+                            state().world->timeout());
   }
   // The default group and every group made since: handles kept of them
   // fail from now on instead of running.

@@ -19,6 +19,8 @@
 #include "common/env.h"
 #include "tdist/dtype.h"
 #include "tdist/errors.h"
+#include "tdist/logging.h"
+#include "tdist/store.h"
 #include "tdist/reduce_op.h"
 #include "tdist/trace.h"
 
@@ -491,3 +493,27 @@ std::string trace_json() {
 }
 
 }  // namespace tdist
+
+namespace tdist::detail {
+
+void write_job_trace(Store& store, int rank, int size, std::chrono::milliseconds timeout) noexcept {
+  const auto path = env_string("TDIST_TRACE");
+  if (!path || path->empty() || !FlightRecorder::instance().enabled()) return;
+  try {
+    store.set("tdist/trace/" + std::to_string(rank), trace_json());
+    if (rank != 0) return;
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back("tdist/trace/" + std::to_string(r));
+    store.wait(keys, timeout);
+    std::vector<std::string> dumps;
+    for (const auto& key : keys) dumps.push_back(to_string(store.get(key)));
+    std::ofstream out(*path, std::ios::trunc);
+    out << chrome_trace(dumps) << '\n';
+    if (!out) throw DistError("cannot write " + *path);
+    TDIST_LOG(INFO) << "TDIST_TRACE: the calls of " << size << " ranks written to " << *path;
+  } catch (const std::exception& e) {
+    TDIST_LOG(WARNING) << "TDIST_TRACE: no trace written: " << e.what();
+  }
+}
+
+}  // namespace tdist::detail

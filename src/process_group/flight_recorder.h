@@ -16,6 +16,7 @@
 // and keep it only if its version did not move.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "common/call_signature.h"
+#include "tdist/store.h"
 
 namespace tdist::detail {
 
@@ -125,6 +127,12 @@ class FlightRecorder {
   std::string component_;
   int process_rank_ = -1;  // global rank of the first group's member: names the file
 };
+
+/// TDIST_TRACE=path: every rank of the job leaves its recorder in `store`
+/// and rank 0 writes the Chrome trace of them all (tdist::chrome_trace) to
+/// path. destroy_process_group() of the default group calls it on every
+/// rank. Best effort: a failure is logged, never raised.
+void write_job_trace(Store& store, int rank, int size, std::chrono::milliseconds timeout) noexcept;
 
 /// Installs the SIGUSR1 handler (once per process; needs TDIST_TRACE_DIR)
 /// that dumps every recorder in the process from a thread of its own.

@@ -179,3 +179,19 @@ def test_dump_trace_without_a_place_to_write_raises():
     os.environ.pop("TDIST_TRACE_DIR", None)
     with pytest.raises(dist.DistError, match="TDIST_TRACE_DIR is not set"):
         dist.dump_trace()
+
+
+def _three_all_reduces(rank, world):
+    for _ in range(3):
+        dist.all_reduce(np.ones(4, np.float32))
+    return True
+
+
+def test_tdist_trace_writes_the_jobs_chrome_trace_when_the_default_group_goes(tmp_path):
+    path = tmp_path / "job.json"
+    run_ranks(_three_all_reduces, 2, env={"TDIST_TRACE": str(path)})
+    events = json.loads(path.read_text())["traceEvents"]
+    calls = sorted((e["pid"], e["args"]["seq"], e["name"]) for e in events if e["ph"] == "X" and "args" in e)
+    # harness.run_ranks ends every rank with a barrier before destroying the group.
+    assert calls == [(r, s, op) for r in range(2) for s, op in ((0, "all_reduce"), (1, "all_reduce"),
+                                                               (2, "all_reduce"), (3, "barrier"))]
