@@ -195,3 +195,35 @@ def test_tdist_trace_writes_the_jobs_chrome_trace_when_the_default_group_goes(tm
     # harness.run_ranks ends every rank with a barrier before destroying the group.
     assert calls == [(r, s, op) for r in range(2) for s, op in ((0, "all_reduce"), (1, "all_reduce"),
                                                                (2, "all_reduce"), (3, "barrier"))]
+
+
+def test_sigusr1_to_the_launcher_dumps_every_rank_of_a_hung_job(tmp_path):
+    """A job hangs (rank 2 stuck in its own work at step 20); one SIGUSR1 to
+    tdistrun reaches every rank, and tdist-trace names rank 2."""
+    trace_dir, marker = tmp_path / "trace", tmp_path / "stuck"
+    env = dict(os.environ, TDIST_TRACE_DIR=str(trace_dir), JOB_MARKER=str(marker), JOB_TIMEOUT="600")
+    launcher = subprocess.Popen([sys.executable, "-m", "tdist.run", "--standalone", "--nproc-per-node", "4",
+                                 os.path.join(HERE, "trace_job.py"), "hang", "20"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + JOB_DEADLINE
+        text = ""
+        # Until the dumps show ranks 0, 1 and 3 waiting in call #20: they
+        # may still be on their way there when the first signal lands.
+        while "ranks 0, 1, 3 in it, rank 2 never began it" not in text:
+            assert time.monotonic() < deadline and launcher.poll() is None, text
+            if not marker.exists():
+                time.sleep(0.05)
+                continue
+            for f in trace_dir.glob("rank*.json"):
+                f.unlink()
+            launcher.send_signal(signal.SIGUSR1)
+            while len(list(trace_dir.glob("rank*.json"))) < 4:
+                assert time.monotonic() < deadline, "SIGUSR1 did not reach every rank"
+                time.sleep(0.05)
+            text = _tool(trace_dir)
+        assert "behind: rank 2, 1 call(s) behind the furthest; its last call: #19 all_reduce float32 x 1000 SUM " \
+               "(completed)" in text, text
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()

@@ -4,11 +4,14 @@ rank misbehaves.
 
     trace_job.py stop K    rank 2 stops itself (SIGSTOP) before iteration K
     trace_job.py skip K    rank 1 skips iteration K's all_reduce
+    trace_job.py hang K    rank 2 sleeps for an hour before iteration K
+                           (after writing $JOB_MARKER)
 """
 
 import os
 import signal
 import sys
+import time
 from datetime import timedelta
 
 import numpy as np
@@ -17,7 +20,8 @@ import tdist as dist
 
 
 def main():
-    mode, k = sys.argv[1], int(sys.argv[2])
+    args = [a for a in sys.argv[1:] if not a.startswith("--local-rank")]  # tdistrun adds it
+    mode, k = args[0], int(args[1])
     dist.init_process_group("tdist", timeout=timedelta(seconds=float(os.environ.get("JOB_TIMEOUT", "4"))))
     rank = dist.get_rank()
     x = np.ones(1000, np.float32)
@@ -25,6 +29,9 @@ def main():
     for i in range(k + 5):
         if mode == "stop" and rank == 2 and i == k:
             os.kill(os.getpid(), signal.SIGSTOP)
+        if mode == "hang" and rank == 2 and i == k:
+            open(os.environ["JOB_MARKER"], "w").close()
+            time.sleep(3600)
         if not (mode == "skip" and rank == 1 and i == k):
             dist.all_reduce(x)
         if mode == "skip":

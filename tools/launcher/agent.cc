@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/signalfd.h>
+
 #include <unistd.h>
+#include <utility>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,14 +37,10 @@ std::string plural(int n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
-// A signal waiting in the signalfd, without taking it.
-bool signal_pending(int signal_fd) {
-  pollfd fd{signal_fd, POLLIN, 0};
-  return poll(&fd, 1, 0) > 0;
-}
+// A stop signal read from the signalfd by stop_signal_pending, not yet taken.
+int g_stashed_signal = 0;
 
-// Takes one signal from the signalfd; 0 if none.
-int take_signal(int signal_fd) {
+int read_signal(int signal_fd) {
   signalfd_siginfo info{};
   for (;;) {
     ssize_t n = read(signal_fd, &info, sizeof(info));
@@ -50,6 +48,24 @@ int take_signal(int signal_fd) {
     if (n < 0 && errno == EINTR) continue;
     return 0;
   }
+}
+
+// True if a stop signal waits. SIGUSR1 (which only the running ranks
+// care about: tdist dumps its flight recorder) is dropped while no rank runs.
+bool stop_signal_pending(int signal_fd) {
+  while (g_stashed_signal == 0) {
+    pollfd fd{signal_fd, POLLIN, 0};
+    if (poll(&fd, 1, 0) <= 0) return false;
+    const int sig = read_signal(signal_fd);
+    if (sig != SIGUSR1) g_stashed_signal = sig;
+  }
+  return true;
+}
+
+// Takes one signal from the signalfd (a stashed stop signal first); 0 if none.
+int take_signal(int signal_fd) {
+  if (g_stashed_signal != 0) return std::exchange(g_stashed_signal, 0);
+  return read_signal(signal_fd);
 }
 
 }  // namespace
@@ -91,7 +107,8 @@ int Agent::run() {
       (void)write_all(done[1], "x", 1);
     });
     pollfd fds[2] = {{done[0], POLLIN, 0}, {signal_fd_, POLLIN, 0}};
-    while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+    while ((poll(fds, 2, -1) < 0 && errno == EINTR) ||
+           (fds[0].revents == 0 && !stop_signal_pending(signal_fd_))) {
     }
     if (fds[0].revents == 0) {
       int sig = take_signal(signal_fd_);
@@ -114,9 +131,10 @@ int Agent::run() {
   for (int attempt = 0;; ++attempt) {
     int port = options_.master_port;
     if (nodes_) {
-      std::optional<int> published = nodes_->round_port(attempt, [&] { return signal_pending(signal_fd_); });
+      std::optional<int> published =
+          nodes_->round_port(attempt, [&] { return stop_signal_pending(signal_fd_); });
       if (!published) {
-        if (signal_pending(signal_fd_)) {
+        if (stop_signal_pending(signal_fd_)) {
           int sig = take_signal(signal_fd_);
           say("got " + signal_name(sig) + " between attempts; no rank is running");
           nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, "tdistrun got " + signal_name(sig));
@@ -260,7 +278,12 @@ Agent::RoundResult Agent::run_round(int attempt, int master_port, int rank_offse
 
     if (fds[0].revents != 0) {
       int sig = take_signal(signal_fd_);
-      if (sig != 0 && result.outcome != Outcome::kInterrupted) {
+      if (sig == SIGUSR1) {
+        // The ranks' flight recorders dump (TDIST_TRACE_DIR): one signal to
+        // the launcher reaches the whole node.
+        say("got SIGUSR1; passing it to every rank");
+        group.signal_all(SIGUSR1);
+      } else if (sig != 0 && result.outcome != Outcome::kInterrupted) {
         say("got " + signal_name(sig) + "; stopping every rank");
         result.outcome = Outcome::kInterrupted;
         result.signal = sig;

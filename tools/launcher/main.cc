@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGHUP);
+  sigaddset(&stop_signals, SIGUSR1);  // passed on to the ranks (flight recorder dumps)
   pthread_sigmask(SIG_BLOCK, &stop_signals, &original_mask);
   int signal_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) {
