@@ -240,16 +240,19 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
       out << "; rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " did not finish " << call;
     out << "\n";
   }
-  // Each rank's first failure.
+  // Each rank's first failure; ranks that failed alike on one line.
+  std::map<std::string, std::vector<int>> failures;
   for (const auto& [rank, view] : g.ranks) {
     for (const auto& [seq, e] : view.calls) {
       if (e->value("state", "") != "failed") continue;
       std::string error = e->value("error", "");
       if (error.size() > 300) error = error.substr(0, 300) + "...";
-      out << "  rank " << rank << " failed call #" << seq << " " << describe(*e) << ": " << error << "\n";
+      failures["call #" + std::to_string(seq) + " " + describe(*e) + ": " + error].push_back(rank);
       break;
     }
   }
+  for (const auto& [what, ranks] : failures)
+    out << "  rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " failed " << what << "\n";
   // Who arrived last, over the calls every rank's dump holds.
   if (g.ranks.size() == g.members.size() && g.members.size() > 1) {
     std::map<int, int> last_count;
@@ -291,11 +294,14 @@ std::string summarize_traces(const std::vector<std::string>& dumps, const std::v
   for (const auto& doc : docs) ranks.push_back(doc.value("rank", -1));
   out << "tdist-trace: " << docs.size() << " dump(s), of rank" << (ranks.size() > 1 ? "s " : " ")
       << join(ranks) << "\n";
+  std::map<std::string, std::vector<int>> reasons;
   for (const auto& doc : docs) {
     std::string reason = doc.value("reason", "?");
     if (reason.size() > 120) reason = reason.substr(0, 120) + "...";
-    out << "  rank " << doc.value("rank", -1) << " dumped on: " << reason << "\n";
+    reasons[reason].push_back(doc.value("rank", -1));
   }
+  for (const auto& [reason, ranks] : reasons)
+    out << "  rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " dumped on: " << reason << "\n";
   for (const auto& g : group_views(docs)) summarize_group(out, g);
   return out.str();
 }
@@ -343,34 +349,20 @@ std::string chrome_trace(const std::vector<std::string>& dumps, const std::vecto
         json args{{"seq", seq}, {"state", e->value("state", "?")}, {"call", describe(*e)}};
         if (e->contains("algorithm")) args["algorithm"] = e->at("algorithm");
         if (e->contains("error")) args["error"] = e->at("error");
-        args["wait_us"] = static_cast<double>(std::min(last_arrival, end) - start) / 1000.0;
-        args["transfer_us"] = static_cast<double>(end - std::min(last_arrival, end)) / 1000.0;
+        // The last rank to arrive waited for nobody: all transfer.
+        const int64_t moving = std::min(last_arrival, end);
+        args["wait_us"] = static_cast<double>(moving - start) / 1000.0;
+        args["transfer_us"] = static_cast<double>(end - moving) / 1000.0;
         args["queued_us"] = static_cast<double>(start - e->value("queued_ns", start)) / 1000.0;
-        const std::string name = e->value("op", "?") + (finished ? "" : " (unfinished)");
-        events.push_back({{"ph", "X"},
-                          {"name", name},
-                          {"cat", "tdist"},
-                          {"pid", rank},
-                          {"tid", gi},
-                          {"ts", us(start)},
-                          {"dur", us(end) - us(start)},
-                          {"args", args}});
-        if (last_arrival > start && last_arrival < end) {
-          events.push_back({{"ph", "X"},
-                            {"name", "wait"},
-                            {"cat", "tdist"},
-                            {"pid", rank},
-                            {"tid", gi},
-                            {"ts", us(start)},
-                            {"dur", us(last_arrival) - us(start)}});
-          events.push_back({{"ph", "X"},
-                            {"name", "transfer"},
-                            {"cat", "tdist"},
-                            {"pid", rank},
-                            {"tid", gi},
-                            {"ts", us(last_arrival)},
-                            {"dur", us(end) - us(last_arrival)}});
-        }
+        auto slice = [&](const std::string& name, int64_t from, int64_t to) {
+          return json{{"ph", "X"}, {"name", name},   {"cat", "tdist"},          {"pid", rank},
+                      {"tid", gi}, {"ts", us(from)}, {"dur", us(to) - us(from)}};
+        };
+        json call = slice(e->value("op", "?") + (finished ? "" : " (unfinished)"), start, end);
+        call["args"] = args;
+        events.push_back(call);
+        if (moving > start) events.push_back(slice("wait", start, moving));
+        if (end > moving) events.push_back(slice("transfer", moving, end));
       }
     }
   }
