@@ -20,8 +20,8 @@
 #include "tdist/dtype.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
-#include "tdist/store.h"
 #include "tdist/reduce_op.h"
+#include "tdist/store.h"
 #include "tdist/trace.h"
 
 namespace tdist::detail {
@@ -384,7 +384,8 @@ std::string FlightRecorder::to_json(std::string_view reason) const {
                       {"rank", g.rank},
                       {"size", g.size},
                       {"transport", g.transport},
-                      {"clock_offset_ns", g.clock_offset_ns}};
+                      {"clock_offset_ns", g.clock_offset_ns},
+                      {"clock_uncertainty_ns", g.clock_uncertainty_ns}};
     std::vector<int> ranks = g.global_ranks;
     if (ranks.empty())
       for (int r = 0; r < g.size; ++r) ranks.push_back(r);

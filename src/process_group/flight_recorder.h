@@ -61,8 +61,10 @@ struct TraceGroupInfo {
   int size = 1;
   std::vector<int> global_ranks;  // empty: 0..size-1
   std::string transport;          // "shared memory", "tcp", "shared memory + tcp"
-  /// Added to this process's clock to get group rank 0's (0 on one host).
+  /// Added to this process's clock to get group rank 0's (0 on rank 0's
+  /// host), and its uncertainty (clock_offset_to_rank0).
   int64_t clock_offset_ns = 0;
+  int64_t clock_uncertainty_ns = 0;
   /// What peer r has recorded of call `seq` (its shared-memory call record):
   /// when it entered the call, in trace_ticks(); null if unknown.
   std::function<std::optional<int64_t>(int r, uint64_t seq)> peer_entered;
@@ -127,6 +129,16 @@ class FlightRecorder {
   std::string component_;
   int process_rank_ = -1;  // global rank of the first group's member: names the file
 };
+
+/// Group rank 0's CLOCK_MONOTONIC minus this rank's, measured through the
+/// group's store at creation when this rank is on another host than rank 0
+/// (else 0), and how far off it may be (half the shortest round trip).
+struct ClockOffset {
+  int64_t offset_ns = 0;
+  int64_t uncertainty_ns = 0;
+};
+/// Every rank of the group calls it (rank 0 answers the others).
+ClockOffset clock_offset_to_rank0(Store& store, int rank, int size);
 
 /// TDIST_TRACE=path: every rank of the job leaves its recorder in `store`
 /// and rank 0 writes the Chrome trace of them all (tdist::chrome_trace) to

@@ -254,7 +254,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   forced_algos_ = forced_algorithms();
   all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
   if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
-  trace_register();
+  trace_register(*store);
   TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
                    << (shm_             ? "shared memory"
                        : domains_.local ? "shared memory inside hosts, TCP across"
@@ -425,12 +425,18 @@ void ProcessGroupTdist::trace_end(uint64_t trace_id, const std::exception_ptr& e
   end_trace(recorder_, trace_id, error);
 }
 
-void ProcessGroupTdist::trace_register() {
+void ProcessGroupTdist::trace_register(Store& store) {
   detail::TraceGroupInfo info;
   info.rank = rank();
   info.size = size();
   info.global_ranks = global_ranks();
   info.transport = shm_ != nullptr ? "shared memory" : domains_.local ? "shared memory + tcp" : "tcp";
+  if (record_calls_ && shm_ == nullptr) {
+    // Ranks on other hosts than rank 0 put their times on its clock.
+    const auto clock = detail::clock_offset_to_rank0(store, rank(), size());
+    info.clock_offset_ns = clock.offset_ns;
+    info.clock_uncertainty_ns = clock.uncertainty_ns;
+  }
   if (shm_ != nullptr) {
     // Records exist only on shared memory (the ranks of a hierarchical
     // group's own host would be a subset: left out).

@@ -140,7 +140,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   }
   /// Registers the group with the flight recorder (its peers' call records
   /// on shared memory name who arrived last).
-  void trace_register();
+  void trace_register(Store& store);
   /// Runs `body`, and for groups whose calls may cross TCP records the
   /// call (record_call) and looks for unreceived messages of other calls
   /// before and after it (check_unmatched).

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -227,3 +228,23 @@ def test_sigusr1_to_the_launcher_dumps_every_rank_of_a_hung_job(tmp_path):
     finally:
         os.killpg(launcher.pid, signal.SIGKILL)
         launcher.wait()
+
+
+def _calibrated_clock(rank, world):
+    # Ranks 1 and 2 claim another host than rank 0's: their dumps carry
+    # rank 0's clock as measured through the store at group creation.
+    os.environ["TDIST_HOST_ID"] = "host-a" if rank == 0 else "host-b"
+    dist.init_process_group("tdist", timeout=timedelta(seconds=40))
+    dist.all_reduce(np.ones(2, np.float32))
+    group = json.loads(dist._C._trace_json())["groups"][-1]
+    dist.barrier()
+    dist.destroy_process_group()
+    return group["transport"], group["clock_offset_ns"], group["clock_uncertainty_ns"]
+
+
+def test_ranks_on_another_host_measure_rank_0s_clock_through_the_store():
+    results = run_ranks(_calibrated_clock, 3, init=False)
+    assert results[0] == ("tcp", 0, 0)  # rank 0's own clock
+    for transport, offset, uncertainty in results[1:]:
+        # One host, so the true offset is 0: it must lie within the bound.
+        assert transport == "tcp" and uncertainty > 0 and abs(offset) <= uncertainty
