@@ -5,8 +5,6 @@
 // the round trip; of three round trips the shortest, whose error is
 // smallest. Ranks on rank 0's host share its clock and skip it all.
 
-#include <time.h>
-
 #include <limits>
 
 #include "flight_recorder.h"
@@ -16,12 +14,6 @@ namespace tdist::detail {
 namespace {
 
 constexpr int kRoundTrips = 3;
-
-int64_t monotonic() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::string key(const char* what, int rank, int trip = -1) {
   return std::string("trace/clock/") + what + "/" + std::to_string(rank) +
@@ -38,7 +30,7 @@ ClockOffset clock_offset_to_rank0(Store& store, int rank, int size) {
       if (to_string(store.get(key("host", r))) == mine) continue;
       for (int trip = 0; trip < kRoundTrips; ++trip) {
         store.get(key("ping", r, trip));  // blocks until rank r asks
-        store.set(key("pong", r, trip), to_bytes(std::to_string(monotonic())));
+        store.set(key("pong", r, trip), to_bytes(std::to_string(monotonic_ns())));
       }
     }
     return {};
@@ -46,10 +38,10 @@ ClockOffset clock_offset_to_rank0(Store& store, int rank, int size) {
   if (to_string(store.get(key("host", 0))) == mine) return {};
   ClockOffset best{0, std::numeric_limits<int64_t>::max()};
   for (int trip = 0; trip < kRoundTrips; ++trip) {
-    const int64_t sent = monotonic();
+    const int64_t sent = monotonic_ns();
     store.set(key("ping", rank, trip), to_bytes("?"));
     const int64_t theirs = std::stoll(to_string(store.get(key("pong", rank, trip))));
-    const int64_t received = monotonic();
+    const int64_t received = monotonic_ns();
     const int64_t half = (received - sent) / 2;
     if (half < best.uncertainty_ns) best = {theirs - (sent + half), half};
   }

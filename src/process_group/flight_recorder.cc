@@ -91,13 +91,13 @@ const char* trace_state_name(TraceState state) {
   return "?";
 }
 
-namespace {
-
 int64_t monotonic_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
+
+namespace {
 
 // The TSC is one clock for the whole host only when it is invariant and
 // synchronized across CPUs; the kernel checks both before it runs its own

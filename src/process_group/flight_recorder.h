@@ -35,6 +35,9 @@ namespace tdist::detail {
 enum class TraceState : uint8_t { kQueued = 0, kStarted = 1, kCompleted = 2, kFailed = 3 };
 const char* trace_state_name(TraceState state);
 
+/// CLOCK_MONOTONIC in nanoseconds: what dumps show.
+int64_t monotonic_ns();
+
 /// The recorder's timestamps: the CPU's time-stamp counter where the
 /// kernel keeps its own clock on it (then every process of the host shares
 /// it, and reading it costs a third of clock_gettime), else CLOCK_MONOTONIC
