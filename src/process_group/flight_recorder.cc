@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/env.h"
+#include "common/error_text.h"
 #include "tdist/dtype.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -463,10 +464,10 @@ std::string FlightRecorder::dump(std::string_view reason, const std::string& pat
     std::ofstream out(tmp, std::ios::trunc);
     out << text << '\n';
     out.close();
-    if (!out) throw DistError("dump_trace: cannot write " + tmp + ": " + std::strerror(errno));
+    if (!out) throw DistError("dump_trace: cannot write " + tmp + ": " + errno_text(errno));
   }
   if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-    throw DistError("dump_trace: cannot rename " + tmp + " to " + target + ": " + std::strerror(errno));
+    throw DistError("dump_trace: cannot rename " + tmp + " to " + target + ": " + errno_text(errno));
   }
   return target;
 }
@@ -504,9 +505,11 @@ void write_job_trace(Store& store, int rank, int size, std::chrono::milliseconds
     store.set("tdist/trace/" + std::to_string(rank), trace_json());
     if (rank != 0) return;
     std::vector<std::string> keys;
+    keys.reserve(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) keys.push_back("tdist/trace/" + std::to_string(r));
     store.wait(keys, timeout);
     std::vector<std::string> dumps;
+    dumps.reserve(keys.size());
     for (const auto& key : keys) dumps.push_back(to_string(store.get(key)));
     std::ofstream out(*path, std::ios::trunc);
     out << chrome_trace(dumps) << '\n';

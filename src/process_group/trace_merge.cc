@@ -83,6 +83,7 @@ std::vector<GroupView> group_views(const std::vector<json>& docs) {
     }
   }
   std::vector<GroupView> out;
+  out.reserve(order.size());
   for (const auto& key : order) out.push_back(std::move(by_key[key]));
   return out;
 }
@@ -203,9 +204,10 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
       break;
     }
   }
-  if (!reported && !seqs.empty())
+  if (!reported && !seqs.empty()) {
     out << "  every rank" << (silent.empty() ? "" : " that left a dump")
         << " made the same calls in the same order\n";
+  }
   // Who is behind: the lowest last call begun.
   std::optional<int64_t> lowest, highest;
   for (const auto& [m, last] : latest) {
@@ -291,6 +293,7 @@ std::string summarize_traces(const std::vector<std::string>& dumps, const std::v
   const auto docs = parse_all(dumps, names);
   std::ostringstream out;
   std::vector<int> ranks;
+  ranks.reserve(docs.size());
   for (const auto& doc : docs) ranks.push_back(doc.value("rank", -1));
   out << "tdist-trace: " << docs.size() << " dump(s), of rank" << (ranks.size() > 1 ? "s " : " ")
       << join(ranks) << "\n";
@@ -311,17 +314,21 @@ std::string chrome_trace(const std::vector<std::string>& dumps, const std::vecto
   const auto groups = group_views(docs);
   // Time zero: the earliest call of any rank.
   int64_t t0 = INT64_MAX;
-  for (const auto& g : groups)
-    for (const auto& [rank, view] : g.ranks)
-      for (const auto& [seq, e] : view.calls)
-        t0 = std::min(t0, e->value("queued_ns", INT64_MAX) + view.offset_ns);
+  for (const auto& g : groups) {
+    for (const auto& [rank, view] : g.ranks) {
+      for (const auto& [seq, e] : view.calls) {
+        if (e->contains("queued_ns")) t0 = std::min(t0, e->at("queued_ns").get<int64_t>() + view.offset_ns);
+      }
+    }
+  }
   if (t0 == INT64_MAX) t0 = 0;
   auto us = [&](int64_t ns) { return static_cast<double>(ns - t0) / 1000.0; };
   json events = json::array();
   std::set<int> named;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const auto& g = groups[gi];
-    for (const auto& [rank, view] : g.ranks) {
+    for (const auto& [member, view] : g.ranks) {
+      const int rank = member;  // a lambda below captures it (not a structured binding)
       if (named.insert(rank).second) {
         events.push_back({{"ph", "M"},
                           {"name", "process_name"},
