@@ -156,6 +156,27 @@ WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
                           bool async_op = false);
 WorkPtr barrier(const Group& group = nullptr, bool async_op = false);
 
+// ---- Debugging ----
+/// A barrier that names the ranks that did not arrive, instead of hanging
+/// (the spec's monitored_barrier). Every other rank sends group rank 0 a
+/// message and waits for its answer; rank 0 waits up to `timeout` (default:
+/// the group's) for all of them and then releases them. If some did not
+/// arrive in time, rank 0 raises DistTimeoutError "monitored_barrier: Rank 1
+/// failed to pass monitoredBarrier in 2000 ms ..." naming the first such
+/// group rank in rank order, or with `wait_all_ranks` all of them ("Ranks 1,
+/// 2 failed to pass monitoredBarrier ..."); the ranks that did arrive raise
+/// the same report at once. A rank whose connection failed before it
+/// arrived is named the same way, with the network error (DistNetworkError).
+/// Ranks other than 0 wait up to the longer of `timeout` and the group's
+/// timeout for rank 0 (rank 0 may enter later than they do). Built on
+/// point-to-point messages with tags of its own (a count of the group's
+/// monitored barriers), so a late message of a failed barrier never
+/// satisfies a later one. For debugging: 2 messages per rank, through rank 0.
+/// Raises DistInvalidArgument for a timeout that is not positive.
+void monitored_barrier(const Group& group = nullptr,
+                       std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                       bool wait_all_ranks = false);
+
 // ---- Object collectives on byte strings (the Python layer pickles) ----
 /// On src, object_list holds the objects; elsewhere it is resized and filled.
 void broadcast_object_list(std::vector<Bytes>& object_list, int src = 0, const Group& group = nullptr);

@@ -17,16 +17,21 @@
 /// caught as either parent and still as one DistError. Messages name the
 /// operation, the ranks involved, what was expected and what came.
 /// docs/errors.md lists when each is raised.
+///
+/// With TORCH_SHOW_CPP_STACKTRACES=1 (debug.h) what() ends with the C++
+/// stack where the error was first raised, as torch's errors do.
 
 #include <stdexcept>
 #include <string>
+
+#include "tdist/debug.h"
 
 namespace tdist {
 
 /// Base of every exception tdist throws at its API boundary.
 class DistError : public std::runtime_error {
  public:
-  explicit DistError(const std::string& what) : std::runtime_error(what) {}
+  explicit DistError(const std::string& what) : std::runtime_error(detail::with_cpp_stack(what)) {}
 };
 
 /// A backend-specific failure (a collective that a backend does not support,

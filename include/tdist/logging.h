@@ -23,8 +23,11 @@ void set_log_level(LogLevel level);
 /// Re-reads the level from the environment.
 void reload_log_level_from_env();
 /// Computes the level a given environment would give; exposed for tests.
-/// Null pointers stand for unset variables.
-LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, const char* torch_debug);
+/// Null pointers stand for unset variables. TDIST_DEBUG (`tdist_debug`)
+/// replaces TORCH_DISTRIBUTED_DEBUG in torch's table when set, and alone
+/// (no TDIST_LOG_LEVEL, no TORCH_CPP_LOG_LEVEL) INFO or DETAIL give INFO.
+LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, const char* torch_debug,
+                        const char* tdist_debug = nullptr);
 /// The rank printed on each line; -1 (the default, until rendezvous sets it)
 /// prints the RANK environment variable if there is one, else "?".
 void set_log_rank(int rank);

@@ -109,21 +109,6 @@ void bind_point_to_point(py::module_& m) {
         return recv(t, src, group, tag);
       },
       py::arg("tensor"), py::arg("src").none(true), py::arg("group").none(true), py::arg("tag"));
-  // tdist's own messages (monitored_barrier) on its reserved negative tags.
-  m.def(
-      "_isend_reserved_tag",
-      [](py::handle tensor, int dst, const Group& group, int tag) {
-        Tensor t = to_tensor(tensor, "isend", "tensor", R);
-        return run([&] { return detail::isend_reserved_tag(t, dst, group, tag); });
-      },
-      py::arg("tensor"), py::arg("dst"), py::arg("group").none(true), py::arg("tag"));
-  m.def(
-      "_irecv_reserved_tag",
-      [](py::handle tensor, std::optional<int> src, const Group& group, int tag) {
-        Tensor t = to_tensor(tensor, "irecv", "tensor", W);
-        return run([&] { return detail::irecv_reserved_tag(t, src, group, tag); });
-      },
-      py::arg("tensor"), py::arg("src").none(true), py::arg("group").none(true), py::arg("tag"));
 }
 
 void bind_collectives(py::module_& m) {
@@ -242,6 +227,13 @@ void bind_collectives(py::module_& m) {
       "barrier",
       [](const Group& group, bool async_op) { return run([&] { return barrier(group, async_op); }); },
       py::arg("group").none(true), py::arg("async_op"));
+  m.def(
+      "monitored_barrier",
+      [](const Group& group, std::optional<Millis> timeout, bool wait_all_ranks) {
+        py::gil_scoped_release release;
+        monitored_barrier(group, timeout, wait_all_ranks);
+      },
+      py::arg("group").none(true), py::arg("timeout").none(true), py::arg("wait_all_ranks"));
 }
 
 }  // namespace

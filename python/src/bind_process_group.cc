@@ -162,6 +162,10 @@ void bind_process_group(py::module_& m) {
            "The backend's registered name (torch's ProcessGroup.name()).")
       .def_property_readonly("global_ranks", &ProcessGroup::global_ranks, "Global rank of each group rank.")
       .def_property_readonly("timeout", &ProcessGroup::timeout, "The deadline of each operation.")
+      .def("_get_sequence_number_for_group", &ProcessGroup::sequence_number,
+           "How many collectives this group has started (torch's ProcessGroup method of that name): the "
+           "number the next collective carries, alike on every rank that made the same calls. Point-to-point "
+           "operations are not counted; 0 for backends that do not count.")
       .def("broadcast", &ProcessGroup::broadcast)
       .def("all_reduce", &ProcessGroup::all_reduce)
       .def("reduce", &ProcessGroup::reduce)

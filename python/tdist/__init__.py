@@ -39,6 +39,7 @@ from tdist._spawn import (
     start_processes,
 )
 from tdist._work import Future, Work
+from tdist.debug import DebugLevel, breakpoint, get_debug_level, set_debug_level, set_debug_level_from_env
 from tdist.collectives import (
     all_gather,
     all_gather_into_tensor,
@@ -85,6 +86,10 @@ from tdist.trace import dump_trace, trace_calls
 
 __version__ = getattr(_C, "__version__", "0")
 
+# As torch.distributed does on import: TDIST_DEBUG, else TORCH_DISTRIBUTED_DEBUG
+# (a value other than OFF, INFO or DETAIL raises DistInvalidArgument here).
+set_debug_level_from_env()
+
 
 def _make_nccl_premul_sum(factor):
     """ReduceOp PREMUL_SUM with `factor` (torch's private helper of that name)."""
@@ -92,16 +97,18 @@ def _make_nccl_premul_sum(factor):
 
 
 __all__ = [
-    "Backend", "DistBackendError", "DistError", "DistInvalidArgument", "DistNetworkError",
+    "Backend", "DebugLevel", "DistBackendError", "DistError", "DistInvalidArgument", "DistNetworkError",
     "DistNetworkTimeoutError", "DistStoreError", "DistStoreTimeoutError", "DistTimeoutError", "FileStore",
     "Future", "GroupMember", "HashStore", "P2POp", "PrefixStore", "ProcessContext", "ProcessException",
     "ProcessExitedException", "ProcessGroup", "ProcessRaisedException", "ReduceOp", "Store", "TCPStore", "Work",
     "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_gather_object", "all_reduce",
-    "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list",
-    "default_pg_timeout", "destroy_process_group", "dump_trace", "gather", "gather_object", "get_backend", "get_global_rank",
-    "get_group_rank", "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
-    "irecv", "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
+    "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint", "broadcast",
+    "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "dump_trace", "gather",
+    "gather_object", "get_backend", "get_debug_level", "get_global_rank", "get_group_rank",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group", "irecv",
+    "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
     "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group", "recv", "reduce",
     "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven", "scatter",
-    "scatter_object_list", "send", "spawn", "start_processes", "trace_calls",
+    "scatter_object_list", "send", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
+    "trace_calls",
 ]

@@ -12,7 +12,8 @@ two differ (same-kind casts only), and accepts whole tensors in
 ``all_to_all`` (as ``all_to_all_single``); torch.distributed rejects both.
 """
 
-from tdist import _C, _work
+from tdist import _C, _detail, _work
+from tdist._detail import rows, same, same_list, value
 from tdist._tensors import adopt_dtype, adopt_dtype_list, common_output, is_tensor
 from tdist.distributed_c10d import NOT_MEMBER, ReduceOp, get_rank, resolve_group
 
@@ -26,6 +27,8 @@ def broadcast(tensor, src, group=None, async_op=False):
     g = resolve_group(group, "broadcast")
     if g is NOT_MEMBER:
         return None
+    if _detail.enabled():
+        _detail.check(g, "broadcast", [same("tensor", tensor), value("src", src)])
     return _work.wrap(_C.broadcast(tensor, src, g, async_op), "broadcast", (tensor,), [tensor])
 
 
@@ -34,6 +37,8 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     g = resolve_group(group, "all_reduce")
     if g is NOT_MEMBER:
         return None
+    if _detail.enabled():
+        _detail.check(g, "all_reduce", [same("tensor", tensor), value("op", op)])
     return _work.wrap(_C.all_reduce(tensor, op, g, async_op), "all_reduce", (tensor,), [tensor])
 
 
@@ -43,6 +48,8 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
     g = resolve_group(group, "reduce")
     if g is NOT_MEMBER:
         return None
+    if _detail.enabled():
+        _detail.check(g, "reduce", [same("tensor", tensor), value("dst", dst), value("op", op)])
     return _work.wrap(_C.reduce(tensor, dst, op, g, async_op), "reduce", (tensor,), [tensor])
 
 
@@ -52,6 +59,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     if g is NOT_MEMBER:
         return None
     tensor = adopt_dtype(tensor, common_output(tensor_list), "all_gather", "tensor")
+    if _detail.enabled():
+        _detail.check(g, "all_gather", [same_list("tensor_list", tensor_list), same("tensor", tensor)])
     work = _C.all_gather(tensor_list, tensor, g, async_op)
     return _work.wrap(work, "all_gather", (tensor_list, tensor), [tensor_list])
 
@@ -64,6 +73,9 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     if g is NOT_MEMBER:
         return None
     input_tensor = adopt_dtype(input_tensor, output_tensor, "all_gather_into_tensor", "input_tensor")
+    if _detail.enabled():
+        _detail.check(g, "all_gather_into_tensor",
+                      [same("output_tensor", output_tensor), same("input_tensor", input_tensor)])
     work = _C.all_gather_into_tensor(output_tensor, input_tensor, g, async_op)
     return _work.wrap(work, "all_gather_into_tensor", (output_tensor, input_tensor), [output_tensor])
 
@@ -76,6 +88,9 @@ def all_gather_into_tensor_uneven(output, input, output_split_sizes, group=None,
     if g is NOT_MEMBER:
         return None
     input = adopt_dtype(input, output, "all_gather_into_tensor_uneven", "input")
+    if _detail.enabled():
+        _detail.check(g, "all_gather_into_tensor_uneven", [same("output", output), rows("input", input),
+                                                           value("output_split_sizes", _splits(output_split_sizes))])
     work = _C.all_gather_into_tensor_uneven(output, input, _splits(output_split_sizes), g, async_op)
     return _work.wrap(work, "all_gather_into_tensor_uneven", (output, input), [output])
 
@@ -89,6 +104,9 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
         return None
     if isinstance(gather_list, (list, tuple)) and gather_list and get_rank() == dst:
         tensor = adopt_dtype(tensor, common_output(gather_list), "gather", "tensor")
+    if _detail.enabled():  # gather_list is dst's alone
+        _detail.check(g, "gather",
+                      [same("tensor", tensor), value("dst", dst), _detail.local("gather_list", gather_list)])
     work = _C.gather(tensor, gather_list, dst, g, async_op)
     return _work.wrap(work, "gather", (tensor, gather_list), [] if gather_list is None else [gather_list])
 
@@ -100,6 +118,9 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     if g is NOT_MEMBER:
         return None
     scatter_list = adopt_dtype_list(scatter_list, tensor, "scatter", "scatter_list")
+    if _detail.enabled():  # scatter_list is src's alone
+        _detail.check(g, "scatter",
+                      [same("tensor", tensor), value("src", src), _detail.local("scatter_list", scatter_list)])
     work = _C.scatter(tensor, scatter_list, src, g, async_op)
     return _work.wrap(work, "scatter", (tensor, scatter_list), [tensor])
 
@@ -111,6 +132,9 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     if g is NOT_MEMBER:
         return None
     input_list = adopt_dtype_list(input_list, output, "reduce_scatter", "input_list")
+    if _detail.enabled():
+        _detail.check(g, "reduce_scatter",
+                      [same("output", output), same_list("input_list", input_list), value("op", op)])
     work = _C.reduce_scatter(output, input_list, op, g, async_op)
     return _work.wrap(work, "reduce_scatter", (output, input_list), [output])
 
@@ -122,6 +146,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     if g is NOT_MEMBER:
         return None
     input = adopt_dtype(input, output, "reduce_scatter_tensor", "input")
+    if _detail.enabled():
+        _detail.check(g, "reduce_scatter_tensor", [same("output", output), same("input", input), value("op", op)])
     work = _C.reduce_scatter_tensor(output, input, op, g, async_op)
     return _work.wrap(work, "reduce_scatter_tensor", (output, input), [output])
 
@@ -134,6 +160,10 @@ def reduce_scatter_tensor_uneven(output, input, input_split_sizes, op=ReduceOp.S
     if g is NOT_MEMBER:
         return None
     input = adopt_dtype(input, output, "reduce_scatter_tensor_uneven", "input")
+    if _detail.enabled():
+        _detail.check(g, "reduce_scatter_tensor_uneven", [rows("output", output), same("input", input),
+                                                          value("input_split_sizes", _splits(input_split_sizes)),
+                                                          value("op", op)])
     work = _C.reduce_scatter_tensor_uneven(output, input, _splits(input_split_sizes), op, g, async_op)
     return _work.wrap(work, "reduce_scatter_tensor_uneven", (output, input), [output])
 
@@ -152,6 +182,11 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
         return None
     input_tensor_list = adopt_dtype_list(input_tensor_list, common_output(output_tensor_list), "all_to_all",
                                          "input_tensor_list")
+    if _detail.enabled():  # sizes may differ per peer: what r sends s must fit what s receives from r
+        _detail.check(g, "all_to_all", [_detail.local("output_tensor_list", output_tensor_list),
+                                        _detail.local("input_tensor_list", input_tensor_list)],
+                      sends=_detail.per_peer(input_tensor_list), recvs=_detail.per_peer(output_tensor_list),
+                      send_name="input_tensor_list", recv_name="output_tensor_list")
     work = _C.all_to_all(output_tensor_list, input_tensor_list, g, async_op)
     return _work.wrap(work, "all_to_all", (output_tensor_list, input_tensor_list), [output_tensor_list])
 
@@ -165,6 +200,8 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     if g is NOT_MEMBER:
         return None
     input = adopt_dtype(input, output, "all_to_all_single", "input")
+    if _detail.enabled():
+        _check_all_to_all_single(g, output, input, output_split_sizes, input_split_sizes)
     work = _C.all_to_all_single(output, input, _splits(output_split_sizes), _splits(input_split_sizes), g,
                                 async_op)
     return _work.wrap(work, "all_to_all_single", (output, input), [output])
@@ -176,4 +213,27 @@ def barrier(group=None, async_op=False, device_ids=None):
     g = resolve_group(group, "barrier")
     if g is NOT_MEMBER:
         return None
+    if _detail.enabled():
+        _detail.check(g, "barrier", [])
     return _work.wrap(_C.barrier(g, async_op), "barrier")
+
+
+def _check_all_to_all_single(g, output, input, output_split_sizes, input_split_sizes):
+    """TDIST_DEBUG=DETAIL's check of all_to_all_single: with equal splits
+    every rank passes the same shapes; with split sizes the rows rank r sends
+    rank s are the rows s receives from r, and the rows' shapes agree."""
+    if output_split_sizes is None and input_split_sizes is None:
+        _detail.check(g, "all_to_all_single", [same("output", output), same("input", input)])
+        return
+    size = _C.get_world_size(g)
+
+    def splits(sizes, t):
+        if sizes is not None:
+            return [f"{int(n)} rows" for n in sizes]
+        count = t.shape[0] // size if is_tensor(t) and len(t.shape) > 0 and size > 0 else 0
+        return [f"{count} rows"] * size
+    fields = [rows("output", output), rows("input", input), _detail.shown("output_split_sizes", output_split_sizes),
+              _detail.shown("input_split_sizes", input_split_sizes)]
+    _detail.check(g, "all_to_all_single", fields,
+                  sends=splits(input_split_sizes, input), recvs=splits(output_split_sizes, output),
+                  send_name="input", recv_name="output")

@@ -9,7 +9,7 @@ import os
 import warnings
 from datetime import timedelta
 
-from tdist import _C
+from tdist import _C, _detail
 from tdist._C import DistInvalidArgument, ProcessGroup, ReduceOp
 
 #: The default timeout of process groups (the spec's 30 minutes for CPU backends).
@@ -221,6 +221,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     timeout = _check_timeout("init_process_group", timeout)
     _C.init_process_group(name or "tdist", init_method or "", default_pg_timeout if timeout is None else timeout,
                           world_size, rank, store, group_name)
+    _detail.on_init()
 
 
 def _check_timeout(op, timeout):
@@ -252,6 +253,7 @@ def destroy_process_group(group=None):
         raise AssertionError("destroy_process_group: the default process group is not initialized "
                              "(destroy_process_group() was called before init_process_group(), or twice)")
     _C.destroy_process_group(g)
+    _detail.on_destroy(g)
 
 
 def is_initialized():
@@ -299,7 +301,9 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     if use_local_synchronization and ranks and _C.get_rank(None) not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     g = _C.new_group(ranks, timeout, _backend_to_create(backend, "new_group"), use_local_synchronization)
-    return g if _C.is_member(g) else GroupMember.NON_GROUP_MEMBER
+    g = g if _C.is_member(g) else GroupMember.NON_GROUP_MEMBER
+    _detail.on_new_group(g, ranks, timeout, use_local_synchronization)  # TDIST_DEBUG=DETAIL's twin
+    return g
 
 
 def get_group_rank(group, global_rank):

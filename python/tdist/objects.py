@@ -8,7 +8,7 @@ with ranks you trust. Every call is blocking.
 
 import pickle
 
-from tdist import _C
+from tdist import _C, _detail
 from tdist._C import DistInvalidArgument
 from tdist.distributed_c10d import NOT_MEMBER, get_rank, get_world_size, resolve_group
 
@@ -24,6 +24,9 @@ def broadcast_object_list(object_list, src=0, group=None, device=None):
     g = resolve_group(group, "broadcast_object_list")
     if g is NOT_MEMBER:
         return
+    if _detail.enabled():
+        _detail.check(g, "broadcast_object_list", [_detail.value("len(object_list)", len(object_list)),
+                                                   _detail.value("src", src)])
     is_src = get_rank() == src
     pickles = [_dumps(obj) for obj in object_list] if is_src else None
     received = _C.broadcast_object_list(pickles, len(object_list), src, g)
@@ -38,6 +41,8 @@ def all_gather_object(object_list, obj, group=None):
     g = resolve_group(group, "all_gather_object")
     if g is NOT_MEMBER:
         return
+    if _detail.enabled():
+        _detail.check(g, "all_gather_object", [])
     received = _C.all_gather_object(_dumps(obj), g)
     # Checked after communicating, so a rank with a short list does not leave
     # the others waiting.
@@ -62,6 +67,8 @@ def gather_object(obj, object_gather_list=None, dst=0, group=None):
     if is_dst and len(object_gather_list) < get_world_size(group):
         raise DistInvalidArgument(f"gather_object: object_gather_list has {len(object_gather_list)} entries "
                                   f"but the group has {get_world_size(group)} ranks")
+    if _detail.enabled():
+        _detail.check(g, "gather_object", [_detail.value("dst", dst)])
     received = _C.gather_object(_dumps(obj), is_dst, dst, g)
     if is_dst:
         for i, data in enumerate(received):
@@ -78,6 +85,8 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list, s
     if not isinstance(scatter_object_output_list, list) or len(scatter_object_output_list) < 1:
         raise DistInvalidArgument("scatter_object_list: scatter_object_output_list must be a list with at "
                                   "least one entry")
+    if _detail.enabled():
+        _detail.check(g, "scatter_object_list", [_detail.value("src", src)])
     is_src = get_rank() == src
     pickles = [_dumps(obj) for obj in scatter_object_input_list] if is_src else None
     data = _C.scatter_object_list(pickles, src, g)

@@ -68,16 +68,6 @@ def irecv(tensor, src=None, group=None, tag=0):
     return _start_recv(_C.irecv, tensor, src, group, _check_tag("irecv", tag))
 
 
-def _isend_reserved(tensor, dst, group, tag):
-    """isend on one of tdist's own negative tags (monitored_barrier)."""
-    return _start_send(_C._isend_reserved_tag, tensor, dst, group, tag)
-
-
-def _irecv_reserved(tensor, src, group, tag):
-    """irecv on one of tdist's own negative tags (monitored_barrier)."""
-    return _start_recv(_C._irecv_reserved_tag, tensor, src, group, tag)
-
-
 def _start_send(post, tensor, dst, group, tag):
     g = resolve_group(group, "isend")
     if g is NOT_MEMBER:

@@ -39,7 +39,7 @@ std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr
       first = false;
     }
   }
-  return std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+  return std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): Timed out after " +
          std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
 }
 
@@ -134,7 +134,9 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
       // never send what we wait for; what it did send tells.
       detail::throw_if_unmatched(ctx);
       long_wait.poll(ctx, -1);
-      if (Clock::now() >= ctx.deadline)
+      // A request that finished just now (a peer's abort notice failing it)
+      // goes round once more: its own error says more than a timeout.
+      if (Clock::now() >= ctx.deadline && !request->done())
         throw DistTimeoutError(timeout_message(ctx, requests) + detail::missing_ranks_text(ctx));
     }
   } catch (...) {

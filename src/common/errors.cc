@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "tdist/debug.h"
 #include "tdist/errors.h"
 
 namespace tdist {
@@ -31,7 +32,9 @@ std::string exception_text(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    return e.what();
+    // Without this process's C++ stack: the text goes to peers and into the
+    // flight recorder, and a peer's error gets its own stack.
+    return detail::without_cpp_stack(e.what());
   } catch (...) {
     return "unknown error";
   }

@@ -46,7 +46,8 @@ const char* getenv_once(const char* name) {
 
 }  // namespace
 
-LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, const char* torch_debug) {
+LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, const char* torch_debug,
+                        const char* tdist_debug) {
   if (is_set(tdist_level)) {
     int level = parse_level(tdist_level);
     if (level >= 0) return static_cast<LogLevel>(level);
@@ -54,16 +55,26 @@ LogLevel log_level_from(const char* tdist_level, const char* torch_cpp_level, co
                  "[tdist] ignoring TDIST_LOG_LEVEL='%s': expected ERROR, WARNING, INFO, DEBUG or TRACE\n",
                  tdist_level);
   }
+  // TDIST_DEBUG stands for TORCH_DISTRIBUTED_DEBUG when set, as it does for
+  // the debug level (debug.h). A bad value is the debug level's error to
+  // raise; here it changes nothing.
+  const char* debug = is_set(tdist_debug) ? tdist_debug : torch_debug;
   if (is_set(torch_cpp_level)) {
     // The spec's table: TORCH_DISTRIBUTED_DEBUG only matters with
     // TORCH_CPP_LOG_LEVEL=INFO, where INFO gives DEBUG and DETAIL gives TRACE.
     int level = parse_level(torch_cpp_level);
-    if (level == static_cast<int>(LogLevel::kInfo) && is_set(torch_debug)) {
-      std::string debug = upper(torch_debug);
-      if (debug == "INFO") return LogLevel::kDebug;
-      if (debug == "DETAIL") return LogLevel::kTrace;
+    if (level == static_cast<int>(LogLevel::kInfo) && is_set(debug)) {
+      std::string name = upper(debug);
+      if (name == "INFO") return LogLevel::kDebug;
+      if (name == "DETAIL") return LogLevel::kTrace;
     }
     if (level >= static_cast<int>(LogLevel::kInfo)) return static_cast<LogLevel>(level);
+  }
+  // tdist's own variable alone: its INFO and DETAIL print what they log
+  // (group creation) without a second variable.
+  if (is_set(tdist_debug)) {
+    std::string name = upper(tdist_debug);
+    if (name == "INFO" || name == "DETAIL") return LogLevel::kInfo;
   }
   return LogLevel::kWarning;
 }
@@ -83,7 +94,7 @@ void set_log_level(LogLevel level) {
 
 void reload_log_level_from_env() {
   set_log_level(log_level_from(getenv_once("TDIST_LOG_LEVEL"), getenv_once("TORCH_CPP_LOG_LEVEL"),
-                               getenv_once("TORCH_DISTRIBUTED_DEBUG")));
+                               getenv_once("TORCH_DISTRIBUTED_DEBUG"), getenv_once("TDIST_DEBUG")));
 }
 
 void set_log_rank(int rank) {

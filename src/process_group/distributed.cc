@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "blocking_call.h"
+#include "flight_recorder.h"
+#include "group_resolve.h"
+#include "tdist/debug.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "tdist/rendezvous.h"
-#include "flight_recorder.h"
 #include "tdist/tcp_store.h"
 #include "validate.h"
 
@@ -157,6 +159,9 @@ void init_process_group(const InitProcessGroupOptions& options) {
     }
   }
   validate::positive_timeout("init_process_group", options.timeout);
+  // A bad TDIST_DEBUG / TORCH_DISTRIBUTED_DEBUG fails here, before anything
+  // is created, as torch fails at import.
+  const DebugLevel debug = debug_level();
   // -1 (the default) means "not given": taken from init_method or the
   // environment. Any other negative value is a mistake, not "not given".
   if (options.rank < -1) {
@@ -204,6 +209,13 @@ void init_process_group(const InitProcessGroupOptions& options) {
   state().new_group_calls = 0;
   state().local_group_calls.clear();
   remember_locked(state().world);
+  if (debug >= DebugLevel::kInfo) {
+    std::string method = options.init_method.empty() ? "env://" : options.init_method;
+    if (options.store) method = "(explicit store)";
+    TDIST_LOG(INFO) << "init_process_group: rank " << r.rank << " of " << r.world_size << ", backend "
+                    << backend << ", timeout " << options.timeout.count() << " ms, init_method " << method
+                    << ", debug level " << debug_level_name(debug);
+  }
 }
 
 void destroy_process_group(const Group& group) {
@@ -323,6 +335,13 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
           : create_process_group(chosen_backend, std::make_shared<PrefixStore>(name, base),
                                  static_cast<int>(it - members.begin()), static_cast<int>(members.size()),
                                  options);
+  if (debug_level() >= DebugLevel::kInfo) {
+    const std::string role =
+        group->rank() >= 0 ? "is group rank " + std::to_string(group->rank()) : "is not a member";
+    TDIST_LOG(INFO) << "new_group " << name << ": global ranks [" << key.substr(0, key.size() - 1)
+                    << "], this rank " << role << ", backend " << chosen_backend << ", timeout "
+                    << options.timeout.count() << " ms";
+  }
   std::lock_guard<std::mutex> lock(state().mutex);
   remember_locked(group);
   return group;
@@ -392,6 +411,10 @@ int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int t
 }
 
 namespace detail {
+
+Group resolve_group(const Group& group, const char* op) {
+  return resolve(group, op);
+}
 
 WorkPtr isend_reserved_tag(const Tensor& tensor, int dst, const Group& group, int tag) {
   return start_send("isend", tensor, dst, group, tag);

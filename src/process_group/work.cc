@@ -121,7 +121,7 @@ std::exception_ptr Work::exception() const {
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   if (!future_->wait_for(timeout, op_)) {
-    throw DistTimeoutError(op_ + ": Work.wait timed out after " + std::to_string(timeout.count()) +
+    throw DistTimeoutError(op_ + ": Work.wait: Timed out after " + std::to_string(timeout.count()) +
                            " ms; the operation is still running");
   }
   return true;

@@ -66,7 +66,7 @@ TEST(CollectiveErrors, TimeoutNamesOpCallTimeoutAndPendingRankThenTheGroupIsAbor
                     throw std::runtime_error("no timeout");
                   } catch (const DistTimeoutError& e) {
                     check(std::string(e.what()) ==
-                              "all_reduce (call #1 in this group): timed out after 300 ms waiting for rank 1",
+                              "all_reduce (call #1 in this group): Timed out after 300 ms waiting for rank 1",
                           std::string("unexpected message: ") + e.what());
                   }
                   // The transport was aborted, so nothing pending can write into freed buffers and
@@ -75,7 +75,7 @@ TEST(CollectiveErrors, TimeoutNamesOpCallTimeoutAndPendingRankThenTheGroupIsAbor
                     algorithms::barrier(g.call("barrier"));
                     throw std::runtime_error("the group still works after a timeout");
                   } catch (const DistTimeoutError& e) {
-                    check(std::string(e.what()).find("timed out after 300 ms") != std::string::npos,
+                    check(std::string(e.what()).find("Timed out after 300 ms") != std::string::npos,
                           std::string("unexpected message: ") + e.what());
                   }
                 }),
@@ -96,7 +96,7 @@ TEST(CollectiveErrors, TimeoutListsEveryPendingRank) {
               throw std::runtime_error("no timeout");
             } catch (const DistTimeoutError& e) {
               check(std::string(e.what()) ==
-                        "gather (call #1 in this group): timed out after 200 ms waiting for ranks 1, 2, 3",
+                        "gather (call #1 in this group): Timed out after 200 ms waiting for ranks 1, 2, 3",
                     std::string("unexpected message: ") + e.what());
             }
           }),

@@ -529,7 +529,7 @@ std::string timeout_of_a_skipped_call(const std::function<void(ProcessGroup&)>& 
 
 TEST(Shm, ATimeoutNamesTheFlagWaitedForAndHowFarTheLatePeerGot) {
   const std::string prefix =
-      "all_reduce (call #1 in this group): timed out after 800 ms waiting for rank 1 "
+      "all_reduce (call #1 in this group): Timed out after 800 ms waiting for rank 1 "
       "over shared memory (for ";
   // Payload (in the flag line) and one-shot all_reduce wait in round 2 for
   // its data. A large one waits for its data too (single copy: the peer's
@@ -560,7 +560,7 @@ TEST(Shm, ATimeoutNamesTheFlagWaitedForAndHowFarTheLatePeerGot) {
         Tensor t = Tensor::zeros(DType::kFloat32, {1});
         pg.reduce(t, 0, ReduceOp::SUM)->wait();
       }),
-      "reduce (call #1 in this group): timed out after 800 ms waiting for rank 1 over shared memory (for "
+      "reduce (call #1 in this group): Timed out after 800 ms waiting for rank 1 over shared memory (for "
       "its contribution in eager operation 0; its slot was never written)" +
           missing);
 }

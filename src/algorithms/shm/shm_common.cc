@@ -95,7 +95,7 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
       break;
   }
   throw DistTimeoutError(
-      std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): timed out after " +
+      std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): Timed out after " +
       std::to_string(ctx.timeout.count()) + " ms waiting for rank " + std::to_string(group.group_rank(peer)) +
       " over shared memory (for " + what + progress + ")" + algorithms::detail::missing_ranks_text(ctx));
 }

@@ -1,0 +1,56 @@
+#pragma once
+
+/// @file debug.h
+/// Debugging switches, as in the spec's "Debugging torch.distributed
+/// applications":
+///
+/// - The debug level: OFF (default), INFO or DETAIL, from TDIST_DEBUG or,
+///   when that is unset, TORCH_DISTRIBUTED_DEBUG. INFO logs each process
+///   group's creation (backend, ranks, timeout); DETAIL also has the Python
+///   package check, before each collective, that every rank passes the same
+///   op with tensors of the same shapes, dtypes and devices (docs/python.md).
+/// - TORCH_SHOW_CPP_STACKTRACES=1: every tdist exception's message ends with
+///   the C++ stack where it was raised (errors.h).
+
+#include <string>
+
+namespace tdist {
+
+/// torch.distributed's DebugLevel.
+enum class DebugLevel : int { kOff = 0, kInfo = 1, kDetail = 2 };
+
+/// The level in force. The first call reads the environment (see
+/// set_debug_level_from_env()) unless set_debug_level() came first; a bad
+/// value raises DistInvalidArgument from that call.
+DebugLevel debug_level();
+/// Sets the level for the whole process (every rank must set the same).
+void set_debug_level(DebugLevel level);
+/// Sets the level from TDIST_DEBUG, else TORCH_DISTRIBUTED_DEBUG: OFF, INFO
+/// or DETAIL in any case; both unset or empty: OFF. Anything else raises
+/// DistInvalidArgument naming the variable and its value (torch raises a
+/// RuntimeError there too) and leaves the level as it was.
+void set_debug_level_from_env();
+/// The level the given values of TDIST_DEBUG and TORCH_DISTRIBUTED_DEBUG
+/// stand for (null: unset); raises as set_debug_level_from_env(). For tests.
+DebugLevel debug_level_from(const char* tdist_debug, const char* torch_debug);
+/// "OFF", "INFO", "DETAIL".
+const char* debug_level_name(DebugLevel level);
+
+/// Whether exceptions carry their C++ stack: TORCH_SHOW_CPP_STACKTRACES=1,
+/// read on first use ("0" or unset: no; anything else: no, with a warning).
+bool show_cpp_stacktraces();
+/// Overrides TORCH_SHOW_CPP_STACKTRACES for this process (tests, tools).
+void set_show_cpp_stacktraces(bool show);
+
+namespace detail {
+/// What starts the stack in an exception's message.
+inline constexpr const char* kCppStackMarker = "\nException raised from ";
+/// `message` followed by the calling thread's C++ stack when
+/// show_cpp_stacktraces() and `message` carries none yet (an error rebuilt
+/// from another keeps the first one's stack); else `message`.
+std::string with_cpp_stack(const std::string& message);
+/// `what` without the stack with_cpp_stack() added, if any.
+std::string without_cpp_stack(const std::string& what);
+}  // namespace detail
+
+}  // namespace tdist
