@@ -24,6 +24,11 @@ std::string dump_trace(const std::string& path = {});
 /// The flight recorder as JSON text (what dump_trace writes).
 std::string trace_json();
 
+/// Names this copy of tdist in the files dump_trace writes without a path
+/// (rank<R>.<name>.json). The torch plugin calls it with "torch": a torch
+/// program may also load the Python package, which links its own copy.
+void set_trace_component(const std::string& name);
+
 /// What tdist-trace prints for the dumps of a job's ranks (their JSON
 /// texts; `names[i]`, if given, names dump i in errors), per group: the last
 /// call every rank completed, the first call where ranks disagree or one is

@@ -494,6 +494,10 @@ std::string trace_json() {
   return detail::FlightRecorder::instance().to_json("trace_json()");
 }
 
+void set_trace_component(const std::string& name) {
+  detail::FlightRecorder::instance().set_component(name);
+}
+
 }  // namespace tdist
 
 namespace tdist::detail {

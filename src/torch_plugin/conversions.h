@@ -5,8 +5,9 @@
 // torch.distributed function, the argument, what was expected and what came.
 //
 // Header-only: torch's headers make each translation unit cost ~10 s to
-// compile, so the plugin keeps to three (module.cc, process_group_tdist.cc,
-// p2p.cc) and these small functions are compiled where they are used.
+// compile, so the plugin keeps to four (module.cc, process_group_tdist.cc,
+// p2p.cc, issue_and_check.cc) and these small functions are compiled where
+// they are used.
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -29,6 +30,9 @@ namespace tdist::torch_plugin {
 inline DType to_tdist_dtype(at::ScalarType type, const char* op);
 /// The torch scalar type of a tdist dtype.
 inline at::ScalarType to_torch_dtype(DType dtype);
+/// The name tdist's messages give a torch dtype ("float32"); torch's own
+/// name for dtypes tdist lacks.
+inline std::string dtype_label(at::ScalarType type);
 
 /// Wraps a torch tensor's memory as a tdist tensor, without copying. The torch
 /// tensor must stay alive while the tdist one is used. Raises c10::Error for a
@@ -101,6 +105,14 @@ inline DType to_tdist_dtype(at::ScalarType type, const char* op) {
       fail(std::string(op) + ": the tdist backend does not support tensors of dtype " + c10::toString(type) +
            " (supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, "
            "complex64, complex128)");
+  }
+}
+
+inline std::string dtype_label(at::ScalarType type) {
+  try {
+    return std::string(dtype_name(to_tdist_dtype(type, "")));
+  } catch (const c10::Error&) {
+    return c10::toString(type);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "completion_pool.h"
 #include "process_group_tdist.h"
+#include "tdist/trace.h"
 
 namespace tdist::torch_plugin {
 
@@ -83,7 +84,32 @@ every rank has joined (or ``timeout`` passed).
       .def_property_readonly("timeout", &ProcessGroupTdist::timeout,
                              "The deadline of every operation of the group.")
       .def_property_readonly("group_name", &ProcessGroupTdist::group_name,
-                             "The name torch.distributed gave the group (its store prefix).");
+                             "The name torch.distributed gave the group (its store prefix).")
+      .def_property_readonly("detail_checks", &ProcessGroupTdist::detail_checks,
+                             "True if every collective is first checked across ranks (DETAIL debug level "
+                             "when the group was created).");
+
+  // For the tests: what a profiler observer sees of record_param_comms events
+  // (Debian's torch has no Kineto, whose traces would show them).
+  m.def("_start_param_comms_observer", &tdist::torch_plugin::ParamCommsObserver::start);
+  m.def("_stop_param_comms_observer", [] {
+    py::list out;
+    for (const auto& e : tdist::torch_plugin::ParamCommsObserver::stop()) {
+      py::dict d;
+      d["op"] = e.op;
+      d["rank"] = e.rank;
+      d["in_numel"] = e.in_numel;
+      d["out_numel"] = e.out_numel;
+      d["dtype"] = e.dtype;
+      d["in_splits"] = e.in_splits;
+      d["out_splits"] = e.out_splits;
+      d["seq"] = e.seq;
+      d["group_name"] = e.group_name;
+      d["group_size"] = e.group_size;
+      out.append(d);
+    }
+    return out;
+  });
 
   m.def(
       "_drain_completions",
@@ -94,6 +120,14 @@ every rank has joined (or ``timeout`` passed).
       "Waits (GIL released) until no future completion is queued or running, at most `timeout`. "
       "Run at exit, before Python finalizes: a completion still dropping a Python callback then "
       "would abort the process.");
+
+  // The flight recorder of the plugin's copy of tdist (tdist.dump_trace
+  // writes it beside the Python package's; docs/debugging.md).
+  tdist::set_trace_component("torch");
+  m.def(
+      "_dump_trace", [](const std::string& path) { return tdist::dump_trace(path); },
+      py::arg("path") = std::string(), py::call_guard<py::gil_scoped_release>());
+  m.def("_trace_json", &tdist::trace_json, py::call_guard<py::gil_scoped_release>());
 
   m.attr("TORCH_VERSION_BUILT_AGAINST") = TORCH_PLUGIN_TORCH_VERSION;
 }

@@ -18,6 +18,7 @@
 
 #include "conversions.h"
 #include "process_group_tdist.h"
+#include "tdist/distributed.h"
 #include "tdist/errors.h"
 #include "work_tdist.h"
 
@@ -33,10 +34,6 @@ int payload_tag(uint32_t seq) {
   return static_cast<int>(0x80000000u | (seq & 0x3fffffffu));
 }
 
-int monitored_barrier_tag(uint32_t seq) {
-  return static_cast<int>(0xC0000000u | (seq & 0x3fffffffu));
-}
-
 void check_tag(int tag, const char* op) {
   if (tag < 0) {
     fail(std::string(op) + ": tag " + std::to_string(tag) +
@@ -50,14 +47,6 @@ void check_peer(int peer, int rank, int size, const char* op, const char* what) 
     fail(std::string(op) + ": " + what + " " + std::to_string(peer) + " is this rank; a rank cannot " +
          (std::string(op) == "send" ? "send to" : "receive from") + " itself");
   }
-}
-
-// "R" in the default group; "R (global rank G)" in a subgroup, so a message
-// read in one rank's log can be matched to the others'.
-std::string rank_name(const tdist::ProcessGroup& pg, int r) {
-  const auto& global = pg.global_ranks();
-  if (global.empty() || global[static_cast<size_t>(r)] == r) return std::to_string(r);
-  return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
 }
 
 std::string describe(DType dtype, int64_t numel) {
@@ -130,11 +119,12 @@ WorkHandle ProcessGroupTdist::send(std::vector<at::Tensor>& tensors, int dst_ran
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_tag(tag, op);
     check_peer(dst_rank, getRank(), getSize(), op, "dst");
+    auto comms = record_comms({op, t.numel(), t.numel(), t.scalar_type()});
     Tensor payload = to_tdist(t, op, "tensor");
     uint32_t seq = send_seq_[static_cast<size_t>(dst_rank)].fetch_add(1);
     Tensor header = Tensor::from_vector<int64_t>(
         {kHeaderMagic, static_cast<int64_t>(payload.dtype()), payload.numel(), static_cast<int64_t>(seq)});
-    auto work = make_work(c10d::OpType::SEND, op, {}, {t});
+    auto work = make_work(c10d::OpType::SEND, op, {}, {t}, {t});
     // tdist's send keeps `header` (owned memory) alive until it is on the wire.
     auto header_sent = pg_->send(header, dst_rank, tag);
     auto payload_sent = pg_->send(payload, dst_rank, payload_tag(seq));
@@ -160,8 +150,11 @@ WorkHandle ProcessGroupTdist::receive(std::vector<at::Tensor>& tensors, int src_
   return translate_errors([&]() -> WorkHandle {
     const at::Tensor& out = single_entry(tensors, op, "tensor");
     check_tag(tag, op);
+    const bool any = type == c10d::OpType::RECVANYSOURCE;
+    auto comms = record_comms({any ? "recv_any_source" : op, out.numel(), out.numel(), out.scalar_type()});
     Tensor target = to_tdist(out, op, "tensor");
-    auto work = make_work(type, op, {out}, {});
+    // As gloo's, the event shows the receiving tensor.
+    auto work = make_work(type, op, {out}, {}, {out}, any ? "recv_any_source" : nullptr);
     Tensor header = Tensor::zeros(DType::kInt64, {kHeaderWords});
     WorkPtr header_work = pg_->recv(header, src_rank, tag);
     work->drive_through(header_work);
@@ -185,53 +178,15 @@ WorkHandle ProcessGroupTdist::receive(std::vector<at::Tensor>& tensors, int src_
 }
 
 void ProcessGroupTdist::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  // No Work to carry the event: it spans the call, which blocks.
+  RECORD_USER_SCOPE("tdist:monitored_barrier");
+  auto comms = record_comms({"monitored_barrier"});
+  // tdist's own (distributed.h), so torch programs get the same report
+  // and gloo's wording ("Rank 1 failed to pass monitoredBarrier in ...").
   translate_errors([&] {
-    using Clock = std::chrono::steady_clock;
-    auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-    auto deadline = Clock::now() + timeout;
-    auto left = [&] {
-      return std::max(std::chrono::milliseconds(0),
-                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    };
-    // Every member calls this in the same order, so the counters agree and a
-    // late message of an earlier, failed barrier cannot satisfy this one.
-    int tag = monitored_barrier_tag(monitored_barrier_seq_++);
-    int rank = getRank();
-    int size = getSize();
-    std::string where = "monitored_barrier (timeout " + std::to_string(timeout.count()) + " ms)";
-    auto name = [&](int r) { return rank_name(*pg_, r); };
-    if (size == 1) return;
-    if (rank != 0) {
-      Tensor token = Tensor::zeros(DType::kUInt8, {1});
-      pg_->send(token, 0, tag);
-      Tensor release = Tensor::zeros(DType::kUInt8, {1});
-      auto released = pg_->recv(release, 0, tag);
-      if (!released->get_future()->wait_for(left())) {
-        throw DistTimeoutError(
-            where + ": rank " + name(rank) +
-            " was not released by rank 0 in time; rank 0 reports which ranks did not arrive");
-      }
-      return;
-    }
-    std::vector<WorkPtr> arrivals;
-    for (int r = 1; r < size; ++r) arrivals.push_back(pg_->recv(Tensor::zeros(DType::kUInt8, {1}), r, tag));
-    std::vector<int> missing;
-    for (int r = 1; r < size; ++r) {
-      if (!arrivals[static_cast<size_t>(r - 1)]->get_future()->wait_for(left())) {
-        missing.push_back(r);
-        if (!wait_all_ranks) break;
-      }
-    }
-    if (!missing.empty()) {
-      std::string list;
-      for (int r : missing) list += (list.empty() ? "" : ", ") + name(r);
-      throw DistTimeoutError(
-          where + ": rank" + (missing.size() > 1 ? "s " : " ") + list + " did not reach the barrier in time" +
-          (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)"));
-    }
-    std::vector<WorkPtr> releases;
-    for (int r = 1; r < size; ++r) releases.push_back(pg_->send(Tensor::zeros(DType::kUInt8, {1}), r, tag));
-    for (auto& w : releases) w->wait();
+    const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    tdist::monitored_barrier(pg_, std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+                             wait_all_ranks);
   });
 }
 

@@ -1,8 +1,10 @@
 #include "process_group_tdist.h"
 
+#include <torch/csrc/distributed/c10d/debug.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cctype>
 #include <cstdlib>
 
 #include "c10d_store_adapter.h"
@@ -12,7 +14,42 @@
 namespace tdist::torch_plugin {
 namespace {
 
+namespace dc = detail_check;
 using WorkHandle = c10::intrusive_ptr<c10d::Work>;
+
+std::vector<WorkPtr> parts(WorkPtr part) {
+  return {std::move(part)};
+}
+
+int64_t total_numel(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.defined() ? t.numel() : 0;
+  return total;
+}
+
+std::vector<int64_t> numels(const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> out;
+  for (const auto& t : tensors) out.push_back(t.defined() ? t.numel() : 0);
+  return out;
+}
+
+// What torch's comm events record for a call without tensors: kByte.
+at::ScalarType first_dtype(const std::vector<at::Tensor>& tensors) {
+  return tensors.empty() || !tensors[0].defined() ? at::kByte : tensors[0].scalar_type();
+}
+
+// DETAIL checks: torch's debug level (TORCH_DISTRIBUTED_DEBUG, or
+// torch.distributed.set_debug_level) or TDIST_DEBUG=DETAIL, when the group
+// is created, as torch decides whether to wrap a gloo group.
+bool detail_checks_requested() {
+  if (c10d::debug_level() == c10d::DebugLevel::Detail) return true;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): tdist never calls setenv
+  const char* env = std::getenv("TDIST_DEBUG");
+  if (env == nullptr) return false;
+  std::string level(env);
+  for (auto& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return level == "DETAIL";
+}
 
 // A root rank from c10d's int64 options, checked before narrowing to int.
 int root_rank(int64_t root, int size, const char* op, const char* what) {
@@ -59,6 +96,34 @@ void unflatten_into(const at::Tensor& flat, int64_t offset, const std::vector<at
   }
 }
 
+// all_gather_coalesced: one output list per rank, each like the input list.
+void check_coalesced_lists(const std::vector<std::vector<at::Tensor>>& outputs,
+                           const std::vector<at::Tensor>& inputs, int size, const char* op) {
+  to_tdist(inputs, op, "input_tensor_list entry");
+  check_same_dtype(inputs, op, "input_tensor_list");
+  if (outputs.size() != static_cast<size_t>(size)) {
+    fail(std::string(op) + ": output_tensor_lists has " + std::to_string(outputs.size()) +
+         " lists but the group has " + std::to_string(size) + " ranks");
+  }
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    to_tdist(outputs[r], op, "output_tensor_lists entry");
+    if (outputs[r].size() != inputs.size()) {
+      fail(std::string(op) + ": output_tensor_lists[" + std::to_string(r) + "] has " +
+           std::to_string(outputs[r].size()) + " tensors but input_tensor_list has " +
+           std::to_string(inputs.size()));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (outputs[r][i].numel() != inputs[i].numel() ||
+          outputs[r][i].scalar_type() != inputs[i].scalar_type()) {
+        fail(std::string(op) + ": output_tensor_lists[" + std::to_string(r) + "][" + std::to_string(i) +
+             "] is " + c10::toString(outputs[r][i].scalar_type()) + " with " +
+             std::to_string(outputs[r][i].numel()) + " elements but input_tensor_list[" + std::to_string(i) +
+             "] is " + c10::toString(inputs[i].scalar_type()) + " with " + std::to_string(inputs[i].numel()));
+      }
+    }
+  }
+}
+
 // The host of the TCPStore behind `store` (through any PrefixStores), or
 // empty: torch hands backends its store wrapped in one PrefixStore per group.
 std::string tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
@@ -101,15 +166,24 @@ ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& stor
     auto adapter = std::make_shared<C10dStoreAdapter>(store);
     return create_process_group("tdist", adapter, rank, size, options);
   });
+  issued_ = pg_->sequence_number();
+  detail_ = detail_checks_requested();
   init();
 }
 
-ProcessGroupTdist::~ProcessGroupTdist() = default;
+ProcessGroupTdist::~ProcessGroupTdist() {
+  // Calls deferred behind a staged operation never reach tdist now.
+  order_->close(std::make_exception_ptr(
+      c10::Error("tdist: the process group was destroyed before the operation was issued", "")));
+}
 
 c10::intrusive_ptr<WorkTdist> ProcessGroupTdist::make_work(c10d::OpType type, const char* op,
                                                            std::vector<at::Tensor> outputs,
-                                                           std::vector<at::Tensor> keep_alive) {
-  return c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive));
+                                                           std::vector<at::Tensor> keep_alive,
+                                                           const std::vector<at::Tensor>& profiled,
+                                                           const char* title) {
+  return c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive),
+                                        profiled, title);
 }
 
 WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
@@ -119,8 +193,11 @@ WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "src");
-    auto work = make_work(c10d::OpType::BROADCAST, op, {t}, {});
-    complete_when_done(work, {pg_->broadcast(to_tdist(t, op, "tensor"), root)});
+    if (detail_) check_call({op, root, {dc::one("tensor", t)}});
+    auto comms = record_comms({op, t.numel(), t.numel(), t.scalar_type()});
+    auto work = make_work(c10d::OpType::BROADCAST, op, {t}, {}, {t});
+    Tensor tensor = to_tdist(t, op, "tensor");
+    launch(work, [this, tensor, root] { return parts(pg_->broadcast(tensor, root)); });
     return work;
   });
 }
@@ -129,9 +206,14 @@ WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
                                         const c10d::AllreduceOptions& opts) {
   const char* op = "all_reduce";
   return translate_errors([&]() -> WorkHandle {
-    const at::Tensor& t = single_entry(tensors, op, "tensor");
-    auto work = make_work(c10d::OpType::ALLREDUCE, op, {t}, {});
-    complete_when_done(work, {pg_->all_reduce(to_tdist(t, op, "tensor"), to_tdist_op(opts.reduceOp, op))});
+    at::Tensor& t = single_entry(tensors, op, "tensor");
+    if (t.layout() == at::kSparse) return sparse_allreduce(t, opts);
+    if (detail_) check_call({op, -1, {dc::one("tensor", t)}});
+    auto comms = record_comms({op, t.numel(), t.numel(), t.scalar_type()});
+    auto work = make_work(c10d::OpType::ALLREDUCE, op, {t}, {}, {t});
+    Tensor tensor = to_tdist(t, op, "tensor");
+    ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
+    launch(work, [this, tensor, reduce] { return parts(pg_->all_reduce(tensor, reduce)); });
     return work;
   });
 }
@@ -140,16 +222,21 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "all_reduce_coalesced";
   return translate_errors([&]() -> WorkHandle {
+    if (detail_) check_call({op, -1, {dc::list("tensors", tensors)}});
+    auto comms = record_comms({op, total_numel(tensors), total_numel(tensors), first_dtype(tensors)});
+    auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, {}, tensors);
     to_tdist(tensors, op, "tensors");  // checks device, layout, contiguity, dtype
     check_same_dtype(tensors, op, "tensors");
-    auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, {});
     if (tensors.empty()) {
       complete_when_done(work, {});
       return work;
     }
     at::Tensor flat = flatten_copy(tensors);
-    auto part = pg_->all_reduce(to_tdist(flat, op, "tensors"), to_tdist_op(opts.reduceOp, op));
-    complete_when_done(work, {part}, [tensors, flat] { unflatten_into(flat, 0, tensors); });
+    Tensor flat_t = to_tdist(flat, op, "tensors");
+    ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
+    launch(
+        work, [this, flat_t, reduce] { return parts(pg_->all_reduce(flat_t, reduce)); },
+        [tensors, flat] { unflatten_into(flat, 0, tensors); });
     return work;
   });
 }
@@ -160,8 +247,12 @@ WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
-    auto work = make_work(c10d::OpType::REDUCE, op, {t}, {});
-    complete_when_done(work, {pg_->reduce(to_tdist(t, op, "tensor"), root, to_tdist_op(opts.reduceOp, op))});
+    if (detail_) check_call({op, root, {dc::one("tensor", t)}});
+    auto comms = record_comms({op, t.numel(), t.numel(), t.scalar_type()});
+    auto work = make_work(c10d::OpType::REDUCE, op, {t}, {}, {t});
+    Tensor tensor = to_tdist(t, op, "tensor");
+    ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
+    launch(work, [this, tensor, root, reduce] { return parts(pg_->reduce(tensor, root, reduce)); });
     return work;
   });
 }
@@ -172,9 +263,14 @@ WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& ou
   return translate_errors([&]() -> WorkHandle {
     const at::Tensor& input = single_entry(inputs, op, "tensor");
     std::vector<at::Tensor>& list = single_entry(outputs, op, "tensor_list");
-    auto work = make_work(c10d::OpType::ALLGATHER, op, list, {input});
-    complete_when_done(
-        work, {pg_->all_gather(to_tdist(list, op, "tensor_list entry"), to_tdist(input, op, "tensor"))});
+    if (detail_) {
+      check_call({op, -1, {dc::list("tensor_list", list), dc::one("tensor", input, dc::Rule::kEntryOf, 0)}});
+    }
+    auto comms = record_comms({op, input.numel(), total_numel(list), input.scalar_type()});
+    auto work = make_work(c10d::OpType::ALLGATHER, op, list, {input}, {input});
+    auto outs = to_tdist(list, op, "tensor_list entry");
+    Tensor in = to_tdist(input, op, "tensor");
+    launch(work, [this, outs, in] { return parts(pg_->all_gather(outs, in)); });
     return work;
   });
 }
@@ -183,9 +279,12 @@ WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& in
                                               const c10d::AllgatherOptions&) {
   const char* op = "all_gather_into_tensor";
   return translate_errors([&]() -> WorkHandle {
-    auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input});
-    complete_when_done(work, {pg_->all_gather_into_tensor(to_tdist(output, op, "output_tensor"),
-                                                          to_tdist(input, op, "input_tensor"))});
+    if (detail_) check_call({op, -1, {dc::one("output_tensor", output), dc::one("input_tensor", input)}});
+    auto comms = record_comms({op, input.numel(), output.numel(), input.scalar_type()});
+    auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input}, {input});
+    Tensor out = to_tdist(output, op, "output_tensor");
+    Tensor in = to_tdist(input, op, "input_tensor");
+    launch(work, [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); });
     return work;
   });
 }
@@ -195,45 +294,30 @@ WorkHandle ProcessGroupTdist::allgather_coalesced(std::vector<std::vector<at::Te
                                                   const c10d::AllgatherOptions&) {
   const char* op = "all_gather_coalesced";
   return translate_errors([&]() -> WorkHandle {
-    to_tdist(inputs, op, "input_tensor_list entry");
-    check_same_dtype(inputs, op, "input_tensor_list");
-    if (outputs.size() != static_cast<size_t>(getSize())) {
-      fail(std::string(op) + ": output_tensor_lists has " + std::to_string(outputs.size()) +
-           " lists but the group has " + std::to_string(getSize()) + " ranks");
-    }
     std::vector<at::Tensor> all_outputs;
-    for (size_t r = 0; r < outputs.size(); ++r) {
-      to_tdist(outputs[r], op, "output_tensor_lists entry");
-      if (outputs[r].size() != inputs.size()) {
-        fail(std::string(op) + ": output_tensor_lists[" + std::to_string(r) + "] has " +
-             std::to_string(outputs[r].size()) + " tensors but input_tensor_list has " +
-             std::to_string(inputs.size()));
-      }
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        if (outputs[r][i].numel() != inputs[i].numel() ||
-            outputs[r][i].scalar_type() != inputs[i].scalar_type()) {
-          fail(std::string(op) + ": output_tensor_lists[" + std::to_string(r) + "][" + std::to_string(i) +
-               "] is " + c10::toString(outputs[r][i].scalar_type()) + " with " +
-               std::to_string(outputs[r][i].numel()) + " elements but input_tensor_list[" +
-               std::to_string(i) + "] is " + c10::toString(inputs[i].scalar_type()) + " with " +
-               std::to_string(inputs[i].numel()));
-        }
-      }
-      all_outputs.insert(all_outputs.end(), outputs[r].begin(), outputs[r].end());
+    for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
+    if (detail_) {
+      check_call(
+          {op, -1, {dc::list("output_tensor_lists", all_outputs), dc::list("input_tensor_list", inputs)}});
     }
-    auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, op, all_outputs, inputs);
+    auto comms = record_comms({op, total_numel(inputs), total_numel(all_outputs), first_dtype(inputs)});
+    auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, op, all_outputs, inputs, inputs);
+    check_coalesced_lists(outputs, inputs, getSize(), op);
     if (inputs.empty()) {
       complete_when_done(work, {});
       return work;
     }
     at::Tensor flat_in = flatten_copy(inputs);
     at::Tensor flat_out = at::empty({flat_in.numel() * getSize()}, flat_in.options());
-    auto part = pg_->all_gather_into_tensor(to_tdist(flat_out, op, "output"), to_tdist(flat_in, op, "input"));
-    complete_when_done(work, {part}, [outputs, flat_in, flat_out] {
-      for (size_t r = 0; r < outputs.size(); ++r) {
-        unflatten_into(flat_out, static_cast<int64_t>(r) * flat_in.numel(), outputs[r]);
-      }
-    });
+    Tensor out = to_tdist(flat_out, op, "output");
+    Tensor in = to_tdist(flat_in, op, "input");
+    launch(
+        work, [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); },
+        [outputs, flat_in, flat_out] {
+          for (size_t r = 0; r < outputs.size(); ++r) {
+            unflatten_into(flat_out, static_cast<int64_t>(r) * flat_in.numel(), outputs[r]);
+          }
+        });
     return work;
   });
 }
@@ -246,9 +330,17 @@ WorkHandle ProcessGroupTdist::gather(std::vector<std::vector<at::Tensor>>& outpu
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
     std::vector<at::Tensor> list;
     if (!outputs.empty()) list = single_entry(outputs, op, "gather_list");
-    auto work = make_work(c10d::OpType::GATHER, op, list, {input});
-    complete_when_done(
-        work, {pg_->gather(to_tdist(list, op, "gather_list entry"), to_tdist(input, op, "tensor"), root)});
+    if (detail_) {
+      check_call({op,
+                  root,
+                  {dc::list("gather_list", list, dc::Rule::kFromOtherSide),
+                   dc::one("tensor", input, dc::Rule::kEntryOf, 0, /*of_root=*/true)}});
+    }
+    auto comms = record_comms({op, input.numel(), total_numel(list), input.scalar_type()});
+    auto work = make_work(c10d::OpType::GATHER, op, list, {input}, {input});
+    auto outs = to_tdist(list, op, "gather_list entry");
+    Tensor in = to_tdist(input, op, "tensor");
+    launch(work, [this, outs, in, root] { return parts(pg_->gather(outs, in, root)); });
     return work;
   });
 }
@@ -262,9 +354,18 @@ WorkHandle ProcessGroupTdist::scatter(std::vector<at::Tensor>& outputs,
     int root = root_rank(opts.rootRank, getSize(), op, "src");
     std::vector<at::Tensor> list;
     if (!inputs.empty()) list = single_entry(inputs, op, "scatter_list");
-    auto work = make_work(c10d::OpType::SCATTER, op, {output}, list);
-    complete_when_done(
-        work, {pg_->scatter(to_tdist(output, op, "tensor"), to_tdist(list, op, "scatter_list entry"), root)});
+    if (detail_) {
+      check_call({op,
+                  root,
+                  {dc::list("scatter_list", list, dc::Rule::kFromOtherSide),
+                   dc::one("tensor", output, dc::Rule::kEntryOf, 0, /*of_root=*/true)}});
+    }
+    auto comms = record_comms({op, total_numel(list), output.numel(), output.scalar_type()});
+    // As gloo's event, the root's scatter_list (nothing elsewhere).
+    auto work = make_work(c10d::OpType::SCATTER, op, {output}, list, list);
+    Tensor out = to_tdist(output, op, "tensor");
+    auto ins = to_tdist(list, op, "scatter_list entry");
+    launch(work, [this, out, ins, root] { return parts(pg_->scatter(out, ins, root)); });
     return work;
   });
 }
@@ -276,10 +377,15 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
   return translate_errors([&]() -> WorkHandle {
     const at::Tensor& output = single_entry(outputs, op, "output");
     std::vector<at::Tensor>& list = single_entry(inputs, op, "input_list");
-    auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, {output}, list);
-    complete_when_done(
-        work, {pg_->reduce_scatter(to_tdist(output, op, "output"), to_tdist(list, op, "input_list entry"),
-                                   to_tdist_op(opts.reduceOp, op))});
+    if (detail_) {
+      check_call({op, -1, {dc::list("input_list", list), dc::one("output", output, dc::Rule::kEntryOf, 0)}});
+    }
+    auto comms = record_comms({op, total_numel(list), output.numel(), output.scalar_type()});
+    auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, {output}, list, list);
+    Tensor out = to_tdist(output, op, "output");
+    auto ins = to_tdist(list, op, "input_list entry");
+    ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
+    launch(work, [this, out, ins, reduce] { return parts(pg_->reduce_scatter(out, ins, reduce)); });
     return work;
   });
 }
@@ -288,10 +394,13 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
                                                    const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
   return translate_errors([&]() -> WorkHandle {
-    auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, {input});
-    complete_when_done(
-        work, {pg_->reduce_scatter_tensor(to_tdist(output, op, "output"), to_tdist(input, op, "input"),
-                                          to_tdist_op(opts.reduceOp, op))});
+    if (detail_) check_call({op, -1, {dc::one("output", output), dc::one("input", input)}});
+    auto comms = record_comms({op, input.numel(), output.numel(), input.scalar_type()});
+    auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, {input}, {input});
+    Tensor out = to_tdist(output, op, "output");
+    Tensor in = to_tdist(input, op, "input");
+    ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
+    launch(work, [this, out, in, reduce] { return parts(pg_->reduce_scatter_tensor(out, in, reduce)); });
     return work;
   });
 }
@@ -302,10 +411,22 @@ WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& inpu
                                             const c10d::AllToAllOptions&) {
   const char* op = "all_to_all_single";
   return translate_errors([&]() -> WorkHandle {
-    auto work = make_work(c10d::OpType::ALLTOALL_BASE, op, {output}, {input});
-    complete_when_done(work,
-                       {pg_->all_to_all_single(to_tdist(output, op, "output"), to_tdist(input, op, "input"),
-                                               output_split_sizes, input_split_sizes)});
+    // The first dimension may differ per rank (split sizes); tdist matches
+    // the split sizes pairwise.
+    if (detail_) {
+      check_call({op,
+                  -1,
+                  {dc::one("output", output, dc::Rule::kSameButFirst),
+                   dc::one("input", input, dc::Rule::kSameButFirst)}});
+    }
+    auto comms = record_comms(
+        {op, input.numel(), output.numel(), input.scalar_type(), input_split_sizes, output_split_sizes});
+    auto work = make_work(c10d::OpType::ALLTOALL_BASE, op, {output}, {input}, {input});
+    Tensor out = to_tdist(output, op, "output");
+    Tensor in = to_tdist(input, op, "input");
+    launch(work, [this, out, in, out_splits = output_split_sizes, in_splits = input_split_sizes] {
+      return parts(pg_->all_to_all_single(out, in, out_splits, in_splits));
+    });
     return work;
   });
 }
@@ -314,9 +435,18 @@ WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::ve
                                        const c10d::AllToAllOptions&) {
   const char* op = "all_to_all";
   return translate_errors([&]() -> WorkHandle {
-    auto work = make_work(c10d::OpType::ALLTOALL, op, outputs, inputs);
-    complete_when_done(work, {pg_->all_to_all(to_tdist(outputs, op, "output_tensor_list entry"),
-                                              to_tdist(inputs, op, "input_tensor_list entry"))});
+    if (detail_) {
+      check_call({op,
+                  -1,
+                  {dc::list("output_tensor_list", outputs, dc::Rule::kTransposeOf, 1),
+                   dc::list("input_tensor_list", inputs, dc::Rule::kFromOtherSide)}});
+    }
+    auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs),
+                               numels(inputs), numels(outputs)});
+    auto work = make_work(c10d::OpType::ALLTOALL, op, outputs, inputs, inputs);
+    auto outs = to_tdist(outputs, op, "output_tensor_list entry");
+    auto ins = to_tdist(inputs, op, "input_tensor_list entry");
+    launch(work, [this, outs, ins] { return parts(pg_->all_to_all(outs, ins)); });
     return work;
   });
 }
@@ -324,8 +454,10 @@ WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::ve
 WorkHandle ProcessGroupTdist::barrier(const c10d::BarrierOptions&) {
   const char* op = "barrier";
   return translate_errors([&]() -> WorkHandle {
+    if (detail_) check_call({op, -1, {}});
+    auto comms = record_comms({op});
     auto work = make_work(c10d::OpType::BARRIER, op, {}, {});
-    complete_when_done(work, {pg_->barrier()});
+    launch(work, [this] { return parts(pg_->barrier()); });
     return work;
   });
 }

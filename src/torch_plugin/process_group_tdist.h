@@ -11,21 +11,39 @@
 // private to that message, so a receive can check what came, convert the
 // dtype like Tensor.copy_ when the two sides differ, and name both sides when
 // the sizes do not match, instead of failing on a byte count.
+//
+// Each call records one profiler event "tdist:<op>" (c10d::Work's
+// constructor, with the input tensors for record_shapes, async) and torch's
+// "record_param_comms" event with its arguments (profiling.h). Under
+// TORCH_DISTRIBUTED_DEBUG=DETAIL or TDIST_DEBUG=DETAIL every collective is
+// first checked across ranks (detail_check.h).
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "detail_check.h"
+#include "issue_order.h"
+#include "profiling.h"
 #include "tdist/process_group.h"
 
 namespace tdist::torch_plugin {
 
 class WorkTdist;
+
+/// "R" in the default group; "R (global rank G)" in a subgroup, so a message
+/// read in one rank's log can be matched to the others'.
+inline std::string rank_name(const tdist::ProcessGroup& pg, int r) {
+  const auto& global = pg.global_ranks();
+  if (global.empty() || global[static_cast<size_t>(r)] == r) return std::to_string(r);
+  return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
+}
 
 class ProcessGroupTdist final : public c10d::ProcessGroup {
  public:
@@ -40,6 +58,17 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "tdist"; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   const std::string& group_name() const { return group_name_; }
+  /// True if every collective is checked across ranks first (DETAIL).
+  bool detail_checks() const { return detail_; }
+
+  /// Nothing to agree on: like NCCL's, a tdist group numbers its collectives
+  /// from 0 at creation, alike on every rank, so the number works without
+  /// this call (torch makes it only for gloo and nccl groups).
+  void setSequenceNumberForGroup() override {}
+  /// How many collectives the group has started: tdist's own count
+  /// (tdist::ProcessGroup::sequence_number()), the number its errors and
+  /// flight recorder give each call.
+  uint64_t getSequenceNumberForGroup() override { return pg_->sequence_number(); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -89,16 +118,42 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
  private:
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src_rank, int tag,
                                          const char* op, c10d::OpType type);
+  /// `profiled`: the tensors the "tdist:<title or op>" profiler event shows.
   c10::intrusive_ptr<WorkTdist> make_work(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
-                                          std::vector<at::Tensor> keep_alive);
+                                          std::vector<at::Tensor> keep_alive,
+                                          const std::vector<at::Tensor>& profiled = {},
+                                          const char* title = nullptr);
+  /// Issues `work`'s tdist collectives (`issue` returns them) now, or in call
+  /// order after a staged operation (issue_order.h), and completes `work`
+  /// once they finish and `finalize` has run.
+  void launch(const c10::intrusive_ptr<WorkTdist>& work, std::function<std::vector<WorkPtr>()> issue,
+              std::function<void()> finalize = {});
+  /// Issues one collective as launch() does and waits for it (DETAIL checks).
+  void run_collective(const std::function<WorkPtr()>& issue);
+  /// DETAIL: raises on every rank unless all ranks describe `call` alike.
+  void check_call(const detail_check::Call& call);
+  /// The record_param_comms event's arguments, for the scope of the result.
+  ParamCommsRecord record_comms(const CommsArgs& args) const {
+    return ParamCommsRecord(args, getRank(), getSize(), group_name_, issued_.load());
+  }
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
+  /// Issues the gathers of indices and values once every rank's description
+  /// (`metas`) has arrived; completes `work` with any error instead of
+  /// throwing.
+  void sparse_second_stage(const c10::intrusive_ptr<WorkTdist>& work, const at::Tensor& tensor,
+                           const at::Tensor& input, const at::Tensor& metas, Future& gathered);
 
   Group pg_;
   std::chrono::milliseconds timeout_;
   std::string group_name_;
+  bool detail_ = false;
+  // Collectives issued on pg_ (only the plugin issues there): the sequence
+  // number the next one will carry.
+  std::atomic<uint64_t> issued_{0};
+  std::shared_ptr<IssueOrder> order_ = std::make_shared<IssueOrder>();
   // Sequence number of the next message to each destination; it names the
   // payload's private tag.
   std::unique_ptr<std::atomic<uint32_t>[]> send_seq_;
-  uint32_t monitored_barrier_seq_ = 0;
 };
 
 }  // namespace tdist::torch_plugin

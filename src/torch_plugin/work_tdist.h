@@ -7,12 +7,14 @@
 // what DistributedDataParallel's communication hooks wait on.
 //
 // Header-only: torch's headers make each translation unit cost ~10 s to
-// compile, so the plugin keeps to three (module.cc, process_group_tdist.cc,
-// p2p.cc) and these small functions are compiled where they are used.
+// compile, so the plugin keeps to four (module.cc, process_group_tdist.cc,
+// p2p.cc, issue_and_check.cc) and these small functions are compiled where
+// they are used.
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
@@ -35,8 +37,12 @@ class WorkTdist final : public c10d::Work {
   /// `op` names the torch.distributed function in messages ("all_reduce");
   /// `outputs` are the result() and future value; `keep_alive` holds tensors
   /// whose memory tdist reads or writes until the operation completes.
+  /// Records the profiler event "tdist:<title>" (`title` defaults to `op`)
+  /// until completion, with the shapes of `profiled` (c10d::Work marks it
+  /// async: it ends on another thread).
   WorkTdist(int rank, c10d::OpType type, std::string op, std::vector<at::Tensor> outputs,
-            std::vector<at::Tensor> keep_alive);
+            std::vector<at::Tensor> keep_alive, const std::vector<at::Tensor>& profiled = {},
+            const char* title = nullptr);
 
   /// Waits for completion (forever for a zero timeout, as c10d's kNoTimeout)
   /// and rethrows the operation's error. Raises c10::Error naming the op if the
@@ -85,8 +91,14 @@ inline void complete_when_done(const c10::intrusive_ptr<WorkTdist>& work, const 
 // ---- Definitions (inline: see the file comment) ----
 
 inline WorkTdist::WorkTdist(int rank, c10d::OpType type, std::string op, std::vector<at::Tensor> outputs,
-                            std::vector<at::Tensor> keep_alive)
-    : c10d::Work(rank, type, ("tdist:" + op).c_str()),
+                            std::vector<at::Tensor> keep_alive, const std::vector<at::Tensor>& profiled,
+                            const char* title)
+    // Name and tensors only if anyone may record the event: building them
+    // costs on every call otherwise.
+    : c10d::Work(
+          rank, type,
+          at::hasCallbacks() ? ("tdist:" + (title != nullptr ? std::string(title) : op)).c_str() : nullptr,
+          at::hasCallbacks() ? c10::optional<std::vector<at::Tensor>>(profiled) : c10::nullopt),
       op_(std::move(op)),
       outputs_(std::move(outputs)),
       keep_alive_(std::move(keep_alive)),
