@@ -42,10 +42,14 @@ TEST(DebugLevel, ABadValueIsAnErrorNamingTheVariableAndTheValue) {
   // torch raises too ("The value of TORCH_DISTRIBUTED_DEBUG must be OFF,
   // INFO, or DETAIL."): a typo must not turn the checks off silently.
   EXPECT_THROW(debug_level_from("verbose", nullptr), DistInvalidArgument);
+  // The messages alone, whatever TORCH_SHOW_CPP_STACKTRACES the run has.
+  const bool stacks = show_cpp_stacktraces();
+  set_show_cpp_stacktraces(false);
   EXPECT_EQ(message_of([] { debug_level_from("verbose", "INFO"); }),
             "The value of TDIST_DEBUG must be OFF, INFO, or DETAIL (any case), got 'verbose'");
   EXPECT_EQ(message_of([] { debug_level_from(nullptr, "1"); }),
             "The value of TORCH_DISTRIBUTED_DEBUG must be OFF, INFO, or DETAIL (any case), got '1'");
+  set_show_cpp_stacktraces(stacks);
 }
 
 TEST(DebugLevel, SetAndGet) {
