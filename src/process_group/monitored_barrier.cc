@@ -171,7 +171,7 @@ void as_root(const Group& g, int tag, Millis timeout, bool wait_all_ranks) {
   const int64_t kind = first_error ? verdict_of(first_error) : kTimedOut;
   std::vector<int64_t> verdict = {kind, timeout.count(), static_cast<int64_t>(failed.size())};
   verdict.insert(verdict.end(), failed.begin(), failed.end());
-  verdict.resize(static_cast<size_t>(g->size() + 2), 0);
+  verdict.resize(static_cast<size_t>(g->size()) + 2, 0);
   try {
     answer(g, tag, verdict);
   } catch (...) {
