@@ -127,7 +127,7 @@ std::optional<std::pair<int64_t, std::string>> last_begun(const GroupView& g, in
       const bool shm = g.transport == "shared memory";
       best = std::make_pair(
           seq, describe(p) +
-                   (shm ? " (began; read by rank " + std::to_string(peer) + " from its shared-memory record)"
+                   (shm ? " (its newest call record, read by rank " + std::to_string(peer) + " from shared memory)"
                         : " (its newest message that reached rank " + std::to_string(peer) + ")"));
     }
   }
