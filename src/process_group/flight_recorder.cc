@@ -37,10 +37,11 @@ struct FlightRecorder::Slot {
   std::atomic<int64_t> peer{-1};
   std::atomic<int64_t> tag{0};
   std::atomic<uint64_t> state{0};
-  std::atomic<int64_t> queued_ns{0};
-  std::atomic<int64_t> started_ns{0};
-  std::atomic<int64_t> done_ns{0};
+  std::atomic<int64_t> queued_at{0};
+  std::atomic<int64_t> started_at{0};
+  std::atomic<int64_t> done_at{0};
   std::atomic<uint64_t> algorithm{0};  // a const char* to a static name, or 0
+  // queued_at, started_at, done_at: trace_ticks(), converted when dumped.
 };
 
 namespace {
@@ -171,10 +172,11 @@ void FlightRecorder::set_component(std::string name) {
 }
 
 uint32_t FlightRecorder::add_group(TraceGroupInfo info) {
-  std::lock_guard<std::mutex> lock(groups_mutex_);
-  if (process_rank_ < 0) {
-    process_rank_ = info.global_ranks.empty() ? info.rank : info.global_ranks[static_cast<size_t>(info.rank)];
+  if (info.global_ranks.empty()) {
+    for (int r = 0; r < info.size; ++r) info.global_ranks.push_back(r);
   }
+  std::lock_guard<std::mutex> lock(groups_mutex_);
+  if (process_rank_ < 0) process_rank_ = info.global_ranks[static_cast<size_t>(info.rank)];
   groups_.push_back(std::move(info));
   return static_cast<uint32_t>(groups_.size() - 1);
 }
@@ -234,9 +236,9 @@ uint64_t FlightRecorder::begin(uint32_t group, std::string_view op, const CallSi
   slot->peer.store(peer, std::memory_order_relaxed);
   slot->tag.store(tag, std::memory_order_relaxed);
   slot->state.store(static_cast<uint64_t>(state), std::memory_order_relaxed);
-  slot->queued_ns.store(now, std::memory_order_relaxed);
-  slot->started_ns.store(state == TraceState::kQueued ? 0 : now, std::memory_order_relaxed);
-  slot->done_ns.store(0, std::memory_order_relaxed);
+  slot->queued_at.store(now, std::memory_order_relaxed);
+  slot->started_at.store(state == TraceState::kQueued ? 0 : now, std::memory_order_relaxed);
+  slot->done_at.store(0, std::memory_order_relaxed);
   slot->algorithm.store(0, std::memory_order_relaxed);
   unlock(*slot);
   return id;
@@ -247,7 +249,7 @@ void FlightRecorder::started(uint64_t id, int64_t seq, int64_t entered_at) {
   if (slot == nullptr) return;
   slot->seq.store(seq, std::memory_order_relaxed);
   slot->state.store(static_cast<uint64_t>(TraceState::kStarted), std::memory_order_relaxed);
-  slot->started_ns.store(entered_at, std::memory_order_relaxed);
+  slot->started_at.store(entered_at, std::memory_order_relaxed);
   unlock(*slot);
 }
 
@@ -257,7 +259,7 @@ void FlightRecorder::completed(uint64_t id, const char* algorithm) {
   Slot* slot = lock(id, false);
   if (slot == nullptr) return;
   slot->state.store(static_cast<uint64_t>(TraceState::kCompleted), std::memory_order_relaxed);
-  slot->done_ns.store(now, std::memory_order_relaxed);
+  slot->done_at.store(now, std::memory_order_relaxed);
   slot->algorithm.store(reinterpret_cast<uint64_t>(algorithm), std::memory_order_relaxed);
   unlock(*slot);
 }
@@ -267,7 +269,7 @@ void FlightRecorder::failed(uint64_t id, const std::string& error) {
   const int64_t now = trace_ticks();
   if (Slot* slot = lock(id, false)) {
     slot->state.store(static_cast<uint64_t>(TraceState::kFailed), std::memory_order_relaxed);
-    slot->done_ns.store(now, std::memory_order_relaxed);
+    slot->done_at.store(now, std::memory_order_relaxed);
     unlock(*slot);
   }
   std::lock_guard<std::mutex> lock(groups_mutex_);
@@ -278,8 +280,7 @@ void FlightRecorder::failed(uint64_t id, const std::string& error) {
 namespace {
 
 // A consistent copy of `slot`, or nothing if it is unused or keeps changing.
-template <typename SlotT>
-std::optional<Copy> read_slot(const SlotT& slot) {
+std::optional<Copy> read_slot(const FlightRecorder::Slot& slot) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     const uint64_t v1 = slot.version.load(std::memory_order_acquire);
     if ((v1 & 1) != 0) {
@@ -299,9 +300,9 @@ std::optional<Copy> read_slot(const SlotT& slot) {
     c.peer = slot.peer.load(std::memory_order_relaxed);
     c.tag = slot.tag.load(std::memory_order_relaxed);
     c.state = static_cast<TraceState>(slot.state.load(std::memory_order_relaxed));
-    c.queued_ns = slot.queued_ns.load(std::memory_order_relaxed);
-    c.started_ns = slot.started_ns.load(std::memory_order_relaxed);
-    c.done_ns = slot.done_ns.load(std::memory_order_relaxed);
+    c.queued_ns = slot.queued_at.load(std::memory_order_relaxed);
+    c.started_ns = slot.started_at.load(std::memory_order_relaxed);
+    c.done_ns = slot.done_at.load(std::memory_order_relaxed);
     c.algorithm = reinterpret_cast<const char*>(slot.algorithm.load(std::memory_order_relaxed));
     std::atomic_thread_fence(std::memory_order_acquire);
     if (slot.version.load(std::memory_order_relaxed) != v1) continue;
@@ -349,12 +350,10 @@ nlohmann::json arrival_json(const TraceGroupInfo& g, const Copy& c, const TickCo
   // A finished call whose peers' records were overwritten tells nothing.
   if (c.state == TraceState::kCompleted && !missing.empty()) return out;
   if (!missing.empty()) out["not_arrived"] = missing;
-  if (missing.empty() || c.state != TraceState::kCompleted) {
-    out["last_rank"] = last;
-    out["last_entered_ns"] = last_ns;
-    out["late_by_us"] = static_cast<double>(last_ns - c.started_ns) / 1000.0;
-    out["spread_us"] = static_cast<double>(last_ns - first_ns) / 1000.0;
-  }
+  out["last_rank"] = last;
+  out["last_entered_ns"] = last_ns;
+  out["late_by_us"] = static_cast<double>(last_ns - c.started_ns) / 1000.0;
+  out["spread_us"] = static_cast<double>(last_ns - first_ns) / 1000.0;
   return out;
 }
 
@@ -387,10 +386,7 @@ std::string FlightRecorder::to_json(std::string_view reason) const {
                       {"transport", g.transport},
                       {"clock_offset_ns", g.clock_offset_ns},
                       {"clock_uncertainty_ns", g.clock_uncertainty_ns}};
-    std::vector<int> ranks = g.global_ranks;
-    if (ranks.empty())
-      for (int r = 0; r < g.size; ++r) ranks.push_back(r);
-    jg["global_ranks"] = ranks;
+    jg["global_ranks"] = g.global_ranks;
     if (g.peer_last_call) {
       nlohmann::json peers = nlohmann::json::object();
       for (int r = 0; r < g.size; ++r) {

@@ -62,7 +62,7 @@ class TickConverter {
 struct TraceGroupInfo {
   int rank = 0;
   int size = 1;
-  std::vector<int> global_ranks;  // empty: 0..size-1
+  std::vector<int> global_ranks;  // empty: 0..size-1 (add_group fills it in)
   std::string transport;          // "shared memory", "tcp", "shared memory + tcp"
   /// Added to this process's clock to get group rank 0's (0 on rank 0's
   /// host), and its uncertainty (clock_offset_to_rank0).

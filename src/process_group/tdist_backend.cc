@@ -409,20 +409,24 @@ algo::CallContext ProcessGroupTdist::start_call(std::string_view op, const Signa
 }
 
 namespace {
-void end_trace(detail::FlightRecorder& recorder, uint64_t trace_id, const std::exception_ptr& error) {
-  const char* algorithm = algo::take_chosen_algorithm();
+// How call `trace_id` ended; after a failure the recorder is also dumped
+// (TDIST_TRACE_DIR). `algorithm`: what the selector chose, for collectives.
+void end_trace(detail::FlightRecorder& recorder, uint64_t trace_id, const std::exception_ptr& error,
+               const char* algorithm = nullptr) {
   if (trace_id == 0) return;
   if (!error) {
     recorder.completed(trace_id, algorithm);
     return;
   }
-  recorder.failed(trace_id, exception_text(error));
-  recorder.dump_if_configured("a call failed: " + exception_text(error));
+  const std::string text = exception_text(error);
+  recorder.failed(trace_id, text);
+  recorder.dump_if_configured("a call failed: " + text);
 }
 }  // namespace
 
 void ProcessGroupTdist::trace_end(uint64_t trace_id, const std::exception_ptr& error) const {
-  end_trace(recorder_, trace_id, error);
+  // Taken whether recorded or not, so that no later call finds it.
+  end_trace(recorder_, trace_id, error, algo::take_chosen_algorithm());
 }
 
 void ProcessGroupTdist::trace_register(Store& store) {

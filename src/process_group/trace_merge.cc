@@ -57,6 +57,11 @@ std::string join(const std::vector<int>& values, const char* sep = ", ") {
   return out;
 }
 
+// "rank 2" / "ranks 0, 1, 3".
+std::string ranks_text(const std::vector<int>& ranks) {
+  return (ranks.size() > 1 ? "ranks " : "rank ") + join(ranks);
+}
+
 std::vector<GroupView> group_views(const std::vector<json>& docs) {
   std::map<std::string, GroupView> by_key;
   std::vector<std::string> order;
@@ -104,8 +109,8 @@ std::string ms(int64_t ns) {
   return buf;
 }
 
-// The highest call a rank began: from its dump, else from what a peer read
-// of its shared-memory records.
+// The highest call a rank began: from its dump, else from what a peer saw
+// of it (its shared-memory records, or its messages over TCP).
 std::optional<std::pair<int64_t, std::string>> last_begun(const GroupView& g, int rank) {
   auto it = g.ranks.find(rank);
   if (it != g.ranks.end() && !it->second.calls.empty()) {
@@ -113,11 +118,9 @@ std::optional<std::pair<int64_t, std::string>> last_begun(const GroupView& g, in
     return std::make_pair(seq, describe(*e) + " (" + e->value("state", "?") + ")");
   }
   std::optional<std::pair<int64_t, std::string>> best;
-  const std::string member_index = [&] {
-    for (size_t i = 0; i < g.members.size(); ++i)
-      if (g.members[i] == rank) return std::to_string(i);
-    return std::string("?");
-  }();
+  // Peers key what they read by group rank: the rank's place in members.
+  const std::string member_index =
+      std::to_string(std::find(g.members.begin(), g.members.end(), rank) - g.members.begin());
   for (const auto& [peer, view] : g.ranks) {
     const json& peers = view.group->value("peers_last_call", json::object());
     if (!peers.contains(member_index)) continue;
@@ -126,17 +129,12 @@ std::optional<std::pair<int64_t, std::string>> last_begun(const GroupView& g, in
     if (!best || seq > best->first) {
       const bool shm = g.transport == "shared memory";
       best = std::make_pair(
-          seq, describe(p) +
-                   (shm ? " (its newest call record, read by rank " + std::to_string(peer) + " from shared memory)"
-                        : " (its newest message that reached rank " + std::to_string(peer) + ")"));
+          seq, describe(p) + (shm ? " (its newest call record, read by rank " + std::to_string(peer) +
+                                        " from shared memory)"
+                                  : " (its newest message that reached rank " + std::to_string(peer) + ")"));
     }
   }
   return best;
-}
-
-// The key a call must match across ranks.
-std::string call_key(const json& e) {
-  return describe(e);
 }
 
 void summarize_group(std::ostringstream& out, const GroupView& g) {
@@ -175,7 +173,7 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
     for (int m : g.members) {
       auto it = g.ranks.find(m);
       if (it != g.ranks.end() && it->second.calls.count(seq)) {
-        by_call[call_key(*it->second.calls.at(seq))].push_back(m);
+        by_call[describe(*it->second.calls.at(seq))].push_back(m);
       } else if (latest[m] && latest[m]->first < seq) {
         absent.push_back(m);
       } else if (it != g.ranks.end()) {
@@ -185,8 +183,7 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
     if (!all_dumped_have_it) continue;
     if (by_call.size() > 1) {
       out << "  first call where ranks disagree: #" << seq << ":";
-      for (const auto& [call, ranks] : by_call)
-        out << " rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " " << call << ";";
+      for (const auto& [call, ranks] : by_call) out << " " << ranks_text(ranks) << " " << call << ";";
       out.seekp(-1, std::ios_base::cur);
       out << "\n";
       reported = true;
@@ -194,9 +191,8 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
     }
     if (!absent.empty()) {
       const auto& [call, ranks] = *by_call.begin();
-      out << "  first call a rank is missing from: #" << seq << " " << call << ": rank"
-          << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " in it, rank"
-          << (absent.size() > 1 ? "s " : " ") << join(absent)
+      out << "  first call a rank is missing from: #" << seq << " " << call << ": " << ranks_text(ranks)
+          << " in it, " << ranks_text(absent)
           << (g.transport == "shared memory" ? " never began it"
                                              : " sent none of its messages that reached them")
           << "\n";
@@ -236,10 +232,9 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
       if (e->value("state", "") != "completed")
         stuck["#" + std::to_string(seq) + " " + describe(*e)].push_back(rank);
     }
-    out << "  rank" << (unknown.size() > 1 ? "s " : " ") << join(unknown) << " left no dump and no record of "
+    out << "  " << ranks_text(unknown) << " left no dump and no record of "
         << (unknown.size() > 1 ? "their" : "its") << " calls";
-    for (const auto& [call, ranks] : stuck)
-      out << "; rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " did not finish " << call;
+    for (const auto& [call, ranks] : stuck) out << "; " << ranks_text(ranks) << " did not finish " << call;
     out << "\n";
   }
   // Each rank's first failure; ranks that failed alike on one line.
@@ -253,8 +248,7 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
       break;
     }
   }
-  for (const auto& [what, ranks] : failures)
-    out << "  rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " failed " << what << "\n";
+  for (const auto& [what, ranks] : failures) out << "  " << ranks_text(ranks) << " failed " << what << "\n";
   // Who arrived last, over the calls every rank's dump holds.
   if (g.ranks.size() == g.members.size() && g.members.size() > 1) {
     std::map<int, int> last_count;
@@ -295,8 +289,7 @@ std::string summarize_traces(const std::vector<std::string>& dumps, const std::v
   std::vector<int> ranks;
   ranks.reserve(docs.size());
   for (const auto& doc : docs) ranks.push_back(doc.value("rank", -1));
-  out << "tdist-trace: " << docs.size() << " dump(s), of rank" << (ranks.size() > 1 ? "s " : " ")
-      << join(ranks) << "\n";
+  out << "tdist-trace: " << docs.size() << " dump(s), of " << ranks_text(ranks) << "\n";
   std::map<std::string, std::vector<int>> reasons;
   for (const auto& doc : docs) {
     std::string reason = doc.value("reason", "?");
@@ -304,7 +297,7 @@ std::string summarize_traces(const std::vector<std::string>& dumps, const std::v
     reasons[reason].push_back(doc.value("rank", -1));
   }
   for (const auto& [reason, ranks] : reasons)
-    out << "  rank" << (ranks.size() > 1 ? "s " : " ") << join(ranks) << " dumped on: " << reason << "\n";
+    out << "  " << ranks_text(ranks) << " dumped on: " << reason << "\n";
   for (const auto& g : group_views(docs)) summarize_group(out, g);
   return out.str();
 }
