@@ -15,34 +15,6 @@
 #include "work_tdist.h"
 
 namespace tdist::torch_plugin {
-namespace {
-
-std::string reduce_op_name(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return "SUM";
-    case c10d::ReduceOp::AVG:
-      return "AVG";
-    case c10d::ReduceOp::PRODUCT:
-      return "PRODUCT";
-    case c10d::ReduceOp::MIN:
-      return "MIN";
-    case c10d::ReduceOp::MAX:
-      return "MAX";
-    case c10d::ReduceOp::BAND:
-      return "BAND";
-    case c10d::ReduceOp::BOR:
-      return "BOR";
-    case c10d::ReduceOp::BXOR:
-      return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM:
-      return "PREMUL_SUM";
-    default:
-      return std::to_string(static_cast<int>(op.op_));
-  }
-}
-
-}  // namespace
 
 void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work,
                                std::function<std::vector<WorkPtr>()> issue, std::function<void()> finalize) {
@@ -154,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTdist::sparse_allreduce(at::Tensor& t
   if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) {
     // gloo's words, which programs may match.
     fail(std::string(op) + ": unsupported reduction operation (allreduce of sparse tensors only works with " +
-         "ReduceOp.SUM); got ReduceOp." + reduce_op_name(opts.reduceOp));
+         "ReduceOp.SUM); got ReduceOp." + tdist::reduce_op_name(to_tdist_op(opts.reduceOp, op)));
   }
   if (!tensor.device().is_cpu()) {
     fail(std::string(op) + ": tensor is on device " + tensor.device().str() +
