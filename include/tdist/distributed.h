@@ -129,8 +129,9 @@ WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor,
                    bool async_op = false);
 WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor,
                                const Group& group = nullptr, bool async_op = false);
+/// Empty split sizes: equal ones (torch_npu's None).
 WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
-                                      const std::vector<int64_t>& output_split_sizes,
+                                      const std::vector<int64_t>& output_split_sizes = {},
                                       const Group& group = nullptr, bool async_op = false);
 /// gather_list must be given (size = group size) on dst only.
 WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list = {}, int dst = 0,
@@ -143,8 +144,9 @@ WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_li
                        bool async_op = false);
 WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op = ReduceOp::SUM,
                               const Group& group = nullptr, bool async_op = false);
+/// Empty split sizes: equal ones (torch_npu's None).
 WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
-                                     const std::vector<int64_t>& input_split_sizes,
+                                     const std::vector<int64_t>& input_split_sizes = {},
                                      const ReduceOp& op = ReduceOp::SUM, const Group& group = nullptr,
                                      bool async_op = false);
 WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
@@ -176,6 +178,23 @@ WorkPtr barrier(const Group& group = nullptr, bool async_op = false);
 void monitored_barrier(const Group& group = nullptr,
                        std::optional<std::chrono::milliseconds> timeout = std::nullopt,
                        bool wait_all_ranks = false);
+
+// ---- torch_npu's additions ----
+/// Rebuilds `group`'s connections in place (torch_npu's
+/// reinit_process_group): every member calls it at the same point of its
+/// calls, with no other thread using the group meanwhile. Operations queued
+/// before it finish first. `rebuild_link`: close the sockets and shared
+/// memory and connect anew through the group's store; the group then counts
+/// its calls from 0 again, like a new group, and keeps its comm name.
+/// Otherwise the connections stay and a barrier checks that every member is
+/// there. A non-member returns at once. If the rendezvous fails (a member
+/// never comes: DistStoreTimeoutError after the group's timeout), the group
+/// has no connections and every later call on it raises DistBackendError.
+void reinit_process_group(const Group& group = nullptr, bool rebuild_link = true);
+/// The group's communicator name (torch_npu's get_hccl_comm_name): unique
+/// in the job, equal on every member, stable for the group's life; empty on
+/// a non-member.
+std::string get_comm_name(const Group& group = nullptr);
 
 // ---- Object collectives on byte strings (the Python layer pickles) ----
 /// On src, object_list holds the objects; elsewhere it is resized and filled.

@@ -57,6 +57,19 @@ class ProcessGroup {
   /// alike on every rank that made the same calls. 0 for backends that do
   /// not count.
   virtual uint64_t sequence_number() const { return 0; }
+  /// The group's communicator name (torch_npu's get_hccl_comm_name): unique
+  /// in the job, equal on every member, the same for the group's whole life
+  /// (reinit included). Raises "backend X does not support comm_name" for
+  /// backends that have none.
+  virtual std::string comm_name() const;
+  /// torch_npu's reinit_process_group for this group; every member calls it
+  /// at the same point of its calls, and no other thread uses the group
+  /// meanwhile. Operations queued before it finish first. With
+  /// `rebuild_links` the group's connections (sockets, shared memory) are
+  /// closed and made anew through the group's store, and its calls are
+  /// counted from 0 again, as in a new group; without, the connections stay
+  /// and a barrier over them checks that every member is there.
+  virtual void reinit(bool rebuild_links);
 
   // Collectives. Outputs are written through the tensors' shared storage.
   virtual WorkPtr broadcast(const Tensor& tensor, int root);
@@ -66,14 +79,16 @@ class ProcessGroup {
   /// `output` holds size() * input.numel() elements: concatenated along the
   /// first dimension, or stacked with a new first dimension of size().
   virtual WorkPtr all_gather_into_tensor(const Tensor& output, const Tensor& input);
-  /// Rank r contributes output_split_sizes[r] rows (first dimension).
+  /// Rank r contributes output_split_sizes[r] rows (first dimension); empty
+  /// split sizes mean equal ones (torch_npu's None), which must divide.
   virtual WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
                                                 const std::vector<int64_t>& output_split_sizes);
   virtual WorkPtr gather(const std::vector<Tensor>& outputs, const Tensor& input, int root);
   virtual WorkPtr scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root);
   virtual WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, const ReduceOp& op);
   virtual WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op);
-  /// Rank r receives input_split_sizes[r] rows (first dimension).
+  /// Rank r receives input_split_sizes[r] rows (first dimension); empty
+  /// split sizes mean equal ones (torch_npu's None), which must divide.
   virtual WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
                                                const std::vector<int64_t>& input_split_sizes,
                                                const ReduceOp& op);

@@ -234,6 +234,15 @@ void bind_collectives(py::module_& m) {
         monitored_barrier(group, timeout, wait_all_ranks);
       },
       py::arg("group").none(true), py::arg("timeout").none(true), py::arg("wait_all_ranks"));
+  m.def(
+      "reinit_process_group",
+      [](const Group& group, bool rebuild_link) {
+        py::gil_scoped_release release;
+        reinit_process_group(group, rebuild_link);
+      },
+      py::arg("group").none(true), py::arg("rebuild_link"));
+  m.def(
+      "get_comm_name", [](const Group& group) { return get_comm_name(group); }, py::arg("group").none(true));
 }
 
 }  // namespace

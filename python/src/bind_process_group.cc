@@ -166,6 +166,9 @@ void bind_process_group(py::module_& m) {
            "How many collectives this group has started (torch's ProcessGroup method of that name): the "
            "number the next collective carries, alike on every rank that made the same calls. Point-to-point "
            "operations are not counted; 0 for backends that do not count.")
+      .def("comm_name", &ProcessGroup::comm_name,
+           "The group's communicator name: unique in the job, equal on every member, the same for the "
+           "group's life (torch_npu's get_hccl_comm_name).")
       .def("broadcast", &ProcessGroup::broadcast)
       .def("all_reduce", &ProcessGroup::all_reduce)
       .def("reduce", &ProcessGroup::reduce)

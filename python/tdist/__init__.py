@@ -62,6 +62,7 @@ from tdist.distributed_c10d import (
     default_pg_timeout,
     destroy_process_group,
     get_backend,
+    get_comm_name,
     get_global_rank,
     get_group_rank,
     get_process_group_ranks,
@@ -74,10 +75,12 @@ from tdist.distributed_c10d import (
     is_initialized,
     is_mpi_available,
     is_nccl_available,
+    is_tdist_available,
     is_torchelastic_launched,
     is_ucc_available,
     new_group,
     reduce_op,
+    reinit_process_group,
 )
 from tdist.monitored import monitored_barrier
 from tdist.objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
@@ -104,11 +107,11 @@ __all__ = [
     "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_gather_object", "all_reduce",
     "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint", "broadcast",
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "dump_trace", "gather",
-    "gather_object", "get_backend", "get_debug_level", "get_global_rank", "get_group_rank",
+    "gather_object", "get_backend", "get_comm_name", "get_debug_level", "get_global_rank", "get_group_rank",
     "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group", "irecv",
     "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
-    "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group", "recv", "reduce",
-    "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven", "scatter",
-    "scatter_object_list", "send", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
+    "is_tdist_available", "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group",
+    "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven",
+    "reinit_process_group", "scatter", "scatter_object_list", "send", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
     "trace_calls",
 ]

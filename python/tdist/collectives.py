@@ -80,10 +80,11 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     return _work.wrap(work, "all_gather_into_tensor", (output_tensor, input_tensor), [output_tensor])
 
 
-def all_gather_into_tensor_uneven(output, input, output_split_sizes, group=None, async_op=False):
+def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None, async_op=False):
     """Like all_gather_into_tensor with unequal parts (torch_npu's extension):
     rank r contributes ``output_split_sizes[r]`` rows (first dimension) and
-    `output` holds their sum, in rank order. No padding, no copies."""
+    `output` holds their sum, in rank order. No padding, no copies. None
+    (or an empty list): equal parts, which must divide output's rows."""
     g = resolve_group(group, "all_gather_into_tensor_uneven")
     if g is NOT_MEMBER:
         return None
@@ -152,10 +153,11 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     return _work.wrap(work, "reduce_scatter_tensor", (output, input), [output])
 
 
-def reduce_scatter_tensor_uneven(output, input, input_split_sizes, op=ReduceOp.SUM, group=None,
+def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=ReduceOp.SUM, group=None,
                                  async_op=False):
     """reduce_scatter_tensor with unequal parts (torch_npu's extension): group
-    rank r receives the reduction of ``input_split_sizes[r]`` rows."""
+    rank r receives the reduction of ``input_split_sizes[r]`` rows. None (or
+    an empty list): equal parts, which must divide input's rows."""
     g = resolve_group(group, "reduce_scatter_tensor_uneven")
     if g is NOT_MEMBER:
         return None

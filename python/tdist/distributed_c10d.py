@@ -27,6 +27,11 @@ def is_available():
     return True
 
 
+def is_tdist_available():
+    """True: tdist's own backend is built in (beside torch_npu's is_hccl_available)."""
+    return True
+
+
 def is_gloo_available():
     """True: "gloo" is accepted as a name of tdist's own CPU backend."""
     return True
@@ -282,6 +287,35 @@ def get_backend(group=None):
     if g is NOT_MEMBER:
         raise DistInvalidArgument("get_backend: this rank is not a member of the group")
     return Backend(_C.get_backend(g))
+
+
+def reinit_process_group(group=None, rebuild_link=True):
+    """Rebuilds `group`'s connections in place (torch_npu's
+    ``torch_npu.distributed.reinit_process_group``). Every member calls it at
+    the same point of its calls, with no other thread using the group.
+    Operations queued before it (async_op=True) finish first.
+
+    ``rebuild_link=True``: the sockets and shared memory are closed and made
+    anew through the group's store; the group counts its collectives from 0
+    again, like a new group, and keeps its comm name. Pending point-to-point
+    works fail. ``rebuild_link=False``: the connections stay and a barrier
+    checks that every member is there. A non-member returns at once. If a
+    member never comes, the rebuild raises after the group's timeout and
+    every later call on the group raises DistBackendError."""
+    g = resolve_group(group, "reinit_process_group")
+    if g is NOT_MEMBER:
+        return
+    _C.reinit_process_group(g, bool(rebuild_link))
+
+
+def get_comm_name(group=None):
+    """The group's communicator name (torch_npu's get_hccl_comm_name): unique
+    in the job, equal on every member, the same for the group's life; None
+    on a non-member."""
+    g = resolve_group(group, "get_comm_name")
+    if g is NOT_MEMBER:
+        return None
+    return _C.get_comm_name(g) or None
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,

@@ -276,6 +276,17 @@ std::string get_backend(const Group& group) {
   return resolve(group, "get_backend")->backend_name();
 }
 
+void reinit_process_group(const Group& group, bool rebuild_link) {
+  Group g = resolve(group, "reinit_process_group");
+  if (g->rank() < 0) return;
+  g->reinit(rebuild_link);
+}
+
+std::string get_comm_name(const Group& group) {
+  Group g = resolve(group, "get_comm_name");
+  return g->rank() >= 0 ? g->comm_name() : std::string();
+}
+
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                 const std::string& backend, bool use_local_synchronization) {
   Group world = world_or_throw();

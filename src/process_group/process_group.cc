@@ -51,6 +51,13 @@ void ProcessGroup::unsupported(const char* op) const {
   throw DistBackendError("backend " + backend_name() + " does not support " + op);
 }
 
+std::string ProcessGroup::comm_name() const {
+  unsupported("comm_name");
+}
+void ProcessGroup::reinit(bool) {
+  unsupported("reinit_process_group");
+}
+
 WorkPtr ProcessGroup::broadcast(const Tensor&, int) {
   unsupported("broadcast");
 }

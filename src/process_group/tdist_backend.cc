@@ -5,6 +5,8 @@
 #include <optional>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
 #include "blocking_call.h"
@@ -142,6 +144,23 @@ uint32_t forced_algorithms() {
          forced_if_set<algo::BarrierAlgo>();
 }
 
+// Group rank 0 names the group "<host>-<pid>-<n>", n counting the groups
+// this process made: no other process of the job (or of another job) can
+// pick the same name. The others read it from the group's store.
+std::string agree_on_comm_name(Store& store, int rank) {
+  static std::atomic<uint64_t> groups_made{0};
+  const std::string key = "tdist/comm_name";
+  if (rank == 0) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
+    std::string name = std::string(host) + "-" + std::to_string(getpid()) + "-" +
+                       std::to_string(groups_made.fetch_add(1, std::memory_order_relaxed));
+    store.set(key, name);
+    return name;
+  }
+  return to_string(store.get(key));
+}
+
 }  // namespace
 
 // The notes of the group's calls (algo::CallNotes) in its store: the reason
@@ -236,30 +255,98 @@ Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size,
 
 ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int rank, int size,
                                      const ProcessGroupOptions& options)
-    : ProcessGroup(rank, size, options) {
+    : ProcessGroup(rank, size, options), store_(store) {
   if (!store) throw DistInvalidArgument("ProcessGroupTdist: the store is null");
   if (size <= 0 || rank < 0 || rank >= size) {
     throw DistInvalidArgument("ProcessGroupTdist: rank " + std::to_string(rank) + " is not in [0, " +
                               std::to_string(size) + ")");
   }
-  notes_ = std::make_unique<Notes>(store, rank, size);
   check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
   record_calls_ = recorder_.enabled() && !env_bool("TDIST_TESTONLY_UNRECORDED_CALLS").value_or(false);
-  transport::TcpOptions tcp;
-  tcp.timeout = options.timeout;
-  tcp.reach_host = options.master_host;
-  transport_ = transport::connect_tcp(*store, rank, size, tcp);
-  domains_ = connect_collective_domains(*store, *transport_, options.timeout);
-  shm_ = domains_.shm.get();
   forced_algos_ = forced_algorithms();
+  connect(store);
+  comm_name_ = agree_on_comm_name(*store, rank);
+  worker_ = std::thread([this] { run(); });
+}
+
+void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
+  notes_ = std::make_unique<Notes>(store, rank(), size());
+  transport::TcpOptions tcp;
+  tcp.timeout = options().timeout;
+  tcp.reach_host = options().master_host;
+  transport_ = transport::connect_tcp(*store, rank(), size(), tcp);
+  domains_ = connect_collective_domains(*store, *transport_, options().timeout);
+  shm_ = domains_.shm.get();
   all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
   if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
   trace_register(*store);
-  TDIST_LOG(DEBUG) << "tdist group of " << size << " ranks: collectives over "
+  TDIST_LOG(DEBUG) << "tdist group of " << size() << " ranks: collectives over "
                    << (shm_             ? "shared memory"
                        : domains_.local ? "shared memory inside hosts, TCP across"
                                         : "TCP");
-  worker_ = std::thread([this] { run(); });
+}
+
+void ProcessGroupTdist::disconnect() {
+  recorder_.forget_group(trace_group_);
+  // In the order the members' comments ask for: the pipeline's worker
+  // first, then the domains that point into the transport.
+  cross_worker_.reset();
+  domains_ = CollectiveDomains{};
+  shm_ = nullptr;
+  all_on_shared_memory_ = false;
+  transport_.reset();
+}
+
+void ProcessGroupTdist::check_connected(std::string_view op) const {
+  if (!disconnected_.empty()) {
+    throw DistBackendError(std::string(op) + ": this group has no connections: " + disconnected_ +
+                           "; destroy it and create a new one");
+  }
+}
+
+void ProcessGroupTdist::reinit(bool rebuild_links) {
+  if (!rebuild_links) {
+    check_connected("reinit_process_group");
+    // The links stay; the barrier shows every member reached this point.
+    if (auto work = barrier()) work->wait();
+    return;
+  }
+  {
+    // Claims the group once every queued operation has run (async ones
+    // may still be queued: they are the members' earlier calls).
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Sequentially consistent with the releases' fetch_sub and load (run,
+    // run_inline): whoever makes the group idle after this failed to claim
+    // it sees the waiter and wakes it.
+    idle_waiters_.fetch_add(1);
+    idle_cv_.wait(lock, [&] {
+      uint64_t idle = 0;
+      return stopping_ || state_.compare_exchange_strong(idle, 1);
+    });
+    idle_waiters_.fetch_sub(1);
+    if (stopping_) throw DistError("reinit_process_group: the process group is being destroyed");
+  }
+  struct Release {
+    ProcessGroupTdist& group;
+    ~Release() {
+      group.state_.fetch_sub(1, std::memory_order_acq_rel);
+      std::lock_guard<std::mutex> lock(group.mutex_);
+      group.cv_.notify_one();
+    }
+  } release{*this};
+  disconnect();
+  ++rebuilds_;
+  try {
+    connect(std::make_shared<PrefixStore>("tdist/reinit/" + std::to_string(rebuilds_), store_));
+  } catch (const std::exception& e) {
+    disconnect();
+    disconnected_ = "reinit_process_group could not rebuild them: " + std::string(e.what());
+    throw;
+  }
+  disconnected_.clear();
+  // As in a new group: the peers' counts start again too.
+  next_seq_.store(0, std::memory_order_relaxed);
+  last_sig_ = Signature{};
 }
 
 ProcessGroupTdist::~ProcessGroupTdist() {
@@ -303,9 +390,15 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
     ~Release() {
       // Work queued meanwhile by other threads waits for this call: wake the
       // worker only then (a needless wake-up costs a futex call per op).
-      if (group.state_.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+      // Sequentially consistent, as reinit's counterparts: a reinit that
+      // found the group busy is then always seen waiting (on x86 no dearer
+      // than acq_rel).
+      if (group.state_.fetch_sub(1) != 1) {
         std::lock_guard<std::mutex> lock(group.mutex_);
         group.cv_.notify_one();
+      } else if (group.idle_waiters_.load() != 0) {
+        std::lock_guard<std::mutex> lock(group.mutex_);
+        group.idle_cv_.notify_all();
       }
     }
   } release{*this};
@@ -358,7 +451,10 @@ void ProcessGroupTdist::run() {
     // the numbers follow the order in which they run on every rank.
     task.seq = take_seq();
     execute(task);
-    state_.fetch_sub(2, std::memory_order_release);
+    if (state_.fetch_sub(2) == 2 && idle_waiters_.load() != 0) {  // seq_cst: see run_inline
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle_cv_.notify_all();
+    }
   }
 }
 
@@ -626,10 +722,12 @@ void ProcessGroupTdist::run_all_gather_into_tensor_uneven(const algo::CallContex
 }
 
 WorkPtr ProcessGroupTdist::all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
-                                                         const std::vector<int64_t>& output_split_sizes) {
+                                                         const std::vector<int64_t>& split_sizes) {
   const char* op = "all_gather_into_tensor_uneven";
   validate::same_dtype(op, "output", output, input.dtype());
   int64_t row = validate::row_elements(op, "output", output);
+  const std::vector<int64_t> output_split_sizes =
+      split_sizes.empty() ? validate::even_splits(op, "output", output.shape()[0], size()) : split_sizes;
   validate::split_sizes(op, "output_split_sizes", output_split_sizes, size(), output.shape()[0]);
   validate::numel_equals(op, "input (output_split_sizes[rank] rows)", input,
                          output_split_sizes[to_size(rank())] * row);
@@ -774,12 +872,14 @@ void ProcessGroupTdist::run_reduce_scatter_tensor_uneven(const algo::CallContext
 }
 
 WorkPtr ProcessGroupTdist::reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
-                                                        const std::vector<int64_t>& input_split_sizes,
+                                                        const std::vector<int64_t>& split_sizes,
                                                         const ReduceOp& op) {
   const char* name = "reduce_scatter_tensor_uneven";
   validate::same_dtype(name, "output", output, input.dtype());
   validate::reduce_op(name, output, op);
   int64_t row = validate::row_elements(name, "input", input);
+  const std::vector<int64_t> input_split_sizes =
+      split_sizes.empty() ? validate::even_splits(name, "input", input.shape()[0], size()) : split_sizes;
   validate::split_sizes(name, "input_split_sizes", input_split_sizes, size(), input.shape()[0]);
   validate::numel_equals(name, "output (input_split_sizes[rank] rows)", output,
                          input_split_sizes[to_size(rank())] * row);
@@ -885,6 +985,7 @@ void ProcessGroupTdist::raise_refusal(int tag) {
 }
 
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
+  check_connected("send");
   validate::rank_in_group("send", "dst", dst, size());
   if (dst == rank()) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
@@ -905,6 +1006,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
 }
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
+  check_connected("recv");
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
   raise_refusal(tag);
   auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());

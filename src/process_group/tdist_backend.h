@@ -43,6 +43,16 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
   bool hierarchical() const { return domains_.local != nullptr; }
   uint64_t sequence_number() const override { return next_seq_.load(std::memory_order_relaxed); }
+  /// Group rank 0's "<host>-<pid>-<n>" (n counts that process's groups),
+  /// handed to the others through the store at creation.
+  std::string comm_name() const override { return comm_name_; }
+  /// Waits for the queued operations, then (rebuild_links) closes the
+  /// connections and makes new ones under the store prefix
+  /// "tdist/reinit/<k>/" of the group's store, k counting the group's
+  /// rebuilds, or (!rebuild_links) runs a barrier. Raises what the
+  /// rendezvous or the barrier raises; a group whose rebuild failed raises
+  /// that error at every later call.
+  void reinit(bool rebuild_links) override;
 
   WorkPtr broadcast(const Tensor& tensor, int root) override;
   WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op) override;
@@ -68,6 +78,13 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr recv(const Tensor& tensor, int src, int tag) override;
 
  private:
+  /// Makes the transport, the collective domains and the call notes over
+  /// `store` (the constructor's and reinit's rendezvous).
+  void connect(const std::shared_ptr<Store>& store);
+  /// Closes what connect() made, failing pending point-to-point requests.
+  void disconnect();
+  /// Raises the error that left the group without connections (reinit).
+  void check_connected(std::string_view op) const;
   // Lets a thread waiting for a point-to-point work read the sockets itself.
   void drive_on_wait(Work& work, const transport::RequestPtr& request);
   using Body = std::function<void(const algorithms::CallContext&)>;
@@ -100,6 +117,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr submit(std::string_view op, const Signature& sig, Outputs outputs,
                  void (ProcessGroupTdist::*body)(const algorithms::CallContext&, Params...),
                  const Args&... args) {
+    check_connected(op);
     const Signature& checked = check_calls_ ? sig : Signature{};
     if (claim_inline()) {
       run_inline(op, checked, [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
@@ -207,6 +225,12 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// the .cc).
   class Notes;
   std::unique_ptr<Notes> notes_;
+  // The store the group was created with (reinit rendezvouses under a prefix of it).
+  std::shared_ptr<Store> store_;
+  std::string comm_name_;
+  uint64_t rebuilds_ = 0;
+  // Why the group has no connections (a failed rebuild); empty otherwise.
+  std::string disconnected_;
   std::unique_ptr<transport::Transport> transport_;
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
@@ -221,6 +245,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   bool all_on_shared_memory_ = false;
   std::mutex mutex_;
   std::condition_variable cv_;
+  // reinit waits on it for the group to be idle; threads releasing the
+  // group notify it while idle_waiters_ is not 0.
+  std::condition_variable idle_cv_;
+  std::atomic<int> idle_waiters_{0};
   std::deque<Task> queue_;
   bool stopping_ = false;
   // Bit 0: an inline call runs; above: 2 x (tasks queued or on the worker).

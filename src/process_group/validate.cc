@@ -81,6 +81,17 @@ void split_sizes(const char* op, const char* what, const std::vector<int64_t>& s
   }
 }
 
+std::vector<int64_t> even_splits(const char* op, const char* what, int64_t rows, int size) {
+  if (rows % size != 0) {
+    throw DistInvalidArgument(std::string(op) + ": no split sizes given, so " + what + "'s " +
+                              std::to_string(rows) +
+                              " rows (dim 0) are split evenly, but they do not divide "
+                              "among " +
+                              std::to_string(size) + " ranks");
+  }
+  return std::vector<int64_t>(static_cast<size_t>(size), rows / size);
+}
+
 int64_t row_elements(const char* op, const char* what, const Tensor& tensor) {
   if (tensor.dim() == 0) {
     throw DistInvalidArgument(std::string(op) + ": " + what + " is a 0-dim tensor; split sizes need a dim 0");

@@ -27,6 +27,9 @@ void gathered_shape(const char* op, const char* output_name, const Tensor& outpu
 /// Split sizes along dim 0: `size` entries, non-negative, summing to rows.
 void split_sizes(const char* op, const char* what, const std::vector<int64_t>& splits, int size,
                  int64_t rows);
+/// Equal split sizes of `rows` among `size` ranks (an uneven call given no
+/// split sizes); raises DistInvalidArgument if they do not divide.
+std::vector<int64_t> even_splits(const char* op, const char* what, int64_t rows, int size);
 /// Bytes of one row (dim-0 slice) of a tensor; raises for a 0-dim tensor.
 int64_t row_elements(const char* op, const char* what, const Tensor& tensor);
 /// A group's timeout: positive. Zero is not "no timeout" (torch's Gloo fails

@@ -1,0 +1,203 @@
+// torch_npu's additions on tdist's own groups: reinit (ProcessGroup::reinit,
+// reinit_process_group) rebuilds or keeps a group's connections in place,
+// and comm_name names the group alike on every member. Ranks as threads and
+// as forked processes, 1 to 5 of them (8 for the name).
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pg_harness.h"
+#include "tdist/distributed.h"
+#include "tdist/errors.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Every rank's copy of `text`, gathered over `pg` (at most 95 bytes each).
+std::vector<std::string> gather_text(ProcessGroup& pg, const std::string& text) {
+  constexpr int64_t kWidth = 96;
+  check(text.size() < kWidth, "text too long for gather_text: " + text);
+  Tensor mine = Tensor::zeros(DType::kUInt8, {kWidth});
+  std::memcpy(mine.data(), text.data(), text.size());
+  Tensor all = Tensor::zeros(DType::kUInt8, {kWidth * pg.size()});
+  pg.all_gather_into_tensor(all, mine)->wait();
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(pg.size()));
+  for (int r = 0; r < pg.size(); ++r) out.emplace_back(static_cast<const char*>(all.data()) + r * kWidth);
+  return out;
+}
+
+// A SUM all_reduce of `count` float32 elements, element i of rank r being
+// r + i + round, checked against the sum computed here.
+void checked_all_reduce(ProcessGroup& pg, int64_t count, int round) {
+  const int rank = pg.rank();
+  const int n = pg.size();
+  Tensor t = make_tensor(DType::kFloat32, count, [&](int64_t i) { return rank + i + round; });
+  pg.all_reduce(t, ReduceOp::SUM)->wait();
+  check_elements(
+      t, 0, count, [&](int64_t i) { return n * (n - 1) / 2.0 + n * static_cast<double>(i + round); },
+      "all_reduce round " + std::to_string(round));
+}
+
+// A ring of sends: each rank sends its rank to the next and receives the
+// previous one's.
+void checked_ring(ProcessGroup& pg) {
+  const int n = pg.size();
+  if (n == 1) return;
+  Tensor out = make_tensor(DType::kInt32, 3, [&](int64_t i) { return pg.rank() * int64_t{10} + i; });
+  Tensor in = Tensor::zeros(DType::kInt32, {3});
+  auto sent = pg.send(out, (pg.rank() + 1) % n, 7);
+  auto got = pg.recv(in, (pg.rank() + n - 1) % n, 7);
+  sent->wait();
+  got->wait();
+  const int from = (pg.rank() + n - 1) % n;
+  check_elements(
+      in, 0, 3, [&](int64_t i) { return from * int64_t{10} + i; }, "ring after reinit");
+}
+
+class Reinit : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(Reinit, RebuiltLinksCarryCollectivesAndMessagesAndTheNameStays) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int) {
+                          checked_all_reduce(pg, 1001, 0);
+                          const std::string name = pg.comm_name();
+                          for (int rebuild = 1; rebuild <= 2; ++rebuild) {
+                            pg.reinit(/*rebuild_links=*/true);
+                            // A new set of connections counts its calls from 0.
+                            check(pg.sequence_number() == 0,
+                                  "sequence number after reinit: " + std::to_string(pg.sequence_number()));
+                            checked_all_reduce(pg, 1, rebuild);
+                            checked_all_reduce(pg, 70001, rebuild);
+                            checked_ring(pg);
+                            check(pg.comm_name() == name,
+                                  "the comm name changed: " + name + " then " + pg.comm_name());
+                          }
+                        }),
+            "");
+}
+
+TEST_P(Reinit, KeptLinksCheckEveryMemberAndKeepCounting) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int) {
+                          checked_all_reduce(pg, 5, 0);
+                          const uint64_t before = pg.sequence_number();
+                          pg.reinit(/*rebuild_links=*/false);
+                          check(pg.sequence_number() == before + 1,
+                                "the barrier of reinit(false) should be call #" + std::to_string(before));
+                          checked_all_reduce(pg, 5, 1);
+                          checked_ring(pg);
+                        }),
+            "");
+}
+
+TEST_P(Reinit, OperationsQueuedBeforeItFinishFirst) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          // Calls on the group itself (not the functional API) are queued.
+                          std::vector<Tensor> tensors;
+                          std::vector<WorkPtr> works;
+                          for (int k = 0; k < 4; ++k) {
+                            tensors.push_back(make_tensor(DType::kFloat64, 4097,
+                                                          [&](int64_t i) { return rank * 3 + k + i; }));
+                            works.push_back(pg.all_reduce(tensors.back(), ReduceOp::SUM));
+                          }
+                          pg.reinit(true);
+                          for (int k = 0; k < 4; ++k) {
+                            check(works[k]->is_completed(), "a queued all_reduce had not run before reinit");
+                            works[k]->wait();
+                            const int size = pg.size();
+                            check_elements(
+                                tensors[k], 0, 4097,
+                                [&](int64_t i) { return 3.0 * size * (size - 1) / 2 + size * (k + i); },
+                                "queued all_reduce " + std::to_string(k));
+                          }
+                          checked_all_reduce(pg, 33, 9);
+                        }),
+            "");
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
+  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Reinit,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 3, 5)),
+                         param_name);
+
+class CommName : public Reinit {};
+
+TEST_P(CommName, IsEqualOnEveryMemberAndDiffersBetweenGroups) {
+  const int size = n();
+  EXPECT_EQ(run_with_store(
+                mode(), size,
+                [&](Store& store, int rank) -> KeepAlive {
+                  std::shared_ptr<Store> shared(&store, [](Store*) {});
+                  ProcessGroupOptions options;
+                  options.timeout = 30s;
+                  auto a = create_process_group("tdist", std::make_shared<PrefixStore>("a", shared), rank,
+                                                size, options);
+                  auto b = create_process_group("tdist", std::make_shared<PrefixStore>("b", shared), rank,
+                                                size, options);
+                  for (const auto& g : {a, b}) {
+                    const auto names = gather_text(*g, g->comm_name());
+                    check(!names[0].empty(), "an empty comm name");
+                    check(std::set<std::string>(names.begin(), names.end()).size() == 1,
+                          "ranks disagree on the comm name: " + names[0] + " vs " + names.back());
+                  }
+                  check(a->comm_name() != b->comm_name(), "two groups share the name " + a->comm_name());
+                  return std::make_shared<std::vector<Group>>(std::vector<Group>{a, b});
+                },
+                70s, 50s),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CommName,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 8)),
+                         param_name);
+
+// A member that never comes to the rebuild: the others' rendezvous times out,
+// and from then on their group refuses every call, saying why.
+TEST(ReinitErrors, AMissingMemberFailsTheRebuildAndLeavesTheGroupUnusable) {
+  EXPECT_EQ(with_groups(
+                Mode::kThreads, 3,
+                [&](ProcessGroup& pg, int rank) {
+                  checked_all_reduce(pg, 3, 0);
+                  if (rank == 2) return;  // never rebuilds
+                  bool failed = false;
+                  try {
+                    pg.reinit(true);
+                  } catch (const DistError&) {
+                    failed = true;
+                  }
+                  check(failed, "reinit returned without rank 2");
+                  Tensor t = Tensor::zeros(DType::kFloat32, {2});
+                  try {
+                    pg.all_reduce(t, ReduceOp::SUM)->wait();
+                  } catch (const DistBackendError& e) {
+                    const std::string what = e.what();
+                    check(what.find("all_reduce: this group has no connections: reinit_process_group could "
+                                    "not rebuild them") != std::string::npos,
+                          what);
+                    return;
+                  }
+                  check(false, "a call on a group whose rebuild failed did not raise");
+                },
+                2s),
+            "");
+}
+
+}  // namespace
+}  // namespace tdist::testing
