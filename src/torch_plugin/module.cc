@@ -87,7 +87,38 @@ every rank has joined (or ``timeout`` passed).
                              "The name torch.distributed gave the group (its store prefix).")
       .def_property_readonly("detail_checks", &ProcessGroupTdist::detail_checks,
                              "True if every collective is first checked across ranks (DETAIL debug level "
-                             "when the group was created).");
+                             "when the group was created).")
+      // torch_npu's additions; tdist.torch's functions of the same names call them.
+      .def("_all_gather_into_tensor_uneven", &ProcessGroupTdist::all_gather_into_tensor_uneven,
+           py::arg("output"), py::arg("input"), py::arg("output_split_sizes"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("_reduce_scatter_tensor_uneven", &ProcessGroupTdist::reduce_scatter_tensor_uneven,
+           py::arg("output"), py::arg("input"), py::arg("input_split_sizes"), py::arg("op"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("reinit", &ProcessGroupTdist::reinit, py::arg("rebuild_link") = true,
+           py::call_guard<py::gil_scoped_release>(),
+           "Rebuilds (or, rebuild_link=False, checks) the group's connections in place; "
+           "tdist.torch.reinit_process_group calls it on every member.")
+      .def("get_comm_name", &ProcessGroupTdist::comm_name,
+           "The group's communicator name: unique in the job, equal on every member, stable for the "
+           "group's life.")
+      .def(
+          "get_hccl_comm_name",
+          [](const ProcessGroupTdist& pg, int64_t rankid, bool /*init_comm*/) {
+            if (rankid < 0) {
+              throw py::value_error("get_hccl_comm_name: rankid must be a rank (>= 0), got " +
+                                    std::to_string(rankid));
+            }
+            return pg.comm_name();
+          },
+          py::arg("rankid"), py::arg("init_comm") = true,
+          "torch_npu's spelling of get_comm_name (rankid picks a device there; tdist's groups have one "
+          "name per group).")
+      .def(
+          "_get_backend", [](py::object self, const py::object& /*device*/) { return self; },
+          py::arg("device"),
+          "This group: torch_npu reaches get_hccl_comm_name through ProcessGroup._get_backend(device); "
+          "in torch 1.13 the registered backend is the group itself.");
 
   // For the tests: what a profiler observer sees of record_param_comms events
   // (Debian's torch has no Kineto, whose traces would show them).

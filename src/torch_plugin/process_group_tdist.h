@@ -105,6 +105,19 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // torch_npu's additions: npu_extras.cc.
+  /// Rank r contributes output_split_sizes[r] rows of `output`; empty: equal parts.
+  c10::intrusive_ptr<c10d::Work> all_gather_into_tensor_uneven(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t> output_split_sizes);
+  /// Rank r receives the reduction of input_split_sizes[r] rows; empty: equal parts.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_uneven(at::Tensor& output, at::Tensor& input,
+                                                              std::vector<int64_t> input_split_sizes,
+                                                              const c10d::ReduceOp& reduce_op);
+  /// tdist::ProcessGroup::reinit, with the plugin's own counts following.
+  void reinit(bool rebuild_link);
+  /// tdist::ProcessGroup::comm_name.
+  std::string comm_name() const;
+
   // Point to point and the monitored barrier: p2p.cc.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;

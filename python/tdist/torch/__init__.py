@@ -24,6 +24,10 @@ only (see ``tdist.torch.compat``): tensors instead of lists in ``all_to_all``
 and mixed input/output dtypes in ``scatter``, ``reduce_scatter`` and
 ``all_to_all``, and lets ``monitored_barrier`` reach tdist groups. Other
 backends see torch's functions unchanged.
+
+torch_npu's additions (``reinit_process_group``, the uneven all-gather and
+reduce-scatter, ``get_comm_name``, ``is_tdist_available``) are functions of
+this module; see ``tdist.torch.npu`` and docs/torch_npu.md.
 """
 
 import torch.distributed as _dist
@@ -38,6 +42,13 @@ from tdist.torch._plugin import ProcessGroupTdist  # noqa: E402
 from tdist.torch._plugin import _drain_completions  # noqa: E402
 from tdist.torch import backend as _backend  # noqa: E402
 from tdist.torch import compat as _compat  # noqa: E402
+from tdist.torch.npu import (  # noqa: E402
+    all_gather_into_tensor_uneven,
+    get_comm_name,
+    is_tdist_available,
+    reduce_scatter_tensor_uneven,
+    reinit_process_group,
+)
 
 BACKEND_NAME = _backend.BACKEND_NAME
 create_process_group = _backend.create_process_group
@@ -45,9 +56,14 @@ is_registered = _backend.is_registered
 
 _backend.register()
 _compat.install()
+# Beside torch_npu's torch.distributed.is_hccl_available.
+if not hasattr(_dist, "is_tdist_available"):
+    _dist.is_tdist_available = is_tdist_available
 # Futures complete on the plugin's own threads; let the last completions
 # (and the Python callbacks they drop) finish before the interpreter
 # finalizes, or the process would abort at exit. Bounded: never a hang.
 _atexit.register(_drain_completions, _timedelta(seconds=10))
 
-__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "create_process_group", "is_registered"]
+__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "all_gather_into_tensor_uneven", "create_process_group",
+           "get_comm_name", "is_registered", "is_tdist_available", "reduce_scatter_tensor_uneven",
+           "reinit_process_group"]
