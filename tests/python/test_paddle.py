@@ -1,0 +1,136 @@
+"""tdist.paddle: paddle.distributed's collective, stream, group and
+environment API (paddle_programs/paddle_cases.py) on 2 and 4 ranks, the
+gloo_* context, spawn, and ``python3 -m tdist.paddle.launch``."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "paddle_programs")
+sys.path.insert(0, PROGRAMS)
+
+import paddle_cases  # noqa: E402
+import tdist.paddle as dist  # noqa: E402
+from harness import run_ranks  # noqa: E402
+from tdist._spawn import free_port  # noqa: E402
+
+CASE_NAMES = [name for name, _ in paddle_cases.CASES]
+TIMEOUT = 90
+_results = {}
+
+
+def results_for(world_size):
+    if world_size not in _results:
+        per_rank = run_ranks(paddle_cases.run_all, world_size, True, init=False)
+        merged = {}
+        for rank, results in enumerate(per_rank):
+            for name, error in results.items():
+                if error is not None and merged.get(name) is None:
+                    merged[name] = f"rank {rank}:\n{error}"
+                else:
+                    merged.setdefault(name, None)
+        _results[world_size] = merged
+    return _results[world_size]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_case(world_size, case):
+    results = results_for(world_size)
+    assert case in results, f"{case} did not run (an earlier case failed)"
+    assert results[case] is None, results[case]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_gloo_context(world_size):
+    endpoint = f"127.0.0.1:{free_port()}"
+    assert run_ranks(paddle_cases.gloo_context, world_size, endpoint, init=False) == [True] * world_size
+
+
+def test_environment_before_init(monkeypatch):
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "3")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "8")
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170,10.0.0.1:6171")
+    monkeypatch.setenv("PADDLE_CURRENT_ENDPOINT", "10.0.0.1:6171")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    env = dist.ParallelEnv()
+    assert (env.rank, env.world_size, env.local_rank, env.nranks) == (3, 8, 3, 8)
+    assert env.trainer_endpoints == ["10.0.0.1:6170", "10.0.0.1:6171"]
+    assert env.current_endpoint == "10.0.0.1:6171"
+    assert dist.get_rank() == 3 and dist.get_world_size() == 8 and not dist.is_initialized()
+    from tdist.paddle.env import rendezvous_endpoint
+    assert rendezvous_endpoint() == ("10.0.0.1", 6170)
+    monkeypatch.setenv("PADDLE_MASTER", "10.0.0.9:7000")
+    assert rendezvous_endpoint() == ("10.0.0.9", 7000)
+    monkeypatch.setenv("MASTER_ADDR", "h")
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    assert rendezvous_endpoint() == ("h", 1234)
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "1")
+    with pytest.warns(UserWarning, match="not a parallel execution environment"):
+        assert dist.init_parallel_env() is None
+    with pytest.raises(RuntimeError, match="global group is not initialized"):
+        dist.all_reduce(__import__("numpy").zeros(1))
+
+
+def test_spawn_runs_a_training_program():
+    import train
+    for nprocs in (2, 4):
+        ctx = dist.spawn(train.train, args=(2,), nprocs=nprocs, start_method="fork", timeout=TIMEOUT)
+        weights = [ctx.return_queues[i].get() for i in range(nprocs)]
+        assert len(weights) == nprocs and all(w == weights[0] for w in weights) and any(weights[0])
+        assert all(not p.is_alive() and p.exitcode == 0 for p in ctx.processes)
+
+
+def test_spawn_errors():
+    import spawn_targets_paddle
+    with pytest.raises(Exception, match="Process 1 terminated with the following error"):
+        dist.spawn(spawn_targets_paddle.fail_on_rank_1, nprocs=2, start_method="fork", timeout=TIMEOUT)
+    with pytest.raises(ValueError, match="not supported"):
+        dist.spawn(spawn_targets_paddle.fail_on_rank_1, nprocs=2, bogus=1)
+    with pytest.raises(ValueError, match="accelerators"):
+        dist.spawn(spawn_targets_paddle.fail_on_rank_1, nprocs=2, gpus="0,1")
+    ctx = dist.spawn(spawn_targets_paddle.rank_and_size, nprocs=2, join=False, start_method="fork", timeout=TIMEOUT)
+    while not ctx.join():
+        pass
+    assert sorted(ctx.return_queues[i].get() for i in range(2)) == [(0, 2, "0"), (1, 2, "1")]
+
+
+def launch(*args, timeout=TIMEOUT, cwd=None):
+    cmd = [sys.executable, "-m", "tdist.paddle.launch", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_launch_runs_a_training_script(nprocs):
+    result = launch("--nproc_per_node", str(nprocs), "--job_id", "job7", "--run_mode=collective",
+                    os.path.join(PROGRAMS, "train.py"), "--lr", "0.1")
+    assert result.returncode == 0, result.stderr
+    lines = sorted(line for line in result.stdout.splitlines() if line.strip())
+    assert len(lines) == nprocs, result.stdout
+    for rank, line in enumerate(lines):
+        assert line == (f"[rank {rank}]: rank {rank}/{nprocs} trainer_id={rank} trainers_num={nprocs} "
+                        f"env_rank={rank} endpoints={nprocs} current=True local_rank={rank} job=job7 "
+                        f"same_weights=True args=['--lr', '0.1']"), line
+
+
+def test_launch_log_dir_and_devices(tmp_path):
+    result = launch("--devices", "0,1", "--log_dir", str(tmp_path / "log"), os.path.join(PROGRAMS, "train.py"))
+    assert result.returncode == 0, result.stderr
+    logs = sorted(p.name for p in (tmp_path / "log").rglob("rank_*.stdout.log"))
+    assert logs == ["rank_0.stdout.log", "rank_1.stdout.log"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--run_mode=ps"], "collective jobs only"),
+    (["--servers", "127.0.0.1:6000"], "parameter-server mode"),
+    (["--nnodes", "2"], "needs --master"),
+    (["--nnodes", "2:4", "--master", "127.0.0.1:6000"], "elastic"),
+    (["--master", "etcd://127.0.0.1:2379"], "elastic"),
+])
+def test_launch_refuses_what_tdist_does_not_provide(args, message):
+    result = launch(*args, os.path.join(PROGRAMS, "train.py"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
