@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   int timeout_s = 60;
   app.add_option("--nproc", nproc, "number of processes to start when RANK is not set")
       ->check(CLI::Range(1, 1024));
-  int local_rank = -1;  // passed by tdistrun without --use-env; LOCAL_RANK says the same
+  int local_rank = -1;  // passed by legacy launchers (tdistrun --no-use-env); LOCAL_RANK says the same
   app.add_option("--local-rank,--local_rank", local_rank,
                  "this process's rank on its node (set by launchers)");
   app.add_option("--timeout", timeout_s, "rendezvous and store timeout in seconds")

@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--feature", feature,
                  "what to turn off in the second group: the call checks, or the flight recorder")
       ->check(CLI::IsMember({"checks", "recorder"}));
-  int local_rank = 0;  // tdistrun passes it; LOCAL_RANK says the same
-  app.add_option("--local-rank,--local_rank", local_rank, "set by the launcher");
+  int local_rank = 0;  // legacy launchers (tdistrun --no-use-env) pass it; LOCAL_RANK says the same
+  app.add_option("--local-rank,--local_rank", local_rank, "set by legacy launchers; ignored");
   CLI11_PARSE(app, argc, argv);
 
   tdist::init_process_group();

@@ -104,7 +104,7 @@ TEST(ParseOptions, DefaultsAndValues) {
 }
 
 TEST(ParseOptions, AcceptsTheLaunchersLocalRank) {
-  // tdistrun passes --local-rank=N first unless told --use-env.
+  // Legacy launchers (tdist.launch, tdistrun --no-use-env) pass --local-rank=N first.
   auto a = args({"--local-rank=1", "--op", "broadcast"});
   EXPECT_EQ(parse_options(static_cast<int>(a.size()), a.data()).options.ops,
             std::vector<BenchOp>{BenchOp::kBroadcast});

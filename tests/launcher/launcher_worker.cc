@@ -107,8 +107,11 @@ int main(int argc, char** argv) {
       std::string rest;
       for (size_t i = 1; i < args.size(); ++i) rest += (i > 1 ? "," : "") + args[i];
       std::string line = "env";
-      for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                               "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TDIST_RESTART_COUNT"}) {
+      for (const char* name :
+           {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT", "TDIST_RESTART_COUNT", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE",
+            "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+            "TORCHELASTIC_USE_AGENT_STORE", "TDIST_MAX_RESTARTS"}) {
         line += std::string(" ") + name + "=" + env(name);
       }
       say(line + " local_rank_arg=" + local_rank_arg + " args=" + rest);
@@ -140,7 +143,9 @@ int main(int argc, char** argv) {
     if (mode == "fail-once" && args.size() == 2) {
       const std::string& marker = args[1];
       if (access(marker.c_str(), F_OK) == 0) {
-        say("attempt=" + env("TDIST_RESTART_COUNT") + " rank=" + env("RANK") + " ok");
+        say("attempt=" + env("TDIST_RESTART_COUNT") + " rank=" + env("RANK") +
+            " ok torchelastic_restart=" + env("TORCHELASTIC_RESTART_COUNT") + " group=" + env("GROUP_RANK") +
+            " world=" + env("WORLD_SIZE"));
         return 0;
       }
       if (rank() != 0) ready_and_block(false, false);

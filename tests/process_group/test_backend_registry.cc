@@ -75,5 +75,33 @@ TEST(SocketInterface, TdistSocketIfnameChoosesTheInterface) {
   EXPECT_EQ(transport::choose_tcp_address(reach), "127.0.0.1");
 }
 
+// Gloo's comma-separated lists: every name is checked, and a group over
+// "lo,lo" works (point-to-point always goes over TCP).
+TEST(SocketInterface, IfnameVariablesTakeACommaSeparatedList) {
+  setenv("GLOO_SOCKET_IFNAME", "lo,lo", 1);
+  EXPECT_EQ(transport::choose_tcp_addresses({}), (std::vector<std::string>{"127.0.0.1", "127.0.0.1"}));
+  EXPECT_EQ(with_groups(Mode::kThreads, 2,
+                        [](ProcessGroup& pg, int rank) {
+                          Tensor t = Tensor::from_vector<int32_t>({rank == 0 ? 5 : 0});
+                          if (rank == 0) pg.send(t, 1, 3)->wait();
+                          if (rank == 1) pg.recv(t, 0, 3)->wait();
+                          check(real_at(t, 0) == 5, "send/recv over lo,lo");
+                          pg.all_reduce(t, ReduceOp::SUM)->wait();
+                          check(real_at(t, 0) == 10, "all_reduce over lo,lo");
+                        }),
+            "");
+  setenv("TDIST_SOCKET_IFNAME", "lo,nosuch0", 1);  // wins over GLOO_SOCKET_IFNAME
+  try {
+    transport::choose_tcp_addresses({});
+    FAIL() << "a list with a missing interface was accepted";
+  } catch (const DistInvalidArgument& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("TDIST_SOCKET_IFNAME='nosuch0': no such network interface"), std::string::npos)
+        << what;
+  }
+  unsetenv("TDIST_SOCKET_IFNAME");
+  unsetenv("GLOO_SOCKET_IFNAME");
+}
+
 }  // namespace
 }  // namespace tdist::testing

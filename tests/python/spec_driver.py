@@ -15,7 +15,7 @@ import sys
 import tdist as dist
 from tdist._spawn import free_port
 
-programs = [a for a in sys.argv[1:] if not a.startswith("--local")]  # the launcher adds --local-rank=N
+programs = sys.argv[1:]  # tdist.run, as torchrun, passes no --local-rank (LOCAL_RANK says it)
 for path in programs:
     print(f"### {os.path.basename(path)}", flush=True)
     runpy.run_path(path, run_name="__main__")

@@ -116,6 +116,53 @@ def test_tdist_run_gives_ranks_the_launch_environment():
     assert by_rank == {r: [f"{r} {r} 3 6.0 True"] for r in range(3)}
 
 
+ARGV_PROGRAM = textwrap.dedent("""
+    import argparse, os, sys
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local-rank", "--local_rank", type=int, default=None)
+    parser.add_argument("--lr", type=float)
+    args = parser.parse_args()
+    print(os.environ["LOCAL_RANK"], args.local_rank, args.lr, ",".join(sys.argv[1:]))
+""")
+
+
+def run_argv_program(module, nprocs, *options):
+    """python3 -m MODULE --standalone --nproc-per-node N OPTIONS prog.py --lr 0.5: {rank: [line]}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "prog.py")
+        with open(path, "w") as f:
+            f.write(ARGV_PROGRAM)
+        cmd = [sys.executable, "-m", module, "--standalone", "--nproc-per-node", str(nprocs), *options, path,
+               "--lr", "0.5"]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    return lines_by_rank(result.stdout)
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_tdist_run_passes_the_program_only_its_own_arguments(nprocs):
+    # As torchrun: python3 train.py gets no --local-rank (it reads LOCAL_RANK).
+    assert run_argv_program("tdist.run", nprocs) == {r: [f"{r} None 0.5 --lr,0.5"] for r in range(nprocs)}
+    assert run_argv_program("tdist.run", 2, "--use-env") == {r: [f"{r} None 0.5 --lr,0.5"] for r in range(2)}
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_tdist_launch_passes_local_rank_as_torch_distributed_launch(nprocs):
+    assert run_argv_program("tdist.launch", nprocs) == {
+        r: [f"{r} {r} 0.5 --local-rank={r},--lr,0.5"] for r in range(nprocs)}
+    for flag in ("--use-env", "--use_env", "--use-env=true"):
+        assert run_argv_program("tdist.launch", 2, flag) == {r: [f"{r} None 0.5 --lr,0.5"] for r in range(2)}, flag
+
+
+def test_tdist_launch_reads_only_the_options_before_the_program():
+    from tdist import launch as legacy
+    assert not legacy.wants_env(["--nproc-per-node", "2", "prog.py", "--use-env"])
+    assert legacy.wants_env(["--nproc-per-node", "2", "--use_env", "prog.py"])
+    assert not legacy.wants_env(["--use-env=false", "prog.py"])
+    assert not legacy.wants_env(["--use-env", "--no-use-env", "prog.py"])
+    assert not legacy.wants_env(["--master-port", "--use-env", "prog.py"])  # the value of --master-port
+
+
 def test_tdist_run_help_and_usage_errors():
     result = subprocess.run([sys.executable, "-m", "tdist.run", "--help"], capture_output=True, text=True,
                             timeout=TIMEOUT)

@@ -20,7 +20,7 @@ import tdist as dist
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--local-rank")]  # tdistrun adds it
+    args = sys.argv[1:]  # tdistrun, as torchrun, adds no --local-rank
     mode, k = args[0], int(args[1])
     dist.init_process_group("tdist", timeout=timedelta(seconds=float(os.environ.get("JOB_TIMEOUT", "4"))))
     rank = dist.get_rank()

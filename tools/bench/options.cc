@@ -146,10 +146,12 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_option("--nproc", o.nproc,
                  "without a launcher (RANK unset): start this many ranks on 127.0.0.1 (default 1)")
       ->check(CLI::Range(1, 1024));
-  // tdistrun (like torchrun without --use-env) passes --local-rank=N first;
-  // the rank is taken from the environment, so the value is only accepted.
+  // torch.distributed.launch (and tdistrun --no-use-env) pass --local-rank=N
+  // first; the rank is taken from the environment, so the value is only
+  // accepted.
   int local_rank = 0;
-  app.add_option("--local-rank,--local_rank", local_rank, "set by tdistrun; ignored (LOCAL_RANK is read)")
+  app.add_option("--local-rank,--local_rank", local_rank,
+                 "set by legacy launchers; ignored (LOCAL_RANK is read)")
       ->group("");
   app.add_option("--timeout", o.timeout_s, "seconds to wait for rendezvous or a peer before failing")
       ->capture_default_str()

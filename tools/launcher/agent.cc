@@ -84,74 +84,83 @@ Agent::~Agent() = default;
 
 std::string Agent::describe_worker(const Worker& worker) const {
   std::string where = "local rank " + std::to_string(worker.local_rank);
-  if (options_.nnodes > 1) where += " on node " + std::to_string(options_.node_rank) + " (" + hostname_ + ")";
+  if (nodes_) where += " on node " + std::to_string(node_rank()) + " (" + hostname_ + ")";
   return "rank " + std::to_string(worker.rank) + " (" + where + ", pid " + std::to_string(worker.pid) + ")";
 }
 
-int Agent::run() {
-  int rank_offset = 0;
-  int world_size = options_.nproc_per_node;
-  if (options_.nnodes > 1) {
-    // Joining waits for the other nodes; Ctrl-C must still work meanwhile,
-    // and no rank exists yet, so it may simply end the launcher.
-    std::unique_ptr<NodeRendezvous> joined;
-    std::exception_ptr error;
-    int done[2];
-    if (pipe2(done, O_CLOEXEC) != 0) throw DistError("tdistrun: pipe failed: " + errno_text(errno));
-    std::thread joiner([&] {
-      try {
-        joined = std::make_unique<NodeRendezvous>(options_);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      (void)write_all(done[1], "x", 1);
-    });
-    pollfd fds[2] = {{done[0], POLLIN, 0}, {signal_fd_, POLLIN, 0}};
-    while ((poll(fds, 2, -1) < 0 && errno == EINTR) ||
-           (fds[0].revents == 0 && !stop_signal_pending(signal_fd_))) {
+void Agent::connect_nodes() {
+  // Connecting waits for the other nodes (static: all of them); Ctrl-C must
+  // still work meanwhile, and no rank exists yet, so it may simply end the
+  // launcher.
+  std::unique_ptr<NodeRendezvous> joined;
+  std::exception_ptr error;
+  int done[2];
+  if (pipe2(done, O_CLOEXEC) != 0) throw DistError("tdistrun: pipe failed: " + errno_text(errno));
+  std::thread joiner([&] {
+    try {
+      joined = std::make_unique<NodeRendezvous>(options_);
+    } catch (...) {
+      error = std::current_exception();
     }
-    if (fds[0].revents == 0) {
-      int sig = take_signal(signal_fd_);
-      say("got " + signal_name(sig) + " while waiting for the other nodes; no rank was started");
-      _exit(128 + sig);  // the joiner cannot be cancelled; nothing else needs cleaning up
-    }
-    joiner.join();
-    close(done[0]);
-    close(done[1]);
-    if (error) std::rethrow_exception(error);
-    nodes_ = std::move(joined);
-    rank_offset = nodes_->rank_offset();
-    world_size = nodes_->world_size();
+    (void)write_all(done[1], "x", 1);
+  });
+  pollfd fds[2] = {{done[0], POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+  while ((poll(fds, 2, -1) < 0 && errno == EINTR) ||
+         (fds[0].revents == 0 && !stop_signal_pending(signal_fd_))) {
   }
+  if (fds[0].revents == 0) {
+    int sig = take_signal(signal_fd_);
+    say("got " + signal_name(sig) + " while waiting for the other nodes; no rank was started");
+    _exit(128 + sig);  // the joiner cannot be cancelled; nothing else needs cleaning up
+  }
+  joiner.join();
+  close(done[0]);
+  close(done[1]);
+  if (error) std::rethrow_exception(error);
+  nodes_ = std::move(joined);
+}
+
+int Agent::run() {
+  if (options_.max_nodes > 1) connect_nodes();
   auto leave = [&](int code) {
     if (nodes_) nodes_->exit_barrier(options_.grace_period + std::chrono::seconds(30));
     return code;
   };
+  auto interrupted = [&] { return stop_signal_pending(signal_fd_); };
+  // Between rounds no rank runs: a stop signal ends the launcher, after
+  // telling the other nodes.
+  auto stop_between_rounds = [&](int attempt) {
+    int sig = take_signal(signal_fd_);
+    say("got " + signal_name(sig) + " between attempts; no rank is running");
+    nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, "tdistrun got " + signal_name(sig));
+    return leave(128 + sig);
+  };
 
-  for (int attempt = 0;; ++attempt) {
+  for (int attempt = nodes_ ? nodes_->first_round() : 0;; ++attempt) {
+    std::string addr = options_.master_addr;
     int port = options_.master_port;
     if (nodes_) {
-      std::optional<int> published =
-          nodes_->round_port(attempt, [&] { return stop_signal_pending(signal_fd_); });
+      // c10d: every attempt is a new rendezvous, which may take other nodes
+      // (up to MAX) and number them anew.
+      if (!nodes_->join(attempt, interrupted)) return stop_between_rounds(attempt);
+      std::optional<RoundMaster> published = nodes_->round_master(attempt, interrupted);
       if (!published) {
-        if (stop_signal_pending(signal_fd_)) {
-          int sig = take_signal(signal_fd_);
-          say("got " + signal_name(sig) + " between attempts; no rank is running");
-          nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, "tdistrun got " + signal_name(sig));
-          return leave(128 + sig);
-        }
+        if (interrupted()) return stop_between_rounds(attempt);
         RoundEnd end = nodes_->end_of(attempt).value_or(RoundEnd{RoundEnd::Kind::kLost, -1, "no end"});
         say("node " + std::to_string(end.node) + " ended attempt " + std::to_string(attempt) +
             " before it began: " + end.summary);
         if (end.kind == RoundEnd::Kind::kFailed && attempt < options_.max_restarts) continue;
         return leave(1);
       }
-      port = *published;
-    } else if (options_.standalone) {
+      addr = published->addr;
+      port = published->port;
+    } else if (options_.standalone || options_.rdzv_backend == RdzvBackend::kC10d) {
+      // No agents' store: a free port per attempt, so that a restart never
+      // meets the old attempt's keys.
       port = pick_free_port();
     }
 
-    RoundResult result = run_round(attempt, port, rank_offset, world_size);
+    RoundResult result = run_round(attempt, addr, port);
     switch (result.outcome) {
       case Outcome::kSucceeded:
         return leave(0);
@@ -178,19 +187,21 @@ int Agent::run() {
   }
 }
 
-Agent::RoundResult Agent::run_round(int attempt, int master_port, int rank_offset, int world_size) {
+Agent::RoundResult Agent::run_round(int attempt, const std::string& master_addr, int master_port) {
   GroupSpec spec;
   spec.command = &command_;
   spec.use_env = options_.use_env;
   spec.nproc = options_.nproc_per_node;
-  spec.rank_offset = rank_offset;
-  spec.world_size = world_size;
-  spec.node_rank = options_.node_rank;
-  spec.nnodes = options_.nnodes;
-  spec.master_addr = options_.master_addr;
+  spec.rank_offset = nodes_ ? nodes_->rank_offset() : 0;
+  spec.world_size = nodes_ ? nodes_->world_size() : options_.nproc_per_node;
+  spec.node_rank = node_rank();
+  spec.nnodes = nnodes();
+  spec.master_addr = master_addr;
   spec.master_port = master_port;
   spec.attempt = attempt;
   spec.max_restarts = options_.max_restarts;
+  spec.run_id = options_.run_id;
+  spec.role = options_.role;
   spec.log_dir = options_.log_dir;
   spec.tee = options_.tee;
   spec.child_signal_mask = child_mask_;
@@ -287,8 +298,8 @@ Agent::RoundResult Agent::run_round(int attempt, int master_port, int rank_offse
         say("got " + signal_name(sig) + "; stopping every rank");
         result.outcome = Outcome::kInterrupted;
         result.signal = sig;
-        result.summary = "tdistrun on node " + std::to_string(options_.node_rank) + " (" + hostname_ +
-                         ") got " + signal_name(sig);
+        result.summary = "tdistrun on node " + std::to_string(node_rank()) + " (" + hostname_ + ") got " +
+                         signal_name(sig);
         decided = true;
         if (nodes_) {
           store_call([&] { nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, result.summary); });
@@ -318,7 +329,7 @@ Agent::RoundResult Agent::run_round(int attempt, int master_port, int rank_offse
     if (watching && fds[watch_index].revents != 0) {
       watching = false;
       RoundEnd end = nodes_->watched_end();
-      bool ours = end.node == options_.node_rank;
+      bool ours = end.node == node_rank();
       switch (end.kind) {
         case RoundEnd::Kind::kOk:
           if (!decided) {

@@ -35,7 +35,11 @@ class Agent {
     std::string summary;  // one line: what ended the round
   };
 
-  RoundResult run_round(int attempt, int master_port, int rank_offset, int world_size);
+  RoundResult run_round(int attempt, const std::string& master_addr, int master_port);
+  /// Joins the agents' store (several nodes), answering stop signals.
+  void connect_nodes();
+  int node_rank() const { return nodes_ ? nodes_->node_rank() : 0; }
+  int nnodes() const { return nodes_ ? nodes_->nnodes() : 1; }
   std::string describe_worker(const Worker& worker) const;
   void print_failure_report(const WorkerGroup& group, int attempt) const;
 

@@ -3,25 +3,30 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 
 #include "common/error_text.h"
+#include "common/socket.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
 
 namespace tdist::launcher {
 namespace {
 
-constexpr const char* kPrefix = "tdistrun/";
-// How often the watcher wakes up to see whether it should leave.
+// How often a waiting agent wakes up to see whether it should leave.
 constexpr std::chrono::milliseconds kWatchSlice{1000};
 
-std::string node_key(int node, const char* what) {
-  return std::string(kPrefix) + "node/" + std::to_string(node) + "/" + what;
-}
 std::string round_key(int round, const char* what) {
-  return std::string(kPrefix) + "round/" + std::to_string(round) + "/" + what;
+  return "round/" + std::to_string(round) + "/" + what;
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return buffer;
 }
 
 std::string encode(const RoundEnd& end) {
@@ -61,35 +66,162 @@ RoundEnd decode(const std::string& text) {
 
 }  // namespace
 
-NodeRendezvous::NodeRendezvous(const LaunchOptions& options) : options_(options) {
+NodeRendezvous::NodeRendezvous(const LaunchOptions& options)
+    : options_(options), prefix_("tdistrun/" + options.run_id + "/") {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) throw DistError("tdistrun: eventfd failed: " + errno_text(errno));
+  try {
+    if (options.rdzv_backend == RdzvBackend::kC10d) {
+      connect_c10d_store();
+    } else {
+      join_static();
+    }
+  } catch (...) {
+    close(event_fd_);
+    event_fd_ = -1;
+    throw;
+  }
+}
+
+void NodeRendezvous::join_static() {
+  const LaunchOptions& o = options_;
   TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(options.master_port);
-  store_options.world_size = options.nnodes;
-  store_options.is_master = options.node_rank == 0;
-  store_options.timeout = options.join_timeout;
+  store_options.port = static_cast<uint16_t>(o.rdzv_port);
+  store_options.world_size = o.nnodes;
+  store_options.is_master = o.node_rank == 0;
+  store_options.timeout = o.join_timeout;
   store_options.wait_for_workers = true;
   try {
-    store_ = std::make_unique<TCPStore>(options.master_addr, store_options);
+    store_ = std::make_unique<TCPStore>(o.rdzv_host, store_options);
   } catch (const DistError& e) {
-    close(event_fd_);
-    throw DistError(std::string("tdistrun: node ") + std::to_string(options.node_rank) +
-                    (options.node_rank == 0 ? " could not host" : " could not join") +
-                    " the node agents' store at " + options.master_addr + ":" +
-                    std::to_string(options.master_port) + ": " + e.what());
+    throw DistError(std::string("tdistrun: node ") + std::to_string(o.node_rank) +
+                    (o.node_rank == 0 ? " could not host" : " could not join") +
+                    " the node agents' store at " +
+                    format_host_port(o.rdzv_host, static_cast<uint16_t>(o.rdzv_port)) + ": " + e.what());
   }
-  if (store_->add(node_key(options.node_rank, "claims"), 1) != 1) {
-    close(event_fd_);
+  hosting_ = o.node_rank == 0;
+  if (store_->add(key("node/" + std::to_string(o.node_rank) + "/claims"), 1) != 1) {
     throw DistInvalidArgument("tdistrun: another tdistrun already joined as --node-rank " +
-                              std::to_string(options.node_rank) + " of this job");
+                              std::to_string(o.node_rank) + " of this job");
   }
-  store_->set(node_key(options.node_rank, "nproc"), std::to_string(options.nproc_per_node));
-  for (int node = 0; node < options.nnodes; ++node) {
-    int nproc = std::stoi(to_string(store_->get(node_key(node, "nproc"))));
-    if (node < options.node_rank) rank_offset_ += nproc;
+  store_->set(key("node/" + std::to_string(o.node_rank) + "/nproc"), std::to_string(o.nproc_per_node));
+  node_rank_ = o.node_rank;
+  nnodes_ = o.nnodes;
+  for (int node = 0; node < o.nnodes; ++node) {
+    int nproc = std::stoi(to_string(store_->get(key("node/" + std::to_string(node) + "/nproc"))));
+    if (node < o.node_rank) rank_offset_ += nproc;
     world_size_ += nproc;
   }
+}
+
+void NodeRendezvous::connect_c10d_store() {
+  const LaunchOptions& o = options_;
+  const std::string where = format_host_port(o.rdzv_host, static_cast<uint16_t>(o.rdzv_port));
+  TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(o.rdzv_port);
+  store_options.timeout = o.join_timeout;
+  store_options.wait_for_workers = false;
+  // As torchrun: the agent that can listen at the endpoint hosts the store,
+  // the others join it. Binding the endpoint's own address (not the
+  // wildcard) fails on hosts that do not own it, and fails with "in use" for
+  // the agents that come after the host on its machine.
+  if (o.is_host.value_or(true)) {
+    try {
+      ListenOptions listen;
+      listen.host = o.rdzv_host;
+      listen.domain = ErrorDomain::kStore;
+      store_options.master_listen_fd = listen_on(store_options.port, listen).release();
+    } catch (const DistError& e) {
+      if (o.is_host.value_or(false)) {
+        throw DistError("tdistrun: could not host the node agents' store at " + where +
+                        " (--rdzv-conf is_host=true): " + e.what());
+      }
+    }
+  }
+  store_options.is_master = store_options.master_listen_fd >= 0;
+  try {
+    store_ = std::make_unique<TCPStore>(o.rdzv_host, store_options);
+  } catch (const DistError& e) {
+    throw DistError(std::string("tdistrun: could not ") + (store_options.is_master ? "host" : "join") +
+                    " the node agents' store at " + where + ": " + e.what());
+  }
+  hosting_ = store_options.is_master;
+}
+
+int NodeRendezvous::first_round() {
+  if (options_.rdzv_backend != RdzvBackend::kC10d || !store_->check({key("latest")})) return 0;
+  return std::stoi(to_string(store_->get(key("latest"))));
+}
+
+bool NodeRendezvous::join(int round, const std::function<bool()>& interrupted) {
+  if (options_.rdzv_backend != RdzvBackend::kC10d) return true;  // the members never change
+  return join_c10d(round, interrupted);
+}
+
+bool NodeRendezvous::wait_for(const std::string& name, std::chrono::steady_clock::time_point deadline,
+                              const std::function<bool()>& interrupted) {
+  for (;;) {
+    if (store_->check({name})) return true;
+    if (interrupted()) return false;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    try {
+      store_->wait({name}, std::min(left, kWatchSlice));
+      return true;
+    } catch (const DistTimeoutError&) {
+    }
+  }
+}
+
+bool NodeRendezvous::join_c10d(int round, const std::function<bool()>& interrupted) {
+  const LaunchOptions& o = options_;
+  const std::string base = "rdzv/" + std::to_string(round) + "/";
+  const std::string closed_key = key(base + "closed");
+  const std::string range = std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes);
+  store_->set(key("latest"), std::to_string(round));
+  const auto index = static_cast<int>(store_->add(key(base + "joined"), 1) - 1);
+  auto closed_with = [&] { return std::stoi(to_string(store_->get(closed_key))); };
+  auto too_late = [&](int nodes) {
+    return DistError("tdistrun: run '" + o.run_id + "' started with " + std::to_string(nodes) +
+                     " node(s) (--nnodes " + range +
+                     ") before this node joined; a node cannot join a job "
+                     "that has started (start it again to join the next run)");
+  };
+  if (store_->check({closed_key}) && index >= closed_with()) throw too_late(closed_with());
+  if (index >= o.max_nodes) throw too_late(o.max_nodes);
+  store_->set(key(base + "node/" + std::to_string(index)), std::to_string(o.nproc_per_node));
+  if (index + 1 == o.max_nodes) {
+    store_->compare_set(closed_key, Bytes{}, to_bytes(std::to_string(o.max_nodes)));
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  if (!wait_for(key(base + "node/" + std::to_string(o.min_nodes - 1)), start + o.join_timeout, interrupted)) {
+    if (interrupted()) return false;
+    throw DistTimeoutError("tdistrun: only " + std::to_string(store_->add(key(base + "joined"), 0)) +
+                           " node(s) joined run '" + o.run_id + "' within " + seconds_text(o.join_timeout) +
+                           " (--join-timeout); --nnodes " + range + " needs at least " +
+                           std::to_string(o.min_nodes));
+  }
+  // MIN are here: more may come until the last call ends (the first agent
+  // whose wait ends closes the round with whoever has joined by then), or
+  // until MAX have come (the MAX-th closed it already).
+  if (!wait_for(closed_key, std::chrono::steady_clock::now() + o.last_call_timeout, interrupted)) {
+    if (interrupted()) return false;
+    const auto joined = static_cast<int>(store_->add(key(base + "joined"), 0));
+    store_->compare_set(closed_key, Bytes{}, to_bytes(std::to_string(std::min(joined, o.max_nodes))));
+  }
+  const int nodes = closed_with();
+  if (index >= nodes) throw too_late(nodes);
+  node_rank_ = index;
+  nnodes_ = nodes;
+  rank_offset_ = 0;
+  world_size_ = 0;
+  for (int node = 0; node < nodes; ++node) {
+    const int nproc = std::stoi(to_string(store_->get(key(base + "node/" + std::to_string(node)))));
+    if (node < index) rank_offset_ += nproc;
+    world_size_ += nproc;
+  }
+  return true;
 }
 
 NodeRendezvous::~NodeRendezvous() {
@@ -98,33 +230,42 @@ NodeRendezvous::~NodeRendezvous() {
   if (event_fd_ >= 0) close(event_fd_);
 }
 
-std::optional<int> NodeRendezvous::round_port(int round, const std::function<bool()>& interrupted) {
-  std::string key = round_key(round, "port");
-  if (options_.node_rank == 0) {
+std::optional<RoundMaster> NodeRendezvous::round_master(int round, const std::function<bool()>& interrupted) {
+  const std::string port_key = key(round_key(round, "port"));
+  const std::string addr_key = key(round_key(round, "addr"));
+  if (node_rank_ == 0) {
     if (end_of(round)) return std::nullopt;
-    int port = pick_free_port();
-    store_->set(key, std::to_string(port));
-    return port;
+    RoundMaster master;
+    // c10d: node 0 is whichever node joined first; the others reach it at
+    // the address it uses toward the agents' store (torchrun names its host).
+    master.addr = options_.rdzv_backend == RdzvBackend::kC10d ? local_address_toward(options_.rdzv_host)
+                                                              : options_.master_addr;
+    master.port = pick_free_port();
+    store_->set(addr_key, master.addr);  // before the port, which the others wait for
+    store_->set(port_key, std::to_string(master.port));
+    return master;
   }
   auto deadline = std::chrono::steady_clock::now() + options_.join_timeout;
   for (;;) {
-    if (store_->check({key})) return std::stoi(to_string(store_->get(key)));
+    if (store_->check({port_key})) {
+      return RoundMaster{to_string(store_->get(addr_key)), std::stoi(to_string(store_->get(port_key)))};
+    }
     if (end_of(round) || interrupted()) return std::nullopt;
     if (std::chrono::steady_clock::now() >= deadline) {
       throw DistTimeoutError("tdistrun: node 0 did not start round " + std::to_string(round) + " within " +
-                             std::to_string(options_.join_timeout.count() / 1000) + " s");
+                             seconds_text(options_.join_timeout));
     }
     try {
-      store_->wait({key}, kWatchSlice);
+      store_->wait({port_key}, kWatchSlice);
     } catch (const DistTimeoutError&) {
     }
   }
 }
 
 std::optional<RoundEnd> NodeRendezvous::end_of(int round) {
-  std::string key = round_key(round, "end");
-  if (!store_->check({key})) return std::nullopt;
-  return decode(to_string(store_->get(key)));
+  const std::string end_key = key(round_key(round, "end"));
+  if (!store_->check({end_key})) return std::nullopt;
+  return decode(to_string(store_->get(end_key)));
 }
 
 void NodeRendezvous::start_watch(int round) {
@@ -136,7 +277,7 @@ void NodeRendezvous::start_watch(int round) {
     end_.reset();
   }
   stop_watch_ = false;
-  watcher_ = std::thread([this, key = round_key(round, "end")] { watch(key); });
+  watcher_ = std::thread([this, end_key = key(round_key(round, "end"))] { watch(end_key); });
 }
 
 void NodeRendezvous::watch(const std::string& key) {
@@ -176,21 +317,21 @@ void NodeRendezvous::stop_watch() {
 }
 
 void NodeRendezvous::report_success(int round) {
-  if (store_->add(round_key(round, "ok"), 1) == options_.nnodes) {
-    store_->compare_set(round_key(round, "end"), Bytes{}, to_bytes(encode(RoundEnd{})));
+  if (store_->add(key(round_key(round, "ok")), 1) == nnodes_) {
+    store_->compare_set(key(round_key(round, "end")), Bytes{}, to_bytes(encode(RoundEnd{})));
   }
 }
 
 void NodeRendezvous::report_end(int round, RoundEnd::Kind kind, const std::string& summary) {
-  RoundEnd end{kind, options_.node_rank, summary};
-  store_->compare_set(round_key(round, "end"), Bytes{}, to_bytes(encode(end)));
+  RoundEnd end{kind, node_rank_, summary};
+  store_->compare_set(key(round_key(round, "end")), Bytes{}, to_bytes(encode(end)));
 }
 
 void NodeRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   try {
-    std::string all = std::string(kPrefix) + "exit/all";
-    if (store_->add(std::string(kPrefix) + "exit", 1) == options_.nnodes) store_->set(all, "1");
-    if (options_.node_rank == 0) store_->wait({all}, timeout);
+    const std::string all = key("exit/all");
+    if (store_->add(key("exit"), 1) == nnodes_) store_->set(all, "1");
+    if (hosting_) store_->wait({all}, timeout);
   } catch (const std::exception&) {
     // A node that is gone cannot be waited for; leaving is all that is left.
   }

@@ -1,17 +1,26 @@
 #pragma once
 
-// How the tdistrun agents of a multi-node job meet and agree. The agent of
-// node 0 hosts a TCPStore at --master-addr:--master-port; every agent joins
-// it, registers its --nproc-per-node and learns everyone else's, which fixes
-// the global ranks (node order). Each attempt ("round") has its own keys:
+// How the tdistrun agents of a multi-node job meet and agree, through a
+// TCPStore (the "agents' store") at the rendezvous endpoint. Every key is
+// under tdistrun/<run id>/, so jobs with different --rdzv-id can share one
+// store. Each attempt ("round") has its own keys:
 //
-//   tdistrun/node/<n>/claims   counter; a second agent with the same node rank is refused
-//   tdistrun/node/<n>/nproc    ranks on node n
-//   tdistrun/round/<k>/port    the ranks' MASTER_PORT in round k, picked free by agent 0
-//   tdistrun/round/<k>/ok      counter of nodes whose ranks all exited 0
-//   tdistrun/round/<k>/end     how round k ended, first writer wins:
-//                              "ok", "failed <node> <summary>", "interrupted <node> <summary>"
-//   tdistrun/exit, exit/all    the agents' exit barrier (agent 0 hosts the store, so it leaves last)
+//   static backend (fixed --nnodes, node 0 hosts the store):
+//     node/<n>/claims        counter; a second agent with the same node rank is refused
+//     node/<n>/nproc         ranks on node n
+//   c10d backend (MIN:MAX nodes, numbered in join order; the first agent
+//   that can bind the endpoint hosts the store):
+//     latest                 the newest round a node may join
+//     rdzv/<k>/joined        counter: the join order of round k
+//     rdzv/<k>/node/<i>      ranks on the i-th node to join round k
+//     rdzv/<k>/closed        how many nodes round k has, first writer wins: once
+//                            MAX joined, or last_call_timeout after MIN joined
+//   both:
+//     round/<k>/port, addr   the ranks' MASTER_PORT/MASTER_ADDR in round k, set by node 0
+//     round/<k>/ok           counter of nodes whose ranks all exited 0
+//     round/<k>/end          how round k ended, first writer wins:
+//                            "ok", "failed <node> <summary>", "interrupted <node> <summary>"
+//     exit, exit/all         the agents' exit barrier (the host leaves last)
 //
 // Each agent watches round/<k>/end from a thread and hears about it through
 // an eventfd, so its event loop never polls the store.
@@ -39,23 +48,42 @@ struct RoundEnd {
   std::string summary;  // what happened there; for kLost, the store error
 };
 
+/// Where the ranks of a round meet (their MASTER_ADDR and MASTER_PORT).
+struct RoundMaster {
+  std::string addr;
+  int port = 0;
+};
+
 class NodeRendezvous {
  public:
-  /// Joins (node 0: hosts) the agents' store and learns every node's size.
-  /// Raises DistError (store errors, a node rank claimed twice) on failure.
+  /// Joins (or hosts) the agents' store; static: also claims the node rank
+  /// and learns every node's size. Raises DistError (store errors, a node
+  /// rank claimed twice) on failure.
   explicit NodeRendezvous(const LaunchOptions& options);
   ~NodeRendezvous();
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
 
+  /// The first round this node can take part in (c10d: a node that comes
+  /// while the others restart joins their round).
+  int first_round();
+  /// The membership of round `round`: static: the fixed nodes; c10d: waits
+  /// for MIN..MAX nodes to join. False if `interrupted()` turned true while
+  /// waiting. Raises DistError if the round closed without this node (it
+  /// came too late) or too few nodes came within the join timeout.
+  bool join(int round, const std::function<bool()>& interrupted);
+
+  /// This node's rank and the node count of the joined round.
+  int node_rank() const { return node_rank_; }
+  int nnodes() const { return nnodes_; }
   int rank_offset() const { return rank_offset_; }
   int world_size() const { return world_size_; }
 
-  /// The ranks' MASTER_PORT for round `round`: agent 0 picks a free one and
-  /// publishes it, the others wait for it. nullopt if the round was ended
-  /// before it began (another node gave up: see end_of()) or `interrupted()`
-  /// turned true while waiting.
-  std::optional<int> round_port(int round, const std::function<bool()>& interrupted);
+  /// The ranks' master for round `round`: node 0 picks a free port (and,
+  /// c10d, names its address) and publishes it, the others wait for it.
+  /// nullopt if the round was ended before it began (another node gave up:
+  /// see end_of()) or `interrupted()` turned true while waiting.
+  std::optional<RoundMaster> round_master(int round, const std::function<bool()>& interrupted);
   /// The end of `round` if it is known already.
   std::optional<RoundEnd> end_of(int round);
 
@@ -75,16 +103,28 @@ class NodeRendezvous {
   /// Ends `round` (unless someone did already) as failed or interrupted.
   void report_end(int round, RoundEnd::Kind kind, const std::string& summary);
 
-  /// Every agent says it is leaving; agent 0 waits (up to `timeout`) for the
-  /// others, so its store outlives their last request. Errors are ignored:
-  /// this is the way out.
+  /// Every agent says it is leaving; the store's host waits (up to
+  /// `timeout`) for the others, so its store outlives their last request.
+  /// Errors are ignored: this is the way out.
   void exit_barrier(std::chrono::milliseconds timeout);
 
  private:
+  void join_static();
+  bool join_c10d(int round, const std::function<bool()>& interrupted);
+  void connect_c10d_store();
+  /// Waits for `key`, in slices so that `interrupted` is heard; false at
+  /// `deadline` or when interrupted.
+  bool wait_for(const std::string& key, std::chrono::steady_clock::time_point deadline,
+                const std::function<bool()>& interrupted);
   void watch(const std::string& key);
+  std::string key(const std::string& rest) const { return prefix_ + rest; }
 
   LaunchOptions options_;
+  std::string prefix_;
   std::unique_ptr<TCPStore> store_;
+  bool hosting_ = false;
+  int node_rank_ = 0;
+  int nnodes_ = 1;
   int rank_offset_ = 0;
   int world_size_ = 0;
   int event_fd_ = -1;

@@ -4,11 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "common/cpus.h"
+#include "rdzv_options.h"
 
 namespace tdist::launcher {
 namespace {
@@ -36,6 +39,72 @@ class UsageFormatter : public CLI::Formatter {
   }
 };
 
+// A random run id for --standalone, as torchrun gives its standalone jobs.
+std::string random_run_id() {
+  std::random_device device;
+  char text[33];
+  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", device(), device(), device(), device());
+  return text;
+}
+
+// --nnodes, --rdzv-* and --standalone together. Raises std::invalid_argument
+// with the usage error.
+void parse_rendezvous(const CLI::App& app, const std::string& nnodes, const std::string& backend,
+                      const std::string& endpoint_text, const std::string& conf_text, LaunchOptions* o) {
+  if (o->standalone) {
+    // torchrun's --standalone: one node on this host; rendezvous settings
+    // given with it are ignored, as there.
+    if (app.count("--nnodes") > 0 && nnodes != "1" && nnodes != "1:1") {
+      throw std::invalid_argument("--standalone runs one node; drop --nnodes " + nnodes);
+    }
+    o->min_nodes = o->max_nodes = o->nnodes = 1;
+    o->node_rank = 0;
+    o->master_addr = "127.0.0.1";
+    o->rdzv_backend = RdzvBackend::kStatic;
+    if (app.count("--rdzv-id") == 0) o->run_id = random_run_id();
+    return;
+  }
+  const NodeRange range = parse_nnodes(nnodes);
+  o->min_nodes = range.min;
+  o->max_nodes = range.max;
+  o->nnodes = range.max;
+  o->rdzv_backend = parse_rdzv_backend(backend);
+  const RdzvConf conf = parse_rdzv_conf(conf_text);
+  if (conf.join_timeout) o->join_timeout = *conf.join_timeout;
+  if (conf.last_call_timeout) o->last_call_timeout = *conf.last_call_timeout;
+  o->is_host = conf.is_host;
+  if (o->run_id.empty()) throw std::invalid_argument("--rdzv-id is empty");
+  if (o->rdzv_backend == RdzvBackend::kStatic) {
+    if (range.min != range.max) {
+      throw std::invalid_argument("--nnodes " + nnodes +
+                                  ": a range of nodes needs --rdzv-backend c10d (static takes a fixed N)");
+    }
+    o->rdzv_host = o->master_addr;
+    o->rdzv_port = o->master_port;
+    if (!endpoint_text.empty()) {
+      // As torchrun: the endpoint replaces --master-addr:--master-port, and
+      // a static store has no default port.
+      const Endpoint endpoint = parse_endpoint(endpoint_text);
+      if (!endpoint.port) {
+        throw std::invalid_argument("--rdzv-endpoint '" + endpoint_text +
+                                    "' has no port; the static backend needs HOST:PORT");
+      }
+      o->rdzv_host = o->master_addr = endpoint.host;
+      o->rdzv_port = o->master_port = *endpoint.port;
+    }
+    return;
+  }
+  const Endpoint endpoint = parse_endpoint(endpoint_text.empty() ? "localhost" : endpoint_text);
+  o->rdzv_host = endpoint.host;
+  o->rdzv_port = endpoint.port.value_or(kDefaultC10dPort);
+  if (app.count("--node-rank") > 0) {
+    std::fprintf(stderr,
+                 "tdistrun: --node-rank is ignored with --rdzv-backend c10d (nodes are numbered in "
+                 "the order they join)\n");
+  }
+  o->node_rank = 0;
+}
+
 }  // namespace
 
 std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code) {
@@ -50,14 +119,20 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   std::string bind_to = "auto";
   double grace_s = 5.0;
   double join_s = 300.0;
+  double monitor_s = 5.0;
+  std::string nnodes = "1";
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_conf;
   app.add_option(
          "--nproc-per-node,--nproc_per_node", nproc,
          "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU tdistrun may run on")
       ->default_str("1");
-  app.add_option("--nnodes", o.nnodes, "number of nodes (one tdistrun each)")
-      ->check(CLI::Range(1, 1 << 20))
+  app.add_option("--nnodes", nnodes,
+                 "number of nodes (one tdistrun each): N, or MIN:MAX with --rdzv-backend c10d")
       ->default_str("1");
-  app.add_option("--node-rank,--node_rank", o.node_rank, "this node's index in [0, nnodes)")
+  app.add_option("--node-rank,--node_rank", o.node_rank,
+                 "this node's index in [0, nnodes) (static backend; c10d numbers nodes in join order)")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
   app.add_option("--master-addr,--master_addr", o.master_addr,
@@ -73,8 +148,26 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
                  "restart the whole group up to N times after a failure")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
-  app.add_flag("--use-env,--use_env", o.use_env,
-               "do not pass --local-rank=N to the program; it reads LOCAL_RANK instead");
+  app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
+                 "how the nodes meet: 'static' (fixed --nnodes, each with --node-rank) or 'c10d' (nodes "
+                 "join at --rdzv-endpoint and are numbered in join order)")
+      ->default_str("static");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
+                 "HOST[:PORT] of the node agents' store (static: default --master-addr:--master-port; "
+                 "c10d: default localhost, port 29400)");
+  app.add_option("--rdzv-id,--rdzv_id", o.run_id,
+                 "the job's id (TORCHELASTIC_RUN_ID); agents of one job share it")
+      ->default_str("none");
+  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
+                 "KEY=VALUE,...: join_timeout, last_call_timeout (seconds), is_host (true/false)");
+  app.add_option("--monitor-interval,--monitor_interval", monitor_s,
+                 "accepted for torchrun command lines; tdistrun learns of exits at once")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->default_str("5");
+  app.add_option("--role", o.role, "the ranks' ROLE_NAME")->default_str("default");
+  app.add_flag("--use-env,--use_env,!--no-use-env,!--no_use_env", o.use_env,
+               "--use-env (default, as torchrun): the program reads LOCAL_RANK; --no-use-env: it also gets "
+               "--local-rank=N as its first argument (torch.distributed.launch)");
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "write each rank's stdout and stderr to DIR/attempt_K/rank_N.{stdout,stderr}.log");
   app.add_flag("--tee{3}", o.tee,
@@ -165,16 +258,13 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   o.grace_period = seconds_to_ms(grace_s);
   o.join_timeout = seconds_to_ms(join_s);
 
-  if (o.standalone) {
-    if (app.count("--nnodes") > 0 && o.nnodes != 1) {
-      *exit_code = usage_error("--standalone runs one node; drop --nnodes " + std::to_string(o.nnodes));
-      return std::nullopt;
-    }
-    o.nnodes = 1;
-    o.node_rank = 0;
-    o.master_addr = "127.0.0.1";
+  try {
+    parse_rendezvous(app, nnodes, rdzv_backend, rdzv_endpoint, rdzv_conf, &o);
+  } catch (const std::invalid_argument& e) {
+    *exit_code = usage_error(e.what());
+    return std::nullopt;
   }
-  if (o.node_rank >= o.nnodes) {
+  if (o.rdzv_backend == RdzvBackend::kStatic && o.node_rank >= o.nnodes) {
     *exit_code = usage_error("--node-rank must be in [0, " + std::to_string(o.nnodes) + "), got " +
                              std::to_string(o.node_rank));
     return std::nullopt;

@@ -9,16 +9,48 @@
 
 namespace tdist::launcher {
 
+/// How the node agents of a job find each other (--rdzv-backend).
+enum class RdzvBackend {
+  /// Fixed --nnodes N, each node with its --node-rank (torchrun's "static").
+  kStatic,
+  /// Nodes join an agents' store at --rdzv-endpoint; node ranks follow the
+  /// join order, MIN to MAX nodes (torchrun's "c10d").
+  kC10d,
+};
+
 struct LaunchOptions {
   int nproc_per_node = 1;
+  /// --nnodes MIN:MAX (plain N: N:N).
+  int min_nodes = 1;
+  int max_nodes = 1;
+  /// The number of nodes of a static job (max_nodes); c10d jobs learn theirs
+  /// at each rendezvous.
   int nnodes = 1;
+  /// Static backend: this node's index; c10d: ignored (join order decides).
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool standalone = false;
   int max_restarts = 0;
-  /// True: ranks read LOCAL_RANK only; false: they also get --local-rank=N.
-  bool use_env = false;
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;
+  /// Where the agents' store is: --rdzv-endpoint, else (static)
+  /// --master-addr:--master-port, else (c10d) localhost:29400.
+  std::string rdzv_host;
+  int rdzv_port = 0;
+  /// --rdzv-id: the run's name, TORCHELASTIC_RUN_ID and the prefix of the
+  /// agents' keys.
+  std::string run_id = "none";
+  /// c10d: after MIN nodes joined, how long to wait for more (rdzv-conf
+  /// last_call_timeout).
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  /// c10d: host the agents' store (true), only join it (false), or try to
+  /// host and join if the port is taken (unset; rdzv-conf is_host).
+  std::optional<bool> is_host;
+  /// --role: ROLE_NAME of every rank.
+  std::string role = "default";
+  /// True (default, torchrun): ranks read LOCAL_RANK; false (--no-use-env,
+  /// torch.distributed.launch): they also get --local-rank=N.
+  bool use_env = true;
   /// Per-rank log files go under this directory; empty: console only.
   std::string log_dir;
   /// With log_dir: which streams also go to the console (1 stdout, 2 stderr,
@@ -34,7 +66,8 @@ struct LaunchOptions {
   std::vector<std::vector<int>> bind_sets;
   /// SIGTERM to SIGKILL.
   std::chrono::milliseconds grace_period{5000};
-  /// How long node agents wait for each other.
+  /// How long node agents wait for each other (--join-timeout, rdzv-conf
+  /// join_timeout).
   std::chrono::milliseconds join_timeout{std::chrono::seconds(300)};
   /// PROGRAM followed by its arguments.
   std::vector<std::string> command;

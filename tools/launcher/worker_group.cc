@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -31,16 +32,29 @@ void cpu_free(cpu_set_t* set) {
 constexpr size_t kReadBudget = size_t{256} * 1024;
 
 // The variables tdistrun sets; inherited values of these are dropped.
+// (torchrun's set, plus tdist's own restart variables; NCCL_ASYNC_ERROR_HANDLING
+// and OMP_NUM_THREADS are only given a default, below.)
 constexpr const char* kRankVariables[] = {"RANK",
                                           "LOCAL_RANK",
                                           "WORLD_SIZE",
                                           "LOCAL_WORLD_SIZE",
                                           "GROUP_RANK",
                                           "GROUP_WORLD_SIZE",
+                                          "ROLE_RANK",
+                                          "ROLE_NAME",
+                                          "ROLE_WORLD_SIZE",
                                           "MASTER_ADDR",
                                           "MASTER_PORT",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "TORCHELASTIC_RESTART_COUNT",
+                                          "TORCHELASTIC_MAX_RESTARTS",
+                                          "TORCHELASTIC_USE_AGENT_STORE",
                                           "TDIST_RESTART_COUNT",
                                           "TDIST_MAX_RESTARTS"};
+
+bool inherited(const char* name) {
+  return std::getenv(name) != nullptr;  // NOLINT(concurrency-mt-unsafe): nothing sets the environment
+}
 
 std::vector<std::string> inherited_environment() {
   std::vector<std::string> env;
@@ -134,8 +148,21 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
   put("GROUP_WORLD_SIZE", std::to_string(spec_.nnodes));
   put("MASTER_ADDR", spec_.master_addr);
   put("MASTER_PORT", std::to_string(spec_.master_port));
+  // One role per job: a rank's role rank and size are its global ones.
+  put("ROLE_RANK", std::to_string(worker.rank));
+  put("ROLE_NAME", spec_.role);
+  put("ROLE_WORLD_SIZE", std::to_string(spec_.world_size));
+  put("TORCHELASTIC_RUN_ID", spec_.run_id);
+  put("TORCHELASTIC_RESTART_COUNT", std::to_string(spec_.attempt));
+  put("TORCHELASTIC_MAX_RESTARTS", std::to_string(spec_.max_restarts));
+  // torch's env:// with "True" would join a store the agent hosts at
+  // MASTER_PORT; tdistrun's agents never serve the ranks, rank 0 hosts theirs.
+  put("TORCHELASTIC_USE_AGENT_STORE", "False");
   put("TDIST_RESTART_COUNT", std::to_string(spec_.attempt));
   put("TDIST_MAX_RESTARTS", std::to_string(spec_.max_restarts));
+  // torchrun's defaults, kept when the launcher's environment sets them.
+  if (!inherited("NCCL_ASYNC_ERROR_HANDLING")) put("NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!inherited("OMP_NUM_THREADS") && spec_.nproc > 1) put("OMP_NUM_THREADS", "1");
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(env);
   std::string exec_error = "tdistrun: cannot execute " + spec_.command->path + ": ";

@@ -30,6 +30,8 @@ struct GroupSpec {
   int master_port = 0;
   int attempt = 0;  // restarts so far
   int max_restarts = 0;
+  std::string run_id;   // TORCHELASTIC_RUN_ID
+  std::string role;     // ROLE_NAME
   std::string log_dir;  // empty: console only
   int tee = 0;          // with log_dir: 1 stdout, 2 stderr, 3 both to the console too
   /// The signal mask the launcher started with; ranks get it back.

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/env.h"
 #include "common/error_text.h"
@@ -75,14 +76,51 @@ std::string interface_address(const std::string& name, const char* variable) {
                             "': no such network interface with an IP address; this host has:" + seen);
 }
 
+// The address of every interface of a comma-separated list, in its order
+// (a name listed twice counts twice, as in gloo: two devices on it).
+std::vector<std::string> interface_addresses(const std::string& list, const char* variable) {
+  std::vector<std::string> addresses;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = list.find(',', start);
+    const std::string name =
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name.empty()) {
+      throw DistInvalidArgument(std::string(variable) + "='" + list +
+                                "': expected interface names separated by commas, got an empty name");
+    }
+    addresses.push_back(interface_address(name, variable));
+    if (comma == std::string::npos) return addresses;
+    start = comma + 1;
+  }
+}
+
+// "host:port,host:port": the listeners a rank advertises.
+std::vector<HostPort> parse_address_list(const std::string& text) {
+  std::vector<HostPort> list;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    list.push_back(
+        parse_host_port(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) return list;
+    start = comma + 1;
+  }
+}
+
 }  // namespace
 
+std::vector<std::string> choose_tcp_addresses(const TcpOptions& options) {
+  if (!options.ifname.empty()) return interface_addresses(options.ifname, "interface");
+  if (auto names = env_string("TDIST_SOCKET_IFNAME"))
+    return interface_addresses(*names, "TDIST_SOCKET_IFNAME");
+  if (auto names = env_string("GLOO_SOCKET_IFNAME")) return interface_addresses(*names, "GLOO_SOCKET_IFNAME");
+  if (!options.reach_host.empty()) return {local_address_toward(options.reach_host)};
+  return {"127.0.0.1"};
+}
+
 std::string choose_tcp_address(const TcpOptions& options) {
-  if (!options.ifname.empty()) return interface_address(options.ifname, "interface");
-  if (auto name = env_string("TDIST_SOCKET_IFNAME")) return interface_address(*name, "TDIST_SOCKET_IFNAME");
-  if (auto name = env_string("GLOO_SOCKET_IFNAME")) return interface_address(*name, "GLOO_SOCKET_IFNAME");
-  if (!options.reach_host.empty()) return local_address_toward(options.reach_host);
-  return "127.0.0.1";
+  return choose_tcp_addresses(options).front();
 }
 
 std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const TcpOptions& options) {
@@ -91,24 +129,35 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
   std::vector<std::string> addresses(static_cast<size_t>(size));
   if (size == 1) return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
 
-  std::string host = choose_tcp_address(options);
-  ListenOptions listen_options;
-  listen_options.host = host;
-  Socket listener = listen_on(0, listen_options);
-  std::string me = format_host_port(host, listener.local_port());
+  // One listener per listed interface (gloo's one device per interface);
+  // the advertisement lists them all, in the order of the list.
+  std::vector<Socket> listeners;
+  std::string me;
+  for (const std::string& host : choose_tcp_addresses(options)) {
+    ListenOptions listen_options;
+    listen_options.host = host;
+    listeners.push_back(listen_on(0, listen_options));
+    me += (me.empty() ? "" : ",") + format_host_port(host, listeners.back().local_port());
+  }
   addresses[static_cast<size_t>(rank)] = me;
   store.set(address_key(rank), me);
   TDIST_LOG(DEBUG) << "tcp transport: rank " << rank << " of " << size << " listening on " << me;
 
   std::string where = "tcp transport: rank " + std::to_string(rank) + " of " + std::to_string(size);
-  const int connections = sockets_per_peer(options, size);
   for (int peer = 0; peer < rank; ++peer) {
     std::string text = to_string(store.get(address_key(peer)));
-    HostPort target = parse_host_port(text);
+    const std::vector<HostPort> targets = parse_address_list(text);
+    // The connecting rank decides for the pair: connection c goes to the
+    // peer's listed interface c % n, and there is at least one connection
+    // per interface, so that every listed interface carries its share of
+    // the pair's stripes.
+    const int connections = std::min(
+        kMaxSocketsPerPeer, std::max(sockets_per_peer(options, size), static_cast<int>(targets.size())));
     ConnectOptions connect_options;
     connect_options.domain = ErrorDomain::kNetwork;
     connect_options.what = where + " connecting to rank " + std::to_string(peer);
     for (int c = 0; c < connections; ++c) {
+      const HostPort& target = targets[static_cast<size_t>(c) % targets.size()];
       Socket socket = connect_with_retry(target.host, target.port, deadline, connect_options);
       Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size),
                   static_cast<uint32_t>(c), static_cast<uint32_t>(connections)};
@@ -122,10 +171,13 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     const auto& list = sockets[static_cast<size_t>(peer)];
     return !list.empty() && std::all_of(list.begin(), list.end(), [](const Socket& s) { return s.valid(); });
   };
+  std::vector<pollfd> pfds;
+  pfds.reserve(listeners.size());
+  for (const Socket& listener : listeners) pfds.push_back({listener.fd(), POLLIN, 0});
+  size_t next = 0;  // the listener to accept from first, taken in turns
   for (int accepted = 0; accepted < size - 1 - rank;) {
-    pollfd pfd{listener.fd(), POLLIN, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now()).count();
-    if (left <= 0 || poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000))) < 0) {
+    if (left <= 0 || poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left, 1000))) < 0) {
       if (left > 0 && errno == EINTR) continue;
       std::string missing;
       for (int peer = rank + 1; peer < size; ++peer) {
@@ -135,7 +187,11 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
                                     " ms waiting for ranks" + missing + " to connect to " + me);
     }
     int error = 0;
-    Socket socket = accept_connection(listener, &error);
+    Socket socket;
+    for (size_t i = 0; i < listeners.size() && !socket; ++i) {
+      socket = accept_connection(listeners[(next + i) % listeners.size()], &error);
+    }
+    next = (next + 1) % listeners.size();
     if (!socket) continue;
     Hello hello{};
     socket.set_nonblocking(false);

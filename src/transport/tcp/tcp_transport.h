@@ -44,8 +44,10 @@ namespace tdist::transport {
 struct TcpOptions {
   /// Bound on connection setup.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
-  /// Network interface to use; empty: TDIST_SOCKET_IFNAME, then
-  /// GLOO_SOCKET_IFNAME, then the interface that reaches `reach_host`.
+  /// Network interfaces to use, a comma-separated list (each gets a
+  /// listener; a pair's connections are spread over the accepting rank's
+  /// list); empty: TDIST_SOCKET_IFNAME, then GLOO_SOCKET_IFNAME, then the
+  /// interface that reaches `reach_host`.
   std::string ifname;
   /// A host every rank can reach (the TCPStore master); the local address
   /// used to reach it is the one advertised. Empty: loopback.
@@ -67,7 +69,12 @@ inline constexpr int kMaxSocketsPerPeer = 16;
 /// DistNetworkError naming the rank it could not reach.
 std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const TcpOptions& options);
 
-/// The address to advertise for this rank, following TcpOptions' rules.
+/// The addresses this rank listens on and advertises, one per listed
+/// interface in the list's order, following TcpOptions' rules. Raises
+/// DistInvalidArgument naming an unknown interface (and listing the host's)
+/// or an empty name in the list.
+std::vector<std::string> choose_tcp_addresses(const TcpOptions& options);
+/// The first of them.
 std::string choose_tcp_address(const TcpOptions& options);
 
 namespace tcp {

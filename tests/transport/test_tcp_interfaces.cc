@@ -1,0 +1,131 @@
+// The TCP transport on a list of interfaces (TcpOptions::ifname,
+// TDIST_SOCKET_IFNAME / GLOO_SOCKET_IFNAME "lo,lo"): one listener per listed
+// interface, every pair's connections spread over the accepting rank's
+// listeners, messages intact. Loopback only.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "multirank.h"
+#include "tdist/errors.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Established IPv4 connections in this network namespace whose local port is
+// `port` (/proc/net/tcp: "sl local rem st ...", hex "ADDR:PORT", st 01).
+int established_on(uint16_t port) {
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the header
+  int count = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const size_t colon = local.find(':');
+    if (colon == std::string::npos || state != "01") continue;
+    if (std::stoul(local.substr(colon + 1), nullptr, 16) == port) ++count;
+  }
+  return count;
+}
+
+std::vector<HostPort> advertised(Store& store, int rank) {
+  std::vector<HostPort> list;
+  std::string text = to_string(store.get("tcp/addr/" + std::to_string(rank)));
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) list.push_back(parse_host_port(item));
+  return list;
+}
+
+TEST(TcpInterfaces, ATwiceListedInterfaceGetsTwoListenersAndEveryPairUsesBoth) {
+  for (int n : {2, 4}) {
+    std::string failures = run_with_store(Mode::kThreads, n, [&](Store& store, int rank) -> KeepAlive {
+      transport::TcpOptions options;
+      options.timeout = 30s;
+      options.ifname = "lo,lo";
+      options.sockets_per_peer = 1;  // still one connection per listed interface
+      std::shared_ptr<transport::Transport> t = transport::connect_tcp(store, rank, n, options);
+      const std::vector<HostPort> mine = advertised(store, rank);
+      if (mine.size() != 2 || mine[0].host != "127.0.0.1" || mine[1].host != "127.0.0.1" ||
+          mine[0].port == mine[1].port) {
+        throw std::runtime_error("rank " + std::to_string(rank) + " advertised " +
+                                 to_string(store.get("tcp/addr/" + std::to_string(rank))));
+      }
+      // Every higher rank made one connection to each of my listeners.
+      for (const HostPort& listener : mine) {
+        if (established_on(listener.port) != n - 1 - rank) {
+          throw std::runtime_error("rank " + std::to_string(rank) + ": " +
+                                   std::to_string(established_on(listener.port)) + " connections on port " +
+                                   std::to_string(listener.port) + ", expected " +
+                                   std::to_string(n - 1 - rank));
+        }
+      }
+      // Striped messages cross both connections of every pair intact.
+      const size_t bytes = transport::tcp::kStripeMinBytes * 2 + 13;
+      std::vector<std::vector<uint8_t>> out;
+      std::vector<std::vector<uint8_t>> in;
+      std::vector<transport::RequestPtr> requests;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == rank) continue;
+        out.emplace_back(bytes);
+        for (size_t i = 0; i < bytes; ++i)
+          out.back()[i] =
+              static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank) * 31 + static_cast<size_t>(peer));
+        in.emplace_back(bytes);
+        requests.push_back(t->irecv(peer, 9, in.back().data(), bytes));
+        requests.push_back(t->isend(peer, 9, out.back().data(), bytes));
+      }
+      for (auto& r : requests) {
+        if (!r->wait_until(transport::Clock::now() + 30s)) throw std::runtime_error("a message timed out");
+      }
+      size_t k = 0;
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == rank) continue;
+        for (size_t i = 0; i < bytes; ++i) {
+          if (in[k][i] !=
+              static_cast<uint8_t>(i * 7 + static_cast<size_t>(peer) * 31 + static_cast<size_t>(rank))) {
+            throw std::runtime_error("from rank " + std::to_string(peer) + ": byte " + std::to_string(i) +
+                                     " is wrong");
+          }
+        }
+        ++k;
+      }
+      return t;
+    });
+    EXPECT_EQ(failures, "") << n << " ranks";
+  }
+}
+
+TEST(TcpInterfaces, EveryListedNameIsCheckedAndAnEmptyOneIsRefused) {
+  transport::TcpOptions options;
+  options.ifname = "lo,lo";
+  EXPECT_EQ(transport::choose_tcp_addresses(options), (std::vector<std::string>{"127.0.0.1", "127.0.0.1"}));
+  for (const auto& [list, expected] : {std::pair<std::string, std::string>{"lo,nosuch0", "'nosuch0'"},
+                                       {"nosuch0,lo", "'nosuch0'"},
+                                       {"lo,,lo", "got an empty name"},
+                                       {"lo,", "got an empty name"}}) {
+    options.ifname = list;
+    try {
+      transport::choose_tcp_addresses(options);
+      ADD_FAILURE() << "'" << list << "' was accepted";
+    } catch (const DistInvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(expected), std::string::npos) << what;
+      if (expected == "'nosuch0'") {
+        EXPECT_NE(what.find("no such network interface with an IP address; this host has:"),
+                  std::string::npos)
+            << what;
+        EXPECT_NE(what.find(" lo"), std::string::npos) << what;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tdist::testing
