@@ -117,6 +117,31 @@ def test_launch_runs_a_training_script(nprocs):
                         f"same_weights=True args=['--lr', '0.1']"), line
 
 
+@pytest.mark.parametrize("nproc_per_node", [1, 2])
+def test_launch_without_rank_ranks_the_nodes_as_they_join(nproc_per_node):
+    """Two nodes on this host, neither given --rank: paddle's master ranks
+    them as they come (tdistrun's c10d rendezvous at --master)."""
+    master = f"127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "tdist.paddle.launch", "--nnodes", "2", "--master", master, "--job_id", "two",
+           "--nproc_per_node", str(nproc_per_node), os.path.join(PROGRAMS, "train.py")]
+    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = []
+    try:
+        for node in nodes:
+            out, err = node.communicate(timeout=TIMEOUT)
+            assert node.returncode == 0, err
+            outputs.append(out)
+    finally:
+        for node in nodes:
+            node.kill()
+    world = 2 * nproc_per_node
+    lines = sorted(line.split("]: ", 1)[1] for out in outputs for line in out.splitlines() if line.strip())
+    assert len(lines) == world, outputs
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"rank {rank}/{world} trainer_id={rank} trainers_num={world} env_rank={rank} "), line
+        assert "same_weights=True" in line and "job=two" in line, line
+
+
 def test_launch_log_dir_and_devices(tmp_path):
     result = launch("--devices", "0,1", "--log_dir", str(tmp_path / "log"), os.path.join(PROGRAMS, "train.py"))
     assert result.returncode == 0, result.stderr
@@ -128,7 +153,8 @@ def test_launch_log_dir_and_devices(tmp_path):
     (["--run_mode=ps"], "collective jobs only"),
     (["--servers", "127.0.0.1:6000"], "parameter-server mode"),
     (["--nnodes", "2"], "needs --master"),
-    (["--nnodes", "2:4", "--master", "127.0.0.1:6000"], "elastic"),
+    (["--nnodes", "2:4", "--rank", "1", "--master", "127.0.0.1:6000"], "ranked in the order they join"),
+    (["--nnodes", "3:2", "--master", "127.0.0.1:6000"], "expected 1 <= MIN <= MAX"),
     (["--master", "etcd://127.0.0.1:2379"], "elastic"),
 ])
 def test_launch_refuses_what_tdist_does_not_provide(args, message):

@@ -58,6 +58,20 @@ def parser():
     return p
 
 
+def _node_range(text):
+    """--nnodes N or MIN:MAX, as (MIN, MAX)."""
+    parts = str(text).split(":")
+    try:
+        if len(parts) > 2:
+            raise ValueError(text)
+        low, high = int(parts[0]), int(parts[-1])
+    except ValueError:
+        raise LaunchError(f"--nnodes={text!r}: expected a number of nodes or MIN:MAX") from None
+    if low < 1 or high < low:
+        raise LaunchError(f"--nnodes={text}: expected 1 <= MIN <= MAX")
+    return low, high
+
+
 def tdistrun_args(args):
     """tdistrun's arguments for parsed paddle launch `args` (LaunchError if
     they ask for something tdist does not provide)."""
@@ -67,14 +81,7 @@ def tdistrun_args(args):
     for name, what in _UNSUPPORTED.items():
         if getattr(args, name) is not None:
             raise LaunchError(f"--{name}: {what} is not provided by tdist.paddle.launch")
-    if ":" in str(args.nnodes):
-        raise LaunchError(f"--nnodes={args.nnodes}: elastic node ranges are not provided; give one number")
-    try:
-        nnodes = int(args.nnodes)
-    except ValueError:
-        raise LaunchError(f"--nnodes={args.nnodes!r} is not a number") from None
-    if nnodes < 1:
-        raise LaunchError(f"--nnodes={nnodes} must be at least 1")
+    nnodes_min, nnodes_max = _node_range(args.nnodes)
     if args.ips and len([ip for ip in args.ips.split(",") if ip.strip()]) > 1:
         raise LaunchError("--ips with several addresses is paddle's legacy launch; use --master ip:port "
                           "--nnodes N --rank K on each node")
@@ -85,20 +92,28 @@ def tdistrun_args(args):
         nproc = len([d for d in args.devices.split(",") if d.strip()]) if args.devices else 1
     if nproc < 1:
         raise LaunchError(f"--nproc_per_node={nproc} must be at least 1")
-    out = ["--use-env", "--nproc-per-node", str(nproc), "--nnodes", str(nnodes)]
+    elastic = nnodes_min != nnodes_max
+    nnodes = str(nnodes_min) if not elastic else f"{nnodes_min}:{nnodes_max}"
+    out = ["--use-env", "--nproc-per-node", str(nproc), "--nnodes", nnodes]
     if args.master:
         host, sep, port = args.master.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise LaunchError(f"--master={args.master!r}: expected ip:port")
-        out += ["--master-addr", host.strip("[]"), "--master-port", port]
-    elif nnodes > 1:
-        raise LaunchError(f"--nnodes={nnodes} needs --master ip:port (node 0's address and a free port)")
+    elif nnodes_max > 1:
+        raise LaunchError(f"--nnodes={args.nnodes} needs --master ip:port (a free port of node 0's address, "
+                          "the same on every node)")
+    if nnodes_max == 1:
+        out += ["--standalone"] if not args.master else ["--master-addr", host.strip("[]"), "--master-port", port]
+    elif args.rank >= 0 and not elastic:
+        # paddle's fixed node ranks: tdistrun's static rendezvous.
+        out += ["--master-addr", host.strip("[]"), "--master-port", port, "--node-rank", str(args.rank)]
+    elif args.rank >= 0:
+        raise LaunchError(f"--rank={args.rank} with --nnodes={args.nnodes}: nodes of an elastic job are "
+                          "ranked in the order they join; drop --rank")
     else:
-        out += ["--standalone"]
-    node_rank = args.rank
-    if nnodes > 1 and node_rank < 0:
-        raise LaunchError(f"--nnodes={nnodes} needs --rank K (this node's rank in [0, {nnodes}))")
-    out += ["--node-rank", str(max(node_rank, 0))]
+        # No --rank: as paddle's master, rank the nodes in the order they
+        # join (tdistrun's c10d rendezvous at --master, keyed by --job_id).
+        out += ["--rdzv-backend", "c10d", "--rdzv-endpoint", args.master, "--rdzv-id", args.job_id]
     if args.log_dir:
         out += ["--log-dir", args.log_dir, "--tee"]
     if args.max_restart is not None:
