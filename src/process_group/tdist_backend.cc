@@ -276,6 +276,7 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
   tcp.reach_host = options().master_host;
   transport_ = transport::connect_tcp(*store, rank(), size(), tcp);
   domains_ = connect_collective_domains(*store, *transport_, options().timeout);
+  p2p_transport_.store(transport_.get(), std::memory_order_release);
   shm_ = domains_.shm.get();
   all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
   if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
@@ -294,6 +295,10 @@ void ProcessGroupTdist::disconnect() {
   domains_ = CollectiveDomains{};
   shm_ = nullptr;
   all_on_shared_memory_ = false;
+  // Point-to-point calls (the plugin makes some from the transport's own
+  // callbacks, as the old transport shuts down) find no transport from
+  // here on, and raise, instead of reaching one being destroyed.
+  p2p_transport_.store(nullptr, std::memory_order_release);
   transport_.reset();
 }
 
@@ -305,6 +310,13 @@ void ProcessGroupTdist::check_connected(std::string_view op) const {
 }
 
 void ProcessGroupTdist::reinit(bool rebuild_links) {
+  if (detail::CompletionThreadScope::current() != nullptr) {
+    // That thread must finish the group's operations (or is the transport's
+    // own): waiting there for the group to be idle would never end.
+    throw DistError(
+        "reinit_process_group inside an operation's completion callback would deadlock: the thread running "
+        "the callback must finish the group's operations first; call it after wait() instead");
+  }
   if (!rebuild_links) {
     check_connected("reinit_process_group");
     // The links stay; the barrier shows every member reached this point.
@@ -329,9 +341,10 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
   struct Release {
     ProcessGroupTdist& group;
     ~Release() {
-      group.state_.fetch_sub(1, std::memory_order_acq_rel);
+      group.state_.fetch_sub(1);  // seq_cst: see run_inline
       std::lock_guard<std::mutex> lock(group.mutex_);
       group.cv_.notify_one();
+      group.idle_cv_.notify_all();  // another reinit may wait for the group
     }
   } release{*this};
   disconnect();
@@ -459,6 +472,14 @@ void ProcessGroupTdist::run() {
 }
 
 void ProcessGroupTdist::execute(Task& task) {
+  if (!transport_) {
+    // Queued (by another thread) while a rebuild that then failed held the group.
+    trace_end(task.trace_id, nullptr);
+    task.work->finish(std::make_exception_ptr(
+        DistBackendError(task.op + ": this group has no connections: " + disconnected_ +
+                         "; destroy it and create a new one")));
+    return;
+  }
   const algo::CallContext ctx = start_call(task.op, task.sig, task.seq);
   recorder_.started(task.trace_id, static_cast<int64_t>(task.seq), ctx.entered_at);
   std::exception_ptr error;
@@ -965,8 +986,8 @@ WorkPtr ProcessGroupTdist::barrier() {
                 &ProcessGroupTdist::run_barrier);
 }
 
-void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& request) {
-  transport::Transport* transport = transport_.get();
+void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& request,
+                                      transport::Transport* transport) {
   work.get_future()->set_progress([transport, request](std::chrono::steady_clock::time_point deadline) {
     // The transport runs the request's callbacks (which finish the work):
     // this thread once it lets go, if it drove, else the loop thread.
@@ -978,41 +999,50 @@ void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& r
   });
 }
 
-void ProcessGroupTdist::raise_refusal(int tag) {
-  // tdist's own messages, on negative tags, leave it for the user's.
-  if (tag < 0) return;
-  if (auto refused = transport_->take_rejection()) std::rethrow_exception(refused);
+transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) const {
+  transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
+  if (transport == nullptr) {
+    check_connected(op);
+    throw DistBackendError(std::string(op) +
+                           ": the group's connections are being rebuilt "
+                           "(reinit_process_group); no message can start meanwhile");
+  }
+  // A receiver that refused an earlier send of this rank says why at the
+  // user's next send or recv (tdist's own messages, on negative tags, leave
+  // it for the user's).
+  if (tag >= 0) {
+    if (auto refused = transport->take_rejection()) std::rethrow_exception(refused);
+  }
+  return *transport;
 }
 
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
-  check_connected("send");
   validate::rank_in_group("send", "dst", dst, size());
   if (dst == rank()) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  raise_refusal(tag);
-  auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, transport_.get());
+  transport::Transport& transport = p2p_transport("send", tag);
+  auto work = std::make_shared<Work>("send", std::vector<Tensor>{tensor}, &transport);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
-  auto request = transport_->isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
+  auto request = transport.isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
   // The callback keeps the tensor (and so the bytes being sent) alive.
   request->on_complete([recorder = &recorder_, work, tensor, trace_id](transport::Request& r) {
     end_trace(*recorder, trace_id, r.error());
     work->finish(r.error());
   });
-  drive_on_wait(*work, request);
+  drive_on_wait(*work, request, &transport);
   return work;
 }
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
-  check_connected("recv");
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
-  raise_refusal(tag);
-  auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, transport_.get());
+  transport::Transport& transport = p2p_transport("recv", tag);
+  auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, &transport);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);
-  auto request = transport_->irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
+  auto request = transport.irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
   size_t expected = tensor.nbytes();
   request->on_complete([recorder = &recorder_, work, tensor, expected, trace_id](transport::Request& r) {
     std::exception_ptr error = r.error();
@@ -1025,7 +1055,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
     end_trace(*recorder, trace_id, error);
     work->finish(error, error ? -1 : r.source());
   });
-  drive_on_wait(*work, request);
+  drive_on_wait(*work, request, &transport);
   return work;
 }
 

@@ -86,7 +86,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Raises the error that left the group without connections (reinit).
   void check_connected(std::string_view op) const;
   // Lets a thread waiting for a point-to-point work read the sockets itself.
-  void drive_on_wait(Work& work, const transport::RequestPtr& request);
+  void drive_on_wait(Work& work, const transport::RequestPtr& request, transport::Transport* transport);
+  /// The transport a send or recv starts on; raises while a rebuild has
+  /// none, and (tag >= 0) what a receiver that refused an earlier send of
+  /// this rank sent back (Transport::take_rejection).
+  transport::Transport& p2p_transport(const char* op, int tag) const;
   using Body = std::function<void(const algorithms::CallContext&)>;
   using Signature = tdist::detail::CallSignature;
   struct Task {
@@ -163,9 +167,6 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// call (record_call) and looks for unreceived messages of other calls
   /// before and after it (check_unmatched).
   void run_checked(const algorithms::CallContext& ctx, BodyRef body) const;
-  /// Raises what a receiver that refused an earlier send of this rank sent
-  /// back (Transport::take_rejection), at a user's send or recv (tag >= 0).
-  void raise_refusal(int tag);
   /// The next sequence number; only the thread that owns the group calls it
   /// (a plain load and store: nobody else writes).
   uint64_t take_seq() {
@@ -232,6 +233,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Why the group has no connections (a failed rebuild); empty otherwise.
   std::string disconnected_;
   std::unique_ptr<transport::Transport> transport_;
+  // transport_ as point-to-point calls read it: they may come from any
+  // thread, even the old transport's loop while a rebuild destroys it.
+  std::atomic<transport::Transport*> p2p_transport_{nullptr};
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
   transport::shm::ShmGroup* shm_ = nullptr;  // domains_.shm: every rank on this host

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pg_harness.h"
@@ -196,6 +197,48 @@ TEST(ReinitErrors, AMissingMemberFailsTheRebuildAndLeavesTheGroupUnusable) {
                   check(false, "a call on a group whose rebuild failed did not raise");
                 },
                 2s),
+            "");
+}
+
+// Inside a completion callback the group cannot become idle (that thread
+// must finish its operations): reinit raises instead of waiting forever,
+// and the group goes on working.
+TEST(ReinitErrors, InsideACompletionCallbackItRaisesInsteadOfWaitingForever) {
+  EXPECT_EQ(with_groups(
+                Mode::kThreads, 2,
+                [&](ProcessGroup& pg, int) {
+                  Tensor t = Tensor::zeros(DType::kFloat32, {4});
+                  std::string what;
+                  auto chained = pg.all_reduce(t, ReduceOp::SUM)->get_future()->then([&](Future&) {
+                    try {
+                      pg.reinit(true);
+                    } catch (const DistError& e) {
+                      what = e.what();
+                    }
+                    return std::vector<Tensor>{};
+                  });
+                  chained->wait();
+                  check(what.find("reinit_process_group inside an operation's completion callback would "
+                                  "deadlock") != std::string::npos,
+                        "reinit in a callback: '" + what + "'");
+                  checked_all_reduce(pg, 9, 1);
+                },
+                20s),
+            "");
+}
+
+// Two threads of one rank rebuilding at once (not a use the API supports,
+// but it must not hang): each rebuild wakes the next.
+TEST(ReinitErrors, TwoRebuildsOfOneRankEachFinish) {
+  EXPECT_EQ(with_groups(
+                Mode::kThreads, 1,
+                [&](ProcessGroup& pg, int) {
+                  std::thread other([&] { pg.reinit(true); });
+                  pg.reinit(true);
+                  other.join();
+                  checked_all_reduce(pg, 3, 0);
+                },
+                20s),
             "");
 }
 
