@@ -1,7 +1,17 @@
 """The task paddle's communication functions return: ``wait()``,
 ``is_completed()``, ``synchronize()``. With ``sync_op=True`` the operation
 has already finished and the task is complete; with ``sync_op=False`` it
-wraps tdist's Work of the running operation."""
+wraps tdist's Work of the running operation.
+
+The collectives a group still runs are remembered, so that
+``tdist.paddle.wait(tensor, group)`` can wait for them: on a GPU paddle's
+wait orders the compute stream after the communication stream; on CPUs the
+equivalent is to wait for the group's pending collectives."""
+
+# Group id -> the Works of its collectives started with sync_op=False that
+# may still run (held even if the program dropped the task: the operation
+# still writes its outputs; finished ones are dropped at the next call).
+_pending = {}
 
 
 class Task:
@@ -35,6 +45,23 @@ class Task:
         return f"<tdist.paddle.Task {self._name} {'completed' if self.is_completed() else 'pending'}>"
 
 
-def task_of(work, name):
-    """The Task for tdist's return value: None (finished) or a Work."""
+def task_of(work, name, group=None):
+    """The Task for tdist's return value: None (finished) or a Work. A
+    collective's Work is remembered under its `group` for wait_group()."""
+    if work is not None and group is not None:
+        works = [w for w in _pending.get(group.id, ()) if not w.is_completed()]
+        works.append(work)
+        _pending[group.id] = works
     return Task(work, name)
+
+
+def wait_group(group):
+    """Waits for every collective of `group` started with sync_op=False
+    that has not finished (raising the first error)."""
+    works = _pending.pop(group.id, [])
+    for k, work in enumerate(works):
+        try:
+            work.wait()
+        except BaseException:
+            _pending[group.id] = works[k + 1:] + _pending.get(group.id, [])
+            raise

@@ -3,6 +3,7 @@ orders and defaults), built on tdist.paddle.stream as paddle builds it on
 paddle.distributed.stream. Every function returns a task (complete when
 ``sync_op=True``) or None on a rank outside `group`."""
 
+from tdist.paddle import _task
 from tdist.paddle import group as _group
 from tdist.paddle import stream
 from tdist.paddle.reduce_op import ReduceOp
@@ -90,7 +91,14 @@ def barrier(group=None):
 
 
 def wait(tensor, group=None, use_calc_stream=True):
-    """paddle's stream synchronization; on CPUs every finished operation's
-    results are already in place, so this only checks its arguments."""
+    """paddle's stream synchronization: on a GPU, later computation waits for
+    the group's communication. On CPUs: waits for the group's collectives
+    started with sync_op=False (raising the first error), so that `tensor`
+    holds its results. Point-to-point tasks are left alone: wait on their
+    task."""
     _group.check_group(group, "wait")
+    g = _group.resolve(group)
+    if group is not None and not g.is_member():
+        return None
+    _task.wait_group(g)
     return None

@@ -39,7 +39,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, sync_op=True, use_calc_strea
         return None
     t = as_tdist(tensor, "all_reduce", "tensor")
     work = tdist.all_reduce(t, to_tdist(op, "all_reduce"), _group.tdist_group(g), async_op=not sync_op)
-    return task_of(work, "all_reduce")
+    return task_of(work, "all_reduce", g)
 
 
 def all_gather(tensor_or_tensor_list, tensor, group=None, sync_op=True, use_calc_stream=False):
@@ -58,7 +58,7 @@ def all_gather(tensor_or_tensor_list, tensor, group=None, sync_op=True, use_calc
         if shape_of(out) != expected:
             raise RuntimeError(f"The tensor for all_gather is not correctly-sized: shape {shape_of(out)}, "
                                f"expected {expected}.")
-        return task_of(tdist.all_gather_into_tensor(out, inp, pg, async_op=not sync_op), "all_gather")
+        return task_of(tdist.all_gather_into_tensor(out, inp, pg, async_op=not sync_op), "all_gather", g)
     if not isinstance(tensor_or_tensor_list, list):
         raise TypeError(f"all_gather: tensor_or_tensor_list must be a tensor or a list of tensors, not "
                         f"{type(tensor_or_tensor_list).__name__}")
@@ -69,7 +69,7 @@ def all_gather(tensor_or_tensor_list, tensor, group=None, sync_op=True, use_calc
         raise RuntimeError(f"The tensor_list for all_gather is not correctly-sized: expected {g.nranks} tensors "
                            f"of shape {shape_of(inp)}.")
     outs = as_tdist_list(tensor_or_tensor_list, "all_gather", "tensor_list")
-    return task_of(tdist.all_gather(outs, inp, pg, async_op=not sync_op), "all_gather")
+    return task_of(tdist.all_gather(outs, inp, pg, async_op=not sync_op), "all_gather", g)
 
 
 def alltoall(out_tensor_or_tensor_list, in_tensor_or_tensor_list, group=None, sync_op=True,
@@ -89,7 +89,7 @@ def alltoall(out_tensor_or_tensor_list, in_tensor_or_tensor_list, group=None, sy
     if out_is_tensor and in_is_tensor:
         out = as_tdist(out_tensor_or_tensor_list, "alltoall", "out_tensor")
         inp = as_tdist(in_tensor_or_tensor_list, "alltoall", "in_tensor")
-        return task_of(tdist.all_to_all_single(out, inp, group=pg, async_op=not sync_op), "alltoall")
+        return task_of(tdist.all_to_all_single(out, inp, group=pg, async_op=not sync_op), "alltoall", g)
     if out_is_tensor or in_is_tensor:
         raise RuntimeError("The output and input should be both tensor or tensor list.")
     if len(in_tensor_or_tensor_list) == 0:
@@ -101,7 +101,7 @@ def alltoall(out_tensor_or_tensor_list, in_tensor_or_tensor_list, group=None, sy
         out_tensor_or_tensor_list += [empty_like(t) for t in in_tensor_or_tensor_list]
     outs = as_tdist_list(out_tensor_or_tensor_list, "alltoall", "out_tensor_list")
     ins = as_tdist_list(in_tensor_or_tensor_list, "alltoall", "in_tensor_list")
-    return task_of(tdist.all_to_all(outs, ins, pg, async_op=not sync_op), "alltoall")
+    return task_of(tdist.all_to_all(outs, ins, pg, async_op=not sync_op), "alltoall", g)
 
 
 def alltoall_single(out_tensor, in_tensor, out_split_sizes=None, in_split_sizes=None, group=None, sync_op=True,
@@ -116,7 +116,7 @@ def alltoall_single(out_tensor, in_tensor, out_split_sizes=None, in_split_sizes=
     inp = as_tdist(in_tensor, "alltoall_single", "in_tensor")
     work = tdist.all_to_all_single(out, inp, _sizes(out_split_sizes), _sizes(in_split_sizes),
                                    group=_group.tdist_group(g), async_op=not sync_op)
-    return task_of(work, "alltoall_single")
+    return task_of(work, "alltoall_single", g)
 
 
 def _sizes(sizes):
@@ -130,7 +130,7 @@ def broadcast(tensor, src, group=None, sync_op=True, use_calc_stream=False):
         return None
     _group.group_rank_or_throw(src, g, "broadcast", "src")
     t = as_tdist(tensor, "broadcast", "tensor")
-    return task_of(tdist.broadcast(t, int(src), _group.tdist_group(g), async_op=not sync_op), "broadcast")
+    return task_of(tdist.broadcast(t, int(src), _group.tdist_group(g), async_op=not sync_op), "broadcast", g)
 
 
 def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, sync_op=True, use_calc_stream=False):
@@ -142,7 +142,7 @@ def reduce(tensor, dst=0, op=ReduceOp.SUM, group=None, sync_op=True, use_calc_st
     _group.group_rank_or_throw(dst, g, "reduce", "dst")
     t = as_tdist(tensor, "reduce", "tensor")
     work = tdist.reduce(t, int(dst), to_tdist(op, "reduce"), _group.tdist_group(g), async_op=not sync_op)
-    return task_of(work, "reduce")
+    return task_of(work, "reduce", g)
 
 
 def reduce_scatter(tensor, tensor_or_tensor_list, op=ReduceOp.SUM, group=None, sync_op=True,
@@ -157,9 +157,9 @@ def reduce_scatter(tensor, tensor_or_tensor_list, op=ReduceOp.SUM, group=None, s
     red = to_tdist(op, "reduce_scatter")
     if is_tensor(tensor_or_tensor_list):
         inp = as_tdist(tensor_or_tensor_list, "reduce_scatter", "tensor_or_tensor_list")
-        return task_of(tdist.reduce_scatter_tensor(out, inp, red, pg, async_op=not sync_op), "reduce_scatter")
+        return task_of(tdist.reduce_scatter_tensor(out, inp, red, pg, async_op=not sync_op), "reduce_scatter", g)
     ins = as_tdist_list(tensor_or_tensor_list, "reduce_scatter", "tensor_list")
-    return task_of(tdist.reduce_scatter(out, ins, red, pg, async_op=not sync_op), "reduce_scatter")
+    return task_of(tdist.reduce_scatter(out, ins, red, pg, async_op=not sync_op), "reduce_scatter", g)
 
 
 def scatter(tensor, tensor_or_tensor_list=None, src=0, group=None, sync_op=True, use_calc_stream=False):
@@ -183,7 +183,7 @@ def scatter(tensor, tensor_or_tensor_list=None, src=0, group=None, sync_op=True,
         parts = as_tdist_list(tensor_or_tensor_list, "scatter", "tensor_list")
     _group.group_rank_or_throw(src, g, "scatter", "src")
     work = tdist.scatter(out, parts, int(src), _group.tdist_group(g), async_op=not sync_op)
-    return task_of(work, "scatter")
+    return task_of(work, "scatter", g)
 
 
 def gather(tensor, tensor_list=None, dst=0, group=None, sync_op=True, use_calc_stream=False):
@@ -208,7 +208,7 @@ def gather(tensor, tensor_list=None, dst=0, group=None, sync_op=True, use_calc_s
                                  f"{g.nranks} ranks")
         outs = as_tdist_list(tensor_list, "gather", "tensor_list")
     _group.group_rank_or_throw(dst, g, "gather", "dst")
-    return task_of(tdist.gather(inp, outs, int(dst), _group.tdist_group(g), async_op=not sync_op), "gather")
+    return task_of(tdist.gather(inp, outs, int(dst), _group.tdist_group(g), async_op=not sync_op), "gather", g)
 
 
 def send(tensor, dst=0, group=None, sync_op=True, use_calc_stream=False):

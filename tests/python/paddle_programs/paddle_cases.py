@@ -264,6 +264,20 @@ def barrier_and_wait(paddle, rank, n):
 
 
 @case
+def wait_leaves_the_results_of_dropped_async_collectives(paddle, rank, n):
+    # Tasks dropped at once: wait(tensor) is what orders the reads after them.
+    big = [numpy.full(1 << 18, float(rank + k), numpy.float32) for k in range(3)]
+    for t in big:
+        dist.all_reduce(t, sync_op=False)
+    small = numpy.full(5, rank, numpy.int64)
+    dist.broadcast(small, src=n - 1, sync_op=False)
+    assert dist.wait(big[-1]) is None
+    for k, t in enumerate(big):
+        eq(t, numpy.full(1 << 18, float(sum(r + k for r in range(n))), numpy.float32))
+    eq(small, numpy.full(5, n - 1, numpy.int64))
+
+
+@case
 def broadcast_object_list_doc_example(paddle, rank, n):
     object_list = [{"foo": [1, 2, 3]}] if rank == 0 else [{"bar": [4, 5, 6]}]
     dist.broadcast_object_list(object_list, src=1)
