@@ -72,6 +72,12 @@ std::string interface_address(const std::string& name, const char* variable) {
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
   if (!seen.empty()) seen.pop_back();
+  if (if_nametoindex(name.c_str()) != 0) {
+    throw DistInvalidArgument(std::string(variable) + "='" + name +
+                              "': the interface exists but has no IP address (is it down?); interfaces with "
+                              "one:" +
+                              seen);
+  }
   throw DistInvalidArgument(std::string(variable) + "='" + name +
                             "': no such network interface with an IP address; this host has:" + seen);
 }
