@@ -206,21 +206,31 @@ TEST(ReinitErrors, AMissingMemberFailsTheRebuildAndLeavesTheGroupUnusable) {
 TEST(ReinitErrors, InsideACompletionCallbackItRaisesInsteadOfWaitingForever) {
   EXPECT_EQ(with_groups(
                 Mode::kThreads, 2,
-                [&](ProcessGroup& pg, int) {
+                [&](ProcessGroup& pg, int rank) {
                   Tensor t = Tensor::zeros(DType::kFloat32, {4});
-                  std::string what;
-                  auto chained = pg.all_reduce(t, ReduceOp::SUM)->get_future()->then([&](Future&) {
-                    try {
-                      pg.reinit(true);
-                    } catch (const DistError& e) {
-                      what = e.what();
-                    }
-                    return std::vector<Tensor>{};
-                  });
-                  chained->wait();
-                  check(what.find("reinit_process_group inside an operation's completion callback would "
-                                  "deadlock") != std::string::npos,
-                        "reinit in a callback: '" + what + "'");
+                  Tensor go = Tensor::zeros(DType::kInt32, {1});
+                  if (rank == 1) {
+                    // Rank 1 joins the all_reduce only once rank 0's callback
+                    // is attached, so that it runs on the group's worker
+                    // (attached to a finished future it would run inline).
+                    pg.recv(go, 0, 3)->wait();
+                    pg.all_reduce(t, ReduceOp::SUM)->wait();
+                  } else {
+                    std::string what;
+                    auto chained = pg.all_reduce(t, ReduceOp::SUM)->get_future()->then([&](Future&) {
+                      try {
+                        pg.reinit(true);
+                      } catch (const DistError& e) {
+                        what = e.what();
+                      }
+                      return std::vector<Tensor>{};
+                    });
+                    pg.send(go, 1, 3)->wait();
+                    chained->wait();
+                    check(what.find("reinit_process_group inside an operation's completion callback would "
+                                    "deadlock") != std::string::npos,
+                          "reinit in a callback: '" + what + "'");
+                  }
                   checked_all_reduce(pg, 9, 1);
                 },
                 20s),
