@@ -50,9 +50,23 @@ def wants_env(args):
     return use_env
 
 
+# What --help says first: tdistrun's own help follows, and it describes
+# tdistrun's default (--use-env), the opposite of this launcher's.
+HELP_PREFACE = """\
+python3 -m tdist.launch [OPTIONS] PROGRAM [ARGS...]: torch.distributed.launch's launcher.
+It is tdistrun with one difference: each rank's program gets --local-rank=N as its
+first argument unless --use-env is given (then it reads LOCAL_RANK only, as under
+torchrun). So here --no-use-env is the default, not --use-env as tdistrun's help
+below says. Every other option is tdistrun's:
+
+"""
+
+
 def main(argv=None):
     """Replaces this process with tdistrun, passing --local-rank=N unless --use-env."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if any(word in ("-h", "--help") for word in _launcher_options(args)):
+        sys.stdout.write(HELP_PREFACE)
     if not wants_env(args):
         args = ["--no-use-env"] + args
     return run.main(args)

@@ -11,11 +11,18 @@
 //                          print "ready pid=P [grandchild=G]" and wait to be stopped
 //   fail-once MARKER       rank 0 fails (exit 4) unless MARKER exists, creating it;
 //                          once it exists every rank prints its attempt and exits 0
+//   per-attempt SPEC...    what to do on attempt K (TORCHELASTIC_RESTART_COUNT) is
+//                          SPEC K (the last SPEC after that); a SPEC is
+//                          ACTION[/ACTION...], one per local rank (the last for the
+//                          rest): CODE (print "attempt=K rank=R exit=CODE", exit
+//                          CODE), wait:CODE (print "ready pid=P attempt=K", wait for
+//                          SIGUSR2, then as CODE) or hold (as block --ignore-term)
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -65,6 +72,39 @@ void others_ready_then(int target) {
   if (r.store->add("ready", 1) == r.world_size) r.store->set("all_ready", "1");
   if (r.rank != target) block_forever();
   r.store->wait({"all_ready"});
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t end = text.find(separator); end != std::string::npos; end = text.find(separator, start)) {
+    parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  parts.push_back(text.substr(start));
+  return parts;
+}
+
+int per_attempt(const std::vector<std::string>& specs) {
+  const size_t attempt = std::strtoul(env("TORCHELASTIC_RESTART_COUNT").c_str(), nullptr, 10);
+  const std::vector<std::string> actions = split(specs[std::min(attempt, specs.size() - 1)], '/');
+  const size_t local = std::strtoul(env("LOCAL_RANK").c_str(), nullptr, 10);
+  std::string action = actions[std::min(local, actions.size() - 1)];
+  if (action == "hold") ready_and_block(true, false);
+  if (action.rfind("wait:", 0) == 0) {
+    // SIGUSR2 is blocked before "ready" is printed, so a signal sent as
+    // soon as the test reads it is never lost.
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &usr2, nullptr);
+    say("ready pid=" + std::to_string(getpid()) + " attempt=" + std::to_string(attempt));
+    int sig = 0;
+    sigwait(&usr2, &sig);
+    action = action.substr(5);
+  }
+  say("attempt=" + std::to_string(attempt) + " rank=" + env("RANK") + " exit=" + action);
+  return std::atoi(action.c_str());
 }
 
 int rendezvous_check() {
@@ -139,6 +179,9 @@ int main(int argc, char** argv) {
         grandchild = grandchild || args[i] == "--grandchild";
       }
       ready_and_block(ignore_term, grandchild);
+    }
+    if (mode == "per-attempt" && args.size() >= 2) {
+      return per_attempt(std::vector<std::string>(args.begin() + 1, args.end()));
     }
     if (mode == "fail-once" && args.size() == 2) {
       const std::string& marker = args[1];

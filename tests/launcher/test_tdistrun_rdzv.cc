@@ -1,14 +1,18 @@
 // tdistrun's torchrun rendezvous options end to end: --nnodes MIN:MAX with
 // --rdzv-backend c10d (nodes numbered in join order, late joins up to MAX, a
-// start after the last call, a node refused once the job runs, restarts that
-// rendezvous again), torchrun's variables, and the usage errors. Two
-// tdistrun processes on 127.0.0.1 play two nodes.
+// start after the last call, a node refused once the job runs that waits for
+// the next rendezvous, a refused store host that keeps serving the store,
+// restarts that rendezvous again), torchrun's variables, and the usage
+// errors. Two tdistrun processes on 127.0.0.1 play two nodes. Tests order
+// events through the agents' store, the ranks' output and signals to ranks
+// (the per-attempt mode of launcher_worker), never through sleeps.
 
 #include <gtest/gtest.h>
 
 #include <csignal>
 #include <set>
 
+#include "common/socket.h"
 #include "multirank.h"
 #include "tdist/tcp_store.h"
 #include "tdistrun_helpers.h"
@@ -20,6 +24,23 @@ std::vector<std::string> c10d_options(int port, const std::string& nnodes, const
   return {
       "--nnodes",  nnodes,  "--rdzv-backend", "c10d", "--rdzv-endpoint",  "127.0.0.1:" + std::to_string(port),
       "--rdzv-id", "job42", "--rdzv-conf",    conf,   "--nproc-per-node", "2"};
+}
+
+// The pids of the ranks whose output has `needle` on a "ready pid=P" line.
+std::vector<pid_t> ready_pids(const ChildProcess& node, const std::string& needle = "ready pid=") {
+  std::vector<pid_t> pids;
+  for (const std::string& line : lines_with(node.out(), needle)) {
+    pids.push_back(static_cast<pid_t>(value(line, "pid")));
+  }
+  return pids;
+}
+
+// A client of the agents' store at 127.0.0.1:port (hosted by a node).
+std::unique_ptr<TCPStore> agents_store(int port) {
+  TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(port);
+  options.timeout = std::chrono::seconds(60);
+  return std::make_unique<TCPStore>("127.0.0.1", options);
 }
 
 // The "rdzv" line of every rank the node printed: {rank: group}.
@@ -55,6 +76,9 @@ TEST(TdistrunRendezvous, C10dNodesNeedNoNodeRankAndTheirFourRanksMeet) {
   ASSERT_EQ(a.exit_code(), 0) << both(a);
   ASSERT_EQ(b.exit_code(), 0) << both(b);
   expect_two_nodes(a, b);
+  // A healthy job of a fixed size prints nothing of its own.
+  EXPECT_EQ(a.err(), "") << both(a);
+  EXPECT_EQ(b.err(), "") << both(b);
 }
 
 TEST(TdistrunRendezvous, ALateNodeJoinsUntilMaxAndMaxStartsTheJobAtOnce) {
@@ -102,6 +126,24 @@ TEST(TdistrunRendezvous, MinNodesStartAfterTheLastCall) {
     }
   }
   EXPECT_EQ(ranks, (std::set<long>{0, 1, 2, 3})) << both(a) << both(b);
+  // The node whose last call ended closed the round: it said so when that
+  // wait began (the other may have found the round closed already).
+  EXPECT_TRUE(contains(a.err() + b.err(),
+                       "tdistrun: 2 node(s) joined run 'job42' (--nnodes 2:3); starting in 0.5 s unless more "
+                       "join (last_call_timeout)\n"))
+      << both(a) << both(b);
+}
+
+TEST(TdistrunRendezvous, TooFewNodesWithinTheJoinTimeoutNameBothSettingsAndNnodesAsTyped) {
+  const int port = pick_free_port();
+  ChildProcess a(launch(c10d_options(port, "2", "join_timeout=1"), {"env"}));
+  run_to_end(a);
+  EXPECT_EQ(a.exit_code(), 1) << both(a);
+  EXPECT_TRUE(
+      contains(a.err(),
+               "tdistrun: only 1 node(s) joined run 'job42' within 1 s (--join-timeout, or join_timeout "
+               "in --rdzv-conf); --nnodes 2 needs 2\n"))
+      << a.err();
 }
 
 TEST(TdistrunRendezvous, ANodeArrivingAfterTheJobStartedIsRefused) {
@@ -112,16 +154,145 @@ TEST(TdistrunRendezvous, ANodeArrivingAfterTheJobStartedIsRefused) {
                            deadline(std::chrono::seconds(60))))
       << both(a);
   ChildProcess b(launch(c10d_options(port, "1:2", conf), {"env"}));
-  run_to_end(b);
-  EXPECT_EQ(b.exit_code(), 1) << both(b);
-  EXPECT_TRUE(contains(b.err(),
-                       "tdistrun: run 'job42' started with 1 node(s) (--nnodes 1:2) before this node "
-                       "joined; a node cannot join a job that has started"))
-      << b.err();
-  EXPECT_TRUE(lines_with(b.out(), "env RANK=").empty()) << b.out();
+  // Refused, B waits for a next rendezvous; A's run is stopped without one.
+  const std::string refused =
+      "tdistrun: run 'job42' started with 1 node(s) (--nnodes 1:2) before this node joined; a node cannot "
+      "join a job that has started; this node was not admitted and waits for the run's next rendezvous";
+  ASSERT_TRUE(b.wait_until([&] { return contains(b.err(), refused); }, deadline(std::chrono::seconds(60))))
+      << both(b);
   a.send_signal(SIGTERM);
-  run_to_end(a);
+  ChildProcess::wait_all({&a, &b}, deadline(std::chrono::seconds(60)));
+  ASSERT_FALSE(a.timed_out() || b.timed_out()) << both(a) << both(b);
+  EXPECT_EQ(b.exit_code(), 1) << both(b);
+  EXPECT_TRUE(contains(b.err(), "tdistrun: run 'job42' was stopped without this node (tdistrun on node 0"))
+      << b.err();
+  EXPECT_FALSE(contains(b.err(), "hosts the node agents' store")) << b.err();
+  EXPECT_TRUE(lines_with(b.out(), "env RANK=").empty()) << b.out();
   EXPECT_EQ(a.exit_code(), 143) << both(a);
+}
+
+TEST(TdistrunRendezvous, ARefusedNodeJoinsTheNextRendezvousAfterAFailure) {
+  const int port = pick_free_port();
+  // A starts alone (its last call is 0); its local rank 0 fails when told,
+  // and its local rank 1 ignores SIGTERM, so that A stays in attempt 0 until
+  // the test kills that rank: B joins attempt 1 first, and A's join then
+  // makes MAX.
+  auto options = cat({"--max-restarts", "1", "--grace-period", "600"},
+                     c10d_options(port, "1:2", "join_timeout=60,last_call_timeout=0"));
+  ChildProcess a(launch(options, {"per-attempt", "wait:3/hold", "0"}));
+  ASSERT_TRUE(a.wait_until([&] { return ready_pids(a).size() == 2; }, deadline(std::chrono::seconds(60))))
+      << both(a);
+  ChildProcess b(
+      launch(cat({"--max-restarts", "1"}, c10d_options(port, "1:2", "join_timeout=60,last_call_timeout=600")),
+             {"per-attempt", "0"}));
+  ASSERT_TRUE(b.wait_until([&] { return contains(b.err(), "this node was not admitted and waits"); },
+                           deadline(std::chrono::seconds(60))))
+      << both(b);
+  const std::vector<pid_t> failing = ready_pids(a, "attempt=0");
+  ASSERT_EQ(failing.size(), 1U) << both(a);
+  kill(failing[0], SIGUSR2);
+  {
+    auto store = agents_store(port);
+    store->wait({"tdistrun/job42/rdzv/1/node/0"});  // B's join of attempt 1
+  }
+  for (pid_t pid : ready_pids(a)) {
+    if (pid != failing[0]) kill(pid, SIGKILL);
+  }
+  ChildProcess::wait_all({&a, &b}, deadline(std::chrono::seconds(90)));
+  ASSERT_FALSE(a.timed_out() || b.timed_out()) << both(a) << both(b);
+  EXPECT_EQ(a.exit_code(), 0) << both(a);
+  EXPECT_EQ(b.exit_code(), 0) << both(b);
+  EXPECT_TRUE(contains(b.err(),
+                       "tdistrun: run 'job42' restarts after a failure; this node joins its next rendezvous"))
+      << b.err();
+  // B joined attempt 1 first: node 0, ranks 0 and 1 of 4.
+  EXPECT_EQ(lines_with(b.out(), "attempt=1 rank=0 exit=0").size(), 1U) << both(b);
+  EXPECT_EQ(lines_with(b.out(), "attempt=1 rank=1 exit=0").size(), 1U) << both(b);
+  EXPECT_EQ(lines_with(a.out(), "attempt=1 rank=2 exit=0").size(), 1U) << both(a);
+  EXPECT_EQ(lines_with(a.out(), "attempt=1 rank=3 exit=0").size(), 1U) << both(a);
+}
+
+TEST(TdistrunRendezvous, ARefusedStoreHostServesTheStoreUntilTheRunEnds) {
+  const int port = pick_free_port();
+  // A hosts the store and joins attempt 0 first; its ranks ignore SIGTERM,
+  // so after a rank of B fails (told to once A's ranks are ready) A stays in
+  // attempt 0 (grace period 600 s) while B alone makes attempt 1 (B's last
+  // call is 0). Then the test kills A's ranks: A comes too late for
+  // attempt 1, which is running.
+  auto a_options = cat({"--max-restarts", "1", "--grace-period", "600"},
+                       c10d_options(port, "1:2", "is_host=true,join_timeout=60,last_call_timeout=600"));
+  ChildProcess a(launch(a_options, {"per-attempt", "hold"}));
+  agents_store(port)->wait({"tdistrun/job42/rdzv/0/node/0"});
+  ChildProcess b(
+      launch(cat({"--max-restarts", "1"}, c10d_options(port, "1:2", "join_timeout=60,last_call_timeout=0")),
+             {"per-attempt", "wait:3", "wait:0"}));
+  ASSERT_TRUE(a.wait_until([&] { return ready_pids(a).size() == 2; }, deadline(std::chrono::seconds(60))))
+      << both(a);
+  ASSERT_TRUE(
+      b.wait_until([&] { return !ready_pids(b, "attempt=0").empty(); }, deadline(std::chrono::seconds(60))))
+      << both(b);
+  kill(ready_pids(b, "attempt=0").front(), SIGUSR2);
+  ASSERT_TRUE(b.wait_until([&] { return ready_pids(b, "attempt=1").size() == 2; },
+                           deadline(std::chrono::seconds(60))))
+      << both(b);
+  for (pid_t pid : ready_pids(a)) kill(pid, SIGKILL);
+  ASSERT_TRUE(a.wait_until([&] { return contains(a.err(), "and serves it meanwhile"); },
+                           deadline(std::chrono::seconds(60))))
+      << both(a);
+  // B's attempt runs on: A still serves the store. Then it ends well.
+  EXPECT_FALSE(b.exited()) << both(b);
+  for (pid_t pid : ready_pids(b, "attempt=1")) kill(pid, SIGUSR2);
+  ChildProcess::wait_all({&a, &b}, deadline(std::chrono::seconds(60)));
+  ASSERT_FALSE(a.timed_out() || b.timed_out()) << both(a) << both(b);
+  EXPECT_EQ(b.exit_code(), 0) << both(b);
+  EXPECT_FALSE(contains(b.err(), "lost the node agents' store")) << b.err();
+  EXPECT_EQ(lines_with(b.out(), "attempt=1 rank=0 exit=0").size(), 1U) << both(b);
+  EXPECT_EQ(lines_with(b.out(), "attempt=1 rank=1 exit=0").size(), 1U) << both(b);
+  EXPECT_EQ(a.exit_code(), 1) << both(a);
+  EXPECT_TRUE(
+      contains(a.err(),
+               "tdistrun: run 'job42' started with 1 node(s) (--nnodes 1:2) before this node joined; a node "
+               "cannot join a job that has started; this node was not admitted and waits for the run's "
+               "next rendezvous (after a failure, if restarts are left); it hosts the node agents' store, "
+               "which the running nodes need, and serves it meanwhile\n"))
+      << a.err();
+  EXPECT_TRUE(
+      contains(a.err(),
+               "tdistrun: run 'job42' ended without this node (every rank exited 0); this node started no "
+               "rank\n"))
+      << a.err();
+  EXPECT_FALSE(contains(a.err(), "start it again")) << a.err();
+}
+
+TEST(TdistrunRendezvous, TheLatestRoundNeverGoesBack) {
+  // The test hosts the agents' store; both nodes only join it. While their
+  // attempt 0 runs, "latest" is raised past the attempt they restart into:
+  // their join of attempt 1 must leave it there.
+  Socket listener = listen_on(0, ListenOptions{"127.0.0.1"});
+  const int port = listener.local_port();
+  TCPStoreOptions host;
+  host.port = static_cast<uint16_t>(port);
+  host.is_master = true;
+  host.wait_for_workers = false;
+  host.timeout = std::chrono::seconds(60);
+  host.master_listen_fd = listener.release();
+  TCPStore store("127.0.0.1", host);
+  auto options = cat({"--max-restarts", "1"}, c10d_options(port, "2", "is_host=false,join_timeout=60"));
+  ChildProcess a(launch(options, {"per-attempt", "wait:3", "0"}));
+  ChildProcess b(launch(options, {"per-attempt", "wait:3", "0"}));
+  ASSERT_TRUE(a.wait_until([&] { return ready_pids(a).size() == 2; }, deadline(std::chrono::seconds(60))))
+      << both(a);
+  ASSERT_TRUE(b.wait_until([&] { return ready_pids(b).size() == 2; }, deadline(std::chrono::seconds(60))))
+      << both(b);
+  EXPECT_EQ(to_string(store.get("tdistrun/job42/latest")), "0");
+  store.set("tdistrun/job42/latest", "7");
+  kill(ready_pids(a).front(), SIGUSR2);  // exits 3: every node restarts
+  ChildProcess::wait_all({&a, &b}, deadline(std::chrono::seconds(90)));
+  ASSERT_FALSE(a.timed_out() || b.timed_out()) << both(a) << both(b);
+  EXPECT_EQ(a.exit_code(), 0) << both(a);
+  EXPECT_EQ(b.exit_code(), 0) << both(b);
+  EXPECT_EQ(lines_with(a.out() + b.out(), "attempt=1 rank=").size(), 4U) << both(a) << both(b);
+  EXPECT_EQ(to_string(store.get("tdistrun/job42/latest")), "7");
 }
 
 TEST(TdistrunRendezvous, ARestartRendezvousesAgain) {

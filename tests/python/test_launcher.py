@@ -163,6 +163,18 @@ def test_tdist_launch_reads_only_the_options_before_the_program():
     assert not legacy.wants_env(["--master-port", "--use-env", "prog.py"])  # the value of --master-port
 
 
+def test_tdist_launch_help_says_what_differs_from_tdistrun():
+    for flag in ("-h", "--help"):
+        result = subprocess.run([sys.executable, "-m", "tdist.launch", flag], capture_output=True, text=True,
+                                timeout=TIMEOUT)
+        assert result.returncode == 0, result.stderr
+        first, _, rest = result.stdout.partition("\n\n")
+        assert first.startswith("python3 -m tdist.launch [OPTIONS] PROGRAM [ARGS...]"), result.stdout
+        assert "gets --local-rank=N as its" in first and "unless --use-env is given" in first, first
+        assert "here --no-use-env is the default" in first, first
+        assert "--nproc-per-node" in rest, result.stdout  # tdistrun's own help follows
+
+
 def test_tdist_run_help_and_usage_errors():
     result = subprocess.run([sys.executable, "-m", "tdist.run", "--help"], capture_output=True, text=True,
                             timeout=TIMEOUT)

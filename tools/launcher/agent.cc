@@ -37,6 +37,12 @@ std::string plural(int n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+// Who ended a round: a node of it, or (-1) the store's host that was not
+// admitted to it.
+std::string reporter(const RoundEnd& end) {
+  return end.node >= 0 ? "node " + std::to_string(end.node) : "the node agents' store's host";
+}
+
 // A stop signal read from the signalfd by stop_signal_pending, not yet taken.
 int g_stashed_signal = 0;
 
@@ -142,13 +148,17 @@ int Agent::run() {
     if (nodes_) {
       // c10d: every attempt is a new rendezvous, which may take other nodes
       // (up to MAX) and number them anew.
-      if (!nodes_->join(attempt, interrupted)) return stop_between_rounds(attempt);
+      const JoinResult joined = nodes_->join(attempt, interrupted);
+      if (joined == JoinResult::kInterrupted) return stop_between_rounds(attempt);
+      if (joined == JoinResult::kTooLate) {
+        if (std::optional<int> code = wait_out_round(attempt)) return *code;
+        continue;  // the run restarts: join its next rendezvous
+      }
       std::optional<RoundMaster> published = nodes_->round_master(attempt, interrupted);
       if (!published) {
         if (interrupted()) return stop_between_rounds(attempt);
         RoundEnd end = nodes_->end_of(attempt).value_or(RoundEnd{RoundEnd::Kind::kLost, -1, "no end"});
-        say("node " + std::to_string(end.node) + " ended attempt " + std::to_string(attempt) +
-            " before it began: " + end.summary);
+        say(reporter(end) + " ended attempt " + std::to_string(attempt) + " before it began: " + end.summary);
         if (end.kind == RoundEnd::Kind::kFailed && attempt < options_.max_restarts) continue;
         return leave(1);
       }
@@ -184,6 +194,80 @@ int Agent::run() {
         if (options_.max_restarts > 0) say("giving up after " + plural(options_.max_restarts, "restart"));
         return leave(1);
     }
+  }
+}
+
+std::optional<int> Agent::wait_out_round(int attempt) {
+  // As a late torchrun node, this one waits for the run's next rendezvous,
+  // which comes after a failure with restarts left. Meanwhile it must not
+  // leave if it hosts the agents' store: the running nodes need it until
+  // they have passed the exit barrier.
+  const bool hosting = nodes_->hosting();
+  const auto exit_timeout = options_.grace_period + std::chrono::seconds(30);
+  const std::string run = "run '" + options_.run_id + "'";
+  say(nodes_->refusal() + "; this node was not admitted and waits for the run's next rendezvous (after a " +
+      "failure, if restarts are left)" +
+      (hosting ? "; it hosts the node agents' store, which the running nodes need, and serves it meanwhile"
+               : ""));
+  nodes_->start_watch(attempt);
+  // However this ends, the store's host need not wait for this node after.
+  struct LeaveStandby {
+    NodeRendezvous* nodes;
+    ~LeaveStandby() { nodes->leave_standby(); }
+  } leave_standby{nodes_.get()};
+  for (;;) {
+    pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {nodes_->watch_fd(), POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw DistError("tdistrun: poll failed: " + errno_text(errno));
+    }
+    if (fds[0].revents != 0 && stop_signal_pending(signal_fd_)) {
+      nodes_->stop_watch();
+      const int sig = take_signal(signal_fd_);
+      if (!hosting) {
+        say("got " + signal_name(sig) + " while waiting to be admitted; no rank was started");
+        return 128 + sig;
+      }
+      // The store leaves with this launcher, so the run cannot go on: it is
+      // ended as if a node of it had been stopped, and this node leaves
+      // after the others, as a host does.
+      say("got " + signal_name(sig) + " while waiting to be admitted; this node hosts the node agents' " +
+          "store, so the " + run + " is stopped too");
+      const std::string summary = "tdistrun hosting the node agents' store (on " + hostname_ +
+                                  ", not admitted to the run) got " + signal_name(sig);
+      try {
+        nodes_->report_end(attempt, RoundEnd::Kind::kInterrupted, summary);
+        nodes_->report_end(attempt + 1, RoundEnd::Kind::kInterrupted, summary);
+      } catch (const std::exception& e) {
+        say(std::string("could not tell the other nodes: ") + e.what());
+      }
+      nodes_->leave_standby();
+      nodes_->wait_for_exit(exit_timeout);
+      return 128 + sig;
+    }
+    if (fds[1].revents == 0) continue;
+    const RoundEnd end = nodes_->watched_end();
+    switch (end.kind) {
+      case RoundEnd::Kind::kFailed:
+        if (attempt < options_.max_restarts) {
+          say(run + " restarts after a failure; this node joins its next rendezvous");
+          return std::nullopt;
+        }
+        say(run + " failed without this node, with no restarts left (" + end.summary + ")");
+        break;
+      case RoundEnd::Kind::kOk:
+        say(run + " ended without this node (every rank exited 0); this node started no rank");
+        break;
+      case RoundEnd::Kind::kInterrupted:
+        say(run + " was stopped without this node (" + end.summary + ")");
+        break;
+      case RoundEnd::Kind::kLost:
+        say("lost the node agents' store: " + end.summary);
+        return 1;
+    }
+    nodes_->leave_standby();
+    nodes_->wait_for_exit(exit_timeout);
+    return 1;
   }
 }
 
@@ -342,9 +426,9 @@ Agent::RoundResult Agent::run_round(int attempt, const std::string& master_addr,
         case RoundEnd::Kind::kInterrupted:
           if (!ours && !decided) {
             bool failed = end.kind == RoundEnd::Kind::kFailed;
-            say("node " + std::to_string(end.node) + " reports: " + end.summary);
+            say(reporter(end) + " reports: " + end.summary);
             result.outcome = failed ? Outcome::kRemoteFailed : Outcome::kRemoteInterrupted;
-            result.summary = "node " + std::to_string(end.node) + ": " + end.summary;
+            result.summary = reporter(end) + ": " + end.summary;
             decided = true;
           }
           begin_stop();

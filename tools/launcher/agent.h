@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "command.h"
@@ -36,6 +37,10 @@ class Agent {
   };
 
   RoundResult run_round(int attempt, const std::string& master_addr, int master_port);
+  /// c10d: this node came too late for round `attempt`; waits for how that
+  /// round ends. nullopt: the run restarts, join round attempt + 1; else the
+  /// launcher's exit code.
+  std::optional<int> wait_out_round(int attempt);
   /// Joins the agents' store (several nodes), answering stop signals.
   void connect_nodes();
   int node_rank() const { return nodes_ ? nodes_->node_rank() : 0; }

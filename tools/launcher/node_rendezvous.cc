@@ -7,10 +7,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 
 #include "common/error_text.h"
 #include "common/socket.h"
 #include "launcher/process_util.h"
+#include "output.h"
 #include "tdist/errors.h"
 
 namespace tdist::launcher {
@@ -153,9 +155,29 @@ int NodeRendezvous::first_round() {
   return std::stoi(to_string(store_->get(key("latest"))));
 }
 
-bool NodeRendezvous::join(int round, const std::function<bool()>& interrupted) {
-  if (options_.rdzv_backend != RdzvBackend::kC10d) return true;  // the members never change
+JoinResult NodeRendezvous::join(int round, const std::function<bool()>& interrupted) {
+  if (options_.rdzv_backend != RdzvBackend::kC10d) return JoinResult::kJoined;  // the members never change
   return join_c10d(round, interrupted);
+}
+
+void NodeRendezvous::raise_latest(int round) {
+  // A node that read round k in first_round() may get here after the others
+  // moved on to k + 1; a plain set would send later nodes back to round k,
+  // which nobody else joins any more.
+  const std::string latest = key("latest");
+  const Bytes desired = to_bytes(std::to_string(round));
+  Bytes seen = store_->check({latest}) ? store_->get(latest) : Bytes{};
+  for (;;) {
+    if (!seen.empty() && std::stoi(to_string(seen)) >= round) return;
+    Bytes now = store_->compare_set(latest, seen, desired);
+    if (now == desired) return;
+    seen = std::move(now);  // another node wrote it meanwhile: compare with its value
+  }
+}
+
+std::string NodeRendezvous::nnodes_text() const {
+  if (options_.min_nodes == options_.max_nodes) return std::to_string(options_.max_nodes);
+  return std::to_string(options_.min_nodes) + ":" + std::to_string(options_.max_nodes);
 }
 
 bool NodeRendezvous::wait_for(const std::string& name, std::chrono::steady_clock::time_point deadline,
@@ -173,22 +195,23 @@ bool NodeRendezvous::wait_for(const std::string& name, std::chrono::steady_clock
   }
 }
 
-bool NodeRendezvous::join_c10d(int round, const std::function<bool()>& interrupted) {
+JoinResult NodeRendezvous::join_c10d(int round, const std::function<bool()>& interrupted) {
   const LaunchOptions& o = options_;
   const std::string base = "rdzv/" + std::to_string(round) + "/";
   const std::string closed_key = key(base + "closed");
-  const std::string range = std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes);
-  store_->set(key("latest"), std::to_string(round));
+  const std::string nnodes = nnodes_text();
+  raise_latest(round);
   const auto index = static_cast<int>(store_->add(key(base + "joined"), 1) - 1);
   auto closed_with = [&] { return std::stoi(to_string(store_->get(closed_key))); };
   auto too_late = [&](int nodes) {
-    return DistError("tdistrun: run '" + o.run_id + "' started with " + std::to_string(nodes) +
-                     " node(s) (--nnodes " + range +
-                     ") before this node joined; a node cannot join a job "
-                     "that has started (start it again to join the next run)");
+    node_rank_ = -1;  // in no round until it joins one
+    standby_ticket_ = static_cast<int>(store_->add(key("standby"), 1));
+    refusal_ = "run '" + o.run_id + "' started with " + std::to_string(nodes) + " node(s) (--nnodes " +
+               nnodes + ") before this node joined; a node cannot join a job that has started";
+    return JoinResult::kTooLate;
   };
-  if (store_->check({closed_key}) && index >= closed_with()) throw too_late(closed_with());
-  if (index >= o.max_nodes) throw too_late(o.max_nodes);
+  if (store_->check({closed_key}) && index >= closed_with()) return too_late(closed_with());
+  if (index >= o.max_nodes) return too_late(o.max_nodes);
   store_->set(key(base + "node/" + std::to_string(index)), std::to_string(o.nproc_per_node));
   if (index + 1 == o.max_nodes) {
     store_->compare_set(closed_key, Bytes{}, to_bytes(std::to_string(o.max_nodes)));
@@ -196,22 +219,31 @@ bool NodeRendezvous::join_c10d(int round, const std::function<bool()>& interrupt
 
   const auto start = std::chrono::steady_clock::now();
   if (!wait_for(key(base + "node/" + std::to_string(o.min_nodes - 1)), start + o.join_timeout, interrupted)) {
-    if (interrupted()) return false;
+    if (interrupted()) return JoinResult::kInterrupted;
+    const std::string needs = o.min_nodes == o.max_nodes ? "needs " : "needs at least ";
     throw DistTimeoutError("tdistrun: only " + std::to_string(store_->add(key(base + "joined"), 0)) +
                            " node(s) joined run '" + o.run_id + "' within " + seconds_text(o.join_timeout) +
-                           " (--join-timeout); --nnodes " + range + " needs at least " +
-                           std::to_string(o.min_nodes));
+                           " (--join-timeout, or join_timeout in --rdzv-conf); --nnodes " + nnodes + " " +
+                           needs + std::to_string(o.min_nodes));
   }
   // MIN are here: more may come until the last call ends (the first agent
   // whose wait ends closes the round with whoever has joined by then), or
-  // until MAX have come (the MAX-th closed it already).
+  // until MAX have come (the MAX-th closed it already). A wait that may last
+  // long is said once, so that a quiet launcher is not taken for a hung one;
+  // with MIN == MAX the round is closed at once (the MAX-th node closes it
+  // right after joining), and a healthy fixed-size job stays silent.
+  if (o.min_nodes < o.max_nodes && o.last_call_timeout.count() > 0 && !store_->check({closed_key})) {
+    console_write(2, "tdistrun: " + std::to_string(store_->add(key(base + "joined"), 0)) +
+                         " node(s) joined run '" + o.run_id + "' (--nnodes " + nnodes + "); starting in " +
+                         seconds_text(o.last_call_timeout) + " unless more join (last_call_timeout)\n");
+  }
   if (!wait_for(closed_key, std::chrono::steady_clock::now() + o.last_call_timeout, interrupted)) {
-    if (interrupted()) return false;
+    if (interrupted()) return JoinResult::kInterrupted;
     const auto joined = static_cast<int>(store_->add(key(base + "joined"), 0));
     store_->compare_set(closed_key, Bytes{}, to_bytes(std::to_string(std::min(joined, o.max_nodes))));
   }
   const int nodes = closed_with();
-  if (index >= nodes) throw too_late(nodes);
+  if (index >= nodes) return too_late(nodes);
   node_rank_ = index;
   nnodes_ = nodes;
   rank_offset_ = 0;
@@ -221,7 +253,7 @@ bool NodeRendezvous::join_c10d(int round, const std::function<bool()>& interrupt
     if (node < index) rank_offset_ += nproc;
     world_size_ += nproc;
   }
-  return true;
+  return JoinResult::kJoined;
 }
 
 NodeRendezvous::~NodeRendezvous() {
@@ -328,6 +360,7 @@ void NodeRendezvous::report_end(int round, RoundEnd::Kind kind, const std::strin
 }
 
 void NodeRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   try {
     const std::string all = key("exit/all");
     if (store_->add(key("exit"), 1) == nnodes_) store_->set(all, "1");
@@ -335,6 +368,44 @@ void NodeRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   } catch (const std::exception&) {
     // A node that is gone cannot be waited for; leaving is all that is left.
   }
+  wait_for_standby(deadline);
+}
+
+void NodeRendezvous::leave_standby() {
+  if (standby_ticket_ == 0) return;
+  const int ticket = std::exchange(standby_ticket_, 0);
+  try {
+    store_->set(key("standby/" + std::to_string(ticket) + "/gone"), "1");
+  } catch (const std::exception&) {
+    // The store is gone: nobody waits for this node any more.
+  }
+}
+
+void NodeRendezvous::wait_for_standby(std::chrono::steady_clock::time_point deadline) {
+  if (!hosting_ || options_.rdzv_backend != RdzvBackend::kC10d) return;
+  try {
+    const auto refused = static_cast<int>(store_->add(key("standby"), 0));
+    std::vector<std::string> gone;
+    for (int ticket = 1; ticket <= refused; ++ticket) {
+      gone.push_back(key("standby/" + std::to_string(ticket) + "/gone"));
+    }
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (!gone.empty() && left.count() > 0) store_->wait(gone, left);
+  } catch (const std::exception&) {
+    // As in exit_barrier: a node that does not answer is not waited for.
+  }
+}
+
+void NodeRendezvous::wait_for_exit(std::chrono::milliseconds timeout) {
+  if (!hosting_) return;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  try {
+    store_->wait({key("exit/all")}, timeout);
+  } catch (const std::exception&) {
+    // As in exit_barrier: the others are gone or late; leaving is all that is left.
+  }
+  wait_for_standby(deadline);
 }
 
 }  // namespace tdist::launcher

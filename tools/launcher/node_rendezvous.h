@@ -10,7 +10,7 @@
 //     node/<n>/nproc         ranks on node n
 //   c10d backend (MIN:MAX nodes, numbered in join order; the first agent
 //   that can bind the endpoint hosts the store):
-//     latest                 the newest round a node may join
+//     latest                 the newest round a node may join; only ever raised
 //     rdzv/<k>/joined        counter: the join order of round k
 //     rdzv/<k>/node/<i>      ranks on the i-th node to join round k
 //     rdzv/<k>/closed        how many nodes round k has, first writer wins: once
@@ -21,6 +21,10 @@
 //     round/<k>/end          how round k ended, first writer wins:
 //                            "ok", "failed <node> <summary>", "interrupted <node> <summary>"
 //     exit, exit/all         the agents' exit barrier (the host leaves last)
+//   c10d:
+//     standby, standby/<t>/gone
+//                            ticket t of a node refused as too late, and that it
+//                            stopped waiting (the host also waits for those)
 //
 // Each agent watches round/<k>/end from a thread and hears about it through
 // an eventfd, so its event loop never polls the store.
@@ -48,6 +52,13 @@ struct RoundEnd {
   std::string summary;  // what happened there; for kLost, the store error
 };
 
+/// What came of joining a round.
+enum class JoinResult {
+  kJoined,
+  kInterrupted,  // `interrupted()` turned true while waiting
+  kTooLate,      // c10d: the round closed without this node (see refusal())
+};
+
 /// Where the ranks of a round meet (their MASTER_ADDR and MASTER_PORT).
 struct RoundMaster {
   std::string addr;
@@ -68,10 +79,17 @@ class NodeRendezvous {
   /// while the others restart joins their round).
   int first_round();
   /// The membership of round `round`: static: the fixed nodes; c10d: waits
-  /// for MIN..MAX nodes to join. False if `interrupted()` turned true while
-  /// waiting. Raises DistError if the round closed without this node (it
-  /// came too late) or too few nodes came within the join timeout.
-  bool join(int round, const std::function<bool()>& interrupted);
+  /// for MIN..MAX nodes to join, and says when the last call begins. kTooLate
+  /// if the round closed without this node (refusal() says why). Raises
+  /// DistTimeoutError if too few nodes came within the join timeout.
+  JoinResult join(int round, const std::function<bool()>& interrupted);
+  /// Why the last join() was kTooLate (one line, no "tdistrun: ").
+  const std::string& refusal() const { return refusal_; }
+  /// True if this agent hosts the agents' store: it must outlive the others.
+  bool hosting() const { return hosting_; }
+  /// After kTooLate: this node stops waiting for the round (it joins the
+  /// next one or leaves), so the store's host need not wait for it any more.
+  void leave_standby();
 
   /// This node's rank and the node count of the joined round.
   int node_rank() const { return node_rank_; }
@@ -107,11 +125,22 @@ class NodeRendezvous {
   /// `timeout`) for the others, so its store outlives their last request.
   /// Errors are ignored: this is the way out.
   void exit_barrier(std::chrono::milliseconds timeout);
+  /// The exit of a node that is in no round (it came too late): it is not
+  /// counted, but if it hosts the store it waits (up to `timeout`) until the
+  /// nodes of the last round have passed the barrier.
+  void wait_for_exit(std::chrono::milliseconds timeout);
 
  private:
   void join_static();
-  bool join_c10d(int round, const std::function<bool()>& interrupted);
+  JoinResult join_c10d(int round, const std::function<bool()>& interrupted);
   void connect_c10d_store();
+  /// The host's wait (until `deadline`) for every node refused so far to
+  /// have stopped waiting: they learn how the run ended from the store.
+  void wait_for_standby(std::chrono::steady_clock::time_point deadline);
+  /// Raises `latest` to `round` unless it is higher already.
+  void raise_latest(int round);
+  /// --nnodes as the user wrote it: N, or MIN:MAX.
+  std::string nnodes_text() const;
   /// Waits for `key`, in slices so that `interrupted` is heard; false at
   /// `deadline` or when interrupted.
   bool wait_for(const std::string& key, std::chrono::steady_clock::time_point deadline,
@@ -132,6 +161,8 @@ class NodeRendezvous {
   std::atomic<bool> stop_watch_{false};
   std::mutex mutex_;
   std::optional<RoundEnd> end_;  // guarded by mutex_
+  std::string refusal_;
+  int standby_ticket_ = 0;  // set while refused (kTooLate), 0 otherwise
 };
 
 }  // namespace tdist::launcher
