@@ -286,10 +286,10 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
 std::string summarize_traces(const std::vector<std::string>& dumps, const std::vector<std::string>& names) {
   const auto docs = parse_all(dumps, names);
   std::ostringstream out;
-  std::vector<int> ranks;
-  ranks.reserve(docs.size());
-  for (const auto& doc : docs) ranks.push_back(doc.value("rank", -1));
-  out << "tdist-trace: " << docs.size() << " dump(s), of " << ranks_text(ranks) << "\n";
+  std::vector<int> dumped;
+  dumped.reserve(docs.size());
+  for (const auto& doc : docs) dumped.push_back(doc.value("rank", -1));
+  out << "tdist-trace: " << docs.size() << " dump(s), of " << ranks_text(dumped) << "\n";
   std::map<std::string, std::vector<int>> reasons;
   for (const auto& doc : docs) {
     std::string reason = doc.value("reason", "?");
