@@ -191,6 +191,12 @@ void monitored_barrier(const Group& group = nullptr,
 /// never comes: DistStoreTimeoutError after the group's timeout), the group
 /// has no connections and every later call on it raises DistBackendError.
 void reinit_process_group(const Group& group = nullptr, bool rebuild_link = true);
+/// Aborts `group` (ProcessGroup::abort): its running operation fails on
+/// every rank that can be reached, its queued ones without starting, and
+/// every later call raises until reinit_process_group(group) rebuilds it on
+/// every member. Any thread may call it, also while another is blocked in a
+/// call of the group. A non-member returns at once.
+void abort_process_group(const Group& group = nullptr, const std::string& reason = "");
 /// The group's communicator name (torch_npu's get_hccl_comm_name): unique
 /// in the job, equal on every member, stable for the group's life; empty on
 /// a non-member.

@@ -70,6 +70,12 @@ class ProcessGroup {
   /// counted from 0 again, as in a new group; without, the connections stay
   /// and a barrier over them checks that every member is there.
   virtual void reinit(bool rebuild_links);
+  /// Aborts the group: its running operation fails on every rank that can
+  /// be reached, with a DistBackendError naming this rank and `reason`; its
+  /// queued operations fail without starting; every later call raises
+  /// until reinit(true) rebuilds the group on every member. Callable from
+  /// any thread, also while another is blocked in a call of the group.
+  virtual void abort(const std::string& reason);
 
   // Collectives. Outputs are written through the tensors' shared storage.
   virtual WorkPtr broadcast(const Tensor& tensor, int root);

@@ -242,6 +242,13 @@ void bind_collectives(py::module_& m) {
       },
       py::arg("group").none(true), py::arg("rebuild_link"));
   m.def(
+      "abort_process_group",
+      [](const Group& group, const std::string& reason) {
+        py::gil_scoped_release release;
+        abort_process_group(group, reason);
+      },
+      py::arg("group").none(true), py::arg("reason"));
+  m.def(
       "get_comm_name", [](const Group& group) { return get_comm_name(group); }, py::arg("group").none(true));
 }
 

@@ -169,6 +169,10 @@ void bind_process_group(py::module_& m) {
       .def("comm_name", &ProcessGroup::comm_name,
            "The group's communicator name: unique in the job, equal on every member, the same for the "
            "group's life (torch_npu's get_hccl_comm_name).")
+      .def("abort", &ProcessGroup::abort, py::arg("reason") = std::string(),
+           py::call_guard<py::gil_scoped_release>(),
+           "Aborts the group (tdist.abort): its running operation fails on every rank that can be reached, "
+           "later calls raise until reinit_process_group rebuilds it.")
       .def("broadcast", &ProcessGroup::broadcast)
       .def("all_reduce", &ProcessGroup::all_reduce)
       .def("reduce", &ProcessGroup::reduce)

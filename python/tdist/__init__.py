@@ -59,6 +59,7 @@ from tdist.collectives import (
 from tdist.distributed_c10d import (
     Backend,
     GroupMember,
+    abort,
     default_pg_timeout,
     destroy_process_group,
     get_backend,
@@ -104,8 +105,8 @@ __all__ = [
     "DistNetworkTimeoutError", "DistStoreError", "DistStoreTimeoutError", "DistTimeoutError", "FileStore",
     "Future", "GroupMember", "HashStore", "P2POp", "PrefixStore", "ProcessContext", "ProcessException",
     "ProcessExitedException", "ProcessGroup", "ProcessRaisedException", "ReduceOp", "Store", "TCPStore", "Work",
-    "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_gather_object", "all_reduce",
-    "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint", "broadcast",
+    "abort", "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_gather_object",
+    "all_reduce", "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint", "broadcast",
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "dump_trace", "gather",
     "gather_object", "get_backend", "get_comm_name", "get_debug_level", "get_global_rank", "get_group_rank",
     "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group", "irecv",

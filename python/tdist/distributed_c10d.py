@@ -308,6 +308,20 @@ def reinit_process_group(group=None, rebuild_link=True):
     _C.reinit_process_group(g, bool(rebuild_link))
 
 
+def abort(group=None, reason=""):
+    """Aborts `group` (None: the default group). Its running operation fails
+    on every rank that can be reached, with a DistBackendError naming this
+    rank and `reason`; operations queued behind it (async_op=True) fail
+    without starting; every later call on the group raises until
+    reinit_process_group(group) rebuilds it on every member. Any thread may
+    call it, also while another is blocked in a call of the group; only the
+    first call counts. A non-member returns at once."""
+    g = resolve_group(group, "abort")
+    if g is NOT_MEMBER:
+        return
+    _C.abort_process_group(g, str(reason or ""))
+
+
 def get_comm_name(group=None):
     """The group's communicator name (torch_npu's get_hccl_comm_name): unique
     in the job, equal on every member, the same for the group's life; None

@@ -282,6 +282,12 @@ void reinit_process_group(const Group& group, bool rebuild_link) {
   g->reinit(rebuild_link);
 }
 
+void abort_process_group(const Group& group, const std::string& reason) {
+  Group g = resolve(group, "abort_process_group");
+  if (g->rank() < 0) return;
+  g->abort(reason);
+}
+
 std::string get_comm_name(const Group& group) {
   Group g = resolve(group, "get_comm_name");
   return g->rank() >= 0 ? g->comm_name() : std::string();

@@ -57,6 +57,9 @@ std::string ProcessGroup::comm_name() const {
 void ProcessGroup::reinit(bool) {
   unsupported("reinit_process_group");
 }
+void ProcessGroup::abort(const std::string&) {
+  unsupported("abort");
+}
 
 WorkPtr ProcessGroup::broadcast(const Tensor&, int) {
   unsupported("broadcast");

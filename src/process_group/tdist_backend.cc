@@ -303,9 +303,51 @@ void ProcessGroupTdist::disconnect() {
 }
 
 void ProcessGroupTdist::check_connected(std::string_view op) const {
-  if (!disconnected_.empty()) {
-    throw DistBackendError(std::string(op) + ": this group has no connections: " + disconnected_ +
-                           "; destroy it and create a new one");
+  if (unusable_.load(std::memory_order_acquire))
+    throw DistBackendError(std::string(op) + ": " + unusable_text());
+}
+
+std::string ProcessGroupTdist::unusable_text() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unusable_reason_;
+}
+
+void ProcessGroupTdist::set_unusable(std::string reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    unusable_reason_ = std::move(reason);
+  }
+  unusable_.store(true, std::memory_order_release);
+}
+
+void ProcessGroupTdist::abort(const std::string& reason) {
+  const auto& global = global_ranks();
+  std::string why = "the group was aborted by rank " + std::to_string(rank());
+  if (global[static_cast<size_t>(rank())] != rank()) {
+    why += " (global rank " + std::to_string(global[static_cast<size_t>(rank())]) + ")";
+  }
+  why += ": " + (reason.empty() ? std::string("abort() was called") : reason);
+  std::deque<Task> unstarted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (unusable_.load(std::memory_order_relaxed)) return;  // aborted (or unconnected) already
+    unusable_reason_ = why + "; reinit_process_group rebuilds it, or destroy it";
+    unusable_.store(true, std::memory_order_release);
+    // Queued operations never start; the one running fails below.
+    unstarted.swap(queue_);
+    state_.fetch_sub(2 * unstarted.size());
+    idle_cv_.notify_all();
+  }
+  const auto error = std::make_exception_ptr(DistBackendError(why));
+  // Peers waiting on shared memory wake (ShmGroup::abort) and raise "rank R
+  // aborted the group: ..."; over TCP they get the transport's abort notice.
+  using Kind = transport::shm::ShmGroup::AbortKind;
+  if (shm_ != nullptr) shm_->abort(why, Kind::kOther);
+  if (domains_.local) domains_.local->abort(why, Kind::kOther);
+  if (transport_) transport_->abort(error);
+  for (auto& task : unstarted) {
+    trace_end(task.trace_id, error);
+    task.work->finish(error);
   }
 }
 
@@ -353,10 +395,12 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
     connect(std::make_shared<PrefixStore>("tdist/reinit/" + std::to_string(rebuilds_), store_));
   } catch (const std::exception& e) {
     disconnect();
-    disconnected_ = "reinit_process_group could not rebuild them: " + std::string(e.what());
+    set_unusable("this group has no connections: reinit_process_group could not rebuild them: " +
+                 std::string(e.what()) + "; destroy it and create a new one");
     throw;
   }
-  disconnected_.clear();
+  // Rebuilt: an abort (or an earlier failed rebuild) is behind the group.
+  unusable_.store(false, std::memory_order_release);
   // As in a new group: the peers' counts start again too.
   next_seq_.store(0, std::memory_order_relaxed);
   last_sig_ = Signature{};
@@ -474,10 +518,9 @@ void ProcessGroupTdist::run() {
 void ProcessGroupTdist::execute(Task& task) {
   if (!transport_) {
     // Queued (by another thread) while a rebuild that then failed held the group.
-    trace_end(task.trace_id, nullptr);
-    task.work->finish(std::make_exception_ptr(
-        DistBackendError(task.op + ": this group has no connections: " + disconnected_ +
-                         "; destroy it and create a new one")));
+    auto error = std::make_exception_ptr(DistBackendError(task.op + ": " + unusable_text()));
+    trace_end(task.trace_id, error);
+    task.work->finish(error);
     return;
   }
   const algo::CallContext ctx = start_call(task.op, task.sig, task.seq);
@@ -1000,9 +1043,10 @@ void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& r
 }
 
 transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) const {
+  check_connected(op);
   transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
   if (transport == nullptr) {
-    check_connected(op);
+    check_connected(op);  // a rebuild that failed meanwhile says why
     throw DistBackendError(std::string(op) +
                            ": the group's connections are being rebuilt "
                            "(reinit_process_group); no message can start meanwhile");

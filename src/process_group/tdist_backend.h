@@ -46,6 +46,13 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Group rank 0's "<host>-<pid>-<n>" (n counts that process's groups),
   /// handed to the others through the store at creation.
   std::string comm_name() const override { return comm_name_; }
+  /// Fails the running operation of the group on every rank that can be
+  /// reached (shared-memory waiters wake, TCP peers get an abort notice),
+  /// fails the queued ones without starting them, and makes every later
+  /// call raise until reinit() rebuilds the group. Any thread may call it,
+  /// also while another is blocked in a call of the group; only the first
+  /// call counts.
+  void abort(const std::string& reason) override;
   /// Waits for the queued operations, then (rebuild_links) closes the
   /// connections and makes new ones under the store prefix
   /// "tdist/reinit/<k>/" of the group's store, k counting the group's
@@ -83,8 +90,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   void connect(const std::shared_ptr<Store>& store);
   /// Closes what connect() made, failing pending point-to-point requests.
   void disconnect();
-  /// Raises the error that left the group without connections (reinit).
+  /// Raises why the group cannot run calls (aborted, or a failed rebuild).
   void check_connected(std::string_view op) const;
+  std::string unusable_text() const;
+  void set_unusable(std::string reason);
   // Lets a thread waiting for a point-to-point work read the sockets itself.
   void drive_on_wait(Work& work, const transport::RequestPtr& request, transport::Transport* transport);
   /// The transport a send or recv starts on; raises while a rebuild has
@@ -230,8 +239,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   std::shared_ptr<Store> store_;
   std::string comm_name_;
   uint64_t rebuilds_ = 0;
-  // Why the group has no connections (a failed rebuild); empty otherwise.
-  std::string disconnected_;
+  // Set while the group cannot run calls (abort(), a failed rebuild);
+  // unusable_reason_ (guarded by mutex_) says why.
+  std::atomic<bool> unusable_{false};
+  std::string unusable_reason_;
   std::unique_ptr<transport::Transport> transport_;
   // transport_ as point-to-point calls read it: they may come from any
   // thread, even the old transport's loop while a rebuild destroys it.
@@ -247,7 +258,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   uint32_t forced_algos_ = 0;
   // Every collective runs on shared memory: none needs a TCP CallScope.
   bool all_on_shared_memory_ = false;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   // reinit waits on it for the group to be idle; threads releasing the
   // group notify it while idle_waiters_ is not 0.

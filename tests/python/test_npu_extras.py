@@ -103,3 +103,39 @@ def test_uneven_collectives_split_evenly_without_split_sizes(world_size):
         if n > 1:
             assert error and ("no split sizes given, so output's %d rows (dim 0) are split evenly, but they do "
                               "not divide among %d ranks" % (2 * n + 1, n)) in error, error
+
+
+def _abort_job(rank, n):
+    x = np.ones(4099, np.float32)
+    error = None
+    if rank == 0:
+        # (Queued calls failing without starting: the C++ suite's Worlds/Abort.)
+        tdist.abort(reason="stop the step")
+    else:
+        # Blocked on rank 0, which aborts instead of joining (or already did).
+        try:
+            tdist.all_reduce(x)
+        except tdist.DistBackendError as e:
+            error = str(e)
+    try:
+        tdist.barrier()
+        later = None
+    except tdist.DistBackendError as e:
+        later = str(e)
+    tdist.reinit_process_group()
+    y = np.full(5, float(rank))
+    tdist.all_reduce(y)
+    return error, later, y.tolist()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_abort_fails_every_ranks_call_and_reinit_recovers(world_size):
+    results = run_ranks(_abort_job, world_size)
+    n = world_size
+    for rank, (error, later, y) in enumerate(results):
+        if rank == 0:
+            assert later and "barrier: the group was aborted by rank 0: stop the step" in later, later
+        else:
+            assert error and "rank 0" in error and "stop the step" in error, error
+            assert later and "rank 0" in later, later
+        assert y == [float(sum(range(n)))] * 5

@@ -1,0 +1,150 @@
+// ProcessGroup::abort: a call blocked on the other ranks fails on every rank
+// with an error naming the rank that aborted; queued calls fail without
+// starting; later calls raise until reinit rebuilds the group, after which
+// it works again. Ranks as threads and as forked processes, 2 to 5 of them,
+// on shared memory and (the tcp. copy of this suite) over TCP.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "pg_harness.h"
+#include "tdist/distributed.h"
+#include "tdist/errors.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Runs fn(group, store, rank) on n ranks with a tdist group whose timeout
+// (60 s) is far beyond what an abort may take: an error seen here comes
+// from the abort, not from a timeout.
+std::string with_group_and_store(Mode mode, int n,
+                                 const std::function<void(ProcessGroup&, Store&, int)>& fn) {
+  return run_with_store(
+      mode, n,
+      [&](Store& store, int rank) -> KeepAlive {
+        ProcessGroupOptions options;
+        options.timeout = 60s;
+        std::shared_ptr<Store> shared(&store, [](Store*) {});
+        auto group =
+            create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank, n, options);
+        fn(*group, store, rank);
+        return group;
+      },
+      100s, 80s);
+}
+
+// The DistBackendError `fn` raises (any other outcome fails the check).
+std::string backend_error_of(const std::function<void()>& fn, const std::string& what) {
+  try {
+    fn();
+  } catch (const DistBackendError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    check(false, what + ": wrong error type: " + e.what());
+  }
+  check(false, what + ": no error raised");
+  return {};
+}
+
+void expect_in(const std::string& text, const std::string& part) {
+  check(text.find(part) != std::string::npos, "'" + part + "' not in: " + text);
+}
+
+// A SUM all_reduce of `count` float32 elements (element i of rank r is
+// r + i), checked.
+void checked_all_reduce(ProcessGroup& pg, int64_t count) {
+  const int n = pg.size();
+  Tensor t = make_tensor(DType::kFloat32, count, [&](int64_t i) { return pg.rank() + i; });
+  pg.all_reduce(t, ReduceOp::SUM)->wait();
+  check_elements(
+      t, 0, count, [&](int64_t i) { return n * (n - 1) / 2.0 + n * static_cast<double>(i); },
+      "all_reduce after the rebuild");
+}
+
+class Abort : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+// Every rank but 0 enters an all_reduce that rank 0 never joins; rank 0
+// aborts once they all said they are entering. Their call fails (not
+// after the 60 s timeout), naming rank 0 and its reason; then every call
+// raises until all rebuild, and the rebuilt group works.
+TEST_P(Abort, ABlockedCallFailsOnEveryRankAndReinitRecovers) {
+  const int size = n();
+  EXPECT_EQ(with_group_and_store(
+                mode(), size,
+                [&](ProcessGroup& pg, Store& store, int rank) {
+                  Tensor t = Tensor::zeros(DType::kFloat32, {100003});
+                  if (rank == 0) {
+                    for (int r = 1; r < size; ++r) store.wait({"entering/" + std::to_string(r)});
+                    pg.abort("the test stops the step");
+                  } else {
+                    store.set("entering/" + std::to_string(rank), {1});
+                    const std::string what = backend_error_of(
+                        [&] { pg.all_reduce(t, ReduceOp::SUM)->wait(); }, "blocked all_reduce");
+                    expect_in(what, "rank 0");
+                    expect_in(what, "the test stops the step");
+                  }
+                  // Until the rebuild every call raises, on every rank.
+                  if (store.add("failed", 1) == size) store.set("all_failed", {1});
+                  store.wait({"all_failed"});
+                  const std::string later =
+                      backend_error_of([&] { pg.barrier()->wait(); }, "a call after the abort");
+                  if (rank == 0)
+                    expect_in(later, "barrier: the group was aborted by rank 0: the test stops the step");
+                  pg.reinit(true);
+                  checked_all_reduce(pg, 7);
+                  checked_all_reduce(pg, 70001);
+                }),
+            "");
+}
+
+// Calls queued behind a blocked one fail without starting; abort is
+// idempotent.
+TEST_P(Abort, QueuedCallsFailWithoutStarting) {
+  const int size = n();
+  EXPECT_EQ(with_group_and_store(mode(), size,
+                                 [&](ProcessGroup& pg, Store& store, int rank) {
+                                   std::vector<Tensor> tensors;
+                                   std::vector<WorkPtr> works;
+                                   // Rank 0 alone queues a call the others never make: it
+                                   // blocks, and the three behind it wait in the queue.
+                                   if (rank == 0) {
+                                     for (int k = 0; k < 4; ++k) {
+                                       tensors.push_back(Tensor::zeros(DType::kInt64, {5}));
+                                       works.push_back(pg.all_reduce(tensors.back(), ReduceOp::SUM));
+                                     }
+                                     pg.abort("");
+                                     pg.abort("a second abort changes nothing");
+                                     for (auto& work : works) {
+                                       const std::string what =
+                                           backend_error_of([&] { work->wait(); }, "a queued all_reduce");
+                                       expect_in(what, "the group was aborted by rank 0: abort() was called");
+                                     }
+                                     store.set("aborted", {1});
+                                   } else {
+                                     store.wait({"aborted"});
+                                   }
+                                   pg.reinit(true);
+                                   checked_all_reduce(pg, 3);
+                                 }),
+            "");
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
+  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Abort,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(2, 3, 5)),
+                         param_name);
+
+}  // namespace
+}  // namespace tdist::testing
