@@ -31,4 +31,10 @@ if ((rc != 0)) && [[ Testing/Temporary/LastTest.log -nt $started ]]; then
     }' Testing/Temporary/LastTest.log
 fi
 rm -f "$started"
+# The fuzz targets, briefly (docs/fuzzing.md): about two minutes on 2 cores
+# with their clang build, in build-fuzz. TDIST_FUZZ_SECONDS=0 skips them.
+fuzz_seconds=${TDIST_FUZZ_SECONDS:-10}
+if ((fuzz_seconds > 0)); then
+  "$ROOT/scripts/fuzz.sh" "$fuzz_seconds" || rc=1
+fi
 exit "$rc"

@@ -178,6 +178,12 @@ InitMethodUrl parse_init_method(const std::string& init_method) {
       port_text = rest.substr(colon + 1);
     }
     if (url.host.empty()) throw DistInvalidArgument("init_method '" + init_method + "': the host is empty");
+    // Brackets belong only around a whole IPv6 address: tcp://[[::1]:80
+    // would otherwise name the host "[::1".
+    if (url.host.find_first_of("[]") != std::string::npos) {
+      throw DistInvalidArgument("init_method '" + init_method + "': '[' or ']' inside the host '" + url.host +
+                                "'; expected tcp://host:port or tcp://[ipv6]:port");
+    }
     url.port = static_cast<int>(parse_int(port_text, "init_method '" + init_method + "': port", 1, 65535));
   } else if (url.scheme == "file") {
     url.path = percent_decode(rest, init_method);

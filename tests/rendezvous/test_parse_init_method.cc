@@ -74,5 +74,13 @@ TEST(ParseInitMethod, ErrorsSayWhatIsWrong) {
   expect_invalid("file:///bad%zzescape", "bad percent escape");
 }
 
+// Found by fuzz_init_method: a bracket inside the brackets was taken as part
+// of the host ("[fe05eth"), which only failed later, at name resolution.
+TEST(ParseInitMethod, BracketsOnlyAroundTheWholeHost) {
+  expect_invalid("tcp://[[fe05eth]:1234", "'[' or ']' inside the host '[fe05eth'");
+  expect_invalid("tcp://a]b:80", "'[' or ']' inside the host");
+  expect_invalid("tcp://a[b:80", "'[' or ']' inside the host");
+}
+
 }  // namespace
 }  // namespace tdist

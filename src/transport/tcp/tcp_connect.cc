@@ -20,19 +20,13 @@
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_wire.h"
 
 namespace tdist::transport {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x74647374;  // "tdst"
-
-struct Hello {
-  uint32_t magic;
-  uint32_t rank;
-  uint32_t size;
-  uint32_t connection;   // which of the pair's connections this is
-  uint32_t connections;  // how many the pair has
-};
+using tcp::Hello;
+using tcp::kHelloMagic;
 
 int sockets_per_peer(const TcpOptions& options, int size) {
   if (options.sockets_per_peer > 0) return std::min(options.sockets_per_peer, kMaxSocketsPerPeer);
@@ -207,11 +201,8 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
       TDIST_LOG(WARNING) << where << ": dropping a connection that sent no greeting: " << e.what();
       continue;
     }
-    auto* list = hello.rank < static_cast<uint32_t>(size) ? &sockets[hello.rank] : nullptr;
-    if (hello.magic != kHelloMagic || static_cast<int>(hello.size) != size ||
-        static_cast<int>(hello.rank) <= rank || list == nullptr || hello.connections == 0 ||
-        hello.connections > static_cast<uint32_t>(kMaxSocketsPerPeer) ||
-        hello.connection >= hello.connections || (!list->empty() && list->size() != hello.connections) ||
+    auto* list = tcp::hello_plausible(hello, rank, size) ? &sockets[hello.rank] : nullptr;
+    if (list == nullptr || (!list->empty() && list->size() != hello.connections) ||
         (!list->empty() && (*list)[hello.connection].valid())) {
       TDIST_LOG(WARNING) << where << ": dropping a connection from " << socket.peer_address().to_string()
                          << " with a bad greeting (rank " << hello.rank << ", size " << hello.size

@@ -1,4 +1,5 @@
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <sched.h>
 #include <sys/epoll.h>
@@ -41,14 +42,14 @@ std::chrono::microseconds spin_time() {
 // A zero-byte message with this tag says "I am shutting down on purpose".
 constexpr uint64_t kGoodbyeTag = ~uint64_t{0};
 // "I am giving up on the group, and here is why": the payload is one kind
-// byte (1: a timeout, 0: a network failure, 2: anything else) and the reason's text, so peers can report the
+// byte and the reason's text (tcp_wire.h), so peers can report the
 // real cause instead of a bare disconnect.
 constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
 // "Your message (a send) met a receive of another dtype or count": the
 // payload is the receiver's error text, which the sender raises at its next
 // send or recv.
 constexpr uint64_t kRejectTag = ~uint64_t{0} - 2;
-constexpr size_t kMaxAbortReason = 4096;
+using tcp::kMaxAbortReason;  // of refusals too (tcp_wire.h)
 
 // Bytes read from one peer before the lock is released and other peers (and
 // threads posting operations) get their turn; epoll is level-triggered, so
@@ -638,14 +639,13 @@ void TcpTransport::finish_payload(Pair& pair) {
   }
   if (pair.reading_abort) {
     pair.reading_abort = false;
-    const bool timeout = size > 0 && pair.overflow[0] == 1;
-    const bool backend = size > 0 && pair.overflow[0] == 2;
-    std::string reason(pair.overflow.begin() + (size > 0 ? 1 : 0), pair.overflow.end());
+    const tcp::AbortNotice notice = tcp::decode_abort_payload(pair.overflow.data(), pair.overflow.size());
     std::string message = "rank " + std::to_string(rank_) + ": rank " + std::to_string(pair.peer) +
-                          " aborted the group: " + reason;
-    auto error = timeout   ? std::make_exception_ptr(DistNetworkTimeoutError(message))
-                 : backend ? std::make_exception_ptr(DistBackendError(message))
-                           : std::make_exception_ptr(DistNetworkError(message));
+                          " aborted the group: " + notice.reason;
+    auto error =
+        notice.kind == tcp::AbortKind::kTimeout   ? std::make_exception_ptr(DistNetworkTimeoutError(message))
+        : notice.kind == tcp::AbortKind::kBackend ? std::make_exception_ptr(DistBackendError(message))
+                                                  : std::make_exception_ptr(DistNetworkError(message));
     if (!aborted_) TDIST_LOG(WARNING) << "tcp transport: " << message;
     pair.said_goodbye = true;
     break_locked(error);
@@ -684,7 +684,7 @@ void TcpTransport::advance(Pair& pair, size_t n) {
     pair.header_got += n;
     if (pair.header_got < sizeof(Header)) return;
     if (pair.header.tag == kAbortTag || pair.header.tag == kRejectTag) {
-      if (pair.header.size > kMaxAbortReason + 1) pair.header.size = 0;  // not ours to trust
+      pair.header.size = tcp::notice_payload_size(pair.header.size);
       pair.in_payload = true;
       pair.payload_got = 0;
       pair.reading_abort = pair.header.tag == kAbortTag;
@@ -950,13 +950,15 @@ void TcpTransport::abort(std::exception_ptr error) {
 }
 
 void TcpTransport::notify_abort(const std::exception_ptr& error) {
-  std::string reason = exception_text(error).substr(0, kMaxAbortReason);
-  // The kind of error, so that peers raise the same kind: 1 a timeout, 0 a
-  // network failure, 2 anything else (a mismatched call), which they raise
-  // as DistBackendError.
+  // The kind of error, so that peers raise the same kind: anything but a
+  // timeout or a network failure (a mismatched call) they raise as
+  // DistBackendError.
   const ErrorKind kind = error_kind(error);
-  std::string payload(1, kind == ErrorKind::kTimeout ? '\1' : kind == ErrorKind::kNetwork ? '\0' : '\2');
-  payload += reason;
+  const std::string payload =
+      tcp::encode_abort_payload(kind == ErrorKind::kTimeout   ? tcp::AbortKind::kTimeout
+                                : kind == ErrorKind::kNetwork ? tcp::AbortKind::kNetwork
+                                                              : tcp::AbortKind::kBackend,
+                                exception_text(error));
   Header header{kAbortTag, payload.size(), {}};
   for (auto& pair : pairs_) {
     // A half-written message cannot be interrupted; that peer learns from
