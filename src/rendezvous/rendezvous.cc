@@ -191,6 +191,10 @@ InitMethodUrl parse_init_method(const std::string& init_method) {
       throw DistInvalidArgument("init_method '" + init_method +
                                 "': expected file:///absolute/path (three slashes, then the path)");
     }
+    // A file name cannot hold one: the path would be cut short there.
+    if (url.path.find('\0') != std::string::npos) {
+      throw DistInvalidArgument("init_method '" + init_method + "': the path holds a NUL byte (%00)");
+    }
   } else {
     throw DistInvalidArgument("init_method '" + init_method + "': unknown scheme '" + url.scheme +
                               "'; expected env://, tcp:// or file://");

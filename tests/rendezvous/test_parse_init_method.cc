@@ -82,5 +82,10 @@ TEST(ParseInitMethod, BracketsOnlyAroundTheWholeHost) {
   expect_invalid("tcp://a[b:80", "'[' or ']' inside the host");
 }
 
+TEST(ParseInitMethod, APathWithANulByteIsRefused) {
+  expect_invalid("file:///a%00b", "the path holds a NUL byte (%00)");
+  expect_invalid("file:///tmp/x?rank=0%00", "query parameter rank");
+}
+
 }  // namespace
 }  // namespace tdist
