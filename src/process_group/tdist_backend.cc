@@ -302,7 +302,7 @@ void ProcessGroupTdist::disconnect() {
   transport_.reset();
 }
 
-void ProcessGroupTdist::check_connected(std::string_view op) const {
+void ProcessGroupTdist::check_usable(std::string_view op) const {
   if (unusable_.load(std::memory_order_acquire))
     throw DistBackendError(std::string(op) + ": " + unusable_text());
 }
@@ -360,7 +360,7 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
         "the callback must finish the group's operations first; call it after wait() instead");
   }
   if (!rebuild_links) {
-    check_connected("reinit_process_group");
+    check_usable("reinit_process_group");  // named as this call, not its barrier
     // The links stay; the barrier shows every member reached this point.
     if (auto work = barrier()) work->wait();
     return;
@@ -1043,10 +1043,10 @@ void ProcessGroupTdist::drive_on_wait(Work& work, const transport::RequestPtr& r
 }
 
 transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) const {
-  check_connected(op);
+  check_usable(op);
   transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
   if (transport == nullptr) {
-    check_connected(op);  // a rebuild that failed meanwhile says why
+    check_usable(op);  // a rebuild that failed meanwhile says why
     throw DistBackendError(std::string(op) +
                            ": the group's connections are being rebuilt "
                            "(reinit_process_group); no message can start meanwhile");

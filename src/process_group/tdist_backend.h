@@ -91,7 +91,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Closes what connect() made, failing pending point-to-point requests.
   void disconnect();
   /// Raises why the group cannot run calls (aborted, or a failed rebuild).
-  void check_connected(std::string_view op) const;
+  void check_usable(std::string_view op) const;
   std::string unusable_text() const;
   void set_unusable(std::string reason);
   // Lets a thread waiting for a point-to-point work read the sockets itself.
@@ -130,7 +130,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr submit(std::string_view op, const Signature& sig, Outputs outputs,
                  void (ProcessGroupTdist::*body)(const algorithms::CallContext&, Params...),
                  const Args&... args) {
-    check_connected(op);
+    check_usable(op);
     const Signature& checked = check_calls_ ? sig : Signature{};
     if (claim_inline()) {
       run_inline(op, checked, [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });

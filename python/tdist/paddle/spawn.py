@@ -3,7 +3,6 @@ each with the environment init_parallel_env reads (paddle's PADDLE_* and
 torch's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT variables)."""
 
 import multiprocessing
-import multiprocessing.connection
 import os
 import signal
 import sys
@@ -11,8 +10,8 @@ import time
 import traceback
 import warnings
 
-from tdist._C import DistInvalidArgument, DistTimeoutError
-from tdist._spawn import free_port
+from tdist._C import DistInvalidArgument
+from tdist._spawn import ProcessContext, free_port
 
 _SUPPORTED_OPTIONS = {"start_method", "ips", "backend", "timeout", "print_config"}
 _GPU_OPTIONS = {"gpus", "xpus", "selected_devices"}
@@ -54,67 +53,30 @@ def _run(func, args, error_queue, return_queue, env):
         sys.exit(1)
 
 
-class MultiprocessContext:
+class MultiprocessContext(ProcessContext):
     """The processes of one spawn() (paddle's MultiprocessContext):
     ``processes``, ``error_queues``, ``return_queues`` (each process's return
-    value) and ``join(timeout=None)``."""
+    value) and ``join(timeout=None)``: tdist's ProcessContext, raising
+    paddle's errors."""
 
     def __init__(self, processes, error_queues, return_queues, deadline=None):
-        self.processes = processes
-        self.error_queues = error_queues
+        super().__init__(processes, error_queues, deadline)
         self.return_queues = return_queues
-        self.sentinels = {p.sentinel: i for i, p in enumerate(processes)}
-        self._deadline = deadline
 
-    def join(self, timeout=None):
-        """Waits up to `timeout` seconds; True once every process exited
-        cleanly, else False. When one fails, stops the others and raises
-        Exception with its traceback (paddle's message); past spawn's
-        `timeout` option, stops them all and raises DistTimeoutError."""
-        if not self.sentinels:
-            return True
-        wait_for = timeout
-        if self._deadline is not None:
-            left = max(0.0, self._deadline - time.monotonic())
-            wait_for = left if wait_for is None else min(wait_for, left)
-        ready = multiprocessing.connection.wait(list(self.sentinels), timeout=wait_for)
-        error_index = None
-        for sentinel in ready:
-            index = self.sentinels.pop(sentinel)
-            self.processes[index].join()
-            if self.processes[index].exitcode != 0:
-                error_index = index
-                break
-        if error_index is not None:
-            self._stop_all()
-            self._throw(error_index)
-        if not self.sentinels:
-            return True
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            running = sorted(self.sentinels.values())
-            self._stop_all()
-            raise DistTimeoutError(f"spawn: process(es) {running} still running when the timeout passed; stopped")
-        return False
+    @property
+    def sentinels(self):
+        """The processes still running: sentinel -> index, as paddle's."""
+        return self._sentinels
 
-    def _stop_all(self):
-        for p in self.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in self.processes:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-
-    def _throw(self, index):
-        if self.error_queues[index].empty():
-            code = self.processes[index].exitcode
+    def _raise(self, i):
+        if self.error_queues[i].empty():
+            code = self.processes[i].exitcode
             if code < 0:
-                raise Exception(f"Process {index} terminated with signal {signal.Signals(-code).name}.")
-            raise Exception(f"Process {index} terminated with exit code {code}.")
-        trace = self.error_queues[index].get()
+                raise Exception(f"Process {i} terminated with signal {signal.Signals(-code).name}.")
+            raise Exception(f"Process {i} terminated with exit code {code}.")
+        trace = self.error_queues[i].get()
         raise Exception("\n\n----------------------------------------------\n"
-                        f"Process {index} terminated with the following error:\n"
+                        f"Process {i} terminated with the following error:\n"
                         "----------------------------------------------\n\n" + trace)
 
 
