@@ -970,11 +970,15 @@ void TcpTransport::notify_abort(const std::exception_ptr& error) {
   }
 }
 
-void TcpTransport::close_lanes(Pair& pair, const std::exception_ptr& error) {
+void TcpTransport::close_lanes(Pair& pair, const std::exception_ptr& error, bool keep_open) {
   for (auto& lane : pair.lanes) {
     if (lane.socket) {
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lane.socket.fd(), nullptr);
-      lane.socket.close();
+      if (keep_open) {
+        ::shutdown(lane.socket.fd(), SHUT_WR);
+      } else {
+        lane.socket.close();
+      }
     }
     for (auto& op : lane.sends) failed(op.request, error);
     lane.sends.clear();
@@ -989,11 +993,15 @@ void TcpTransport::abort_locked(const std::exception_ptr& error) {
       pair.closed = true;
       pair.error = error;
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pair.socket.fd(), nullptr);
-      pair.socket.close();
+      // Only the write side: closing a socket whose peer's data is still
+      // unread sends a reset, which makes the peer drop the abort notice
+      // just sent and report a dead peer instead. The socket closes with
+      // the transport.
+      ::shutdown(pair.socket.fd(), SHUT_WR);
     }
     for (auto& op : pair.sends) failed(op.request, error);
     pair.sends.clear();
-    close_lanes(pair, error);
+    close_lanes(pair, error, /*keep_open=*/true);
     pair.forget_message();
     pair.staged_len = 0;
     if (pair.direct) failed(pair.direct->request, error);

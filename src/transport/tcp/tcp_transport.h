@@ -261,7 +261,8 @@ class TcpTransport final : public Transport {
   void read_lane(tcp::Pair& pair, tcp::Lane& lane);
   void lane_finished(tcp::Pair& pair);
   void connection_failed(tcp::Pair& pair, const std::string& why);
-  void close_lanes(tcp::Pair& pair, const std::exception_ptr& error);
+  /// keep_open: shut the write side only (abort_locked), closing with the transport.
+  void close_lanes(tcp::Pair& pair, const std::exception_ptr& error, bool keep_open = false);
   void handle_event(uint64_t id, bool readable, bool writable, bool hangup);
   void set_polling(int fd, uint64_t id, uint32_t& current, uint32_t want);
   void update_polling(tcp::Pair& pair);
