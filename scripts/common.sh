@@ -8,7 +8,7 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 # The first line is the C++ core; the second the Python package and its
 # tests; the third the PyTorch plugin (each optional layer is skipped by
 # CMake when its packages are missing, see README).
-PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libssl-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
   python3-torch libtorch-dev)
 
