@@ -142,6 +142,12 @@ every rank has joined (or ``timeout`` passed).
     return out;
   });
 
+  // torch 1.13 binds no Work.abort in Python; tdist.torch.compat installs
+  // this as Work.abort (WorkTdist::abort aborts the work's group).
+  m.def(
+      "_abort_work", [](const c10::intrusive_ptr<c10d::Work>& work) { work->abort(); }, py::arg("work"),
+      py::call_guard<py::gil_scoped_release>());
+
   m.def(
       "_drain_completions",
       [](std::chrono::milliseconds timeout) {

@@ -182,8 +182,10 @@ c10::intrusive_ptr<WorkTdist> ProcessGroupTdist::make_work(c10d::OpType type, co
                                                            std::vector<at::Tensor> keep_alive,
                                                            const std::vector<at::Tensor>& profiled,
                                                            const char* title) {
-  return c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive),
-                                        profiled, title);
+  auto work = c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive),
+                                             profiled, title);
+  work->set_group(pg_);
+  return work;
 }
 
 WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,

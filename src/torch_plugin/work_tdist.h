@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tdist/process_group.h"
 #include "tdist/work.h"
 
 #include "completion_pool.h"
@@ -57,7 +58,14 @@ class WorkTdist final : public c10d::Work {
   std::vector<at::Tensor> result() override;
   int sourceRank() const override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  /// Aborts the tdist group the operation runs on, as NCCL's Work.abort
+  /// aborts its communicator: this and every pending operation of the group
+  /// fail on every reachable rank, and later calls raise until
+  /// reinit_process_group (docs/fault-tolerance.md). Does nothing once the
+  /// group is gone.
   void abort() override;
+  /// The group abort() aborts (set by the process group that made the work).
+  void set_group(std::weak_ptr<tdist::ProcessGroup> group) { group_ = std::move(group); }
 
   /// Completes the future, with `error` (translated for torch) or the
   /// outputs, then the work. `source_rank` is the sender of a receive.
@@ -77,6 +85,7 @@ class WorkTdist final : public c10d::Work {
   std::mutex future_mutex_;        // orders getFuture() against completion
   bool future_requested_ = false;  // guarded by future_mutex_
   std::atomic<int> source_rank_{-1};
+  std::weak_ptr<tdist::ProcessGroup> group_;  // set once, before the work is handed out
   std::mutex parts_mutex_;
   std::vector<WorkPtr> parts_;  // guarded by parts_mutex_; dropped on completion
   void drive_parts(std::chrono::steady_clock::time_point deadline);
@@ -189,7 +198,7 @@ inline c10::intrusive_ptr<c10::ivalue::Future> WorkTdist::getFuture() {
 }
 
 inline void WorkTdist::abort() {
-  fail("tdist: " + op_ + ": Work.abort is not supported; destroy the process group instead");
+  if (auto group = group_.lock()) group->abort("Work.abort() was called on its " + op_);
 }
 
 inline void WorkTdist::complete(std::exception_ptr error, int source_rank) {

@@ -178,3 +178,26 @@ def check_other_backends_are_refused(ctx):
             assert "only groups of the 'tdist' backend" in str(e), e
         else:
             raise AssertionError("a gloo group was accepted")
+
+
+def check_work_abort_fails_the_groups_calls_and_reinit_recovers(ctx):
+    # A gloo group orders the ranks around the abort without using the group
+    # being aborted.
+    order = dist.new_group(ranks=list(ctx.ranks), backend="gloo")
+    t = torch.ones(6)
+    if ctx.rank == 0:
+        # The others have not issued theirs yet (they wait below), so this
+        # all_reduce is still running when its work aborts the group.
+        work = dist.all_reduce(t, async_op=True)
+        work.abort()
+        if ctx.world_size > 1:
+            expect_error(work.wait, "aborted by rank 0", "Work.abort() was called on its all_reduce")
+        work.abort()  # a second abort changes nothing
+    dist.barrier(group=order)
+    # Every rank's next call on the group fails, naming rank 0 and the reason.
+    expect_error(lambda: dist.all_reduce(torch.ones(2)), "aborted", "rank 0", "Work.abort() was called")
+    dist.barrier(group=order)
+    npu_dist.reinit_process_group()
+    t = torch.full((5,), float(ctx.rank + 1))
+    dist.all_reduce(t)
+    assert_equal(t, torch.full((5,), float(sum(r + 1 for r in ctx.ranks))), "all_reduce after Work.abort and reinit")

@@ -108,8 +108,17 @@ def _wrap(name, original, adapter):
     return wrapper
 
 
+def _work_abort(work):
+    """Work.abort(): on a tdist operation, aborts its group (docs/fault-tolerance.md)."""
+    from tdist.torch._plugin import _abort_work
+    _abort_work(work)
+
+
 def install():
-    """Wraps all_to_all, scatter, reduce_scatter and monitored_barrier of torch.distributed (once)."""
+    """Wraps all_to_all, scatter, reduce_scatter and monitored_barrier of torch.distributed (once),
+    and gives torch's Work the abort() that torch 1.13 binds only in C++."""
+    if not hasattr(dist.Work, "abort"):
+        dist.Work.abort = _work_abort
     for name, adapter in _ADAPTERS.items():
         if name in _originals:
             continue
