@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 SECONDS_PER_TARGET=${1:-30}
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
-TARGETS=(store_protocol tcp_wire init_method)
+TARGETS=(store_protocol tcp_wire init_method object_codec)
 
 # Only what these targets need: they link the store, rendezvous and
 # transport layers, not GoogleTest, Python or torch. libclang-rt-14-dev

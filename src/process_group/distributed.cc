@@ -11,6 +11,7 @@
 #include "blocking_call.h"
 #include "flight_recorder.h"
 #include "group_resolve.h"
+#include "object_codec.h"
 #include "tdist/debug.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -571,25 +572,7 @@ WorkPtr barrier(const Group& group, bool async_op) {
 // ---- Object collectives ----
 // Objects travel as bytes: first their sizes, then the bytes themselves,
 // padded to the largest where the underlying collective needs equal blocks.
-
-namespace {
-// The total of object sizes that came from peers, each checked: a size
-// that is negative or absurd (a corrupt or foreign peer) would otherwise
-// wrap the total and size the buffers wrongly.
-size_t object_bytes(const std::vector<int64_t>& sizes, const char* op) {
-  constexpr int64_t kLimit = int64_t{1} << 40;  // 1 TiB: beyond any object a rank can hold
-  size_t total = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 0 || sizes[i] > kLimit) {
-      throw DistBackendError(std::string(op) + ": object " + std::to_string(i) + " has a size of " +
-                             std::to_string(sizes[i]) +
-                             " bytes (expected 0 to 2^40): a peer sent a corrupt size");
-    }
-    total += static_cast<size_t>(sizes[i]);
-  }
-  return total;
-}
-}  // namespace
+// What peers send is decoded by object_codec.h, checked and fuzzed.
 
 void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group& group) {
   Group g = resolve(group, "broadcast_object_list");
@@ -600,7 +583,7 @@ void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group
     for (size_t i = 0; i < object_list.size(); ++i) sizes[i] = static_cast<int64_t>(object_list[i].size());
   }
   broadcast(Tensor::wrap(sizes), src, g);
-  std::vector<uint8_t> data(object_bytes(sizes, "broadcast_object_list"));
+  std::vector<uint8_t> data(detail::object_bytes(sizes, "broadcast_object_list"));
   if (is_src) {
     size_t offset = 0;
     for (const auto& obj : object_list) {
@@ -609,15 +592,7 @@ void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group
     }
   }
   broadcast(bytes_tensor(data), src, g);
-  if (!is_src) {
-    size_t offset = 0;
-    for (size_t i = 0; i < object_list.size(); ++i) {
-      auto n = static_cast<size_t>(sizes[i]);
-      object_list[i].assign(data.begin() + static_cast<std::ptrdiff_t>(offset),
-                            data.begin() + static_cast<std::ptrdiff_t>(offset + n));
-      offset += n;
-    }
-  }
+  if (!is_src) object_list = detail::split_objects(sizes, data, "broadcast_object_list");
 }
 
 void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const Group& group) {
@@ -627,17 +602,10 @@ void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const 
   std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
   std::vector<int64_t> mine{static_cast<int64_t>(obj.size())};
   all_gather_into_tensor(Tensor::wrap(sizes), Tensor::wrap(mine), g);
-  std::vector<uint8_t> data(object_bytes(sizes, "all_gather_object"));
+  std::vector<uint8_t> data(detail::object_bytes(sizes, "all_gather_object"));
   std::vector<uint8_t> input(obj.begin(), obj.end());
   all_gather_into_tensor_uneven(bytes_tensor(data), bytes_tensor(input), sizes, g);
-  object_list.assign(static_cast<size_t>(n), Bytes{});
-  size_t offset = 0;
-  for (int r = 0; r < n; ++r) {
-    auto s = static_cast<size_t>(sizes[static_cast<size_t>(r)]);
-    object_list[static_cast<size_t>(r)].assign(data.begin() + static_cast<std::ptrdiff_t>(offset),
-                                               data.begin() + static_cast<std::ptrdiff_t>(offset + s));
-    offset += s;
-  }
+  object_list = detail::split_objects(sizes, data, "all_gather_object");
 }
 
 void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int dst, const Group& group) {
@@ -655,7 +623,7 @@ void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int
   std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
   std::vector<int64_t> mine{static_cast<int64_t>(obj.size())};
   all_gather_into_tensor(Tensor::wrap(sizes), Tensor::wrap(mine), g);
-  object_bytes(sizes, "gather_object");
+  detail::object_bytes(sizes, "gather_object");
   int64_t largest = *std::max_element(sizes.begin(), sizes.end());
   std::vector<uint8_t> input(static_cast<size_t>(largest), 0);
   if (!obj.empty()) std::memcpy(input.data(), obj.data(), obj.size());
@@ -695,7 +663,7 @@ void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
     }
   }
   broadcast(Tensor::wrap(sizes), src, g);
-  object_bytes(sizes, "scatter_object_list");
+  detail::object_bytes(sizes, "scatter_object_list");
   int64_t largest = *std::max_element(sizes.begin(), sizes.end());
   std::vector<std::vector<uint8_t>> blocks;
   std::vector<Tensor> scatter_list;

@@ -2,16 +2,22 @@
 // with an error naming the rank that aborted; queued calls fail without
 // starting; later calls raise until reinit rebuilds the group, after which
 // it works again. Ranks as threads and as forked processes, 2 to 5 of them,
-// on shared memory and (the tcp. copy of this suite) over TCP.
+// on shared memory, (the tcp. copy of this suite) over TCP, and mixed: two
+// hosts of two ranks, shared memory inside each and TCP across.
 
 #include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
 
 #include "pg_harness.h"
+#include "process_group/tdist_backend.h"
 #include "tdist/distributed.h"
 #include "tdist/errors.h"
+#include "tdist/file_store.h"
 
 namespace tdist::testing {
 namespace {
@@ -75,34 +81,56 @@ class Abort : public ::testing::TestWithParam<std::tuple<Mode, int>> {
 // aborts once they all said they are entering. Their call fails (not
 // after the 60 s timeout), naming rank 0 and its reason; then every call
 // raises until all rebuild, and the rebuilt group works.
+void blocked_call_fails_then_reinit_recovers(ProcessGroup& pg, Store& store, int rank) {
+  const int size = pg.size();
+  Tensor t = Tensor::zeros(DType::kFloat32, {100003});
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r) store.wait({"entering/" + std::to_string(r)});
+    pg.abort("the test stops the step");
+  } else {
+    store.set("entering/" + std::to_string(rank), {1});
+    const std::string what =
+        backend_error_of([&] { pg.all_reduce(t, ReduceOp::SUM)->wait(); }, "blocked all_reduce");
+    expect_in(what, "rank 0");
+    expect_in(what, "the test stops the step");
+  }
+  // Until the rebuild every call raises, on every rank.
+  if (store.add("failed", 1) == size) store.set("all_failed", {1});
+  store.wait({"all_failed"});
+  const std::string later = backend_error_of([&] { pg.barrier()->wait(); }, "a call after the abort");
+  if (rank == 0) expect_in(later, "barrier: the group was aborted by rank 0: the test stops the step");
+  pg.reinit(true);
+  checked_all_reduce(pg, 7);
+  checked_all_reduce(pg, 70001);
+}
+
 TEST_P(Abort, ABlockedCallFailsOnEveryRankAndReinitRecovers) {
-  const int size = n();
-  EXPECT_EQ(with_group_and_store(
-                mode(), size,
-                [&](ProcessGroup& pg, Store& store, int rank) {
-                  Tensor t = Tensor::zeros(DType::kFloat32, {100003});
-                  if (rank == 0) {
-                    for (int r = 1; r < size; ++r) store.wait({"entering/" + std::to_string(r)});
-                    pg.abort("the test stops the step");
-                  } else {
-                    store.set("entering/" + std::to_string(rank), {1});
-                    const std::string what = backend_error_of(
-                        [&] { pg.all_reduce(t, ReduceOp::SUM)->wait(); }, "blocked all_reduce");
-                    expect_in(what, "rank 0");
-                    expect_in(what, "the test stops the step");
-                  }
-                  // Until the rebuild every call raises, on every rank.
-                  if (store.add("failed", 1) == size) store.set("all_failed", {1});
-                  store.wait({"all_failed"});
-                  const std::string later =
-                      backend_error_of([&] { pg.barrier()->wait(); }, "a call after the abort");
-                  if (rank == 0)
-                    expect_in(later, "barrier: the group was aborted by rank 0: the test stops the step");
-                  pg.reinit(true);
-                  checked_all_reduce(pg, 7);
-                  checked_all_reduce(pg, 70001);
-                }),
-            "");
+  EXPECT_EQ(with_group_and_store(mode(), n(), blocked_call_fails_then_reinit_recovers), "");
+}
+
+// A mixed group: two "hosts" (TDIST_HOST_ID) of two ranks each, so the
+// all_reduce runs on shared memory inside each host and over TCP across;
+// the abort reaches both kinds of waiter, and the rebuilt group is mixed
+// again.
+TEST(AbortHierarchy, ABlockedCallFailsOnEveryRankAndReinitRecovers) {
+  if (getenv("TDIST_TRANSPORT") != nullptr) GTEST_SKIP() << "runs its own hosts";
+  const int n = 4;
+  const std::string path = temp_path("abort_hier");
+  auto outcomes = run_forked(
+      n,
+      [&](int rank) {
+        setenv("TDIST_HOST_ID", rank % 2 == 0 ? "a" : "b", 1);
+        auto store = std::make_shared<FileStore>(path, n);
+        ProcessGroupOptions options;
+        options.timeout = 60s;
+        auto pg = create_process_group("tdist", std::make_shared<PrefixStore>("pg", store), rank, n, options);
+        check(dynamic_cast<ProcessGroupTdist&>(*pg).hierarchical(), "expected the hierarchy");
+        blocked_call_fails_then_reinit_recovers(*pg, *store, rank);
+        check(dynamic_cast<ProcessGroupTdist&>(*pg).hierarchical(), "expected the hierarchy after reinit");
+      },
+      100s);
+  EXPECT_EQ(describe_failures(outcomes), "");
+  unlink(path.c_str());
 }
 
 // Calls queued behind a blocked one fail without starting; abort is

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "process_group/object_codec.h"
 #include "tdist/distributed.h"
 #include "tdist/errors.h"
 #include "tdist/process_group.h"
@@ -41,6 +42,33 @@ TEST(ObjectSizes, ANegativeSizeFromAPeerIsRefused) {
     return;
   }
   ADD_FAILURE() << "a negative object size was accepted";
+}
+
+TEST(ObjectCodec, SplitsTheBytesByTheSizesThatCame) {
+  const std::vector<uint8_t> data{'a', 'b', 'c', 'h', 'e', 'l', 'l', 'o'};
+  const std::vector<Bytes> objects = detail::split_objects({3, 0, 5}, data, "op");
+  ASSERT_EQ(objects.size(), 3u);
+  EXPECT_EQ(std::string(objects[0].begin(), objects[0].end()), "abc");
+  EXPECT_TRUE(objects[1].empty());
+  EXPECT_EQ(std::string(objects[2].begin(), objects[2].end()), "hello");
+  EXPECT_TRUE(detail::split_objects({}, {}, "op").empty());
+}
+
+TEST(ObjectCodec, SizesThatDoNotFitTheBytesAreRefused) {
+  const std::vector<uint8_t> data(4, 7);
+  auto message = [&](const std::vector<int64_t>& sizes) {
+    try {
+      detail::split_objects(sizes, data, "all_gather_object");
+    } catch (const DistBackendError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message({3}), "all_gather_object: the objects' sizes add up to 3 bytes but 4 bytes came");
+  EXPECT_EQ(message({3, 2}), "all_gather_object: the objects' sizes add up to 5 bytes but 4 bytes came");
+  EXPECT_NE(message({-1, 5}).find("object 0 has a size of -1 bytes"), std::string::npos);
+  EXPECT_NE(message({int64_t{1} << 41}).find("(expected 0 to 2^40)"), std::string::npos);
+  EXPECT_EQ(message({4}), "accepted");
 }
 
 }  // namespace
