@@ -38,6 +38,16 @@ struct TCPStoreOptions {
   /// after Python's socket.detach()) and closes it, also if construction
   /// fails. Only for the master.
   int master_listen_fd = -1;
+  /// Master only: the address the server listens on. nullopt: the
+  /// TDIST_STORE_LISTEN_HOST variable if set, else host_name itself (every
+  /// address it resolves to on this host, so MASTER_ADDR=127.0.0.1 listens on
+  /// loopback only). "0.0.0.0" or "::" listen on every interface.
+  std::optional<std::string> listen_host;
+  /// The job's shared secret (docs/security.md). nullopt: the variables
+  /// TDIST_AUTH_TOKEN / TDIST_AUTH_TOKEN_FILE, if set; "": no
+  /// authentication. With a token the server refuses clients that cannot
+  /// prove they hold it, and the client refuses a server that cannot.
+  std::optional<std::string> auth_token;
 };
 
 class TCPServer;
@@ -50,8 +60,9 @@ class TCPStore final : public Store {
   /// host_name:port. Accepts IPv4 and IPv6 literals and host names. Clients
   /// retry with backoff while the server comes up and raise
   /// DistStoreTimeoutError naming host, port and time waited at the timeout.
-  /// The master's server listens on every interface (IPv6 and IPv4); a port
-  /// already in use raises DistStoreError naming it. With world_size set,
+  /// The master's server listens on the addresses host_name resolves to
+  /// (see TCPStoreOptions::listen_host); a port already in use raises
+  /// DistStoreError naming it. With world_size set,
   /// every instance adds 1 to kInitKey and the master (if wait_for_workers)
   /// waits for world_size of them, raising DistStoreTimeoutError that says
   /// how many joined. Invalid options raise DistInvalidArgument.

@@ -13,8 +13,9 @@ std::string to_string(const Bytes& bytes) {
 }
 
 void KvMap::set(const std::string& key, Bytes value) {
+  Value stored = make(std::move(value));
   Entry& entry = entries_[key];
-  entry.value = std::move(value);
+  entry.value = std::move(stored);
   entry.counter = false;
 }
 
@@ -24,12 +25,12 @@ std::optional<int64_t> KvMap::add(const std::string& key, int64_t amount) {
   int64_t current = 0;
   if (!inserted) {
     if (!entry.counter) return std::nullopt;
-    const auto* begin = reinterpret_cast<const char*>(entry.value.data());
-    std::from_chars(begin, begin + entry.value.size(), current);
+    const auto* begin = reinterpret_cast<const char*>(entry.value->data());
+    std::from_chars(begin, begin + entry.value->size(), current);
   }
   // Counters wrap like the two's-complement integers they are, without UB.
   int64_t next = static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(amount));
-  entry.value = to_bytes(std::to_string(next));
+  entry.value = make(to_bytes(std::to_string(next)));
   entry.counter = true;
   return next;
 }
@@ -38,19 +39,24 @@ Bytes KvMap::compare_set(const std::string& key, const Bytes& expected, const By
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     if (!expected.empty()) return expected;
-    entries_[key] = Entry{desired, false};
+    entries_[key] = Entry{make(desired), false};
     return desired;
   }
-  if (it->second.value == expected) {
-    it->second = Entry{desired, false};
+  if (*it->second.value == expected) {
+    it->second = Entry{make(desired), false};
     return desired;
   }
-  return it->second.value;
+  return *it->second.value;
 }
 
 const Bytes* KvMap::find(const std::string& key) const {
   auto it = entries_.find(key);
-  return it == entries_.end() ? nullptr : &it->second.value;
+  return it == entries_.end() ? nullptr : it->second.value.get();
+}
+
+KvMap::Value KvMap::find_shared(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : it->second.value;
 }
 
 bool KvMap::contains_all(const std::vector<std::string>& keys) const {

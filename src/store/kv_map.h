@@ -6,6 +6,8 @@
 // server keeps one on its event-loop thread.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -17,6 +19,13 @@ namespace tdist {
 
 class KvMap {
  public:
+  /// Values are immutable and shared: a reader (the TCP server's reply to a
+  /// GET) keeps one alive without copying it. The factory makes them; the
+  /// TCP server's charges each value to its memory budget for its lifetime.
+  using Value = std::shared_ptr<const Bytes>;
+  using ValueFactory = std::function<Value(Bytes)>;
+  void set_value_factory(ValueFactory factory) { make_ = std::move(factory); }
+
   /// Writes a plain value.
   void set(const std::string& key, Bytes value);
 
@@ -29,6 +38,8 @@ class KvMap {
 
   /// The value, or nullptr if absent. Counters read as their decimal text.
   const Bytes* find(const std::string& key) const;
+  /// The value as a shared reference, or nullptr if absent.
+  Value find_shared(const std::string& key) const;
   bool contains(const std::string& key) const { return entries_.count(key) != 0; }
   bool contains_all(const std::vector<std::string>& keys) const;
   /// The keys among `keys` that are absent.
@@ -38,10 +49,14 @@ class KvMap {
 
  private:
   struct Entry {
-    Bytes value;
+    Value value;
     bool counter = false;
   };
+  Value make(Bytes bytes) const {
+    return make_ ? make_(std::move(bytes)) : std::make_shared<const Bytes>(std::move(bytes));
+  }
   std::unordered_map<std::string, Entry> entries_;
+  ValueFactory make_;
 };
 
 /// The message of the error raised when add() meets a plain value.

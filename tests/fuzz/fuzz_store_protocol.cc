@@ -66,17 +66,29 @@ bool read_reply(Command command, tcpstore::PayloadReader& p, tcpstore::FrameWrit
       out.u32(p.u32());
       break;
     case Command::kCancelWait: {
-      // The client reads keys and counter only after a found byte of 1.
+      // The client reads the found byte, the keys and the counter, and
+      // refuses a reply that does not hold exactly these.
       uint8_t found = p.u8();
+      std::vector<std::string> missing = p.keys();
+      if (!p.ok()) FUZZ_CHECK(missing.empty());  // never a partial list
+      int64_t count = p.i64();
+      if (!p.ok()) FUZZ_CHECK(count == 0);
       out.u8(found);
-      if (found == 1) {
-        std::vector<std::string> missing = p.keys();
-        if (!p.ok()) FUZZ_CHECK(missing.empty());  // never a partial list
-        int64_t count = p.i64();
-        if (!p.ok()) FUZZ_CHECK(count == 0);
-        out.keys(missing);
-        out.i64(count);
-      }
+      out.keys(missing);
+      out.i64(count);
+      break;
+    }
+    case Command::kAuthBegin: {
+      // u8 1 and the server's nonce, or u8 0 (no authentication).
+      uint8_t authenticates = p.u8();
+      tdist::Bytes nonce = p.rest();
+      out.u8(authenticates);
+      out.raw(nonce.data(), nonce.size());
+      break;
+    }
+    case Command::kAuthProof: {
+      tdist::Bytes proof = p.rest();  // the server's proof
+      out.raw(proof.data(), proof.size());
       break;
     }
     case Command::kSet:
@@ -100,7 +112,7 @@ void check_reply(const tcpstore::FrameView& frame, const uint8_t* start) {
     if (p.ok() && p.at_end()) FUZZ_CHECK(tcpstore::encode_error(frame.id, message) == original);
     return;
   }
-  const auto command = static_cast<Command>(1 + frame.id % static_cast<uint8_t>(Command::kPing));
+  const auto command = static_cast<Command>(1 + frame.id % static_cast<uint8_t>(Command::kAuthProof));
   tcpstore::FrameWriter out(frame.code, frame.id);
   if (read_reply(command, p, out)) FUZZ_CHECK(out.finish() == original);
   // After an underflow every read is empty.

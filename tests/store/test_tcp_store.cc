@@ -123,9 +123,11 @@ TEST(TCPStore, WorksWithAHostName) {
   EXPECT_EQ(to_string(master.get("name")), "localhost");
 }
 
-TEST(TCPStore, MasterServesIPv4AndIPv6ClientsAtOnce) {
+TEST(TCPStore, MasterListeningEverywhereServesIPv4AndIPv6ClientsAtOnce) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "::1 cannot be bound on this host";
-  TCPStore master("127.0.0.1", master_options());
+  TCPStoreOptions options = master_options();
+  options.listen_host = "::";  // every interface, dual-stack
+  TCPStore master("127.0.0.1", options);
   TCPStore v6("::1", client_options(master.port()));
   v6.set("from", "v6");
   EXPECT_EQ(to_string(master.get("from")), "v6");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/auth.h"
 #include "kv_map.h"
 #include "tdist/errors.h"
 
@@ -36,6 +37,25 @@ std::string key_list(const std::vector<std::string>& keys) {
   return out + "]";
 }
 
+// The answer to CANCEL_WAIT: u8 found, then the keys still missing and the
+// counter. A reply cut short is the server's or the network's fault, never a
+// shorter list of missing keys: it breaks the connection.
+void read_cancel_reply(const tcpstore::PayloadReader& payload, tcpstore::Status status,
+                       std::vector<std::string>* missing, int64_t* count) {
+  if (status != tcpstore::Status::kOk) return;
+  tcpstore::PayloadReader p = payload;
+  uint8_t found = p.u8();
+  std::vector<std::string> keys = p.keys();
+  int64_t counter = p.i64();
+  if (!p.ok() || !p.at_end() || found > 1) {
+    throw DistNetworkError("it sent a malformed CANCEL_WAIT reply (truncated or with trailing bytes)");
+  }
+  if (found == 1) {
+    *missing = std::move(keys);
+    *count = counter;
+  }
+}
+
 bool is_waiting(Command command) {
   return command == Command::kGet || command == Command::kWait || command == Command::kWaitCount;
 }
@@ -47,23 +67,30 @@ tcpstore::PayloadReader TCPStoreClient::Reply::payload() const {
                                  frame.size() - tcpstore::kHeaderBytes);
 }
 
-TCPStoreClient::TCPStoreClient(std::string host, uint16_t port, Duration connect_timeout)
+TCPStoreClient::TCPStoreClient(std::string host, uint16_t port, Duration connect_timeout,
+                               std::optional<std::string> token)
     : host_(std::move(host)),
       port_(port),
       address_(format_host_port(host_, port_)),
-      max_frame_bytes_(tcpstore::max_frame_bytes_from_env()) {
-  ConnectOptions options;
-  options.domain = ErrorDomain::kStore;
-  options.what = "TCPStore client";
+      max_frame_bytes_(tcpstore::max_frame_bytes_from_env()),
+      token_(std::move(token)) {
+  if (token_ && token_->empty()) token_.reset();
   Deadline deadline = deadline_after(connect_timeout);
-  auto first = std::make_unique<Connection>();
-  first->socket = connect_with_retry(host_, port_, deadline, options);
-  idle_.push_back(std::move(first));
+  idle_.push_back(open_connection(deadline));
   // A first round trip proves the peer is a store server of our version,
   // instead of failing later on the first real request. It gets what is left
   // of the timeout, but at least a second: the connection is up already.
   auto left = std::chrono::duration_cast<Duration>(deadline - SocketClock::now());
-  ping(std::max(left, Duration(1000)));
+  try {
+    ping(std::max(left, Duration(1000)));
+  } catch (const DistStoreError& e) {
+    if (!token_ && std::string(e.what()).find("authentication required") != std::string::npos) {
+      throw DistStoreError("TCPStore client: the store at " + address_ +
+                           " requires authentication: set TDIST_AUTH_TOKEN (or TDIST_AUTH_TOKEN_FILE) "
+                           "to the job's token");
+    }
+    throw;
+  }
 }
 
 TCPStoreClient::~TCPStoreClient() = default;
@@ -81,12 +108,85 @@ std::unique_ptr<TCPStoreClient::Connection> TCPStoreClient::acquire(Deadline dea
       return c;
     }
   }
+  return open_connection(deadline);
+}
+
+std::unique_ptr<TCPStoreClient::Connection> TCPStoreClient::open_connection(Deadline deadline) {
   ConnectOptions options;
   options.domain = ErrorDomain::kStore;
   options.what = "TCPStore client";
   auto c = std::make_unique<Connection>();
   c->socket = connect_with_retry(host_, port_, deadline, options);
+  if (token_) authenticate(*c, deadline);
   return c;
+}
+
+TCPStoreClient::Reply TCPStoreClient::exchange(Connection& c, const Request& request, Deadline deadline) {
+  std::vector<uint8_t> frame = tcpstore::encode_request(request);
+  std::string op = std::string("TCPStore client authenticating to ") + address_;
+  try {
+    c.socket.send_all(frame.data(), frame.size(), deadline);
+    uint64_t got = 0;
+    Reply reply = read_frame(c, deadline, &got);
+    if (got != request.id) {
+      throw DistNetworkError("it answered request " + std::to_string(got) + ", not " +
+                             std::to_string(request.id));
+    }
+    return reply;
+  } catch (const DistTimeoutError& e) {
+    throw DistStoreTimeoutError(op + ": no answer to the handshake: " + e.what());
+  } catch (const DistNetworkError& e) {
+    throw DistStoreError(op + ": the connection failed during the handshake: " + e.what());
+  }
+}
+
+// The client's half of auth.h's handshake. Nothing of the token travels:
+// only nonces and MACs over them.
+void TCPStoreClient::authenticate(Connection& c, Deadline deadline) {
+  Request begin;
+  begin.command = Command::kAuthBegin;
+  begin.id = ++c.next_id;
+  Reply hello = exchange(c, begin, deadline);
+  tcpstore::PayloadReader p = hello.payload();
+  uint8_t authenticates = hello.status == Status::kOk ? p.u8() : 0;
+  if (hello.status != Status::kOk || (p.ok() && authenticates == 0 && p.at_end())) {
+    throw DistStoreError("TCPStore client: the store at " + address_ +
+                         " does not authenticate but this client has a token (TDIST_AUTH_TOKEN or "
+                         "TDIST_AUTH_TOKEN_FILE): refusing it, as any process could pose as an "
+                         "unauthenticated store; give the server the same token, or unset it here");
+  }
+  auth::Nonce server_nonce{};
+  if (!p.ok() || authenticates != 1 || hello.frame.size() != tcpstore::kHeaderBytes + 1 + auth::kNonceBytes) {
+    throw DistStoreError("TCPStore client: the store at " + address_ +
+                         " sent a malformed answer to AUTH_BEGIN (" + std::to_string(hello.frame.size()) +
+                         " bytes); is that port a tdist TCPStore server?");
+  }
+  std::copy_n(hello.frame.end() - auth::kNonceBytes, auth::kNonceBytes, server_nonce.begin());
+  auth::Nonce client_nonce = auth::make_nonce();
+  auth::Proof proof = auth::client_proof(*token_, "store", server_nonce, client_nonce);
+  Request prove;
+  prove.command = Command::kAuthProof;
+  prove.id = ++c.next_id;
+  prove.auth.resize(tcpstore::kAuthProofPayload);
+  std::copy(client_nonce.begin(), client_nonce.end(), prove.auth.begin());
+  std::copy(proof.begin(), proof.end(), prove.auth.begin() + auth::kNonceBytes);
+  Reply verdict = exchange(c, prove, deadline);
+  if (verdict.status != Status::kOk) {
+    throw DistStoreError("TCPStore client: authentication failed: wrong token: the store at " + address_ +
+                         " refused this client's proof (check that TDIST_AUTH_TOKEN / TDIST_AUTH_TOKEN_FILE "
+                         "hold the job's token)");
+  }
+  auth::Proof server_proof{};
+  if (verdict.frame.size() != tcpstore::kHeaderBytes + auth::kProofBytes) {
+    throw DistStoreError("TCPStore client: the store at " + address_ + " sent a malformed proof (" +
+                         std::to_string(verdict.frame.size()) + " bytes)");
+  }
+  std::copy_n(verdict.frame.end() - auth::kProofBytes, auth::kProofBytes, server_proof.begin());
+  if (!auth::proofs_equal(server_proof, auth::server_proof(*token_, "store", server_nonce, client_nonce))) {
+    throw DistStoreError("TCPStore client: authentication failed: the store at " + address_ +
+                         " could not prove it holds this client's token (wrong token on the server, "
+                         "or not the job's store)");
+  }
 }
 
 void TCPStoreClient::release(std::unique_ptr<Connection> connection) {
@@ -181,11 +281,7 @@ TCPStoreClient::Outcome TCPStoreClient::call(Request request, Duration timeout, 
           out.reply = std::move(r);
           answered = true;
         } else if (got == cancel.id) {
-          tcpstore::PayloadReader p = r.payload();
-          if (r.status == Status::kOk && p.u8() == 1) {
-            out.missing = p.keys();
-            out.count = p.i64();
-          }
+          read_cancel_reply(r.payload(), r.status, &out.missing, &out.count);
           break;
         }
       }

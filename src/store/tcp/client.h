@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,12 @@ class TCPStoreClient {
 
   /// Connects to host:port, retrying with backoff until `connect_timeout`
   /// (DistStoreTimeoutError naming host, port and the time waited), and
-  /// checks that the peer speaks this protocol version.
-  TCPStoreClient(std::string host, uint16_t port, Duration connect_timeout);
+  /// checks that the peer speaks this protocol version. With a `token`,
+  /// every connection first runs the handshake of src/common/auth.h and
+  /// refuses a server that cannot prove it holds the same token (also one
+  /// that does not authenticate at all); DistStoreError says which.
+  TCPStoreClient(std::string host, uint16_t port, Duration connect_timeout,
+                 std::optional<std::string> token = std::nullopt);
   ~TCPStoreClient();
   TCPStoreClient(const TCPStoreClient&) = delete;
   TCPStoreClient& operator=(const TCPStoreClient&) = delete;
@@ -78,6 +83,11 @@ class TCPStoreClient {
     uint64_t next_id = 0;
   };
 
+  /// A new connection, authenticated when there is a token.
+  std::unique_ptr<Connection> open_connection(Deadline deadline);
+  void authenticate(Connection& c, Deadline deadline);
+  /// One request and its reply on a fresh connection, for the handshake.
+  Reply exchange(Connection& c, const tcpstore::Request& request, Deadline deadline);
   /// An idle connection, or a new one when all are busy.
   std::unique_ptr<Connection> acquire(Deadline deadline);
   void release(std::unique_ptr<Connection> connection);
@@ -96,6 +106,7 @@ class TCPStoreClient {
   uint16_t port_;
   std::string address_;
   size_t max_frame_bytes_;
+  std::optional<std::string> token_;
   std::mutex mutex_;  // guards idle_ and broken_
   std::vector<std::unique_ptr<Connection>> idle_;
   std::string broken_;  // why the server can no longer be used

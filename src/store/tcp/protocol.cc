@@ -54,12 +54,16 @@ const char* command_name(uint8_t code) {
       return "DELETE_KEY";
     case Command::kPing:
       return "PING";
+    case Command::kAuthBegin:
+      return "AUTH_BEGIN";
+    case Command::kAuthProof:
+      return "AUTH_PROOF";
   }
   return "unknown";
 }
 
 bool is_known_command(uint8_t code) {
-  return code >= 1 && code <= static_cast<uint8_t>(Command::kPing);
+  return code >= 1 && code <= static_cast<uint8_t>(Command::kAuthProof);
 }
 
 ParseStatus parse_frame(const uint8_t* data, size_t size, size_t max_frame_bytes, FrameView* frame,
@@ -223,6 +227,11 @@ std::vector<uint8_t> encode_request(const Request& request) {
     case Command::kPing:
       w.u32(request.version);
       break;
+    case Command::kAuthBegin:
+      break;
+    case Command::kAuthProof:
+      w.raw(request.auth.data(), request.auth.size());
+      break;
   }
   return w.finish();
 }
@@ -266,6 +275,16 @@ bool decode_request(const FrameView& frame, Request* request, std::string* error
       break;
     case Command::kPing:
       request->version = r.u32();
+      break;
+    case Command::kAuthBegin:
+      break;
+    case Command::kAuthProof:
+      request->auth = r.rest();
+      if (request->auth.size() != kAuthProofPayload) {
+        *error = "an AUTH_PROOF payload of " + std::to_string(request->auth.size()) + " bytes, not " +
+                 std::to_string(kAuthProofPayload);
+        return false;
+      }
       break;
   }
   if (!r.ok()) {

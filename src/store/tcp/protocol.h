@@ -23,7 +23,16 @@
 ///   NUM_KEYS -                   i64
 ///   DELETE_KEY key               u8 existed
 ///   PING     u32 version         u32 server version
+///   AUTH_BEGIN -                 u8 1 + server nonce (32 bytes) when the
+///                                server authenticates; u8 0 when it does not
+///   AUTH_PROOF client nonce (32), client proof (32)   server proof (32)
 /// Status::kError carries a message string instead.
+///
+/// A server with a token (docs/security.md) answers nothing but AUTH_BEGIN
+/// and AUTH_PROOF until a connection has proved it holds the token; a client
+/// with a token starts every connection with them and checks the server's
+/// proof before sending anything else (auth.h's three messages, after the
+/// client's AUTH_BEGIN that asks for the server's nonce).
 ///
 /// Frames are bounded (max_frame_bytes); a receiver checks `length` against
 /// the bound before reading the body and grows its buffer only as bytes come.
@@ -39,7 +48,7 @@
 namespace tdist::tcpstore {
 
 /// Bumped when the frame layout or a command changes incompatibly.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: AUTH_BEGIN / AUTH_PROOF
 /// u32 length + u8 code + u64 request id.
 inline constexpr size_t kHeaderBytes = 13;
 /// Bytes of a frame counted by `length` before the payload (code + id).
@@ -65,7 +74,12 @@ enum class Command : uint8_t {
   kNumKeys = 9,
   kDeleteKey = 10,
   kPing = 11,
+  kAuthBegin = 12,
+  kAuthProof = 13,
 };
+
+/// AUTH_PROOF's payload: the client's nonce and its proof.
+inline constexpr size_t kAuthProofPayload = 64;
 
 enum class Status : uint8_t {
   kOk = 0,
@@ -86,6 +100,7 @@ struct Request {
   int64_t amount = 0;                   ///< ADD amount, WAIT_COUNT target
   uint64_t target_id = 0;               ///< CANCEL_WAIT: the request to cancel
   uint32_t version = kProtocolVersion;  ///< PING
+  Bytes auth;                           ///< AUTH_PROOF: nonce + proof (kAuthProofPayload bytes)
 };
 
 /// A complete frame found in a buffer; points into that buffer.

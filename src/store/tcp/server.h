@@ -6,12 +6,22 @@
 /// yet are parked as waiters indexed by key and answered when the key is
 /// written, so clients never poll. A client that breaks the protocol is
 /// disconnected with a warning; everyone else keeps being served.
+///
+/// No client can stall or exhaust it (docs/security.md, "The store"): every
+/// request costs time linear in its size, keys + values + waiters + buffered
+/// frames share one memory budget, partial frames and silent new
+/// connections time out, and a reply to a GET shares the stored value instead
+/// of copying it. With a token, every connection must pass the handshake of
+/// src/common/auth.h before anything else.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace tdist {
 
@@ -19,7 +29,9 @@ namespace tdist {
 struct TCPServerOptions {
   /// Port to listen on; 0 picks a free one (see TCPServer::port()).
   uint16_t port = 0;
-  /// Address to bind; empty means every interface, IPv6 and IPv4.
+  /// Address to listen on: every address `host` resolves to (so "localhost"
+  /// serves both ::1 and 127.0.0.1). Empty, "0.0.0.0" or "::" mean every
+  /// interface ("::" and "" dual-stack, IPv6 and IPv4).
   std::string host;
   /// A socket already bound to `port` to listen on instead of creating one;
   /// the server owns it from then on (also when start() fails). -1: none.
@@ -33,7 +45,33 @@ struct TCPServerOptions {
   /// A client with more unsent reply bytes than this is disconnected; 0
   /// means max_frame_bytes + 16 MiB, room for one largest reply.
   size_t output_hard_limit = 0;
+  /// Memory for keys, values, parked waiters and buffered frames together;
+  /// a request that would pass it gets an error and nothing else changes.
+  /// 0 means memory_budget_from_env().
+  size_t memory_budget = 0;
+  /// A frame must arrive whole within this of its first byte; a slower one
+  /// is dropped with its connection (it pinned memory meanwhile).
+  std::chrono::milliseconds frame_timeout{60000};
+  /// A new connection must complete its first request (with a token: the
+  /// handshake) within this.
+  std::chrono::milliseconds first_request_timeout{30000};
+  /// A connection with replies pending that takes none of them for this
+  /// long is dropped.
+  std::chrono::milliseconds send_timeout{60000};
+  /// Drop a connection with nothing pending after this long; 0 (the
+  /// default): never, as ranks keep their connection idle for hours between
+  /// rendezvous and the end of training.
+  std::chrono::milliseconds idle_timeout{0};
+  /// The job's secret: when set, every connection must prove it holds it
+  /// (auth.h's handshake) before any request is served.
+  std::optional<std::string> auth_token;
 };
+
+/// Default of TCPServerOptions::memory_budget: 1 GiB.
+inline constexpr size_t kDefaultStoreMemoryBudget = size_t{1} << 30;
+/// TDIST_STORE_MEMORY_BYTES if set (1 MiB to 2^50), else
+/// kDefaultStoreMemoryBudget; raises DistInvalidArgument otherwise.
+size_t memory_budget_from_env();
 
 /// Counters of a running server, for tests and tools.
 struct TCPServerStats {
@@ -43,6 +81,13 @@ struct TCPServerStats {
   uint64_t waiters_parked = 0;    ///< GET/WAIT/WAIT_COUNT that had to wait
   uint64_t clients_rejected = 0;  ///< disconnected for breaking the rules
   uint64_t keys = 0;
+  uint64_t memory_used = 0;      ///< bytes charged to the memory budget now
+  uint64_t memory_budget = 0;    ///< the budget in force
+  uint64_t budget_refusals = 0;  ///< requests refused for the budget
+  uint64_t timeouts = 0;         ///< connections dropped by a timeout
+  uint64_t auth_refusals = 0;    ///< connections refused by authentication
+  uint64_t longest_turn_us = 0;  ///< CPU time of the longest event-loop turn so far:
+                                 ///< what one client's requests delay the others by
 };
 
 /// A TCPStore server. Construction starts the thread; destruction stops it
@@ -62,6 +107,8 @@ class TCPServer {
 
   /// The port the server listens on.
   uint16_t port() const;
+  /// The addresses it listens on ("127.0.0.1:29500", "[::]:29500").
+  std::vector<std::string> listen_addresses() const;
   /// A snapshot of the counters.
   TCPServerStats stats() const;
 

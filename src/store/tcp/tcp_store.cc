@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/auth.h"
+#include "common/env.h"
 #include "store/tcp/client.h"
 #include "store/tcp/server.h"
 #include "tdist/errors.h"
@@ -22,10 +24,14 @@ TCPStore::TCPStore(std::string host_name, const TCPStoreOptions& options)
     throw DistInvalidArgument("TCPStore: timeout must not be negative, got " +
                               std::to_string(options.timeout.count()) + " ms");
   }
+  std::optional<std::string> token = options.auth_token ? options.auth_token : auth::token_from_env();
+  if (token && token->empty()) token.reset();
   if (options.is_master) {
     TCPServerOptions server_options;
     server_options.port = options.port;
+    server_options.host = options.listen_host.value_or(env_string("TDIST_STORE_LISTEN_HOST").value_or(host_));
     server_options.listen_fd = options.master_listen_fd;
+    server_options.auth_token = token;
     server_ =
         options.multi_tenant ? TCPServer::start_shared(server_options) : TCPServer::start(server_options);
     port_ = server_->port();
@@ -39,7 +45,7 @@ TCPStore::TCPStore(std::string host_name, const TCPStoreOptions& options)
           "master (read it back with port())");
     }
   }
-  client_ = std::make_unique<TCPStoreClient>(host_, port_, options.timeout);
+  client_ = std::make_unique<TCPStoreClient>(host_, port_, options.timeout, token);
   if (world_size_) {
     client_->add(kInitKey, 1, options.timeout);
     if (options.is_master && options.wait_for_workers) wait_for_all_workers(options.timeout);
@@ -48,8 +54,9 @@ TCPStore::TCPStore(std::string host_name, const TCPStoreOptions& options)
 
 TCPStore::TCPStore(std::string host_name, uint16_t port, std::optional<int> world_size, bool is_master,
                    Duration timeout, bool wait_for_workers, bool multi_tenant, int master_listen_fd)
-    : TCPStore(std::move(host_name), TCPStoreOptions{port, world_size, is_master, timeout, wait_for_workers,
-                                                     multi_tenant, master_listen_fd}) {}
+    : TCPStore(std::move(host_name),
+               TCPStoreOptions{port, world_size, is_master, timeout, wait_for_workers, multi_tenant,
+                               master_listen_fd, std::nullopt, std::nullopt}) {}
 
 // The client goes first (declared after the server), so the server, if this
 // store runs it and nobody shares it, stops after our connection is closed.

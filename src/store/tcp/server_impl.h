@@ -1,0 +1,206 @@
+#pragma once
+
+// The TCPStore server's internals, shared by its source files:
+//   server.cc          listening, the event loop, timers, the public class
+//   server_io.cc       framing: reading requests, queueing and sending replies
+//   server_kv.cc       the key-value core: one request at a time
+//   server_waiters.cc  GET / WAIT / WAIT_COUNT that wait for keys
+//   server_auth.cc     the token handshake of a new connection
+//   server_limits.cc   the memory budget and the timeouts
+// Everything here runs on the loop thread, except the atomic counters.
+
+#include <sys/epoll.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/auth.h"
+#include "common/socket.h"
+#include "kv_map.h"
+#include "store/tcp/memory_budget.h"
+#include "store/tcp/protocol.h"
+#include "store/tcp/server.h"
+
+namespace tdist {
+
+using ServerClock = std::chrono::steady_clock;
+
+/// One reply frame: its own bytes, then (for GET and COMPARE_SET) the stored
+/// value it shares with the table instead of copying.
+struct OutFrame {
+  std::vector<uint8_t> head;
+  KvMap::Value body;
+  size_t size() const { return head.size() + (body ? body->size() : 0); }
+};
+
+struct Connection {
+  uint64_t id = 0;
+  Socket sock;
+  std::vector<uint8_t> in;                         // received, not yet parsed
+  size_t in_charged = 0;                           // bytes of `in` charged to the budget
+  std::deque<OutFrame> out;                        // replies not yet sent
+  size_t out_offset = 0;                           // bytes of out.front() already sent
+  size_t out_bytes = 0;                            // unsent bytes in all of out (shared values included)
+  size_t out_charged = 0;                          // unsent bytes of the heads (charged to the budget)
+  uint32_t events = 0;                             // the epoll mask registered
+  bool dead = false;                               // closed at the end of this loop turn
+  bool dirty = false;                              // in the flush list
+  bool pending = false;                            // whole requests left unprocessed this turn (in `ready`)
+  std::unordered_map<uint64_t, uint64_t> waiters;  // request id -> waiter id
+
+  // Timers (docs/stores.md, "Limits").
+  ServerClock::time_point accepted;
+  ServerClock::time_point frame_started;  // first byte of the frame in `in`
+  ServerClock::time_point last_sent;      // last progress sending replies
+  ServerClock::time_point last_active;    // last request or reply
+  bool served = false;                    // completed a first request
+
+  // A frame refused for the memory budget: its remaining bytes are read and
+  // dropped, then the error is sent, and the connection goes on.
+  uint64_t discard = 0;
+  uint64_t discard_id = 0;
+  std::string discard_why;
+
+  // The handshake, when the server has a token.
+  enum class Auth { kOpen, kExpectBegin, kExpectProof };
+  Auth auth = Auth::kOpen;
+  auth::Nonce server_nonce{};
+};
+
+struct Waiter {
+  uint64_t connection = 0;
+  uint64_t request = 0;
+  tcpstore::Command command = tcpstore::Command::kGet;
+  std::vector<std::string> keys;  // distinct; GET / WAIT_COUNT: one key
+  size_t missing = 0;             // WAIT: how many of `keys` are absent
+  int64_t target = 0;             // WAIT_COUNT
+  size_t charged = 0;             // bytes charged to the budget
+};
+
+/// The waiters of one key. Most keys have one: it is held inline, so a WAIT
+/// of 100,000 keys does not make 100,000 vectors.
+struct WatchList {
+  uint64_t first = 0;  // 0: empty (waiter ids start at 1)
+  std::vector<uint64_t> rest;
+
+  bool empty() const { return first == 0; }
+  uint64_t back() const { return rest.empty() ? first : rest.back(); }
+  void push(uint64_t id) {
+    if (first == 0) {
+      first = id;
+    } else {
+      rest.push_back(id);
+    }
+  }
+  /// Removes `id` (order is not kept); O(waiters of the key).
+  void remove(uint64_t id);
+  /// Every id, leaving the list empty.
+  std::vector<uint64_t> take();
+};
+
+struct TCPServer::Impl {
+  explicit Impl(const TCPServerOptions& opts);
+  ~Impl();
+
+  // server.cc
+  void open();
+  void listen_everywhere_or_on_host();
+  void run();
+  void loop_once(epoll_event* events, int count);
+  void serve_ready();
+  void flush_dirty();
+  void accept_all(const Socket& listener);
+  void shed_one_connection(const Socket& listener);
+  void check_timers();
+  std::chrono::milliseconds tick() const;
+  Connection* find(uint64_t id);
+
+  // server_io.cc
+  void on_connection_event(uint64_t id, uint32_t events);
+  void read_from(Connection& conn);
+  void process_input(Connection& conn);
+  bool refuse_for_budget(Connection& conn, size_t pos);
+  void charge_input(Connection& conn);
+  void flush(Connection& conn);
+  void update_interest(Connection& conn);
+  void enqueue(Connection& conn, std::vector<uint8_t> frame, KvMap::Value body = nullptr);
+  void reject(Connection& conn, const std::string& why, const uint64_t* request_id);
+  /// Drops a client that does not read its replies with a reset, so the
+  /// kernel frees what it still buffers for it too.
+  void drop_non_reader(Connection& conn, const std::string& why);
+  void mark_dead(Connection& conn);
+  void reap();
+
+  // server_kv.cc
+  void handle(Connection& conn, const tcpstore::FrameView& frame);
+  void set(const std::string& key, Bytes value);
+  void add(Connection& conn, const tcpstore::Request& request);
+  void compare_set(Connection& conn, const tcpstore::Request& request);
+  void erase(Connection& conn, const tcpstore::Request& request);
+  bool all_exist(const std::vector<std::string>& keys) const;
+  void key_created(const std::string& key);
+
+  // server_waiters.cc
+  void start_waiting(Connection& conn, tcpstore::Request& request);
+  bool ready(const Waiter& waiter) const;
+  void answer(const Waiter& waiter);
+  void park(Connection& conn, Waiter waiter);
+  void written(const std::string& key, bool created);
+  void deleted(const std::string& key);
+  void remove_waiter(uint64_t waiter_id);
+  void cancel(Connection& conn, const tcpstore::Request& request);
+
+  // server_auth.cc
+  /// Handles a request of a connection that has not proved the token yet
+  /// (and AUTH_* of any connection); false if the request is not one of
+  /// these and may be served.
+  bool authenticate(Connection& conn, const tcpstore::Request& request);
+
+  std::string where() const { return "TCPStore server on port " + std::to_string(port); }
+
+  TCPServerOptions options;
+  MemoryBudget budget;  // before everything charged to it
+  std::vector<Socket> listeners;
+  int epoll_fd = -1;
+  int wake_fd = -1;
+  int spare_fd = -1;  // /dev/null, given up to accept() once when out of fds
+  uint16_t port = 0;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+
+  // Owned by the loop thread.
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections;
+  uint64_t next_connection_id = 0;
+  std::vector<uint64_t> dirty;
+  std::vector<uint64_t> dead;
+  std::vector<uint8_t> scratch;
+  KvMap table;
+  std::unordered_map<uint64_t, Waiter> waiters;
+  // key -> the waiters that hold it (WAIT: all its keys, present or not).
+  std::unordered_map<std::string, WatchList> watchers;
+  // Connections with requests left over from their last turn.
+  std::vector<uint64_t> ready_list;
+  uint64_t next_waiter_id = 1;
+  uint64_t fd_exhaustion_warnings = 0;
+  ServerClock::time_point next_timer_check;
+
+  std::atomic<uint64_t> stat_accepted{0};
+  std::atomic<uint64_t> stat_open{0};
+  std::atomic<uint64_t> stat_requests{0};
+  std::atomic<uint64_t> stat_parked{0};
+  std::atomic<uint64_t> stat_rejected{0};
+  std::atomic<uint64_t> stat_keys{0};
+  std::atomic<uint64_t> stat_budget_refusals{0};
+  std::atomic<uint64_t> stat_timeouts{0};
+  std::atomic<uint64_t> stat_auth_refusals{0};
+  std::atomic<uint64_t> stat_longest_turn_us{0};
+};
+
+}  // namespace tdist
