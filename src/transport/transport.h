@@ -182,6 +182,15 @@ class Transport {
   virtual void abort(std::exception_ptr error) = 0;
   /// True if `peer` is known to be dead or disconnected.
   virtual bool peer_failed(int peer) const = 0;
+  /// True if `peer` is known to have died: its connection broke without
+  /// the goodbye or abort notice a live peer sends. Unlike peer_failed,
+  /// false for a live peer once this rank's transport was aborted, so
+  /// fault tolerance's shrink and agree (fault_tolerance.h) may count such a
+  /// peer out at once. Default: nothing is known.
+  virtual bool peer_crashed(int peer) const {
+    (void)peer;
+    return false;
+  }
 };
 
 /// Marks the calling thread as running one collective call on a transport.

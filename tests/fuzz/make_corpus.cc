@@ -96,25 +96,49 @@ void store_protocol(const fs::path& dir) {
 }
 
 void tcp_wire(const fs::path& dir) {
-  // Layout: Hello, receiving rank, group size, announced notice size, payload.
-  auto input = [&](const std::string& name, tcp::Hello hello, uint8_t rank, uint8_t group,
-                   tcp::AbortKind kind, const std::string& reason) {
-    std::string payload = tcp::encode_abort_payload(kind, reason);
-    std::vector<uint8_t> out(sizeof(hello) + 2 + 8);
-    std::memcpy(out.data(), &hello, sizeof(hello));
-    out[20] = static_cast<uint8_t>(group - 1);  // the target adds one
-    out[21] = rank;
-    const uint64_t announced = payload.size();
-    std::memcpy(out.data() + 22, &announced, 8);
-    out.insert(out.end(), payload.begin(), payload.end());
+  // Layout (fuzz_tcp_wire.cc): receiving rank, group size, announced notice
+  // size, greeting length, greeting, reply header, the rest.
+  auto input = [&](const std::string& name, const std::string& greeting, uint8_t rank, uint8_t group,
+                   tcp::ReplyKind kind, uint32_t reply_length, const std::string& rest) {
+    std::vector<uint8_t> out(11);
+    out[0] = static_cast<uint8_t>(group - 1);  // the target adds one
+    out[1] = rank;
+    const uint64_t announced = rest.size();
+    std::memcpy(out.data() + 2, &announced, 8);
+    out[10] = static_cast<uint8_t>(greeting.size());
+    out.insert(out.end(), greeting.begin(), greeting.end());
+    const tcp::ReplyHeader reply{tcp::kReplyMagic, static_cast<uint32_t>(kind), reply_length, 0};
+    const auto* r = reinterpret_cast<const uint8_t*>(&reply);
+    out.insert(out.end(), r, r + sizeof(reply));
+    out.insert(out.end(), rest.begin(), rest.end());
     write(dir, name, out);
   };
-  input("rank3_of_4_conn0", {tcp::kHelloMagic, 3, 4, 0, 4}, 1, 4, tcp::AbortKind::kNetwork,
-        "rank 3: connection to rank 1 reset by peer");
-  input("rank1_of_2_conn3", {tcp::kHelloMagic, 1, 2, 3, 4}, 0, 2, tcp::AbortKind::kTimeout,
-        "rank 1: all_reduce (call #12) timed out after 1800000 ms");
-  input("rank7_of_8_single", {tcp::kHelloMagic, 7, 8, 0, 1}, 0, 8, tcp::AbortKind::kBackend,
-        "all_reduce (call #7 in this group): rank 0 passed 10 float32 elements, rank 1 passed 20");
+  auto hello = [](uint32_t rank, uint32_t size, uint32_t peer, uint32_t connection, uint32_t connections,
+                  uint32_t flags) {
+    tcp::Hello h{tcp::kHelloMagic, tcp::kWireVersion, rank,  size, peer,
+                 connection,       connections,       flags, {},   {}};
+    for (size_t i = 0; i < h.from.size(); ++i) {
+      h.from[i] = static_cast<uint8_t>(i * 7 + rank);
+      h.to[i] = static_cast<uint8_t>(i * 13 + peer);
+    }
+    return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+  };
+  const std::string ad = std::string(64, 'a') + " 127.0.0.1:29501,[::1]:29502";
+  input("rank3_of_4_conn0", hello(3, 4, 1, 0, 4, 0), 1, 4, tcp::ReplyKind::kAccept, 0,
+        tcp::encode_abort_payload(tcp::AbortKind::kNetwork, "rank 3: connection to rank 1 reset by peer"));
+  input("rank1_of_2_conn3_auth", hello(1, 2, 0, 3, 4, tcp::kHelloAuth), 0, 2, tcp::ReplyKind::kChallenge, 32,
+        tcp::encode_abort_payload(tcp::AbortKind::kTimeout,
+                                  "rank 1: all_reduce (call #12) timed out after 1800000 ms"));
+  input("rank7_of_8_single", hello(7, 8, 0, 0, 1, 0), 0, 8, tcp::ReplyKind::kRefuse, 40,
+        tcp::encode_abort_payload(
+            tcp::AbortKind::kBackend,
+            "all_reduce (call #7 in this group): rank 0 passed 10 float32 elements, rank 1 passed 20"));
+  input("half_greeting_advertisement", hello(2, 3, 1, 1, 2, 0).substr(0, 40), 1, 3, tcp::ReplyKind::kAccept,
+        32, ad);
+  const uint32_t v1[5] = {tcp::kHelloMagicV1, 1, 2, 0, 1};
+  input("older_build", std::string(reinterpret_cast<const char*>(v1), sizeof(v1)), 0, 2,
+        tcp::ReplyKind::kRefuse, 1024, ad);
+  input("http_request", "GET / HTTP/1.1\r\n", 0, 4, tcp::ReplyKind::kAccept, 0, "");
 }
 
 void init_method(const fs::path& dir) {

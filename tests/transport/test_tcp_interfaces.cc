@@ -11,6 +11,7 @@
 #include "multirank.h"
 #include "tdist/errors.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/tcp_wire.h"
 
 namespace tdist::testing {
 namespace {
@@ -37,8 +38,10 @@ int established_on(uint16_t port) {
 
 std::vector<HostPort> advertised(Store& store, int rank) {
   std::vector<HostPort> list;
-  std::string text = to_string(store.get("tcp/addr/" + std::to_string(rank)));
-  std::istringstream in(text);
+  // "<identity> host:port,host:port" (tcp_wire.h)
+  auto ad = transport::tcp::parse_advertisement(to_string(store.get("tcp/addr/" + std::to_string(rank))));
+  if (!ad) throw std::runtime_error("rank " + std::to_string(rank) + " published no valid advertisement");
+  std::istringstream in(ad->addresses);
   for (std::string item; std::getline(in, item, ',');) list.push_back(parse_host_port(item));
   return list;
 }
@@ -74,9 +77,10 @@ TEST(TcpInterfaces, ATwiceListedInterfaceGetsTwoListenersAndEveryPairUsesBoth) {
       for (int peer = 0; peer < n; ++peer) {
         if (peer == rank) continue;
         out.emplace_back(bytes);
-        for (size_t i = 0; i < bytes; ++i)
+        for (size_t i = 0; i < bytes; ++i) {
           out.back()[i] =
               static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank) * 31 + static_cast<size_t>(peer));
+        }
         in.emplace_back(bytes);
         requests.push_back(t->irecv(peer, 9, in.back().data(), bytes));
         requests.push_back(t->isend(peer, 9, out.back().data(), bytes));

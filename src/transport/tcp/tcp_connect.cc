@@ -1,9 +1,13 @@
 // Connection setup of the TCP transport: every rank listens, publishes its
-// address in the store, connects to every lower rank and accepts every
-// higher one, several connections per pair (TcpOptions::sockets_per_peer,
-// chosen by the connecting rank and announced in each greeting). Connects
-// cannot deadlock with accepts: the kernel completes a handshake into the
-// listen backlog before accept() is called.
+// address and a fresh identity in the store, connects to every lower rank
+// and accepts every higher one, several connections per pair
+// (TcpOptions::sockets_per_peer, chosen by the connecting rank and announced
+// in each greeting). Each connection passes the greeting of
+// tcp_handshake.h (member of this generation, and the job's token when
+// there is one) before it carries anything. The connector waits for the
+// acceptor's verdict, and that cannot deadlock: a rank connects only to
+// lower ranks before it starts accepting, so rank 0 accepts at once, rank 1
+// as soon as rank 0 has admitted it, and so on up.
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -15,10 +19,12 @@
 #include <cstring>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/env.h"
 #include "common/error_text.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
+#include "transport/tcp/tcp_handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -26,7 +32,6 @@ namespace tdist::transport {
 namespace {
 
 using tcp::Hello;
-using tcp::kHelloMagic;
 
 int sockets_per_peer(const TcpOptions& options, int size) {
   if (options.sockets_per_peer > 0) return std::min(options.sockets_per_peer, kMaxSocketsPerPeer);
@@ -128,9 +133,13 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
   std::vector<std::vector<Socket>> sockets(static_cast<size_t>(size));
   std::vector<std::string> addresses(static_cast<size_t>(size));
   if (size == 1) return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
+  std::optional<std::string> token = options.token ? options.token : auth::token_from_env();
+  if (token && token->empty()) token.reset();
 
   // One listener per listed interface (gloo's one device per interface);
-  // the advertisement lists them all, in the order of the list.
+  // the advertisement lists them all, in the order of the list, after this
+  // connect's fresh identity: a connection must name it to be accepted, so
+  // one meant for an earlier generation of the group (or another job) is not.
   std::vector<Socket> listeners;
   std::string me;
   for (const std::string& host : choose_tcp_addresses(options)) {
@@ -139,14 +148,32 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     listeners.push_back(listen_on(0, listen_options));
     me += (me.empty() ? "" : ",") + format_host_port(host, listeners.back().local_port());
   }
+  const tcp::Identity my_id = auth::make_nonce();
   addresses[static_cast<size_t>(rank)] = me;
-  store.set(address_key(rank), me);
-  TDIST_LOG(DEBUG) << "tcp transport: rank " << rank << " of " << size << " listening on " << me;
+  store.set(address_key(rank), tcp::encode_advertisement(my_id, me));
+  TDIST_LOG(DEBUG) << "tcp transport: rank " << rank << " of " << size << " listening on " << me
+                   << (token ? ", authenticating with the job's token" : "");
 
   std::string where = "tcp transport: rank " + std::to_string(rank) + " of " + std::to_string(size);
   for (int peer = 0; peer < rank; ++peer) {
-    std::string text = to_string(store.get(address_key(peer)));
-    const std::vector<HostPort> targets = parse_address_list(text);
+    // Within the group's timeout, not the store's: a peer that never comes
+    // (at another generation of the group, say) fails this connect in time.
+    try {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now());
+      store.wait({address_key(peer)}, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const DistTimeoutError& e) {
+      throw DistNetworkTimeoutError(where + ": timed out after " + std::to_string(options.timeout.count()) +
+                                    " ms waiting for rank " + std::to_string(peer) +
+                                    " to publish its address (" + e.what() + ")");
+    }
+    const std::string text = to_string(store.get(address_key(peer)));
+    const std::optional<tcp::Advertisement> ad = tcp::parse_advertisement(text);
+    if (!ad) {
+      throw DistNetworkError(
+          where + ": rank " + std::to_string(peer) + " published '" + text.substr(0, 200) +
+          "' as its address, not '<identity> host:port,...' (a rank of an older tdist build?)");
+    }
+    const std::vector<HostPort> targets = parse_address_list(ad->addresses);
     // The connecting rank decides for the pair: connection c goes to the
     // peer's listed interface c % n, and there is at least one connection
     // per interface, so that every listed interface carries its share of
@@ -159,61 +186,95 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     for (int c = 0; c < connections; ++c) {
       const HostPort& target = targets[static_cast<size_t>(c) % targets.size()];
       Socket socket = connect_with_retry(target.host, target.port, deadline, connect_options);
-      Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size),
-                  static_cast<uint32_t>(c), static_cast<uint32_t>(connections)};
-      socket.send_all(&hello, sizeof(hello), deadline);
+      Hello hello{tcp::kHelloMagic,
+                  tcp::kWireVersion,
+                  static_cast<uint32_t>(rank),
+                  static_cast<uint32_t>(size),
+                  static_cast<uint32_t>(peer),
+                  static_cast<uint32_t>(c),
+                  static_cast<uint32_t>(connections),
+                  token ? tcp::kHelloAuth : 0,
+                  my_id,
+                  ad->id};
+      tcp::greet_acceptor(socket, hello, token, deadline,
+                          connect_options.what + " at " + format_host_port(target.host, target.port) +
+                              " (connection " + std::to_string(c) + " of " + std::to_string(connections) +
+                              ")");
       sockets[static_cast<size_t>(peer)].push_back(std::move(socket));
     }
-    addresses[static_cast<size_t>(peer)] = text;
+    addresses[static_cast<size_t>(peer)] = ad->addresses;
   }
   // A higher rank is connected once all of its connections are in.
   auto complete = [&](int peer) {
     const auto& list = sockets[static_cast<size_t>(peer)];
     return !list.empty() && std::all_of(list.begin(), list.end(), [](const Socket& s) { return s.valid(); });
   };
+  tcp::GreetingDesk::Config desk_config;
+  desk_config.rank = rank;
+  desk_config.size = size;
+  desk_config.me = my_id;
+  desk_config.token = token;
+  desk_config.where = where;
+  std::vector<std::optional<tcp::Identity>> published(static_cast<size_t>(size));
+  desk_config.published = [&](int peer) {
+    // Read once: a rank publishes before it connects, and its identity
+    // does not change within a connect.
+    auto& id = published[static_cast<size_t>(peer)];
+    if (!id && store.check({address_key(peer)})) {
+      if (auto ad = tcp::parse_advertisement(to_string(store.get(address_key(peer))))) id = ad->id;
+    }
+    return id;
+  };
+  desk_config.slot_taken = [&](const Hello& hello) -> std::optional<std::string> {
+    const auto& list = sockets[hello.rank];
+    if (!list.empty() && list.size() != hello.connections) {
+      return "rank " + std::to_string(hello.rank) + " announced " + std::to_string(list.size()) +
+             " connections before and " + std::to_string(hello.connections) + " now";
+    }
+    if (!list.empty() && list[hello.connection].valid()) {
+      return "rank " + std::to_string(hello.rank) + "'s connection " + std::to_string(hello.connection) +
+             " is already established (a duplicate of that rank)";
+    }
+    return std::nullopt;
+  };
+  tcp::GreetingDesk desk(std::move(desk_config));
   std::vector<pollfd> pfds;
-  pfds.reserve(listeners.size());
-  for (const Socket& listener : listeners) pfds.push_back({listener.fd(), POLLIN, 0});
   size_t next = 0;  // the listener to accept from first, taken in turns
   for (int accepted = 0; accepted < size - 1 - rank;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now()).count();
-    if (left <= 0 || poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left, 1000))) < 0) {
+    pfds.clear();
+    // A full desk leaves new connections in the listen backlog.
+    const bool accepting = desk.pending() < tcp::kMaxGreetings;
+    for (const Socket& listener : listeners)
+      pfds.push_back({listener.fd(), static_cast<short>(accepting ? POLLIN : 0), 0});
+    desk.poll_set(pfds);
+    // Wake at least every 100 ms to expire greetings that stalled.
+    if (left <= 0 || poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left, 100))) < 0) {
       if (left > 0 && errno == EINTR) continue;
       std::string missing;
       for (int peer = rank + 1; peer < size; ++peer) {
         if (!complete(peer)) missing += " " + std::to_string(peer);
       }
+      desk.close_all("the accepting rank timed out");
       throw DistNetworkTimeoutError(where + ": timed out after " + std::to_string(options.timeout.count()) +
                                     " ms waiting for ranks" + missing + " to connect to " + me);
     }
+    for (tcp::Admitted& in : desk.progress(pfds.data() + listeners.size())) {
+      auto& list = sockets[in.hello.rank];
+      if (list.empty()) list.resize(in.hello.connections);
+      if (in.hello.connection == 0) addresses[in.hello.rank] = in.address;
+      list[in.hello.connection] = std::move(in.socket);
+      if (complete(static_cast<int>(in.hello.rank))) ++accepted;
+    }
+    if (!accepting) continue;
     int error = 0;
-    Socket socket;
-    for (size_t i = 0; i < listeners.size() && !socket; ++i) {
-      socket = accept_connection(listeners[(next + i) % listeners.size()], &error);
+    for (size_t i = 0; i < listeners.size(); ++i) {
+      Socket socket = accept_connection(listeners[(next + i) % listeners.size()], &error);
+      if (socket) desk.add(std::move(socket), deadline);
     }
     next = (next + 1) % listeners.size();
-    if (!socket) continue;
-    Hello hello{};
-    socket.set_nonblocking(false);
-    try {
-      socket.recv_all(&hello, sizeof(hello), deadline);
-    } catch (const DistError& e) {
-      TDIST_LOG(WARNING) << where << ": dropping a connection that sent no greeting: " << e.what();
-      continue;
-    }
-    auto* list = tcp::hello_plausible(hello, rank, size) ? &sockets[hello.rank] : nullptr;
-    if (list == nullptr || (!list->empty() && list->size() != hello.connections) ||
-        (!list->empty() && (*list)[hello.connection].valid())) {
-      TDIST_LOG(WARNING) << where << ": dropping a connection from " << socket.peer_address().to_string()
-                         << " with a bad greeting (rank " << hello.rank << ", size " << hello.size
-                         << ", connection " << hello.connection << " of " << hello.connections << ")";
-      continue;
-    }
-    if (list->empty()) list->resize(hello.connections);
-    if (hello.connection == 0) addresses[hello.rank] = socket.peer_address().to_string();
-    (*list)[hello.connection] = std::move(socket);
-    if (complete(static_cast<int>(hello.rank))) ++accepted;
   }
+  desk.close_all("every rank of the group is already connected");
   return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
 }
 

@@ -240,6 +240,11 @@ bool TcpTransport::peer_failed(int peer) const {
   return peer >= 0 && peer < size_ && pairs_[static_cast<size_t>(peer)].closed;
 }
 
+bool TcpTransport::peer_crashed(int peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peer >= 0 && peer < size_ && pairs_[static_cast<size_t>(peer)].crashed;
+}
+
 std::exception_ptr TcpTransport::closed_error(const Pair& pair, const char* what) const {
   if (pair.error) return pair.error;
   return std::make_exception_ptr(DistNetworkError("rank " + std::to_string(rank_) + ": " + what + " rank " +
@@ -851,6 +856,7 @@ void TcpTransport::read_some(Pair& pair, size_t budget) {
 void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool crashed) {
   if (pair.closed) return;
   pair.closed = true;
+  pair.crashed = crashed;
   pair.error = error;
   // When one rank dies, the others see it at about the same time, and a
   // survivor that gives up can close its own connections before this rank

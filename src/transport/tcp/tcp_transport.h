@@ -56,6 +56,11 @@ struct TcpOptions {
   /// are cut into one stripe per connection. 0: TDIST_TCP_SOCKETS, else
   /// kDefaultSocketsPerPeer. The rank that connects decides for its pair.
   int sockets_per_peer = 0;
+  /// The job's shared secret: when there is one, every connection proves
+  /// it both ways (tcp_handshake.h), and a peer without it is refused.
+  /// nullopt: auth::token_from_env() (TDIST_AUTH_TOKEN, else
+  /// TDIST_AUTH_TOKEN_FILE); an empty string: none.
+  std::optional<std::string> token;
 };
 
 /// Measured on loopback, 2 ranks on 2 cores, 2026-11-23: a 64 MiB
@@ -64,9 +69,13 @@ struct TcpOptions {
 inline constexpr int kDefaultSocketsPerPeer = 4;
 inline constexpr int kMaxSocketsPerPeer = 16;
 
-/// Publishes this rank's address in `store` (keys "tcp/addr/<rank>"),
-/// connects to every other rank and returns the transport. Raises
-/// DistNetworkError naming the rank it could not reach.
+/// Publishes this rank's address and a fresh identity in `store` (keys
+/// "tcp/addr/<rank>"), connects to every other rank and returns the
+/// transport. A connection that is not from a rank of this generation of the
+/// group (another job, an earlier generation, a wrong or duplicate rank, a
+/// wrong or missing token) is refused and named in a warning, and the wait
+/// for the real rank goes on. Raises DistNetworkError naming the rank it could
+/// not reach, or that refused this rank or could not prove the token.
 std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const TcpOptions& options);
 
 /// The addresses this rank listens on and advertises, one per listed
@@ -158,6 +167,7 @@ struct Pair {
   std::string address;
   bool closed = false;        // no more traffic either way
   bool said_goodbye = false;  // closed on purpose, not crashed
+  bool crashed = false;       // closed without a goodbye (peer_crashed)
   std::exception_ptr error;   // why it closed
   std::deque<SendOp> sends;
   uint32_t polling = 0;     // events registered with epoll
@@ -223,6 +233,7 @@ class TcpTransport final : public Transport {
   void end_call() override;
   void abort(std::exception_ptr error) override;
   bool peer_failed(int peer) const override;
+  bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
   std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override;
 
