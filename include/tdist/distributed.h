@@ -202,6 +202,42 @@ void abort_process_group(const Group& group = nullptr, const std::string& reason
 /// a non-member.
 std::string get_comm_name(const Group& group = nullptr);
 
+// ---- Continuing without a dead rank (ULFM's revoke, shrink, agree) ----
+// docs/fault-tolerance.md compares them with MPIX_Comm_revoke,
+// MPIX_Comm_shrink and MPIX_Comm_agree. shrink and agree meet in the
+// group's store, so they work when the group's connections are broken (a
+// peer died, the group was revoked or aborted); every survivor makes its
+// shrink and agree calls on a group in the same order. A rank counts as
+// failed once this group's transport saw it die (its connection broke
+// without a goodbye, or its process is gone) or once it has not come
+// within `timeout` (default: the group's timeout). These raise
+// DistInvalidArgument on a process that is not a member and
+// DistBackendError on a group of another backend.
+
+/// Revokes `group`: not collective, any member may call it, from any
+/// thread. Every pending and later operation of the group fails on every
+/// member that can be reached (an abort: abort_process_group), those not in
+/// a call at their next one; only shrink, agree and destroy_process_group
+/// remain meant for it.
+void revoke(const Group& group = nullptr);
+/// Called by every survivor of `group`: returns a new group of the
+/// survivors, renumbered 0..n-1 in the order of their ranks in `group`, the
+/// same membership on every survivor. Ranks that died are left out, also
+/// those that die during the call if their death is known when the
+/// survivors decide (one that dies after that makes the new group's
+/// connection fail, after a timeout, on the others: shrink again). A
+/// survivor that comes after the others decided without it raises
+/// DistBackendError. The new group has the old one's backend and timeout,
+/// and is destroyed with the default group.
+Group shrink(const Group& group = nullptr, std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+/// Called by every survivor of `group`: returns the bitwise AND of the
+/// flags of the survivors that took part, the same value on every survivor
+/// that returns, even if ranks die during the call (a rank that joined and
+/// then died is left out if its death is known when the survivors decide).
+/// A survivor that comes after the others decided raises DistBackendError.
+int64_t agree(int64_t flag, const Group& group = nullptr,
+              std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
 // ---- Object collectives on byte strings (the Python layer pickles) ----
 /// On src, object_list holds the objects; elsewhere it is resized and filled.
 void broadcast_object_list(std::vector<Bytes>& object_list, int src = 0, const Group& group = nullptr);

@@ -248,6 +248,28 @@ void bind_collectives(py::module_& m) {
         abort_process_group(group, reason);
       },
       py::arg("group").none(true), py::arg("reason"));
+  // revoke / shrink / agree (python/tdist/fault_tolerance.py documents them).
+  m.def(
+      "revoke",
+      [](const Group& group) {
+        py::gil_scoped_release release;
+        revoke(group);
+      },
+      py::arg("group").none(true));
+  m.def(
+      "shrink",
+      [](const Group& group, std::optional<Millis> timeout) {
+        py::gil_scoped_release release;
+        return shrink(group, timeout);
+      },
+      py::arg("group").none(true), py::arg("timeout").none(true));
+  m.def(
+      "agree",
+      [](int64_t flag, const Group& group, std::optional<Millis> timeout) {
+        py::gil_scoped_release release;
+        return agree(flag, group, timeout);
+      },
+      py::arg("flag"), py::arg("group").none(true), py::arg("timeout").none(true));
   m.def(
       "get_comm_name", [](const Group& group) { return get_comm_name(group); }, py::arg("group").none(true));
 }

@@ -83,6 +83,7 @@ from tdist.distributed_c10d import (
     reduce_op,
     reinit_process_group,
 )
+from tdist.fault_tolerance import agree, revoke, shrink
 from tdist.monitored import monitored_barrier
 from tdist.objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
 from tdist.p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
@@ -115,4 +116,5 @@ __all__ = [
     "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven",
     "reinit_process_group", "scatter", "scatter_object_list", "send", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
     "trace_calls",
+    "agree", "revoke", "shrink",
 ]

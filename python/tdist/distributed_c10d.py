@@ -301,11 +301,23 @@ def reinit_process_group(group=None, rebuild_link=True):
     works fail. ``rebuild_link=False``: the connections stay and a barrier
     checks that every member is there. A non-member returns at once. If a
     member never comes, the rebuild raises after the group's timeout and
-    every later call on the group raises DistBackendError."""
+    every later call on the group raises DistBackendError.
+
+    A member that died may be replaced: a new process with the same rank
+    and the same store (tdistrun --restart-policy=failed restarts it) that
+    creates the group anew (init_process_group, then the same new_group
+    calls) meets the survivors' rebuild, as both are the group's next
+    generation (docs/fault-tolerance.md, "Recovering with a replaced
+    rank")."""
     g = resolve_group(group, "reinit_process_group")
     if g is NOT_MEMBER:
         return
     _C.reinit_process_group(g, bool(rebuild_link))
+    # Under DETAIL the group's twin (which carries the argument checks) is
+    # rebuilt with it, as a replacement rank creates both anew.
+    entry = _detail._twins.get(id(_C.default_group() if g is None else g))
+    if entry is not None:
+        _C.reinit_process_group(entry[1], bool(rebuild_link))
 
 
 def abort(group=None, reason=""):

@@ -1,6 +1,8 @@
 """``python3 -m tdist.run [OPTIONS] PROGRAM [ARGS...]``: tdist's launcher
 (torchrun's options: --nproc-per-node, --nnodes, --node-rank, --master-addr,
---master-port, --standalone, --max-restarts, ...; see docs/launcher.md).
+--master-port, --standalone, --max-restarts, ...; and tdist's own, such as
+--restart-policy=failed, which restarts only a failed rank; see
+docs/launcher.md).
 
 This is a thin entry point to the tdistrun binary shipped inside the package
 (tdist/bin/tdistrun, copied there at build and install time). It makes sure

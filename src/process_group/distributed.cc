@@ -434,6 +434,11 @@ Group resolve_group(const Group& group, const char* op) {
   return resolve(group, op);
 }
 
+void remember_group(const Group& group) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  remember_locked(group);
+}
+
 WorkPtr isend_reserved_tag(const Tensor& tensor, int dst, const Group& group, int tag) {
   return start_send("isend", tensor, dst, group, tag);
 }

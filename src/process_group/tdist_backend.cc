@@ -1,10 +1,12 @@
 #include "tdist_backend.h"
 
+#include <cerrno>
 #include <cstring>
 #include <numeric>
 #include <optional>
 #include <sstream>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "algorithms/selector.h"
@@ -147,6 +149,9 @@ uint32_t forced_algorithms() {
 // Group rank 0 names the group "<host>-<pid>-<n>", n counting the groups
 // this process made: no other process of the job (or of another job) can
 // pick the same name. The others read it from the group's store.
+// A replacement of rank 0 (a restarted process joining a live job, see
+// ProcessGroupTdist::connect) finds the name its predecessor set and keeps
+// it: the name is the group's, not the process's.
 std::string agree_on_comm_name(Store& store, int rank) {
   static std::atomic<uint64_t> groups_made{0};
   const std::string key = "tdist/comm_name";
@@ -155,10 +160,22 @@ std::string agree_on_comm_name(Store& store, int rank) {
     if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
     std::string name = std::string(host) + "-" + std::to_string(getpid()) + "-" +
                        std::to_string(groups_made.fetch_add(1, std::memory_order_relaxed));
-    store.set(key, name);
-    return name;
+    return to_string(store.compare_set(key, {}, to_bytes(name)));
   }
   return to_string(store.get(key));
+}
+
+// The store key counting rank r's connects of the group (its generations).
+std::string generation_key(int rank) {
+  return "tdist/generation/" + std::to_string(rank);
+}
+
+// The prefix under which generation g of the group meets: its transport
+// addresses, shared-memory names and call notes are its own, so nothing of
+// an older generation (a dead rank's keys, a late message) is read by a
+// newer one.
+std::string generation_prefix(int64_t generation) {
+  return "tdist/gen/" + std::to_string(generation) + "/";
 }
 
 }  // namespace
@@ -264,7 +281,7 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
   record_calls_ = recorder_.enabled() && !env_bool("TDIST_TESTONLY_UNRECORDED_CALLS").value_or(false);
   forced_algos_ = forced_algorithms();
-  connect(store);
+  connect_generation();
   comm_name_ = agree_on_comm_name(*store, rank);
   worker_ = std::thread([this] { run(); });
 }
@@ -285,6 +302,42 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
                    << (shm_             ? "shared memory"
                        : domains_.local ? "shared memory inside hosts, TCP across"
                                         : "TCP");
+}
+
+void ProcessGroupTdist::connect_generation() {
+  // This rank's k-th connect of the group is generation k, counted in the
+  // group's store: the survivors' reinit and a replacement's first connect
+  // (a new process with the same rank and store) both land on the dead
+  // rank's count + 1, and so meet.
+  generation_ = store_->add(generation_key(rank()), 1);
+  try {
+    connect(std::make_shared<PrefixStore>(generation_prefix(generation_), store_));
+  } catch (const DistError&) {
+    // Ranks at other generations wait for each other in vain: say who.
+    const std::string others = other_generations();
+    if (others.empty()) throw;
+    std::rethrow_exception(with_context(std::current_exception(),
+                                        "connecting generation " + std::to_string(generation_) +
+                                            " of the group, but " + others +
+                                            " (after a failure every survivor calls reinit_process_group "
+                                            "once and a replacement creates the group anew): "));
+  }
+}
+
+std::string ProcessGroupTdist::other_generations() const {
+  std::string out;
+  try {
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank() || !store_->check({generation_key(r)})) continue;
+      const int64_t theirs = parse_int(to_string(store_->get(generation_key(r))), "generation", 0);
+      if (theirs == generation_) continue;
+      out += (out.empty() ? "rank " : ", rank ") + std::to_string(r) + " is at generation " +
+             std::to_string(theirs);
+    }
+  } catch (...) {
+    return {};  // the store may be gone: the original error says enough
+  }
+  return out;
 }
 
 void ProcessGroupTdist::disconnect() {
@@ -390,9 +443,8 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
     }
   } release{*this};
   disconnect();
-  ++rebuilds_;
   try {
-    connect(std::make_shared<PrefixStore>("tdist/reinit/" + std::to_string(rebuilds_), store_));
+    connect_generation();
   } catch (const std::exception& e) {
     disconnect();
     set_unusable("this group has no connections: reinit_process_group could not rebuild them: " +
@@ -1101,6 +1153,21 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   });
   drive_on_wait(*work, request, &transport);
   return work;
+}
+
+bool ProcessGroupTdist::peer_crashed(int peer) const {
+  if (peer < 0 || peer >= size() || peer == rank()) return false;
+  if (shm_ != nullptr) {
+    // A process that is gone is dead for sure, whatever the sockets say
+    // (ranks that are threads of one process share a pid and never are).
+    const pid_t pid = shm_->pid(peer);
+    if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) return true;
+  }
+  const transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
+  if (transport == nullptr) return false;
+  // Asking peer_failed first makes the transport watch its sockets while
+  // no call does, so that a peer's end-of-stream is read at all.
+  return transport->peer_failed(peer) && transport->peer_crashed(peer);
 }
 
 }  // namespace tdist

@@ -46,6 +46,14 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Group rank 0's "<host>-<pid>-<n>" (n counts that process's groups),
   /// handed to the others through the store at creation.
   std::string comm_name() const override { return comm_name_; }
+  /// The store the group was created with: revoke, shrink and agree
+  /// (fault_tolerance.h) meet there when the group's connections are broken.
+  const std::shared_ptr<Store>& store() const { return store_; }
+  /// True if group rank `peer` is known to have died: its connection broke
+  /// without a goodbye (Transport::peer_crashed) or, with every rank on this
+  /// host, its process is gone. Unlike a failed connection, false for a live
+  /// peer after an abort. Not while reinit() runs on another thread.
+  bool peer_crashed(int peer) const;
   /// Fails the running operation of the group on every rank that can be
   /// reached (shared-memory waiters wake, TCP peers get an abort notice),
   /// fails the queued ones without starting them, and makes every later
@@ -54,9 +62,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// call counts.
   void abort(const std::string& reason) override;
   /// Waits for the queued operations, then (rebuild_links) closes the
-  /// connections and makes new ones under the store prefix
-  /// "tdist/reinit/<k>/" of the group's store, k counting the group's
-  /// rebuilds, or (!rebuild_links) runs a barrier. Raises what the
+  /// connections and makes new ones as the group's next generation
+  /// (connect_generation), or (!rebuild_links) runs a barrier. Raises what the
   /// rendezvous or the barrier raises; a group whose rebuild failed raises
   /// that error at every later call.
   void reinit(bool rebuild_links) override;
@@ -88,6 +95,16 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Makes the transport, the collective domains and the call notes over
   /// `store` (the constructor's and reinit's rendezvous).
   void connect(const std::shared_ptr<Store>& store);
+  /// connect() as this rank's next generation of the group: generation k
+  /// is this rank's k-th connect, counted in the group's store under
+  /// "tdist/generation/<rank>", and meets under "tdist/gen/<k>/". The
+  /// survivors' reinit() and a replacement's constructor (a new process
+  /// with the same rank and store) thus both land on count + 1 of the rank
+  /// that died. A failed connect names the ranks at other generations.
+  void connect_generation();
+  /// "rank 2 is at generation 1, ..." for the members whose count differs
+  /// from this rank's; empty if none does (or the store is gone).
+  std::string other_generations() const;
   /// Closes what connect() made, failing pending point-to-point requests.
   void disconnect();
   /// Raises why the group cannot run calls (aborted, or a failed rebuild).
@@ -238,7 +255,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   // The store the group was created with (reinit rendezvouses under a prefix of it).
   std::shared_ptr<Store> store_;
   std::string comm_name_;
-  uint64_t rebuilds_ = 0;
+  int64_t generation_ = 0;  // connect_generation
   // Set while the group cannot run calls (abort(), a failed rebuild);
   // unusable_reason_ (guarded by mutex_) says why.
   std::atomic<bool> unusable_{false};

@@ -97,18 +97,28 @@ std::optional<int> master_port_from_env() {
   }
 }
 
+// True if the launcher hosts the ranks' store (tdistrun --agent-store or
+// --restart-policy=failed, torchrun's agent): torch's env:// tests the
+// variable against "True" in the same way.
+bool agent_hosts_store() {
+  return env_string("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+}
+
+// `agent_store`: every rank, 0 included, only connects (the launcher hosts
+// the server, which then outlives any rank).
 std::shared_ptr<Store> tcp_store_for(const std::string& host, int port, int rank, int world_size,
-                                     Store::Duration timeout) {
+                                     Store::Duration timeout, bool agent_store = false) {
   TCPStoreOptions options;
   options.port = static_cast<uint16_t>(port);
   options.world_size = world_size;
-  options.is_master = rank == 0;
+  options.is_master = rank == 0 && !agent_store;
   options.timeout = timeout;
   options.wait_for_workers = true;
   // Several process groups of one process may rendezvous on the same port.
   options.multi_tenant = true;
   TDIST_LOG(INFO) << "rendezvous: rank " << rank << " of " << world_size
-                  << (rank == 0 ? " hosting" : " joining") << " TCPStore at " << host << ":" << port;
+                  << (options.is_master ? " hosting" : " joining") << (agent_store ? " the launcher's" : "")
+                  << " TCPStore at " << host << ":" << port;
   return std::make_shared<TCPStore>(host, options);
 }
 
@@ -223,7 +233,9 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
     rank = from_env_if_unset(rank, kRankVariables, "rank", 0, &rank_source);
     world_size = from_env_if_unset(world_size, kWorldSizeVariables, "world_size", 1, &size_source);
     check_rank("env:// rendezvous", rank, world_size);
-    // The spec makes MASTER_ADDR optional on rank 0, which hosts the store.
+    // The spec makes MASTER_ADDR optional on rank 0, which hosts the store
+    // (unless the launcher does: then it is on the launcher's host, which
+    // "localhost" also reaches when rank 0 shares it).
     auto addr = env_string("MASTER_ADDR");
     if (!addr && rank == 0) addr = "localhost";
     if (!addr) {
@@ -242,7 +254,8 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
     }
     std::string host = *addr;
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    result.store = tcp_store_for(host, static_cast<int>(*port), rank, world_size, timeout);
+    result.store =
+        tcp_store_for(host, static_cast<int>(*port), rank, world_size, timeout, agent_hosts_store());
   } else if (url.scheme == "tcp") {
     if (rank < 0) throw DistInvalidArgument("tcp:// rendezvous: rank was not given (argument or ?rank=)");
     if (world_size < 0) {

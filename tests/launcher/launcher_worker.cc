@@ -17,6 +17,13 @@
 //                          rest): CODE (print "attempt=K rank=R exit=CODE", exit
 //                          CODE), wait:CODE (print "ready pid=P attempt=K", wait for
 //                          SIGUSR2, then as CODE) or hold (as block --ignore-term)
+//   lone-restart RANK CODE every rank joins the store (env://) and prints "ready pid=P";
+//                          once all have, RANK exits CODE (0 < CODE < 256) or, with
+//                          CODE 0, kills itself with SIGKILL, on every incarnation
+//                          whose TDIST_RESTART_COUNT is below the next argument
+//                          (default 1); the others wait for a key that a later
+//                          incarnation of RANK sets, then every rank prints
+//                          "done rank=R restart=K torchelastic_restart=K pid=P"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -107,6 +114,31 @@ int per_attempt(const std::vector<std::string>& specs) {
   return std::atoi(action.c_str());
 }
 
+// The store must outlive RANK's death (tdistrun hosts it): the others wait
+// on it for RANK's next incarnation.
+int lone_restart(int target, int code, int fail_until) {
+  auto r = tdist::rendezvous("env://", -1, -1, std::chrono::seconds(30));
+  const int restart = std::atoi(env("TDIST_RESTART_COUNT").c_str());
+  say("ready pid=" + std::to_string(getpid()) + " restart=" + std::to_string(restart));
+  if (restart == 0 && r.store->add("ready", 1) == r.world_size) r.store->set("all_ready", "1");
+  if (r.rank == target) {
+    if (restart < fail_until) {
+      r.store->wait({"all_ready"});
+      std::fprintf(stderr, "rank %d fails on incarnation %d\n", r.rank, restart);
+      std::fflush(stderr);
+      if (code == 0) raise(SIGKILL);
+      return code;
+    }
+    r.store->set("back", std::to_string(getpid()));
+  } else {
+    r.store->wait({"back"});
+  }
+  say("done rank=" + std::to_string(r.rank) + " restart=" + env("TDIST_RESTART_COUNT") +
+      " torchelastic_restart=" + env("TORCHELASTIC_RESTART_COUNT") +
+      " agent_store=" + env("TORCHELASTIC_USE_AGENT_STORE") + " pid=" + std::to_string(getpid()));
+  return 0;
+}
+
 int rendezvous_check() {
   auto r = tdist::rendezvous("env://", -1, -1, std::chrono::seconds(30));
   r.store->set("hello/" + std::to_string(r.rank), std::to_string(r.rank));
@@ -182,6 +214,10 @@ int main(int argc, char** argv) {
     }
     if (mode == "per-attempt" && args.size() >= 2) {
       return per_attempt(std::vector<std::string>(args.begin() + 1, args.end()));
+    }
+    if (mode == "lone-restart" && (args.size() == 3 || args.size() == 4)) {
+      return lone_restart(std::atoi(args[1].c_str()), std::atoi(args[2].c_str()),
+                          args.size() == 4 ? std::atoi(args[3].c_str()) : 1);
     }
     if (mode == "fail-once" && args.size() == 2) {
       const std::string& marker = args[1];

@@ -169,6 +169,106 @@ INSTANTIATE_TEST_SUITE_P(Worlds, CommName,
                                             ::testing::Values(1, 2, 8)),
                          param_name);
 
+// A replaced rank: its group is destroyed (as with its process) and a new
+// one is created for the same rank over the same store, while the others
+// rebuild theirs (reinit). Both are the group's next generation, so they
+// meet: collectives and messages carry the right data, and the comm name
+// is the group's, also when rank 0 is the one replaced. Threads use
+// create_process_group; forked processes the default group's
+// init_process_group / destroy_process_group / reinit_process_group, as a
+// restarted process would. Twice in a row, each time another rank.
+class ReplacedRank : public Reinit {};
+
+TEST_P(ReplacedRank, ANewGroupForTheRankMeetsTheOthersRebuild) {
+  const int size = n();
+  const bool processes = mode() == Mode::kProcesses;
+  EXPECT_EQ(run_with_store(
+                mode(), size,
+                [&](Store& store, int rank) -> KeepAlive {
+                  std::shared_ptr<Store> shared(&store, [](Store*) {});
+                  ProcessGroupOptions options;
+                  options.timeout = 30s;
+                  auto create = [&]() -> Group {
+                    if (!processes) {
+                      return create_process_group("tdist", std::make_shared<PrefixStore>("g", shared), rank,
+                                                  size, options);
+                    }
+                    InitProcessGroupOptions init;
+                    init.store = shared;
+                    init.rank = rank;
+                    init.world_size = size;
+                    init.timeout = 30s;
+                    init_process_group(init);
+                    return default_group();
+                  };
+                  Group pg = create();
+                  checked_all_reduce(*pg, 1001, 0);
+                  const std::string name = pg->comm_name();
+                  for (int round = 1; round <= 2; ++round) {
+                    const int replaced = round == 1 ? size - 1 : 0;
+                    if (rank == replaced) {
+                      if (processes) destroy_process_group();
+                      pg.reset();
+                      pg = create();
+                    } else {
+                      if (processes) {
+                        reinit_process_group();
+                      } else {
+                        pg->reinit(true);
+                      }
+                    }
+                    check(pg->sequence_number() == 0, "a call was counted before any was made");
+                    checked_all_reduce(*pg, 1, round);
+                    checked_all_reduce(*pg, 70001, round);
+                    checked_ring(*pg);
+                    const auto names = gather_text(*pg, pg->comm_name());
+                    for (const auto& theirs : names) {
+                      check(theirs == name, "round " + std::to_string(round) + ": comm name " + theirs +
+                                                " instead of " + name);
+                    }
+                  }
+                  if (processes) {
+                    destroy_process_group();
+                    return nullptr;
+                  }
+                  return pg;
+                },
+                90s, 40s),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ReplacedRank,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(2, 3, 5)),
+                         param_name);
+
+// A rank that rebuilds once more than the others waits for a generation
+// they never reach: its rebuild fails at the timeout naming the ranks that
+// are behind and their generation.
+TEST(ReinitErrors, ARankAtAnotherGenerationIsNamed) {
+  EXPECT_EQ(with_groups(
+                Mode::kThreads, 3,
+                [&](ProcessGroup& pg, int rank) {
+                  pg.reinit(true);  // generation 2 everywhere
+                  checked_all_reduce(pg, 3, 0);
+                  // Rank 0 (which waits for the others' connections, bounded
+                  // by the group's timeout) rebuilds alone.
+                  if (rank != 0) return;
+                  try {
+                    pg.reinit(true);  // generation 3 on rank 0 only
+                  } catch (const DistError& e) {
+                    const std::string what = e.what();
+                    check(what.find("connecting generation 3 of the group, but rank 1 is at generation 2, "
+                                    "rank 2 is at generation 2") != std::string::npos,
+                          what);
+                    return;
+                  }
+                  check(false, "a rebuild without the other ranks returned");
+                },
+                2s),
+            "");
+}
+
 // A member that never comes to the rebuild: the others' rendezvous times out,
 // and from then on their group refuses every call, saying why.
 TEST(ReinitErrors, AMissingMemberFailsTheRebuildAndLeavesTheGroupUnusable) {

@@ -17,6 +17,7 @@
 #include "common/error_text.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
+#include "tdist/tcp_store.h"
 
 namespace tdist::launcher {
 namespace {
@@ -186,6 +187,11 @@ int Agent::run() {
         return leave(1);
       case Outcome::kFailed:
       case Outcome::kRemoteFailed:
+        // --restart-policy=failed spent its restarts on single ranks.
+        if (options_.restart_failed_only) {
+          if (options_.max_restarts > 0) say("giving up after " + plural(options_.max_restarts, "restart"));
+          return leave(1);
+        }
         if (attempt < options_.max_restarts) {
           say("restarting all ranks (restart " + std::to_string(attempt + 1) + " of " +
               std::to_string(options_.max_restarts) + ")");
@@ -284,13 +290,36 @@ Agent::RoundResult Agent::run_round(int attempt, const std::string& master_addr,
   spec.master_port = master_port;
   spec.attempt = attempt;
   spec.max_restarts = options_.max_restarts;
+  spec.agent_store = options_.agent_store;
   spec.run_id = options_.run_id;
   spec.role = options_.role;
   spec.log_dir = options_.log_dir;
   spec.tee = options_.tee;
   spec.child_signal_mask = child_mask_;
   spec.bind_sets = options_.bind_sets;
+  // --agent-store: node 0's agent serves the ranks' store for the round,
+  // so that it outlives any rank (rank 0 only connects to it). A new store
+  // per round: a whole-group restart never meets the old round's keys.
+  std::unique_ptr<TCPStore> rank_store;
+  if (options_.agent_store && node_rank() == 0) {
+    TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(master_port);
+    store_options.is_master = true;
+    store_options.wait_for_workers = false;
+    try {
+      rank_store = std::make_unique<TCPStore>(master_addr, store_options);
+    } catch (const std::exception& e) {
+      RoundResult failed;
+      failed.outcome = Outcome::kFailed;
+      failed.summary = "could not host the ranks' store at " + master_addr + ":" +
+                       std::to_string(master_port) + ": " + e.what();
+      say(failed.summary);
+      if (nodes_) nodes_->report_end(attempt, RoundEnd::Kind::kFailed, failed.summary);
+      return failed;
+    }
+  }
   WorkerGroup group(spec);
+  int lone_restarts = 0;  // --restart-policy=failed: ranks restarted alone so far
 
   RoundResult result;
   bool decided = false;  // result.outcome says what ended the round
@@ -397,6 +426,27 @@ Agent::RoundResult Agent::run_round(int attempt, const std::string& master_addr,
     }
 
     group.handle(fds);
+    // --restart-policy=failed: each failed rank starts again alone while
+    // restarts are left; the others go on (they rebuild their groups with
+    // it: reinit_process_group).
+    while (options_.restart_failed_only && !stopping && !group.failures().empty() &&
+           lone_restarts < options_.max_restarts) {
+      const size_t index = group.failures().front();
+      const Worker& worker = group.workers()[index];
+      say(describe_worker(worker) + " " + describe_wait_status(worker.status) + "; restarting rank " +
+          std::to_string(worker.rank) + " alone (restart " + std::to_string(lone_restarts + 1) + " of " +
+          std::to_string(options_.max_restarts) + ")");
+      ++lone_restarts;
+      try {
+        group.restart(index);
+      } catch (const std::exception& e) {
+        say(e.what());
+        result.outcome = Outcome::kFailed;
+        result.summary = std::string("could not restart a rank: ") + e.what();
+        decided = true;
+        begin_stop();
+      }
+    }
     if (!group.failures().empty() && !stopping) {
       const Worker& worker = group.workers()[group.failures().front()];
       std::string summary = describe_worker(worker) + " " + describe_wait_status(worker.status);
@@ -462,7 +512,8 @@ void Agent::print_failure_report(const WorkerGroup& group, int attempt) const {
   const auto& failures = group.failures();
   const Worker& first = group.workers()[failures.front()];
   std::string report = "tdistrun: ---- failure";
-  if (options_.max_restarts > 0) {
+  // (--restart-policy=failed restarts ranks, not attempts: none to number.)
+  if (options_.max_restarts > 0 && !options_.restart_failed_only) {
     report +=
         " (attempt " + std::to_string(attempt + 1) + " of " + std::to_string(options_.max_restarts + 1) + ")";
   }

@@ -124,6 +124,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
   std::string rdzv_conf;
+  std::string restart_policy = "all";
   app.add_option(
          "--nproc-per-node,--nproc_per_node", nproc,
          "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU tdistrun may run on")
@@ -148,6 +149,14 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
                  "restart the whole group up to N times after a failure")
       ->check(CLI::NonNegativeNumber)
       ->default_str("0");
+  app.add_option("--restart-policy,--restart_policy", restart_policy,
+                 "after a failure: 'all' restarts every rank, 'failed' only the rank that failed (one "
+                 "node; implies --agent-store)")
+      ->check(CLI::IsMember({"all", "failed"}))
+      ->default_str("all");
+  app.add_flag("--agent-store,--agent_store", o.agent_store,
+               "tdistrun hosts the ranks' TCPStore (TORCHELASTIC_USE_AGENT_STORE=True): a rank's death "
+               "leaves it up");
   app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
                  "how the nodes meet: 'static' (fixed --nnodes, each with --node-rank) or 'c10d' (nodes "
                  "join at --rdzv-endpoint and are numbered in join order)")
@@ -276,6 +285,20 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   if (o.master_addr.empty()) {
     *exit_code = usage_error("--master-addr is empty");
     return std::nullopt;
+  }
+  if (restart_policy == "failed") {
+    // Restarting one rank while the others run needs a store that outlives
+    // it (rank 0's would die with rank 0). Across nodes a lone restart would
+    // have to be agreed with the other nodes' agents, which restart rounds
+    // as a whole: not offered.
+    if (o.max_nodes > 1) {
+      *exit_code = usage_error(
+          "--restart-policy=failed needs one node (--nnodes 1); with several nodes "
+          "every rank restarts after a failure (--restart-policy=all)");
+      return std::nullopt;
+    }
+    o.restart_failed_only = true;
+    o.agent_store = true;
   }
   return o;
 }

@@ -32,6 +32,13 @@ struct LaunchOptions {
   int master_port = 29500;
   bool standalone = false;
   int max_restarts = 0;
+  /// --restart-policy failed: a rank that fails is restarted alone (same
+  /// rank), the others keep running; false (all): every rank restarts.
+  bool restart_failed_only = false;
+  /// --agent-store (implied by --restart-policy=failed): node 0's agent
+  /// hosts the ranks' TCPStore at MASTER_PORT, every rank only connects
+  /// (TORCHELASTIC_USE_AGENT_STORE=True), so a rank's death leaves it up.
+  bool agent_store = false;
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   /// Where the agents' store is: --rdzv-endpoint, else (static)
   /// --master-addr:--master-port, else (c10d) localhost:29400.

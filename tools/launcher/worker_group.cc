@@ -99,15 +99,27 @@ WorkerGroup::~WorkerGroup() {
   }
 }
 
-void WorkerGroup::start() {
-  std::string attempt_dir;
-  if (!spec_.log_dir.empty()) {
-    attempt_dir = spec_.log_dir + "/attempt_" + std::to_string(spec_.attempt);
+void WorkerGroup::open_streams(Worker& worker) {
+  const bool logging = !spec_.log_dir.empty();
+  std::string stem;
+  if (logging) {
+    // A rank restarted alone writes where a whole-group restart with its
+    // count would: attempt_<its TDIST_RESTART_COUNT>.
+    const std::string attempt_dir =
+        spec_.log_dir + "/attempt_" + std::to_string(spec_.attempt + worker.restarts);
     std::error_code error;
     std::filesystem::create_directories(attempt_dir, error);
     if (error)
       throw DistError("tdistrun: cannot create log directory " + attempt_dir + ": " + error.message());
+    stem = attempt_dir + "/rank_" + std::to_string(worker.rank);
   }
+  worker.out = std::make_unique<RankStream>(worker.rank, !logging || (spec_.tee & 1) ? 1 : -1,
+                                            logging ? stem + ".stdout.log" : "", 0);
+  worker.err = std::make_unique<RankStream>(worker.rank, !logging || (spec_.tee & 2) ? 2 : -1,
+                                            logging ? stem + ".stderr.log" : "", kTailLines);
+}
+
+void WorkerGroup::start() {
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) throw DistError("tdistrun: cannot open /dev/null: " + errno_text(errno));
   std::vector<std::string> base_env = inherited_environment();
@@ -117,14 +129,42 @@ void WorkerGroup::start() {
       Worker& worker = workers_[static_cast<size_t>(local)];
       worker.local_rank = local;
       worker.rank = spec_.rank_offset + local;
-      bool logging = !attempt_dir.empty();
-      std::string stem = attempt_dir + "/rank_" + std::to_string(worker.rank);
-      worker.out = std::make_unique<RankStream>(worker.rank, !logging || (spec_.tee & 1) ? 1 : -1,
-                                                logging ? stem + ".stdout.log" : "", 0);
-      worker.err = std::make_unique<RankStream>(worker.rank, !logging || (spec_.tee & 2) ? 2 : -1,
-                                                logging ? stem + ".stderr.log" : "", kTailLines);
+      open_streams(worker);
       start_one(worker, base_env, devnull);
     }
+  } catch (...) {
+    close(devnull);
+    throw;
+  }
+  close(devnull);
+}
+
+void WorkerGroup::restart(size_t index) {
+  Worker& worker = workers_.at(index);
+  if (!worker.exited) throw DistError("tdistrun: rank " + std::to_string(worker.rank) + " is still running");
+  // What the old process left in its pipes is printed first (a grandchild
+  // holding them open is not waited for).
+  for (bool is_err : {false, true}) {
+    int& fd = is_err ? worker.err_fd : worker.out_fd;
+    if (fd < 0) continue;
+    read_stream(worker, is_err);
+    if (fd >= 0) {
+      (is_err ? *worker.err : *worker.out).finish();
+      close(fd);
+      fd = -1;
+    }
+  }
+  std::erase(failures_, index);
+  worker.exited = false;
+  worker.failed = false;
+  worker.status = 0;
+  worker.pid = -1;
+  ++worker.restarts;
+  open_streams(worker);
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) throw DistError("tdistrun: cannot open /dev/null: " + errno_text(errno));
+  try {
+    start_one(worker, inherited_environment(), devnull);
   } catch (...) {
     close(devnull);
     throw;
@@ -153,12 +193,15 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
   put("ROLE_NAME", spec_.role);
   put("ROLE_WORLD_SIZE", std::to_string(spec_.world_size));
   put("TORCHELASTIC_RUN_ID", spec_.run_id);
-  put("TORCHELASTIC_RESTART_COUNT", std::to_string(spec_.attempt));
+  // A rank restarted alone counts its own restarts on top of the group's.
+  const std::string restarts = std::to_string(spec_.attempt + worker.restarts);
+  put("TORCHELASTIC_RESTART_COUNT", restarts);
   put("TORCHELASTIC_MAX_RESTARTS", std::to_string(spec_.max_restarts));
-  // torch's env:// with "True" would join a store the agent hosts at
-  // MASTER_PORT; tdistrun's agents never serve the ranks, rank 0 hosts theirs.
-  put("TORCHELASTIC_USE_AGENT_STORE", "False");
-  put("TDIST_RESTART_COUNT", std::to_string(spec_.attempt));
+  // "True": node 0's agent hosts the ranks' store at MASTER_PORT and every
+  // rank (0 too) only joins it (tdist's env://, as torch's). "False": rank
+  // 0 hosts it.
+  put("TORCHELASTIC_USE_AGENT_STORE", spec_.agent_store ? "True" : "False");
+  put("TDIST_RESTART_COUNT", restarts);
   put("TDIST_MAX_RESTARTS", std::to_string(spec_.max_restarts));
   // torchrun's defaults, kept when the launcher's environment sets them.
   if (!inherited("NCCL_ASYNC_ERROR_HANDLING")) put("NCCL_ASYNC_ERROR_HANDLING", "1");

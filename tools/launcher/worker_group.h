@@ -28,8 +28,10 @@ struct GroupSpec {
   int nnodes = 1;
   std::string master_addr;
   int master_port = 0;
-  int attempt = 0;  // restarts so far
+  int attempt = 0;  // restarts of the whole group so far
   int max_restarts = 0;
+  /// Node 0's agent hosts the ranks' store (TORCHELASTIC_USE_AGENT_STORE=True).
+  bool agent_store = false;
   std::string run_id;   // TORCHELASTIC_RUN_ID
   std::string role;     // ROLE_NAME
   std::string log_dir;  // empty: console only
@@ -56,6 +58,9 @@ struct Worker {
   int status = 0;
   /// Ended badly before the launcher began stopping the group.
   bool failed = false;
+  /// Times this rank was restarted alone (--restart-policy=failed); its
+  /// TDIST_RESTART_COUNT is the group's attempt plus this.
+  int restarts = 0;
 };
 
 class WorkerGroup {
@@ -77,6 +82,11 @@ class WorkerGroup {
 
   /// From now on ranks that end are being stopped, not failing.
   void set_stopping() { stopping_ = true; }
+  /// Starts the failed worker `index` again alone, with the same rank and
+  /// its restart count one higher, and forgets its failure (failures()).
+  /// Raises DistError as start() does.
+  void restart(size_t index);
+
   /// Sends `signal` to the process group of every rank still running.
   void signal_all(int signal);
 
@@ -92,6 +102,9 @@ class WorkerGroup {
   void close_streams();
 
  private:
+  /// The worker's output streams (log files under its attempt's directory,
+  /// made if needed).
+  void open_streams(Worker& worker);
   void start_one(Worker& worker, const std::vector<std::string>& base_env, int devnull);
   void read_stream(Worker& worker, bool is_err);
   void reap(Worker& worker);
