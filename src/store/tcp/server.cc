@@ -234,7 +234,11 @@ void TCPServer::Impl::accept_all(const Socket& listener) {
     conn->sock = std::move(sock);
     conn->events = EPOLLIN;
     conn->accepted = conn->last_active = conn->last_sent = ServerClock::now();
-    if (options.auth_token) conn->auth = Connection::Auth::kExpectBegin;
+    if (options.auth_token) {
+      make_room_for_handshake();
+      conn->auth = Connection::Auth::kExpectBegin;
+      unauthenticated.insert(conn->id);
+    }
     epoll_event ev{};
     ev.events = conn->events;
     ev.data.u64 = conn->id;
@@ -247,6 +251,26 @@ void TCPServer::Impl::accept_all(const Socket& listener) {
     connections.emplace(conn->id, std::move(conn));
     stat_accepted.fetch_add(1);
     stat_open.fetch_add(1);
+  }
+}
+
+// The handshake's places are all taken: the oldest connection in it has had
+// the longest to prove the token and is closed, so that a flood of clients
+// without it delays a real client by at most one handshake, never locks it
+// out.
+void TCPServer::Impl::make_room_for_handshake() {
+  if (options.max_unauthenticated == 0) return;
+  while (unauthenticated.size() >= options.max_unauthenticated) {
+    Connection* oldest = find(*unauthenticated.begin());
+    if (oldest == nullptr) {
+      unauthenticated.erase(unauthenticated.begin());
+      continue;
+    }
+    stat_auth_refusals.fetch_add(1);
+    reject(*oldest,
+           "had not authenticated when " + std::to_string(options.max_unauthenticated) +
+               " connections were in the handshake (the limit); the oldest is closed to let a new one in",
+           nullptr);
   }
 }
 

@@ -65,6 +65,11 @@ struct TCPServerOptions {
   /// The job's secret: when set, every connection must prove it holds it
   /// (auth.h's handshake) before any request is served.
   std::optional<std::string> auth_token;
+  /// With a token: how many connections may be in the handshake at once. A
+  /// new connection past it closes the oldest of them, so clients without
+  /// the token can neither lock the job's clients out nor hold more than
+  /// this many handshake frames (256 bytes each) of memory.
+  size_t max_unauthenticated = 1024;
 };
 
 /// Default of TCPServerOptions::memory_budget: 1 GiB.

@@ -89,6 +89,7 @@ bool TCPServer::Impl::authenticate(Connection& conn, const Request& request) {
       reply.raw(mine.data(), mine.size());
       enqueue(conn, reply.finish());
       conn.auth = Connection::Auth::kOpen;
+      unauthenticated.erase(conn.id);
       conn.served = true;
       TDIST_LOG(DEBUG) << where() << ": client " << conn.sock.peer() << " authenticated";
       return true;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,6 +32,11 @@
 namespace tdist {
 
 using ServerClock = std::chrono::steady_clock;
+
+/// Bound of a frame's length field before a connection has authenticated:
+/// the handshake's largest frame, AUTH_PROOF, has 73. A client without the
+/// token can make the server buffer no more than this (docs/security.md).
+inline constexpr size_t kMaxHandshakeFrameBytes = 256;
 
 /// One reply frame: its own bytes, then (for GET and COMPARE_SET) the stored
 /// value it shares with the table instead of copying.
@@ -118,6 +124,7 @@ struct TCPServer::Impl {
   void flush_dirty();
   void accept_all(const Socket& listener);
   void shed_one_connection(const Socket& listener);
+  void make_room_for_handshake();
   void check_timers();
   std::chrono::milliseconds tick() const;
   Connection* find(uint64_t id);
@@ -127,6 +134,10 @@ struct TCPServer::Impl {
   void read_from(Connection& conn);
   void process_input(Connection& conn);
   bool refuse_for_budget(Connection& conn, size_t pos);
+  /// The largest frame `conn` may send now: the handshake's bound until it
+  /// has authenticated, max_frame_bytes after.
+  size_t frame_limit(const Connection& conn) const;
+  void refuse_before_handshake(Connection& conn, uint64_t announced, const uint64_t* request_id);
   void charge_input(Connection& conn);
   void flush(Connection& conn);
   void update_interest(Connection& conn);
@@ -144,6 +155,8 @@ struct TCPServer::Impl {
   void add(Connection& conn, const tcpstore::Request& request);
   void compare_set(Connection& conn, const tcpstore::Request& request);
   void erase(Connection& conn, const tcpstore::Request& request);
+  size_t storage_growth(const tcpstore::Request& request) const;
+  bool refuse_for_budget(Connection& conn, const tcpstore::Request& request, size_t frame_bytes);
   bool all_exist(const std::vector<std::string>& keys) const;
   void key_created(const std::string& key);
 
@@ -185,6 +198,9 @@ struct TCPServer::Impl {
   std::unordered_map<uint64_t, Waiter> waiters;
   // key -> the waiters that hold it (WAIT: all its keys, present or not).
   std::unordered_map<std::string, WatchList> watchers;
+  // With a token: the connections still in the handshake, oldest (lowest
+  // id) first, at most options.max_unauthenticated.
+  std::set<uint64_t> unauthenticated;
   // Connections with requests left over from their last turn.
   std::vector<uint64_t> ready_list;
   uint64_t next_waiter_id = 1;

@@ -53,6 +53,9 @@ void TCPServer::Impl::read_from(Connection& conn) {
       charge_input(conn);
       total += r.bytes;
       if (r.bytes < scratch.size()) break;
+      // More than a handshake frame from a client yet to authenticate:
+      // process_input refuses it without reading more.
+      if (conn.auth != Connection::Auth::kOpen && conn.in.size() > kMaxHandshakeFrameBytes + 4) break;
       // Refuse early a frame the budget cannot hold, before reading on.
       if (conn.discard == 0) refuse_for_budget(conn, 0);
       continue;
@@ -74,8 +77,8 @@ void TCPServer::Impl::read_from(Connection& conn) {
         TDIST_LOG(DEBUG) << where() << ": client " << conn.sock.peer() << " " << how;
       }
       mark_dead(conn);
-    } else if (tcpstore::parse_frame(conn.in.data(), conn.in.size(), options.max_frame_bytes, &frame,
-                                     &announced) == ParseStatus::kFrame) {
+    } else if (tcpstore::parse_frame(conn.in.data(), conn.in.size(), frame_limit(conn), &frame, &announced) ==
+               ParseStatus::kFrame) {
       // Whole requests left over: it was throttled for not reading replies.
       reject(conn, how + " with requests unanswered after not reading its replies", nullptr);
     } else {
@@ -105,8 +108,8 @@ void TCPServer::Impl::process_input(Connection& conn) {
     }
     tcpstore::FrameView frame;
     uint64_t announced = 0;
-    ParseStatus status = tcpstore::parse_frame(conn.in.data() + pos, conn.in.size() - pos,
-                                               options.max_frame_bytes, &frame, &announced);
+    ParseStatus status = tcpstore::parse_frame(conn.in.data() + pos, conn.in.size() - pos, frame_limit(conn),
+                                               &frame, &announced);
     if (status == ParseStatus::kNeedMore) {
       if (conn.discard == 0) refuse_for_budget(conn, pos);
       break;
@@ -117,6 +120,10 @@ void TCPServer::Impl::process_input(Connection& conn) {
       if (has_id) {
         tcpstore::PayloadReader header(conn.in.data() + pos + 5, 8);
         id = header.u64();
+      }
+      if (conn.auth != Connection::Auth::kOpen) {
+        refuse_before_handshake(conn, announced, has_id ? &id : nullptr);
+        return;
       }
       reject(conn,
              "announced a frame of " + std::to_string(announced) + " bytes, over the limit of " +
@@ -145,6 +152,30 @@ void TCPServer::Impl::process_input(Connection& conn) {
   if (conn.in.empty() && conn.in.capacity() > 64 * kReadChunk) std::vector<uint8_t>().swap(conn.in);
   charge_input(conn);
   update_interest(conn);
+}
+
+size_t TCPServer::Impl::frame_limit(const Connection& conn) const {
+  return conn.auth == Connection::Auth::kOpen ? options.max_frame_bytes : kMaxHandshakeFrameBytes;
+}
+
+// A client yet to authenticate announced a frame longer than any of the
+// handshake's: refused on its length, before its body is buffered, so that
+// clients without the token cannot fill the memory budget.
+void TCPServer::Impl::refuse_before_handshake(Connection& conn, uint64_t announced,
+                                              const uint64_t* request_id) {
+  stat_auth_refusals.fetch_add(1);
+  std::string why = "announced a frame of " + std::to_string(announced) +
+                    " bytes before authenticating (the handshake's announce at most " +
+                    std::to_string(kMaxHandshakeFrameBytes) + "; a client without the job's token?)";
+  TDIST_LOG(WARNING) << where() << ": refused client " << conn.sock.peer() << ": " << why;
+  if (request_id != nullptr) {
+    std::vector<uint8_t> frame = tcpstore::encode_error(
+        *request_id,
+        "TCPStore server: authentication required: this store serves only clients holding the job's token "
+        "(TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE)");
+    conn.sock.try_send(frame.data(), frame.size());  // best effort, then close
+  }
+  mark_dead(conn);
 }
 
 // The connections that had more requests buffered than one turn serves.
@@ -245,6 +276,7 @@ void TCPServer::Impl::reject(Connection& conn, const std::string& why, const uin
 void TCPServer::Impl::mark_dead(Connection& conn) {
   if (conn.dead) return;
   conn.dead = true;
+  unauthenticated.erase(conn.id);
   ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, conn.sock.fd(), nullptr);
   for (const auto& [request, waiter_id] : conn.waiters) remove_waiter(waiter_id);
   conn.waiters.clear();

@@ -19,6 +19,14 @@ size_t key_cost(const std::string& key) {
   return key.size() + MemoryBudget::kValueOverhead;
 }
 
+// What a stored value costs the budget (MemoryBudget::make_value).
+size_t value_cost(size_t bytes) {
+  return bytes + MemoryBudget::kValueOverhead;
+}
+
+// The longest decimal text of a counter: "-9223372036854775808".
+constexpr size_t kMaxCounterText = 20;
+
 }  // namespace
 
 void TCPServer::Impl::handle(Connection& conn, const tcpstore::FrameView& frame) {
@@ -30,6 +38,7 @@ void TCPServer::Impl::handle(Connection& conn, const tcpstore::FrameView& frame)
   }
   if (authenticate(conn, request)) return;
   conn.served = true;
+  if (refuse_for_budget(conn, request, frame.frame_size)) return;
   FrameWriter reply(static_cast<uint8_t>(Status::kOk), request.id);
   const std::string& key = request.keys.empty() ? std::string() : request.keys.front();
   switch (request.command) {
@@ -74,6 +83,60 @@ void TCPServer::Impl::handle(Connection& conn, const tcpstore::FrameView& frame)
       return;  // authenticate() answered them
   }
   enqueue(conn, reply.finish());
+}
+
+// How much a SET, ADD or COMPARE_SET would add to the memory budget (0 if
+// it stores nothing). A new key costs its value and its own bookkeeping; an
+// existing one only what its new value adds to the old, which goes.
+size_t TCPServer::Impl::storage_growth(const Request& request) const {
+  bool writes = request.command == Command::kSet || request.command == Command::kAdd ||
+                request.command == Command::kCompareSet;
+  if (!writes) return 0;
+  const std::string& key = request.keys.front();
+  KvMap::Value old = table.find_shared(key);
+  size_t bytes = request.command == Command::kAdd ? kMaxCounterText : request.value.size();
+  if (request.command == Command::kAdd && old) {
+    // The counter's next text, exactly, so that ADDs to an existing counter
+    // (barriers) go on in a full store. A plain value reads as 0 here; the
+    // ADD then fails anyway.
+    int64_t current = 0;
+    const auto* text = reinterpret_cast<const char*>(old->data());
+    std::from_chars(text, text + old->size(), current);
+    bytes = std::to_string(
+                static_cast<int64_t>(static_cast<uint64_t>(current) + static_cast<uint64_t>(request.amount)))
+                .size();
+  }
+  if (request.command == Command::kCompareSet) {
+    // compare_set writes only to an absent key when `expected` is empty, or
+    // over a value equal to `expected` (KvMap::compare_set).
+    bool swaps = old ? *old == request.expected : request.expected.empty();
+    if (!swaps) return 0;
+  }
+  if (!old) return value_cost(bytes) + key_cost(key);
+  return bytes > old->size() ? bytes - old->size() : 0;
+}
+
+// Refuses (with an error reply; nothing is stored) a write whose value
+// would pass the memory budget. The request's own frame is still buffered
+// and charged while it is handled, and goes right after: it is not counted
+// against the request, or no value of more than half the budget could ever
+// be stored. True if refused.
+bool TCPServer::Impl::refuse_for_budget(Connection& conn, const Request& request, size_t frame_bytes) {
+  size_t growth = storage_growth(request);
+  if (growth == 0) return false;
+  size_t used = budget.used();
+  size_t others = used - std::min(used, frame_bytes);
+  if (growth <= budget.limit() && others <= budget.limit() - growth) return false;
+  std::string why = std::string("TCPStore server: ") +
+                    tcpstore::command_name(static_cast<uint8_t>(request.command)) + " of key '" +
+                    request.keys.front() + "' refused: the store's memory budget of " +
+                    std::to_string(budget.limit()) + " bytes (TDIST_STORE_MEMORY_BYTES) has " +
+                    std::to_string(budget.limit() - std::min(budget.limit(), others)) +
+                    " bytes left, storing this needs " + std::to_string(growth) + "; nothing was stored";
+  TDIST_LOG(WARNING) << where() << ": client " << conn.sock.peer() << ": " << why;
+  stat_budget_refusals.fetch_add(1);
+  enqueue(conn, tcpstore::encode_error(request.id, why));
+  return true;
 }
 
 bool TCPServer::Impl::all_exist(const std::vector<std::string>& keys) const {

@@ -42,7 +42,7 @@ bool TCPServer::Impl::refuse_for_budget(Connection& conn, size_t pos) {
   size_t have = conn.in.size() - pos;
   if (have < tcpstore::kHeaderBytes) return false;  // the id is needed for the error
   uint64_t total = uint64_t{4} + load_u32(conn.in.data() + pos);
-  if (total > options.max_frame_bytes + 4 || total <= have) return false;  // process_input's cases
+  if (total > frame_limit(conn) + 4 || total <= have) return false;  // process_input's cases
   size_t to_come = static_cast<size_t>(total - have);
   if (budget.fits(to_come)) return false;
   tcpstore::PayloadReader header(conn.in.data() + pos + 5, 8);
