@@ -225,28 +225,14 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     }
     return id;
   };
-  desk_config.slot_taken = [&](const Hello& hello) -> std::optional<std::string> {
-    const auto& list = sockets[hello.rank];
-    if (!list.empty() && list.size() != hello.connections) {
-      return "rank " + std::to_string(hello.rank) + " announced " + std::to_string(list.size()) +
-             " connections before and " + std::to_string(hello.connections) + " now";
-    }
-    if (!list.empty() && list[hello.connection].valid()) {
-      return "rank " + std::to_string(hello.rank) + "'s connection " + std::to_string(hello.connection) +
-             " is already established (a duplicate of that rank)";
-    }
-    return std::nullopt;
-  };
   tcp::GreetingDesk desk(std::move(desk_config));
   std::vector<pollfd> pfds;
   size_t next = 0;  // the listener to accept from first, taken in turns
   for (int accepted = 0; accepted < size - 1 - rank;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now()).count();
     pfds.clear();
-    // A full desk leaves new connections in the listen backlog.
-    const bool accepting = desk.pending() < tcp::kMaxGreetings;
-    for (const Socket& listener : listeners)
-      pfds.push_back({listener.fd(), static_cast<short>(accepting ? POLLIN : 0), 0});
+    // Always accepting: a full desk makes room for a new connection (GreetingDesk::add).
+    for (const Socket& listener : listeners) pfds.push_back({listener.fd(), POLLIN, 0});
     desk.poll_set(pfds);
     // Wake at least every 100 ms to expire greetings that stalled.
     if (left <= 0 || poll(pfds.data(), pfds.size(), static_cast<int>(std::min<int64_t>(left, 100))) < 0) {
@@ -260,13 +246,23 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
                                     " ms waiting for ranks" + missing + " to connect to " + me);
     }
     for (tcp::Admitted& in : desk.progress(pfds.data() + listeners.size())) {
+      const int peer = static_cast<int>(in.hello.rank);
       auto& list = sockets[in.hello.rank];
       if (list.empty()) list.resize(in.hello.connections);
+      // The desk admits each slot once, with one count per rank; checked
+      // again because a mistake would write outside the table.
+      if (list.size() != in.hello.connections || in.hello.connection >= list.size() ||
+          list[in.hello.connection].valid()) {
+        desk.close_all("the accepting rank failed");
+        throw DistBackendError(where + ": internal error: rank " + std::to_string(peer) + "'s connection " +
+                               std::to_string(in.hello.connection) + " of " +
+                               std::to_string(in.hello.connections) + " was admitted into a table of " +
+                               std::to_string(list.size()) + " that already held it or cannot");
+      }
       if (in.hello.connection == 0) addresses[in.hello.rank] = in.address;
       list[in.hello.connection] = std::move(in.socket);
-      if (complete(static_cast<int>(in.hello.rank))) ++accepted;
+      if (complete(peer)) ++accepted;  // once per rank: its last slot was just filled
     }
-    if (!accepting) continue;
     int error = 0;
     for (size_t i = 0; i < listeners.size(); ++i) {
       Socket socket = accept_connection(listeners[(next + i) % listeners.size()], &error);

@@ -99,9 +99,24 @@ void greet_acceptor(const Socket& socket, const Hello& hello, const std::optiona
   }
 }
 
-GreetingDesk::GreetingDesk(Config config) : config_(std::move(config)) {}
+GreetingDesk::GreetingDesk(Config config)
+    : config_(std::move(config)), slots_(static_cast<size_t>(std::max(config_.size, 0))) {}
 
 void GreetingDesk::add(Socket socket, Deadline group_deadline) {
+  if (pending_.size() >= kMaxGreetings) {
+    // A real rank sends its greeting as soon as it is connected, so it is
+    // among the newest here; the oldest without a whole greeting is the
+    // likeliest to be a client that will never send one.
+    auto oldest =
+        std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.challenged; });
+    if (oldest == pending_.end()) oldest = pending_.begin();
+    refuse(*oldest, "it had not completed its greeting when " + std::to_string(kMaxGreetings) +
+                        " connections were in their greeting, and it was the oldest of them (" +
+                        std::to_string(oldest->bytes.size()) + " bytes " +
+                        (oldest->challenged ? "of its proof of the token" : "of a greeting") +
+                        " came); it made room for a new connection");
+    pending_.erase(oldest);
+  }
   Pending p;
   p.address = socket.peer_address().to_string();
   socket.set_nonblocking(true);
@@ -216,13 +231,7 @@ bool GreetingDesk::on_greeting(Pending& p, std::vector<Admitted>* out) {
                   "TDIST_AUTH_TOKEN_FILE on every rank)");
     return true;
   }
-  if (!config_.token) {
-    if (auto taken = config_.slot_taken(hello)) {
-      refuse(p, *taken);
-      return true;
-    }
-    return admit(p, out, {});
-  }
+  if (!config_.token) return admit(p, out, {});
   p.server_nonce = auth::make_nonce();
   p.challenged = true;
   p.bytes.clear();
@@ -249,16 +258,19 @@ bool GreetingDesk::on_proof(Pending& p, std::vector<Admitted>* out) {
                   "'s proof of the job's token is wrong (does it have another TDIST_AUTH_TOKEN?)");
     return true;
   }
-  // A duplicate may have been admitted while this one proved its token.
-  if (auto taken = config_.slot_taken(p.hello)) {
-    refuse(p, *taken);
-    return true;
-  }
   const auth::Proof answer = auth::server_proof(*config_.token, context, p.server_nonce, client_nonce);
   return admit(p, out, std::string_view(reinterpret_cast<const char*>(answer.data()), answer.size()));
 }
 
 bool GreetingDesk::admit(Pending& p, std::vector<Admitted>* out, std::string_view body) {
+  // Checked here, as the slot is taken, and not against the caller's table:
+  // that learns of the connections admitted in this poll only after
+  // progress() returns, and a second greeting for the same slot in the same
+  // poll would otherwise be admitted too.
+  if (auto taken = slot_taken(p.hello)) {
+    refuse(p, *taken);
+    return true;
+  }
   try {
     const std::string accept = encode_reply(ReplyKind::kAccept, body);
     p.socket.send_all(accept.data(), accept.size(), p.deadline);
@@ -266,8 +278,30 @@ bool GreetingDesk::admit(Pending& p, std::vector<Admitted>* out, std::string_vie
     refuse(p, std::string("sending the acceptance failed: ") + e.what(), false);
     return true;
   }
+  RankSlots& slots = slots_[p.hello.rank];
+  if (slots.connections == 0) {
+    slots.connections = p.hello.connections;
+    slots.taken.assign(p.hello.connections, false);
+  }
+  slots.taken[p.hello.connection] = true;
   out->push_back(Admitted{std::move(p.socket), p.hello, p.address});
   return true;
+}
+
+std::optional<std::string> GreetingDesk::slot_taken(const Hello& hello) const {
+  // check_greeting guaranteed rank < size and connection < connections.
+  const RankSlots& slots = slots_[hello.rank];
+  const std::string rank = "rank " + std::to_string(hello.rank);
+  if (slots.connections == 0) return std::nullopt;
+  if (slots.connections != hello.connections) {
+    return rank + " announced " + std::to_string(slots.connections) + " connections before and " +
+           std::to_string(hello.connections) + " now";
+  }
+  if (slots.taken[hello.connection]) {
+    return rank + "'s connection " + std::to_string(hello.connection) +
+           " is already established (a duplicate of that rank)";
+  }
+  return std::nullopt;
 }
 
 void GreetingDesk::refuse(Pending& p, const std::string& reason, bool tell) const {

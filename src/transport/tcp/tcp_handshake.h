@@ -22,7 +22,10 @@ namespace tdist::transport::tcp {
 /// real peer sends each message as soon as it can), so that a silent
 /// client cannot hold a slot until the group's timeout.
 inline constexpr std::chrono::seconds kGreetingTimeout{10};
-/// Connections in their greeting at once; more wait in the listen backlog.
+/// Connections in their greeting at once. When all are taken, a new
+/// connection makes room by refusing the oldest one that has not sent a
+/// whole greeting (else the oldest of all), so that clients which connect
+/// and say nothing cannot keep the real ranks waiting in the listen backlog.
 inline constexpr size_t kMaxGreetings = 256;
 
 /// The connector's side, on a freshly connected socket: sends `hello`, reads
@@ -43,7 +46,11 @@ struct Admitted {
 
 /// The acceptor's side, for every accepted connection still in its greeting,
 /// driven by the accept loop's poll. A connection that fails a check is sent
-/// a refusal with the reason, closed and named in a warning.
+/// a refusal with the reason, closed and named in a warning. The desk also
+/// keeps the table of slots (rank, connection) it has admitted: a slot is
+/// taken at the moment its connection is admitted, so of two greetings for
+/// one slot, even two handled in the same poll, only the first gets it, and
+/// every connection of a rank must announce the count its first one did.
 class GreetingDesk {
  public:
   struct Config {
@@ -55,12 +62,12 @@ class GreetingDesk {
     /// What rank r published as its identity in this generation's store
     /// (nullopt: nothing yet).
     std::function<std::optional<Identity>(int rank)> published;
-    /// Why this connection cannot take its slot (a duplicate), else nullopt.
-    std::function<std::optional<std::string>(const Hello&)> slot_taken;
   };
   explicit GreetingDesk(Config config);
 
-  /// Starts the greeting of an accepted connection.
+  /// Starts the greeting of an accepted connection. With kMaxGreetings
+  /// connections already in their greeting, first refuses the oldest one
+  /// that has not sent a whole greeting (else the oldest).
   void add(Socket socket, Deadline group_deadline);
   size_t pending() const { return pending_.size(); }
   /// Appends one pollfd per connection in its greeting, in order.
@@ -89,9 +96,19 @@ class GreetingDesk {
   bool on_proof(Pending& p, std::vector<Admitted>* out);
   bool admit(Pending& p, std::vector<Admitted>* out, std::string_view body);
   void refuse(Pending& p, const std::string& reason, bool tell = true) const;
+  // Why `hello` cannot have its slot (taken, or another count than its
+  // rank's first admitted connection announced), else nullopt.
+  std::optional<std::string> slot_taken(const Hello& hello) const;
+
+  // The slots of one higher rank's connections.
+  struct RankSlots {
+    uint32_t connections = 0;  // what its first admitted connection announced; 0: none yet
+    std::vector<bool> taken;
+  };
 
   Config config_;
   std::vector<Pending> pending_;
+  std::vector<RankSlots> slots_;  // by rank
 };
 
 }  // namespace tdist::transport::tcp
