@@ -37,7 +37,9 @@
 #include <string>
 #include <vector>
 
+#include "tdist/errors.h"
 #include "tdist/rendezvous.h"
+#include "tdist/tcp_store.h"
 
 namespace {
 
@@ -139,6 +141,63 @@ int lone_restart(int target, int code, int fail_until) {
   return 0;
 }
 
+// What a rank learns of the job's token (tdistrun's job_token.h): the
+// variables, the file's mode and a digest of its contents (never the
+// token), and whether the ranks' store lets in a client without it.
+int auth_check() {
+  auto r = tdist::rendezvous("env://", -1, -1, std::chrono::seconds(30));
+  auto set = [](const char* name) {
+    const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): single-threaded
+    return value != nullptr && *value != '\0';
+  };
+  const std::string file = set("TDIST_AUTH_TOKEN_FILE") ? env("TDIST_AUTH_TOKEN_FILE") : "";
+  std::string mode = "none";
+  std::string digest = "none";
+  if (!file.empty()) {
+    struct stat st {};
+    if (stat(file.c_str(), &st) == 0) {
+      char octal[8];
+      std::snprintf(octal, sizeof(octal), "%o", static_cast<unsigned>(st.st_mode & 0777));
+      mode = octal;
+    }
+    FILE* f = std::fopen(file.c_str(), "rb");
+    if (f != nullptr) {
+      std::string content;
+      char buf[256];
+      size_t n = 0;
+      while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) content.append(buf, n);
+      std::fclose(f);
+      digest =
+          std::to_string(std::hash<std::string>{}(content) % 1000003) + "/" + std::to_string(content.size());
+    }
+  }
+  std::string stranger = "admitted";
+  {
+    tdist::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(std::atoi(env("MASTER_PORT").c_str()));
+    options.timeout = std::chrono::seconds(10);
+    options.auth_token = "";  // a client that does not know the token
+    try {
+      tdist::TCPStore client(env("MASTER_ADDR"), options);
+      client.set("stranger/" + std::to_string(r.rank), "1");
+    } catch (const tdist::DistStoreError& e) {
+      stranger =
+          std::string(e.what()).find("requires authentication") != std::string::npos ? "refused" : e.what();
+    }
+  }
+  say("auth rank=" + std::to_string(r.rank) + " path=" + (file.empty() ? "none" : file) + " token_env=" +
+      (set("TDIST_AUTH_TOKEN") ? "set" : "unset") + " file=" + (file.empty() ? "unset" : "set") +
+      " mode=" + mode + " digest=" + digest + " stranger=" + stranger);
+  // Rank 0 may host the store: it leaves after everyone else is done with it.
+  if (r.store->add("arrived", 1) == r.world_size) r.store->set("open", "1");
+  r.store->wait({"open"});
+  if (r.world_size > 1) {
+    if (r.rank != 0 && r.store->add("left", 1) == r.world_size - 1) r.store->set("all_left", "1");
+    if (r.rank == 0) r.store->wait({"all_left"});
+  }
+  return 0;
+}
+
 int rendezvous_check() {
   auto r = tdist::rendezvous("env://", -1, -1, std::chrono::seconds(30));
   r.store->set("hello/" + std::to_string(r.rank), std::to_string(r.rank));
@@ -190,6 +249,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "rendezvous") return rendezvous_check();
+    if (mode == "auth") return auth_check();
     if (mode == "fail" && args.size() == 3) {
       others_ready_then(std::atoi(args[1].c_str()));
       for (int i = 1; i <= 25; ++i) std::fprintf(stderr, "error line %d of rank %d\n", i, rank());

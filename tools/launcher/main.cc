@@ -13,6 +13,7 @@
 
 #include "agent.h"
 #include "command.h"
+#include "job_token.h"
 #include "options.h"
 
 namespace {
@@ -59,6 +60,9 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   try {
+    // Before the agent starts any thread (it sets TDIST_AUTH_TOKEN_FILE);
+    // removed when the job is over.
+    std::unique_ptr<JobToken> token = JobToken::provide(*options);
     Agent agent(std::move(*options), std::move(command), signal_fd, original_mask);
     return agent.run();
   } catch (const std::exception& e) {

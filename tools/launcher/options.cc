@@ -125,6 +125,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   std::string rdzv_endpoint;
   std::string rdzv_conf;
   std::string restart_policy = "all";
+  bool no_auth = false;
   app.add_option(
          "--nproc-per-node,--nproc_per_node", nproc,
          "processes (ranks) on this node: a number, or 'auto'/'cpu' for one per CPU tdistrun may run on")
@@ -157,6 +158,10 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   app.add_flag("--agent-store,--agent_store", o.agent_store,
                "tdistrun hosts the ranks' TCPStore (TORCHELASTIC_USE_AGENT_STORE=True): a rank's death "
                "leaves it up");
+  app.add_flag(
+      "--no-auth,--no_auth", no_auth,
+      "do not make a token for the job: its store and transport connections are then not "
+      "authenticated (unless TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE is set); see docs/security.md");
   app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
                  "how the nodes meet: 'static' (fixed --nnodes, each with --node-rank) or 'c10d' (nodes "
                  "join at --rdzv-endpoint and are numbered in join order)")
@@ -300,6 +305,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
     o.restart_failed_only = true;
     o.agent_store = true;
   }
+  o.auth = !no_auth;
   return o;
 }
 

@@ -39,6 +39,9 @@ struct LaunchOptions {
   /// hosts the ranks' TCPStore at MASTER_PORT, every rank only connects
   /// (TORCHELASTIC_USE_AGENT_STORE=True), so a rank's death leaves it up.
   bool agent_store = false;
+  /// Make a token for the job when it has none (job_token.h); --no-auth:
+  /// false.
+  bool auth = true;
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;
   /// Where the agents' store is: --rdzv-endpoint, else (static)
   /// --master-addr:--master-port, else (c10d) localhost:29400.
