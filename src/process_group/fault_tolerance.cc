@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "common/env.h"
@@ -51,7 +49,8 @@ int64_t parse_int64(std::string_view text, std::string_view what) {
 
 // Test hook: TDIST_TESTONLY_FT_KILL_AFTER_JOIN lists "R" or "R@K" items
 // (comma-separated): rank R dies by SIGKILL right after it joined any
-// round, or only the group's K-th shrink or agree (counted from 0), so
+// round, or only the group's K-th shrink or agree of its current
+// generation (counted from 0), so
 // tests can kill a rank in the middle of these calls at a known point.
 void maybe_die_after_join(int rank, const std::string& prefix) {
   const std::string items = env_string("TDIST_TESTONLY_FT_KILL_AFTER_JOIN").value_or("");
@@ -207,22 +206,14 @@ std::pair<Group, ProcessGroupTdist*> member_group(const Group& group, const char
   return {std::move(g), tdist_group};
 }
 
-// The key prefix of this rank's next shrink or agree on `group`: the
-// survivors make these calls in the same order, so their counts agree.
-// Keyed by comm name and rank (ranks that are threads share a process).
-std::string next_round_prefix(const ProcessGroupTdist& group) {
-  static std::mutex mutex;
-  static std::map<std::pair<std::string, int>, uint64_t> rounds;
-  std::lock_guard<std::mutex> lock(mutex);
-  const uint64_t n = rounds[{group.comm_name(), group.rank()}]++;
-  return "tdist/ft/" + std::to_string(n) + "/";
-}
-
 // One round of shrink or agree on `group`; also returns its key prefix.
 std::pair<detail::Decision, std::string> round_on(ProcessGroupTdist& group, int64_t flag,
                                                   std::optional<milliseconds> timeout, const char* op) {
   if (timeout) validate::positive_timeout(op, *timeout);
-  std::string prefix = next_round_prefix(group);
+  // Under the group's generation, counted from 0 in each: the survivors
+  // make these calls in the same order, and a replacement that created the
+  // group anew counts as they do once they rebuilt it.
+  std::string prefix = group.next_round_prefix();
   detail::Decision decision = detail::run_round(
       *group.store(), prefix, group.rank(), group.size(), flag,
       [&group](int r) { return group.peer_crashed(r); }, timeout.value_or(group.timeout()), op);

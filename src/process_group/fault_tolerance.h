@@ -6,8 +6,9 @@
 // decision written (compare_set) is the one every survivor adopts, however
 // many ranks die meanwhile; the group's own connections may be broken.
 //
-// One round, under a key prefix of its own ("tdist/ft/<n>/", n counting the
-// group's shrink and agree calls):
+// One round, under a key prefix of its own ("tdist/gen/<k>/ft/<n>/", k the
+// group's generation and n counting its shrink and agree calls since it
+// connected; ProcessGroupTdist::next_round_prefix):
 //   1. each survivor writes "in/<rank>" = its flag, then keeps writing
 //      "dead/<r>" for every rank r it knows to have died;
 //   2. once every rank is in or dead (or this survivor's timeout passed),

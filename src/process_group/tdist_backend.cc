@@ -296,12 +296,19 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
   transport::TcpOptions tcp;
   tcp.timeout = options().timeout;
   tcp.reach_host = options().master_host;
-  transport_ = transport::connect_tcp(*store, rank(), size(), tcp);
-  domains_ = connect_collective_domains(*store, *transport_, options().timeout);
-  p2p_transport_.store(transport_.get(), std::memory_order_release);
-  shm_ = domains_.shm.get();
-  all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
-  if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
+  // Made aside, without links_mutex_ (the rendezvous may take the group's
+  // timeout, and an abort must not wait for it), then put in place under it.
+  auto transport = transport::connect_tcp(*store, rank(), size(), tcp);
+  auto domains = connect_collective_domains(*store, *transport, options().timeout);
+  {
+    std::lock_guard<std::mutex> lock(links_mutex_);
+    transport_ = std::move(transport);
+    domains_ = std::move(domains);
+    p2p_transport_.store(transport_.get(), std::memory_order_release);
+    shm_ = domains_.shm.get();
+    all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
+    if (domains_.local) cross_worker_ = std::make_unique<detail::WorkerThread>();
+  }
   trace_register(*store);
   TDIST_LOG(DEBUG) << "tdist group of " << size() << " ranks: collectives over "
                    << (shm_             ? "shared memory"
@@ -314,15 +321,22 @@ void ProcessGroupTdist::connect_generation() {
   // group's store: the survivors' reinit and a replacement's first connect
   // (a new process with the same rank and store) both land on the dead
   // rank's count + 1, and so meet.
-  generation_ = store_->add(generation_key(rank()), 1);
+  const int64_t generation = store_->add(generation_key(rank()), 1);
+  {
+    // shrink and agree count their rounds from 0 in each generation, as a
+    // replacement (a new process) does.
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_ = generation;
+    ft_rounds_ = 0;
+  }
   try {
-    connect(std::make_shared<PrefixStore>(generation_prefix(generation_), store_));
+    connect(std::make_shared<PrefixStore>(generation_prefix(generation), store_));
   } catch (const DistError&) {
     // Ranks at other generations wait for each other in vain: say who.
     const std::string others = other_generations();
     if (others.empty()) throw;
     std::rethrow_exception(with_context(std::current_exception(),
-                                        "connecting generation " + std::to_string(generation_) +
+                                        "connecting generation " + std::to_string(generation) +
                                             " of the group, but " + others +
                                             " (after a failure every survivor calls reinit_process_group "
                                             "once and a replacement creates the group anew): "));
@@ -345,19 +359,77 @@ std::string ProcessGroupTdist::other_generations() const {
   return out;
 }
 
+std::string ProcessGroupTdist::next_round_prefix() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return generation_prefix(generation_) + "ft/" + std::to_string(ft_rounds_++) + "/";
+}
+
+namespace {
+// The group whose connections this thread pins (LinksPin), if any: reinit
+// from there (a callback that an abort's failed requests run) would wait
+// for its own pin.
+thread_local const ProcessGroupTdist* pinning_thread_group = nullptr;
+}  // namespace
+
+// Holds the connections for a thread that is not the group's owner: while
+// one lives, disconnect() waits before destroying them. The pointers are
+// null while the group has no connections.
+class ProcessGroupTdist::LinksPin {
+ public:
+  explicit LinksPin(const ProcessGroupTdist& group) : group_(group), previous_(pinning_thread_group) {
+    pinning_thread_group = &group;
+    std::lock_guard<std::mutex> lock(group_.links_mutex_);
+    ++group_.links_pins_;
+    shm = group_.shm_;
+    local = group_.domains_.local.get();
+    transport = group_.transport_.get();
+  }
+  ~LinksPin() {
+    {
+      std::lock_guard<std::mutex> lock(group_.links_mutex_);
+      if (--group_.links_pins_ == 0) group_.links_cv_.notify_all();
+    }
+    pinning_thread_group = previous_;
+  }
+  LinksPin(const LinksPin&) = delete;
+  LinksPin& operator=(const LinksPin&) = delete;
+
+  transport::shm::ShmGroup* shm = nullptr;
+  transport::shm::ShmGroup* local = nullptr;
+  transport::Transport* transport = nullptr;
+
+ private:
+  const ProcessGroupTdist& group_;
+  const ProcessGroupTdist* previous_;
+};
+
 void ProcessGroupTdist::disconnect() {
   recorder_.forget_group(trace_group_);
-  // In the order the members' comments ask for: the pipeline's worker
-  // first, then the domains that point into the transport.
-  cross_worker_.reset();
-  domains_ = CollectiveDomains{};
-  shm_ = nullptr;
-  all_on_shared_memory_ = false;
-  // Point-to-point calls (the plugin makes some from the transport's own
-  // callbacks, as the old transport shuts down) find no transport from
-  // here on, and raise, instead of reaching one being destroyed.
-  p2p_transport_.store(nullptr, std::memory_order_release);
-  transport_.reset();
+  std::unique_ptr<detail::WorkerThread> cross_worker;
+  CollectiveDomains domains;
+  std::unique_ptr<transport::Transport> transport;
+  {
+    std::unique_lock<std::mutex> lock(links_mutex_);
+    // Point-to-point calls (the plugin makes some from the transport's own
+    // callbacks, as the old transport shuts down) find no transport from
+    // here on, and raise, instead of reaching one being destroyed.
+    p2p_transport_.store(nullptr, std::memory_order_release);
+    cross_worker = std::move(cross_worker_);
+    domains = std::move(domains_);
+    domains_ = CollectiveDomains{};
+    transport = std::move(transport_);
+    shm_ = nullptr;
+    all_on_shared_memory_ = false;
+    // An abort or peer_crashed on another thread may be using them: new
+    // ones cannot start on them (the members are empty), running ones end.
+    links_cv_.wait(lock, [&] { return links_pins_ == 0; });
+  }
+  // Destroyed outside the lock (their threads' callbacks may call
+  // peer_crashed), in the order the members' comments ask for: the
+  // pipeline's worker first, then the domains that point into the transport.
+  cross_worker.reset();
+  domains = CollectiveDomains{};
+  transport.reset();
 }
 
 void ProcessGroupTdist::check_usable(std::string_view op) const {
@@ -386,9 +458,18 @@ void ProcessGroupTdist::abort(const std::string& reason) {
   }
   why += ": " + (reason.empty() ? std::string("abort() was called") : reason);
   std::deque<Task> unstarted;
+  bool in_rebuild = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (unusable_.load(std::memory_order_relaxed)) return;  // aborted (or unconnected) already
+    in_rebuild = rebuilding_;
+    if (in_rebuild) {
+      // reinit has closed the old connections and makes new ones: it
+      // applies the abort to them once they exist (the first abort stays).
+      if (abort_in_rebuild_) return;
+      abort_in_rebuild_ = why;
+    } else if (unusable_.load(std::memory_order_relaxed)) {
+      return;  // aborted (or unconnected) already
+    }
     unusable_reason_ = why + "; reinit_process_group rebuilds it, or destroy it";
     unusable_.store(true, std::memory_order_release);
     // Queued operations never start; the one running fails below.
@@ -397,20 +478,25 @@ void ProcessGroupTdist::abort(const std::string& reason) {
     idle_cv_.notify_all();
   }
   const auto error = std::make_exception_ptr(DistBackendError(why));
-  // Peers waiting on shared memory wake (ShmGroup::abort) and raise "rank R
-  // aborted the group: ..."; over TCP they get the transport's abort notice.
-  using Kind = transport::shm::ShmGroup::AbortKind;
-  if (shm_ != nullptr) shm_->abort(why, Kind::kOther);
-  if (domains_.local) domains_.local->abort(why, Kind::kOther);
-  if (transport_) transport_->abort(error);
+  if (!in_rebuild) abort_links(why);
   for (auto& task : unstarted) {
     trace_end(task.trace_id, error);
     task.work->finish(error);
   }
 }
 
+void ProcessGroupTdist::abort_links(const std::string& why) {
+  const LinksPin links(*this);
+  // Peers waiting on shared memory wake (ShmGroup::abort) and raise "rank R
+  // aborted the group: ..."; over TCP they get the transport's abort notice.
+  using Kind = transport::shm::ShmGroup::AbortKind;
+  if (links.shm != nullptr) links.shm->abort(why, Kind::kOther);
+  if (links.local != nullptr) links.local->abort(why, Kind::kOther);
+  if (links.transport != nullptr) links.transport->abort(std::make_exception_ptr(DistBackendError(why)));
+}
+
 void ProcessGroupTdist::reinit(bool rebuild_links) {
-  if (detail::CompletionThreadScope::current() != nullptr) {
+  if (detail::CompletionThreadScope::current() != nullptr || pinning_thread_group == this) {
     // That thread must finish the group's operations (or is the transport's
     // own): waiting there for the group to be idle would never end.
     throw DistError(
@@ -447,6 +533,13 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
       group.idle_cv_.notify_all();  // another reinit may wait for the group
     }
   } release{*this};
+  {
+    // Aborts from here on are this rebuild's to apply (see abort()); one
+    // before is behind the group.
+    std::lock_guard<std::mutex> lock(mutex_);
+    rebuilding_ = true;
+    abort_in_rebuild_.reset();
+  }
   disconnect();
   try {
     connect_generation();
@@ -454,13 +547,29 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
     disconnect();
     set_unusable("this group has no connections: reinit_process_group could not rebuild them: " +
                  std::string(e.what()) + "; destroy it and create a new one");
+    std::lock_guard<std::mutex> lock(mutex_);
+    rebuilding_ = false;
     throw;
   }
-  // Rebuilt: an abort (or an earlier failed rebuild) is behind the group.
-  unusable_.store(false, std::memory_order_release);
   // As in a new group: the peers' counts start again too.
   next_seq_.store(0, std::memory_order_relaxed);
   last_sig_ = Signature{};
+  std::optional<std::string> aborted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rebuilding_ = false;
+    aborted.swap(abort_in_rebuild_);
+    // Rebuilt: an abort (or an earlier failed rebuild) before it is behind
+    // the group; one during it is not (abort() set the reason).
+    if (!aborted) unusable_.store(false, std::memory_order_release);
+  }
+  if (aborted) {
+    // The peers, which may have rebuilt already, learn of it as of any abort.
+    abort_links(*aborted);
+    throw DistBackendError("reinit_process_group: " + *aborted +
+                           " (while the group was being rebuilt; the new connections are aborted too, so "
+                           "every member must call reinit_process_group again)");
+  }
 }
 
 ProcessGroupTdist::~ProcessGroupTdist() {
@@ -1162,13 +1271,14 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
 
 bool ProcessGroupTdist::peer_crashed(int peer) const {
   if (peer < 0 || peer >= size() || peer == rank()) return false;
-  if (shm_ != nullptr) {
+  const LinksPin links(*this);  // a reinit on another thread does not destroy them meanwhile
+  if (links.shm != nullptr) {
     // A process that is gone is dead for sure, whatever the sockets say
     // (ranks that are threads of one process share a pid and never are).
-    const pid_t pid = shm_->pid(peer);
+    const pid_t pid = links.shm->pid(peer);
     if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) return true;
   }
-  const transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
+  const transport::Transport* transport = links.transport;
   if (transport == nullptr) return false;
   // Asking peer_failed first makes the transport watch its sockets while
   // no call does, so that a peer's end-of-stream is read at all.

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -52,20 +53,29 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// True if group rank `peer` is known to have died: its connection broke
   /// without a goodbye (Transport::peer_crashed) or, with every rank on this
   /// host, its process is gone. Unlike a failed connection, false for a live
-  /// peer after an abort. Not while reinit() runs on another thread.
+  /// peer after an abort. Any thread may call it, also while reinit() runs
+  /// (false while the group has no connections).
   bool peer_crashed(int peer) const;
+  /// The key prefix of this rank's next shrink or agree round on the group
+  /// (fault_tolerance.h): "tdist/gen/<k>/ft/<n>/", k the group's generation
+  /// (connect_generation) and n counting the rounds since it connected, so
+  /// that survivors that rebuilt the group and a replacement that created
+  /// it anew count alike.
+  std::string next_round_prefix();
   /// Fails the running operation of the group on every rank that can be
   /// reached (shared-memory waiters wake, TCP peers get an abort notice),
   /// fails the queued ones without starting them, and makes every later
   /// call raise until reinit() rebuilds the group. Any thread may call it,
-  /// also while another is blocked in a call of the group; only the first
-  /// call counts.
+  /// also while another is blocked in a call of the group or in reinit();
+  /// only the first call counts (until a rebuild).
   void abort(const std::string& reason) override;
   /// Waits for the queued operations, then (rebuild_links) closes the
   /// connections and makes new ones as the group's next generation
   /// (connect_generation), or (!rebuild_links) runs a barrier. Raises what the
   /// rendezvous or the barrier raises; a group whose rebuild failed raises
-  /// that error at every later call.
+  /// that error at every later call. An abort() that comes once the rebuild
+  /// has begun is not lost: it reaches the new connections, the group stays
+  /// unusable and reinit raises it (DistBackendError).
   void reinit(bool rebuild_links) override;
 
   WorkPtr broadcast(const Tensor& tensor, int root) override;
@@ -106,7 +116,15 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// from this rank's; empty if none does (or the store is gone).
   std::string other_generations() const;
   /// Closes what connect() made, failing pending point-to-point requests.
+  /// Waits for the abort() and peer_crashed() calls that use the old
+  /// connections (LinksPin) to end first.
   void disconnect();
+  /// Pins the group's connections, so that disconnect() does not destroy
+  /// them while a thread other than the group's owner uses them (abort,
+  /// peer_crashed); defined in the .cc.
+  class LinksPin;
+  /// Aborts the connections (shared memory, TCP) with `why`.
+  void abort_links(const std::string& why);
   /// Raises why the group cannot run calls (aborted, or a failed rebuild).
   void check_usable(std::string_view op) const;
   std::string unusable_text() const;
@@ -255,7 +273,23 @@ class ProcessGroupTdist final : public ProcessGroup {
   // The store the group was created with (reinit rendezvouses under a prefix of it).
   std::shared_ptr<Store> store_;
   std::string comm_name_;
-  int64_t generation_ = 0;  // connect_generation
+  // connect_generation's generation and the shrink/agree rounds counted
+  // since (next_round_prefix); guarded by mutex_.
+  int64_t generation_ = 0;
+  uint64_t ft_rounds_ = 0;
+  // Between reinit's disconnect and its end (guarded by mutex_): an abort
+  // meanwhile is kept in abort_in_rebuild_ for reinit to apply to the new
+  // connections, instead of being erased when the rebuild ends.
+  bool rebuilding_ = false;
+  std::optional<std::string> abort_in_rebuild_;
+  // Guards the swap of the connections below (transport_, domains_, shm_,
+  // cross_worker_, p2p_transport_) against abort() and peer_crashed() on
+  // other threads; links_pins_ counts those using them (LinksPin). Held
+  // only for the swap, not for the rendezvous, so an abort never waits for
+  // a rebuild.
+  mutable std::mutex links_mutex_;
+  mutable std::condition_variable links_cv_;
+  mutable int links_pins_ = 0;
   // Set while the group cannot run calls (abort(), a failed rebuild);
   // unusable_reason_ (guarded by mutex_) says why.
   std::atomic<bool> unusable_{false};

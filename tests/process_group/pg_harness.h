@@ -31,6 +31,10 @@ void set_at(const Tensor& t, int64_t i, double v);
 
 /// Throws std::runtime_error with `what` if !ok.
 void check(bool ok, const std::string& what);
+/// check() that `part` occurs in `text`, showing both otherwise.
+inline void expect_in(const std::string& text, const std::string& part) {
+  check(text.find(part) != std::string::npos, "'" + part + "' not in: " + text);
+}
 /// Checks elements [first, first + count) of `t` against want(0..count-1);
 /// the error names `what` and the first index that differs.
 void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,

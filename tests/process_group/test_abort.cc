@@ -56,10 +56,6 @@ std::string backend_error_of(const std::function<void()>& fn, const std::string&
   return {};
 }
 
-void expect_in(const std::string& text, const std::string& part) {
-  check(text.find(part) != std::string::npos, "'" + part + "' not in: " + text);
-}
-
 // A SUM all_reduce of `count` float32 elements (element i of rank r is
 // r + i), checked.
 void checked_all_reduce(ProcessGroup& pg, int64_t count) {

@@ -32,10 +32,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-void expect_in(const std::string& text, const std::string& part) {
-  check(text.find(part) != std::string::npos, "'" + part + "' not in: " + text);
-}
-
 // The what() of the `Error` that fn raises; anything else fails the check.
 template <typename Error>
 std::string error_of(const std::function<void()>& fn, const std::string& what) {
@@ -291,9 +287,10 @@ TEST_P(KillDuring, AgreeAndShrinkLeaveOutRanksThatDieInThem) {
   EXPECT_EQ(run_with_victims(
                 n, victims,
                 [&](Store& store, const Group& g, int rank) {
-                  // The first round's keys: "tdist/ft/0/" of the group's store.
+                  // The first round's keys: "tdist/gen/1/ft/0/" of the group's
+                  // store (the group's first generation, its round 0).
                   if (rank != 0 && rank != in_agree) {
-                    store.wait({"tdist/ft/0/in/" + std::to_string(in_agree)});
+                    store.wait({"tdist/gen/1/ft/0/in/" + std::to_string(in_agree)});
                     await_death_seen(g, in_agree);
                   }
                   const int64_t agreed = agree(flag_of(rank), g, 30s);
@@ -301,7 +298,7 @@ TEST_P(KillDuring, AgreeAndShrinkLeaveOutRanksThatDieInThem) {
                                                            ", expected " +
                                                            std::to_string(and_of(after_agree)));
                   if (in_shrink >= 0 && rank != 0 && rank != in_shrink) {
-                    store.wait({"tdist/ft/1/in/" + std::to_string(in_shrink)});
+                    store.wait({"tdist/gen/1/ft/1/in/" + std::to_string(in_shrink)});
                     await_death_seen(g, in_shrink);
                   }
                   Group shrunk = shrink(g, 30s);
@@ -341,6 +338,56 @@ TEST(KillDuringRace, AgreeReturnsOneValueEverywhere) {
               "")
         << "trial " << trial;
   }
+}
+
+// ---- A replaced rank ----
+
+// Three ranks agree once; rank 2 dies and a new process (the fourth forked
+// here, started only once the survivors saw the death) replaces it, creating
+// the group anew while the survivors rebuild theirs. Then all agree and
+// shrink again: the replacement and the survivors must meet in the same
+// rounds (the rounds are counted per generation of the group, from 0), so
+// every one gets the AND of all three flags, not the first round's decision,
+// and the same group of all three.
+TEST(ReplacedRank, TheReplacementAndTheSurvivorsMeetInTheSameRounds) {
+  constexpr int kRanks = 3;
+  constexpr int kVictim = 2;
+  constexpr int kReplacement = kRanks;  // the forked process that becomes rank 2
+  const std::string path = temp_path("ft_replaced");
+  auto outcomes = run_forked(
+      kRanks + 1,
+      [&](int slot) {
+        auto store = std::make_shared<FileStore>(path);
+        ProcessGroupOptions options;
+        options.timeout = 30s;
+        const int rank = slot == kReplacement ? kVictim : slot;
+        Group g;
+        if (slot == kReplacement) {
+          store->wait({"death_seen"}, 30s);
+          g = create_process_group("tdist", store, rank, kRanks, options);
+        } else {
+          g = create_process_group("tdist", store, rank, kRanks, options);
+          const int64_t first = agree(1, g, 30s);
+          check(first == 1, "the first agree returned " + std::to_string(first));
+          if (slot == kVictim) raise(SIGKILL);
+          await_death_seen(g, kVictim);
+          if (rank == 0) store->set("death_seen", "1");
+          g->reinit(true);
+        }
+        // 10 s: a rank that waits for one that never comes ends the test.
+        const int64_t agreed = agree(flag_of(rank), g, 10s);
+        check(agreed == and_of({0, 1, 2}), "agree after the replacement returned " + std::to_string(agreed) +
+                                               ", expected " + std::to_string(and_of({0, 1, 2})));
+        Group shrunk = shrink(g, 10s);
+        check_shrunk_group(*shrunk, {0, 1, 2}, rank);
+        store_barrier(*store, "done", kRanks);
+      },
+      90s);
+  unlink(path.c_str());
+  bool as_expected = true;
+  for (const auto& o : outcomes)
+    as_expected = as_expected && (o.rank == kVictim ? o.signal == SIGKILL : o.ok);
+  EXPECT_TRUE(as_expected) << describe_failures(outcomes);
 }
 
 // ---- Revoke, absent ranks, non-members ----

@@ -49,10 +49,6 @@ std::string error_of(const std::function<void()>& fn) {
   throw std::runtime_error("no error raised");
 }
 
-void expect_in(const std::string& text, const std::string& part) {
-  check(text.find(part) != std::string::npos, "'" + part + "' not in: " + text);
-}
-
 class MonitoredBarrier : public ::testing::TestWithParam<std::tuple<Mode, int>> {
  protected:
   Mode mode() const { return std::get<0>(GetParam()); }
