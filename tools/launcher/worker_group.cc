@@ -144,16 +144,7 @@ void WorkerGroup::restart(size_t index) {
   if (!worker.exited) throw DistError("tdistrun: rank " + std::to_string(worker.rank) + " is still running");
   // What the old process left in its pipes is printed first (a grandchild
   // holding them open is not waited for).
-  for (bool is_err : {false, true}) {
-    int& fd = is_err ? worker.err_fd : worker.out_fd;
-    if (fd < 0) continue;
-    read_stream(worker, is_err);
-    if (fd >= 0) {
-      (is_err ? *worker.err : *worker.out).finish();
-      close(fd);
-      fd = -1;
-    }
-  }
+  close_streams_of(worker);
   std::erase(failures_, index);
   worker.exited = false;
   worker.failed = false;
@@ -379,19 +370,21 @@ int WorkerGroup::running() const {
   return count;
 }
 
-void WorkerGroup::close_streams() {
-  for (auto& worker : workers_) {
-    for (bool is_err : {false, true}) {
-      int& fd = is_err ? worker.err_fd : worker.out_fd;
-      if (fd < 0) continue;
-      read_stream(worker, is_err);
-      if (fd >= 0) {
-        (is_err ? *worker.err : *worker.out).finish();
-        close(fd);
-        fd = -1;
-      }
+void WorkerGroup::close_streams_of(Worker& worker) {
+  for (bool is_err : {false, true}) {
+    int& fd = is_err ? worker.err_fd : worker.out_fd;
+    if (fd < 0) continue;
+    read_stream(worker, is_err);
+    if (fd >= 0) {
+      (is_err ? *worker.err : *worker.out).finish();
+      close(fd);
+      fd = -1;
     }
   }
+}
+
+void WorkerGroup::close_streams() {
+  for (auto& worker : workers_) close_streams_of(worker);
 }
 
 }  // namespace tdist::launcher

@@ -107,6 +107,8 @@ class WorkerGroup {
   void open_streams(Worker& worker);
   void start_one(Worker& worker, const std::vector<std::string>& base_env, int devnull);
   void read_stream(Worker& worker, bool is_err);
+  /// Reads what is left in `worker`'s pipes, prints it and closes them.
+  void close_streams_of(Worker& worker);
   void reap(Worker& worker);
 
   GroupSpec spec_;
