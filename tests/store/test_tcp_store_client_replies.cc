@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "fake_store_server.h"
 #include "store/tcp/client.h"
 #include "tdist/errors.h"
@@ -13,24 +15,30 @@ namespace {
 using std::chrono::milliseconds;
 using tcpstore::Command;
 
-// The server ignores a GET until the client cancels it, then claims three
-// keys are missing but sends only one of them.
-void truncated_cancel_reply(FakeStoreServer& fake, Socket& sock) {
-  answer_ping(sock, fake.read_request(sock));
-  std::vector<uint8_t> get = fake.read_request(sock);
-  ASSERT_EQ(get[4], static_cast<uint8_t>(Command::kGet));
-  std::vector<uint8_t> cancel = fake.read_request(sock);
-  ASSERT_EQ(cancel[4], static_cast<uint8_t>(Command::kCancelWait));
-  tcpstore::FrameWriter w(static_cast<uint8_t>(tcpstore::Status::kOk), store_attack::reply_id(cancel));
-  w.u8(1);
-  w.u32(3);           // three keys announced...
-  w.str("only-one");  // ...one sent, and no counter
-  std::vector<uint8_t> reply = w.finish();
-  sock.send_all(reply.data(), reply.size(), deadline_after(store_attack::kLong));
+// A fake server that answers the client's PING, ignores the wait that
+// follows (`waited` is its command) until the client cancels it, then
+// answers the CANCEL_WAIT with the reply body `body` writes.
+FakeStoreServer cancel_wait_replier(Command waited, std::function<void(tcpstore::FrameWriter&)> body) {
+  return FakeStoreServer([waited, body = std::move(body)](FakeStoreServer& fake, Socket& sock) {
+    answer_ping(sock, fake.read_request(sock));
+    std::vector<uint8_t> wait = fake.read_request(sock);
+    ASSERT_EQ(wait[4], static_cast<uint8_t>(waited));
+    std::vector<uint8_t> cancel = fake.read_request(sock);
+    ASSERT_EQ(cancel[4], static_cast<uint8_t>(Command::kCancelWait));
+    tcpstore::FrameWriter w(static_cast<uint8_t>(tcpstore::Status::kOk), store_attack::reply_id(cancel));
+    body(w);
+    std::vector<uint8_t> reply = w.finish();
+    sock.send_all(reply.data(), reply.size(), deadline_after(store_attack::kLong));
+  });
 }
 
 TEST(StoreClientReplies, TruncatedCancelWaitReplyIsAnError) {
-  FakeStoreServer fake(truncated_cancel_reply);
+  // Three keys claimed missing, one sent, and no counter.
+  FakeStoreServer fake = cancel_wait_replier(Command::kGet, [](tcpstore::FrameWriter& w) {
+    w.u8(1);
+    w.u32(3);           // three keys announced...
+    w.str("only-one");  // ...one sent, and no counter
+  });
   TCPStoreClient client("127.0.0.1", fake.port(), store_attack::kLong);
   try {
     client.get("k", milliseconds(200));
@@ -46,16 +54,10 @@ TEST(StoreClientReplies, TruncatedCancelWaitReplyIsAnError) {
 
 // The same reply with the counter's bytes cut short (keys complete).
 TEST(StoreClientReplies, CancelWaitReplyWithoutItsCounterIsAnError) {
-  FakeStoreServer fake([](FakeStoreServer& self, Socket& sock) {
-    answer_ping(sock, self.read_request(sock));
-    self.read_request(sock);
-    std::vector<uint8_t> cancel = self.read_request(sock);
-    tcpstore::FrameWriter w(static_cast<uint8_t>(tcpstore::Status::kOk), store_attack::reply_id(cancel));
+  FakeStoreServer fake = cancel_wait_replier(Command::kWaitCount, [](tcpstore::FrameWriter& w) {
     w.u8(1);
     w.keys({"k"});
     w.u32(0);  // half a counter
-    std::vector<uint8_t> reply = w.finish();
-    sock.send_all(reply.data(), reply.size(), deadline_after(store_attack::kLong));
   });
   TCPStoreClient client("127.0.0.1", fake.port(), store_attack::kLong);
   int64_t count = 0;
@@ -64,16 +66,10 @@ TEST(StoreClientReplies, CancelWaitReplyWithoutItsCounterIsAnError) {
 
 // A well-formed reply is still read as before: the keys still missing.
 TEST(StoreClientReplies, WholeCancelWaitReplyNamesTheMissingKeys) {
-  FakeStoreServer fake([](FakeStoreServer& self, Socket& sock) {
-    answer_ping(sock, self.read_request(sock));
-    self.read_request(sock);
-    std::vector<uint8_t> cancel = self.read_request(sock);
-    tcpstore::FrameWriter w(static_cast<uint8_t>(tcpstore::Status::kOk), store_attack::reply_id(cancel));
+  FakeStoreServer fake = cancel_wait_replier(Command::kWait, [](tcpstore::FrameWriter& w) {
     w.u8(1);
     w.keys({"still-missing"});
     w.i64(0);
-    std::vector<uint8_t> reply = w.finish();
-    sock.send_all(reply.data(), reply.size(), deadline_after(store_attack::kLong));
   });
   TCPStoreClient client("127.0.0.1", fake.port(), store_attack::kLong);
   try {
