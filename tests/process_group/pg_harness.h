@@ -4,6 +4,7 @@
 // processes), and tensors of any dtype filled from exact small numbers so a
 // reference can be computed in int64/double arithmetic, apart from tdist.
 
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,6 +32,20 @@ void set_at(const Tensor& t, int64_t i, double v);
 
 /// Throws std::runtime_error with `what` if !ok.
 void check(bool ok, const std::string& what);
+/// The what() of the `Error` that fn raises; anything else (another error,
+/// or none) fails the check, named by `what`.
+template <typename Error>
+std::string error_of(const std::function<void()>& fn, const std::string& what) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    check(false, what + ": wrong error type: " + e.what());
+  }
+  check(false, what + ": no error raised");
+  return {};
+}
 /// check() that `part` occurs in `text`, showing both otherwise.
 inline void expect_in(const std::string& text, const std::string& part) {
   check(text.find(part) != std::string::npos, "'" + part + "' not in: " + text);

@@ -43,19 +43,6 @@ std::string with_group_and_store(Mode mode, int n,
       100s, 80s);
 }
 
-// The DistBackendError `fn` raises (any other outcome fails the check).
-std::string backend_error_of(const std::function<void()>& fn, const std::string& what) {
-  try {
-    fn();
-  } catch (const DistBackendError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    check(false, what + ": wrong error type: " + e.what());
-  }
-  check(false, what + ": no error raised");
-  return {};
-}
-
 // A SUM all_reduce of `count` float32 elements (element i of rank r is
 // r + i), checked.
 void checked_all_reduce(ProcessGroup& pg, int64_t count) {
@@ -86,14 +73,15 @@ void blocked_call_fails_then_reinit_recovers(ProcessGroup& pg, Store& store, int
   } else {
     store.set("entering/" + std::to_string(rank), {1});
     const std::string what =
-        backend_error_of([&] { pg.all_reduce(t, ReduceOp::SUM)->wait(); }, "blocked all_reduce");
+        error_of<DistBackendError>([&] { pg.all_reduce(t, ReduceOp::SUM)->wait(); }, "blocked all_reduce");
     expect_in(what, "rank 0");
     expect_in(what, "the test stops the step");
   }
   // Until the rebuild every call raises, on every rank.
   if (store.add("failed", 1) == size) store.set("all_failed", {1});
   store.wait({"all_failed"});
-  const std::string later = backend_error_of([&] { pg.barrier()->wait(); }, "a call after the abort");
+  const std::string later =
+      error_of<DistBackendError>([&] { pg.barrier()->wait(); }, "a call after the abort");
   if (rank == 0) expect_in(later, "barrier: the group was aborted by rank 0: the test stops the step");
   pg.reinit(true);
   checked_all_reduce(pg, 7);
@@ -147,8 +135,8 @@ TEST_P(Abort, QueuedCallsFailWithoutStarting) {
                                      pg.abort("");
                                      pg.abort("a second abort changes nothing");
                                      for (auto& work : works) {
-                                       const std::string what =
-                                           backend_error_of([&] { work->wait(); }, "a queued all_reduce");
+                                       const std::string what = error_of<DistBackendError>(
+                                           [&] { work->wait(); }, "a queued all_reduce");
                                        expect_in(what, "the group was aborted by rank 0: abort() was called");
                                      }
                                      store.set("aborted", {1});

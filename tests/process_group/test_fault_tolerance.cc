@@ -32,20 +32,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// The what() of the `Error` that fn raises; anything else fails the check.
-template <typename Error>
-std::string error_of(const std::function<void()>& fn, const std::string& what) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    check(false, what + ": wrong error type: " + e.what());
-  }
-  check(false, what + ": no error raised");
-  return {};
-}
-
 // The flag rank r passes to agree: every bit but r's, so the AND of a set
 // of ranks' flags has exactly their bits cleared.
 int64_t flag_of(int old_rank) {
