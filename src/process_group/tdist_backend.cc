@@ -160,12 +160,7 @@ std::string agree_on_comm_name(Store& store, int rank) {
     if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
     std::string name = std::string(host) + "-" + std::to_string(getpid()) + "-" +
                        std::to_string(groups_made.fetch_add(1, std::memory_order_relaxed));
-    const Bytes agreed = store.compare_set(key, {}, to_bytes(name));
-    // Set it again, unchanged: torch's TCPStore (the plugin's store) does
-    // not wake the ranks waiting in get() on a key that compare_set
-    // created, so they would wait out their timeout.
-    store.set(key, agreed);
-    return to_string(agreed);
+    return to_string(store.compare_set(key, {}, to_bytes(name)));
   }
   return to_string(store.get(key));
 }

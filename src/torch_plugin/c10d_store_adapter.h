@@ -82,7 +82,14 @@ inline int64_t C10dStoreAdapter::add(const std::string& key, int64_t amount) {
 
 inline Bytes C10dStoreAdapter::compare_set(const std::string& key, const Bytes& expected,
                                            const Bytes& desired) {
-  return detail::forward("compare_set", key, [&] { return store_->compareSet(key, expected, desired); });
+  return detail::forward("compare_set", key, [&] {
+    std::vector<uint8_t> result = store_->compareSet(key, expected, desired);
+    // torch 1.13's TCPStore does not wake the clients waiting in get() or
+    // wait() on a key that compareSet wrote: write the outcome again,
+    // unchanged, with set(), which does (else they wait out their timeout).
+    if (result == desired) store_->set(key, result);
+    return result;
+  });
 }
 
 inline bool C10dStoreAdapter::check(const std::vector<std::string>& keys) {
