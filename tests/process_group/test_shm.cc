@@ -577,6 +577,66 @@ TEST(Shm, AWaitEndsWhenTheFlagIsPublishedFromAnotherThread) {
   EXPECT_EQ(line.seq.load(), 1000u);
 }
 
+// The first CPU this process may run on, to pin threads onto one core.
+int first_allowed_cpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) return c;
+  }
+  return -1;
+}
+
+bool pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+TEST(Shm, AWaiterSharingItsCoreWithAComputationSleepsInsteadOfYieldingItAway) {
+  // A collective waiting beside the caller's computation on one core (DDP's
+  // bucket all_reduce during the backward pass): each yield would hand the
+  // core to the computation for a scheduler slice. The waiter must see that
+  // after its first yields and sleep until the flag comes, whatever its
+  // policy's yield count.
+  const int cpu = first_allowed_cpu();
+  ASSERT_GE(cpu, 0);
+  alignas(64) shm::FlagLine line{};
+  std::atomic<bool> computing{false};
+  std::atomic<bool> stop{false};
+  std::thread computation([&] {
+    ASSERT_TRUE(pin_to(cpu));
+    computing = true;
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  // The peer publishes once the waiter sleeps (or, if it never does, after
+  // a bound, and the assertion below fails).
+  std::thread peer([&] {
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (line.sleepers.load() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    shm::publish(line, 1);
+  });
+  shm::WaitEnd end;
+  std::thread waiter([&] {
+    ASSERT_TRUE(pin_to(cpu));
+    while (!computing.load()) std::this_thread::yield();
+    end = shm::wait_at_least(line, 1, shm::WaitPolicy{0, 1'000'000}, [] {});
+  });
+  waiter.join();
+  peer.join();
+  stop = true;
+  computation.join();
+  EXPECT_TRUE(end.gave_core_away);
+  EXPECT_TRUE(end.slept);
+  // One of the first yields shows it (the scheduler may hand the core back
+  // at once a few times first); with the policy's million yields, each
+  // giving the core away for a slice, the waiter would never sleep.
+  EXPECT_LE(end.yields, 16);
+}
+
 TEST(Shm, AFailureSeenAfterTheFlagArrivedDoesNotFailTheWait) {
   // The peer published the flag and then left (finished the call, destroyed
   // the group): the failure check sees it gone, but the flag is there.
@@ -646,13 +706,21 @@ TEST(Shm, ARankWithACoreSpinsForATimeNotACountOfPolls) {
   }
   // The failure check runs first once the spin and the yields are over: a
   // wait for a flag nobody publishes reaches it no sooner than spin_time
-  // after it began (a lower bound, which a loaded machine cannot break).
+  // after it began (a lower bound, which a loaded machine cannot break),
+  // unless a yield on the way showed that another thread needed the core.
   alignas(64) shm::FlagLine line{};
   shm::WaitPolicy policy{0, 0, std::chrono::milliseconds(20)};
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(shm::wait_at_least(line, 1, policy, [] { throw DistTimeoutError("deadline"); }),
-               DistTimeoutError);
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(20));
+  std::chrono::steady_clock::duration until_check{};
+  const shm::WaitEnd end = shm::wait_at_least(line, 1, policy, [&] {
+    until_check = std::chrono::steady_clock::now() - start;
+    shm::publish(line, 1);  // ends the wait
+  });
+  if (!end.gave_core_away) {
+    EXPECT_GE(until_check, std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(end.slept);
+  line.seq.store(0);
   // A flag that is there, or comes, ends the wait at once, however long
   // the spin may last.
   policy.spin_time = std::chrono::hours(1);

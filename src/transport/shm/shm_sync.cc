@@ -70,8 +70,9 @@ WaitPolicy WaitPolicy::for_oversubscription(bool oversubscribed) {
   return policy;
 }
 
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
-                   FailureCheck failure_check) {
+WaitEnd wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy,
+                      FailureCheck failure_check) {
+  WaitEnd end;
   // A failure seen while waiting counts only if the flag is still not
   // there: a peer that published it and then left (it finished the call and
   // destroyed the group, closing its connections) is not a failure, and the
@@ -83,10 +84,25 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
       if (!reached(line, target)) throw;
     }
   };
+  // A yield that kept us off the core for long gave it to a thread that
+  // needed it; if the flag has not come meanwhile, that thread was not the
+  // peer we wait for but a computation sharing our core (the caller's
+  // backward pass beside an asynchronous collective, a torch intra-op pool,
+  // another job). Each further yield would take the core from it for a
+  // scheduler slice and give it back a slice later (milliseconds under
+  // EEVDF and CFS alike), so sleep instead: the peer's publish wakes us.
+  using Clock = std::chrono::steady_clock;
+  auto yield_gave_core_away = [&] {
+    const auto before = Clock::now();
+    sched_yield();
+    ++end.yields;
+    end.gave_core_away = Clock::now() - before >= kYieldGaveCoreAway && !reached(line, target);
+    return end.gave_core_away;
+  };
   const bool timed = policy.spin_time.count() > 0;
-  std::chrono::steady_clock::time_point spin_end{};
+  Clock::time_point spin_end{};
   for (int64_t i = 0; timed || i < policy.spins; ++i) {
-    if (reached(line, target)) return;
+    if (reached(line, target)) return end;
     cpu_relax();
     if ((i & 255) != 255) continue;
     // Now and then let a runnable peer on this core have it: right after
@@ -94,9 +110,9 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
     // ~10 ms, measured: 90 us per 8 B op instead of 1-4 us), and one that
     // only spins burns the slice its peer needs. With the core to itself, a
     // yield returns at once.
-    sched_yield();
+    if (yield_gave_core_away()) break;
     if (timed) {
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = Clock::now();
       if (i == 255) {
         spin_end = now + policy.spin_time;
       } else if (now >= spin_end) {
@@ -104,9 +120,9 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
       }
     }
   }
-  for (int i = 0; i < policy.yields; ++i) {
-    if (reached(line, target)) return;
-    sched_yield();
+  for (int i = 0; !end.gave_core_away && i < policy.yields; ++i) {
+    if (reached(line, target)) return end;
+    if (yield_gave_core_away()) break;
     if ((i & 31) == 31) check();
   }
   auto& sleepers = const_cast<std::atomic<uint32_t>&>(line.sleepers);
@@ -117,12 +133,13 @@ void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& poli
     if (seen >= target) {
       sleepers.fetch_sub(1, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
-      return;
+      return end;
     }
+    end.slept = true;
     timespec slice{0, kSleepSliceNs};
     syscall(SYS_futex, futex_word(line), FUTEX_WAIT, static_cast<uint32_t>(seen), &slice, nullptr, 0);
     sleepers.fetch_sub(1, std::memory_order_relaxed);
-    if (reached(line, target)) return;
+    if (reached(line, target)) return end;
   }
 }
 

@@ -9,7 +9,8 @@
 //
 // Waiting spins a little (cheap when every rank has a core), then yields
 // (ranks may outnumber cores: 4 ranks on 2 cores), then sleeps on a futex in
-// short slices, checking the deadline and the failure callback between
+// short slices (at once when a yield shows that a computation shares the
+// core: kYieldGaveCoreAway), checking the deadline and the failure callback between
 // slices so a dead or aborted peer is an error, never a hang.
 
 #include <atomic>
@@ -62,13 +63,26 @@ struct WaitPolicy {
 /// WaitPolicy::for_oversubscription).
 inline constexpr std::chrono::nanoseconds kSpinTime{44'000};
 
+/// A yield that kept the waiter off its core this long gave the core to
+/// another thread (one that returns at once takes about a microsecond); if
+/// the flag has not come meanwhile, the waiter sleeps on the futex instead of
+/// yielding again (see wait_at_least).
+inline constexpr std::chrono::nanoseconds kYieldGaveCoreAway{50'000};
+
 /// What a wait does between sleeps: throws to abandon the wait (a peer died
 /// or aborted, the deadline passed). A reference: the check outlives the wait.
 using FailureCheck = detail::FunctionRef<void()>;
 
+/// How a wait went (for tests and diagnostics; callers may ignore it).
+struct WaitEnd {
+  int yields = 0;               // sched_yield calls made
+  bool gave_core_away = false;  // a yield showed a computation sharing the core
+  bool slept = false;           // it slept on the futex at least once
+};
+
 /// Returns once line.seq >= target (acquire). Calls `check` every few
 /// milliseconds while waiting; its exception propagates.
-void wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck check);
+WaitEnd wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck check);
 
 /// True once line.seq >= target (acquire), without waiting.
 inline bool reached(const FlagLine& line, uint64_t target) {
