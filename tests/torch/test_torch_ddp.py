@@ -57,3 +57,29 @@ def test_ddp_comm_hooks_match_gloo(world_size, hook):
     if hook == "allreduce":
         for a, ref in zip(tdist_params, _tensors(runs[0]["reference"])):
             assert torch.allclose(a, ref, rtol=0, atol=1e-6), float((a - ref).abs().max())
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ddp_bench_steps_match_gloo_with_bucket_views(world_size, tmp_path):
+    """tools/ddp_bench.py trains the same model on tdist and on gloo (here
+    with gradient_as_bucket_view and 1 MB buckets, so DDP all-reduces
+    several buckets viewed by the gradients) and fails unless the weights
+    agree; its row must describe the buckets it measured."""
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rows = tmp_path / "rows.jsonl"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(repo, "tools", "ddp_bench.py"), "--models", "small", "--world",
+         str(world_size), "--bucket-mb", "1", "--gbv", "on", "--steps", "2", "--rounds", "1", "--warmup", "1",
+         "--timeout", "200", "--jsonl", str(rows)],
+        capture_output=True, text=True, timeout=230)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = json.loads(rows.read_text().splitlines()[-1])
+    assert row["world"] == world_size and row["gbv"] is True
+    # 100 layers of 100x100 weights and 100 biases in float32, 1 MB buckets.
+    assert row["grad_mb"] == pytest.approx(100 * (100 * 100 + 100) * 4 / 1e6)
+    assert row["buckets"] >= 4
+    assert row["weights_max_diff"] <= (0.0 if world_size == 2 else 1e-5)
+    assert all(row[k] > 0 for k in ("noop_ms", "tdist_ms", "gloo_ms", "tdist_raw_ms", "gloo_raw_ms"))
