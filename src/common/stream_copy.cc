@@ -45,7 +45,7 @@ size_t streaming_threshold() {
   // 32 MiB: on 2 ranks, 64 MiB broadcast, all_gather and all_to_all went
   // from 6.0, 10.1-10.7 and 12.2 ms to 5.2, 7.8 and 9.8 ms; at 16 MiB,
   // which that machine's L3 holds, streaming was 3-7% slower (2026-11-25,
-  // the Xeon VM of docs/performance.md's earlier pages).
+  // on a 2-vCPU Xeon VM).
   static const size_t threshold = [] {
     auto v = env_int("TDIST_SHM_STREAMING_BYTES", 0, int64_t{1} << 50);
     if (!v) return size_t{32} << 20;

@@ -1,4 +1,4 @@
-// all_reduce across hosts (performance.md, "TCP across hosts"): a
+// all_reduce across hosts: a
 // shared-memory reduce-scatter inside each host leaves local rank i with
 // piece i of its host's sum; local rank i then all-reduces that piece over
 // TCP with local rank i of every other host (one TCP stream per local rank,

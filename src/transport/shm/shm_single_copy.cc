@@ -123,7 +123,7 @@ using Window = SingleCopyWindow;
 constexpr Window kNever{SIZE_MAX, 0};
 
 // Block sizes that copy directly, measured against the shared buffers
-// (2026-11-25, 2 vCPUs, tdist-bench, 200 iterations; docs/performance.md).
+// (2026-11-25, 2 vCPUs, tdist-bench, 200 iterations).
 // Ranks with a core each: 2-rank broadcast 16 KiB 4.2 -> 1.1 us, 256 KiB
 // 13 -> 8.6 us, but 4 MiB 309 -> 390 us; all_gather and all_to_all faster
 // from 8 KiB blocks to 8 MiB ones (16 MiB: 1.8 -> 1.35 ms). Oversubscribed

@@ -49,8 +49,8 @@ WaitPolicy WaitPolicy::for_oversubscription(bool oversubscribed) {
   WaitPolicy policy{32, 64};
   // With a core per rank the peer is probably running: spin a while before
   // giving up the core, for a time rather than a count of polls. The count
-  // used before, 4000 polls, lasted about 44 us on the Xeon of
-  // docs/performance.md (a poll, a load and a pause, takes 10.9 ns there),
+  // used before, 4000 polls, lasted about 44 us on a 2-vCPU Xeon VM
+  // (a poll, a load and a pause took 10.9 ns there, 2026-11-25),
   // but a pause alone takes up to 40 ns on other CPUs and a few on some.
   // A wait just longer than the spin pays a futex wake-up (a 2-rank 1 MiB
   // broadcast whose copy took 45-50 us ran at 52-125 us). Longer spins
