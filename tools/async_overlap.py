@@ -24,11 +24,11 @@ every row is appended as a JSON line. The buckets' sums are checked.
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+
+from local_ranks import run_ranks
 
 
 def rank_main(cfg):
@@ -110,36 +110,11 @@ def rank_main(cfg):
     tdist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(cfg, world, timeout):
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-config", json.dumps(cfg)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + timeout
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=max(1, deadline - time.monotonic())) + (p.returncode,))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise SystemExit("async_overlap: %d ranks timed out after %d s" % (world, timeout))
-    for out, err, code in outs:
-        if code != 0:
-            raise SystemExit("async_overlap: a rank exited with %d:\n%s" % (code, err[-3000:]))
-    for line in outs[0][0].splitlines():
-        if line.startswith("ROW "):
-            return json.loads(line[4:])
-    raise SystemExit("async_overlap: rank 0 printed no row:\n" + outs[0][1][-3000:])
+    row, why = run_ranks(__file__, cfg, world, timeout)
+    if row is None:
+        raise SystemExit("async_overlap: %d ranks: %s" % (world, why))
+    return row
 
 
 def main():

@@ -44,11 +44,11 @@ JSON line with --jsonl. Exit status 1 if a run failed or the weights differed.
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+
+from local_ranks import run_ranks
 
 MODELS = ("mlp", "conv", "small")
 RUNS = ("noop", "tdist", "gloo")
@@ -223,37 +223,8 @@ def rank_main(cfg):
 
 # ---- The driver ----
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_config(cfg, world, timeout):
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg["threads"]))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-config", json.dumps(cfg)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + timeout
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            return None, "timed out after %d s" % timeout
-        outs.append((p.returncode, out, err))
-    for code, out, err in outs:
-        if code != 0:
-            return None, "a rank exited with %d:\n%s" % (code, err[-3000:])
-    for line in outs[0][1].splitlines():
-        if line.startswith("ROW "):
-            return json.loads(line[4:]), ""
-    return None, "rank 0 printed no row:\n" + outs[0][2][-3000:]
+    return run_ranks(__file__, cfg, world, timeout, env={"OMP_NUM_THREADS": str(cfg["threads"])})
 
 
 def parse_list(text, conv, allowed=None):
