@@ -135,8 +135,10 @@ def main():
         worlds = [int(w) for w in args.world.split(",")]
     except ValueError:
         ap.error("--world must be a comma-separated list of numbers, got %r" % args.world)
-    if min(worlds) < 1 or args.buckets < 1 or args.rounds < 1 or args.matmuls < 0 or args.grad_mb < 0:
-        ap.error("--world, --buckets and --rounds must be at least 1; --matmuls and --grad-mb not negative")
+    if min(worlds) < 1 or args.buckets < 1 or args.rounds < 1 or args.batch < 1 or args.timeout < 1:
+        ap.error("--world, --buckets, --rounds, --batch and --timeout must be at least 1")
+    if args.matmuls < 0 or args.grad_mb < 0:
+        ap.error("--matmuls and --grad-mb must not be negative")
     cfg = {"grad_mb": args.grad_mb, "buckets": args.buckets, "matmuls": args.matmuls, "batch": args.batch,
            "rounds": args.rounds}
     print("| ranks | MB | buckets | compute ms | overlapped ms | overhead ms | raw ms | overhead / raw | serial ms |")

@@ -20,8 +20,8 @@ rounds:
 - overhead: what communication adds to a step, the median over the rounds of
   the run's step minus the noop step of the same round;
 - raw: the same buckets (their sizes recorded from the noop run's hook)
-  all-reduced directly with all_reduce(async_op=True), issued together as DDP
-  issues them and then waited for, in the same processes, milliseconds;
+  all-reduced directly with all_reduce(async_op=True), all issued at once and
+  then waited for, in the same processes, milliseconds;
 - weights: the final parameters of the tdist run against the gloo run's
   (they must be equal at 2 ranks, and within 1e-5 beyond, where gloo's ring
   adds in another order).
@@ -34,8 +34,8 @@ when each rank entered each bucket's all_reduce.
 
 Models: "mlp", 6 Linear(2048, 2048) layers (25M parameters, 100 MB of
 gradients), batch 8; "conv", a four-layer convolutional net on 32x32 images
-(1.2M parameters), batch 16; "small", 100 Linear(100, 100) layers (200
-tensors of about 10k elements), batch 8.
+(0.96M parameters), batch 16; "small", 100 Linear(100, 100) layers (100
+weights of 10,000 elements and 100 biases of 100), batch 8.
 
 The table goes to standard output (markdown with --markdown), every row as a
 JSON line with --jsonl. Exit status 1 if a run failed or the weights differed.
@@ -280,8 +280,12 @@ def main():
     ap.add_argument("--jsonl", help="append every row to this file as a JSON line")
     ap.add_argument("--markdown", help="write the table to this file")
     args = ap.parse_args()
-    if args.steps < 1 or args.rounds < 1 or args.warmup < 1:
-        ap.error("--steps, --rounds and --warmup must be at least 1")
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 1 or args.timeout < 1:
+        ap.error("--steps, --rounds, --warmup and --timeout must be at least 1")
+    if min(args.threads) < 1:
+        ap.error("--threads: at least 1 compute thread")
+    if min(args.bucket_mb) <= 0:
+        ap.error("--bucket-mb: bucket sizes must be positive")
     for w in args.world:
         if w < 1:
             ap.error("--world: ranks must be at least 1")
@@ -309,8 +313,11 @@ def main():
                                 model, world, threads, bucket, gbv, why), file=sys.stderr, flush=True)
                             continue
                         tol = 0.0 if world <= 2 else 1e-5
-                        if row["weights_max_diff"] > tol:
+                        if not row["weights_max_diff"] <= tol:  # NaN fails too
                             bad += 1
+                            print("ddp_bench: %s, %d ranks: the tdist run's weights differ from gloo's by %g "
+                                  "(allowed: %g)" % (model, world, row["weights_max_diff"], tol),
+                                  file=sys.stderr, flush=True)
                         row["started"] = started
                         lines.append(table_row(row))
                         print(lines[-1], flush=True)

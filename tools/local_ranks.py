@@ -35,8 +35,11 @@ def run_ranks(script, cfg, world, timeout, env=None):
                                           env=rank_env, stdout=out, stderr=err))
         deadline = time.monotonic() + timeout
         why = ""
-        while any(p.poll() is None for p in procs):
-            failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
+        while True:
+            states = [p.poll() for p in procs]  # every process, each pass
+            if all(state is not None for state in states):
+                break
+            failed = [r for r, state in enumerate(states) if state not in (None, 0)]
             if failed or time.monotonic() > deadline:
                 why = ("rank %d exited with %d" % (failed[0], procs[failed[0]].returncode) if failed
                        else "timed out after %d s" % timeout)

