@@ -141,6 +141,18 @@ int lone_restart(int target, int code, int fail_until) {
   return 0;
 }
 
+// Returns once every rank got here and, on rank 0, once every other rank
+// has left: rank 0 may host the store, and leaves after everyone else is
+// done with it.
+void leave_together(const tdist::RendezvousResult& r) {
+  if (r.store->add("arrived", 1) == r.world_size) r.store->set("open", "1");
+  r.store->wait({"open"});
+  if (r.world_size > 1) {
+    if (r.rank != 0 && r.store->add("left", 1) == r.world_size - 1) r.store->set("all_left", "1");
+    if (r.rank == 0) r.store->wait({"all_left"});
+  }
+}
+
 // What a rank learns of the job's token (tdistrun's job_token.h): the
 // variables, the file's mode and a digest of its contents (never the
 // token), and whether the ranks' store lets in a client without it.
@@ -188,13 +200,7 @@ int auth_check() {
   say("auth rank=" + std::to_string(r.rank) + " path=" + (file.empty() ? "none" : file) + " token_env=" +
       (set("TDIST_AUTH_TOKEN") ? "set" : "unset") + " file=" + (file.empty() ? "unset" : "set") +
       " mode=" + mode + " digest=" + digest + " stranger=" + stranger);
-  // Rank 0 may host the store: it leaves after everyone else is done with it.
-  if (r.store->add("arrived", 1) == r.world_size) r.store->set("open", "1");
-  r.store->wait({"open"});
-  if (r.world_size > 1) {
-    if (r.rank != 0 && r.store->add("left", 1) == r.world_size - 1) r.store->set("all_left", "1");
-    if (r.rank == 0) r.store->wait({"all_left"});
-  }
+  leave_together(r);
   return 0;
 }
 
@@ -209,13 +215,7 @@ int rendezvous_check() {
   }
   say("rdzv rank=" + std::to_string(r.rank) + " world=" + std::to_string(r.world_size) +
       " local=" + env("LOCAL_RANK") + " group=" + env("GROUP_RANK") + " port=" + env("MASTER_PORT"));
-  // Rank 0 hosts the store: it leaves after everyone else is done with it.
-  if (r.store->add("arrived", 1) == r.world_size) r.store->set("open", "1");
-  r.store->wait({"open"});
-  if (r.world_size > 1) {
-    if (r.rank != 0 && r.store->add("left", 1) == r.world_size - 1) r.store->set("all_left", "1");
-    if (r.rank == 0) r.store->wait({"all_left"});
-  }
+  leave_together(r);
   return 0;
 }
 
