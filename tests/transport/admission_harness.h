@@ -1,7 +1,7 @@
 #pragma once
 
 // What the TCP transport's admission tests share (test_tcp_admission.cc,
-// test_tcp_admission_flood.cc): dialling a rank at the address it
+// test_tcp_admission_flood.cc, test_tcp_greeting_desk.cc): dialling a rank at the address it
 // published, posing as a rank, and running a real group beside one
 // intruder (one more rank of the harness, a thread or a forked process).
 
@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/socket.h"
@@ -43,17 +44,30 @@ inline Socket dial(Store& store, int rank) {
   return connect_with_retry(target.host, target.port, deadline_after(20s), options);
 }
 
+// The acceptor's reply on a client's end: its kind and body (a refusal's
+// reason). Throws on a malformed header.
+inline std::pair<tcp::ReplyKind, std::string> read_reply(const Socket& socket) {
+  tcp::ReplyHeader header{};
+  socket.recv_all(&header, sizeof(header), deadline_after(20s));
+  if (auto bad = tcp::check_reply_header(header)) throw std::runtime_error("bad reply: " + *bad);
+  std::string body(header.length, '\0');
+  socket.recv_all(body.data(), body.size(), deadline_after(20s));
+  return {static_cast<tcp::ReplyKind>(header.kind), body};
+}
+
+// The same as "" for an acceptance, else the refusal's reason.
+inline std::string reply(const Socket& socket) {
+  auto [kind, body] = read_reply(socket);
+  return kind == tcp::ReplyKind::kAccept ? "" : body;
+}
+
 // Sends raw bytes to rank `to` and returns the reason of the refusal that
 // comes back (throws if anything else comes).
 inline std::string send_raw(Store& store, int to, const void* data, size_t size) {
   Socket socket = dial(store, to);
   socket.send_all(data, size, deadline_after(20s));
-  tcp::ReplyHeader header{};
-  socket.recv_all(&header, sizeof(header), deadline_after(20s));
-  if (tcp::check_reply_header(header) || header.kind != static_cast<uint32_t>(tcp::ReplyKind::kRefuse))
-    throw std::runtime_error("the transport did not refuse raw bytes");
-  std::string reason(header.length, '\0');
-  socket.recv_all(reason.data(), reason.size(), deadline_after(20s));
+  auto [kind, reason] = read_reply(socket);
+  if (kind != tcp::ReplyKind::kRefuse) throw std::runtime_error("the transport did not refuse raw bytes");
   return reason;
 }
 

@@ -62,17 +62,6 @@ class Stopped {
   pid_t pid_;
 };
 
-// The acceptor's reply on a connection: "" for an acceptance, else the
-// refusal's reason.
-std::string reply(const Socket& socket) {
-  tcp::ReplyHeader header{};
-  socket.recv_all(&header, sizeof(header), deadline_after(20s));
-  if (auto bad = tcp::check_reply_header(header)) throw std::runtime_error("bad reply: " + *bad);
-  std::string body(header.length, '\0');
-  socket.recv_all(body.data(), body.size(), deadline_after(20s));
-  return header.kind == static_cast<uint32_t>(tcp::ReplyKind::kAccept) ? "" : body;
-}
-
 // A real rank 0 of a group of `n` (a forked process) and a fake rank 1
 // (another one) that publishes an identity and sends two greetings, `first`
 // and `second`, so that rank 0 reads both in one poll: their beginnings go

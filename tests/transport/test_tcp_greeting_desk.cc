@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "admission_harness.h"
 #include "common/socket.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -23,6 +24,7 @@ namespace tdist::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using admission::reply;
 namespace tcp = transport::tcp;
 
 // Rank 0 of a group of 3 accepting on a loopback listener; every rank has
@@ -86,17 +88,6 @@ class GreetingDeskTest : public ::testing::Test {
   std::optional<tcp::GreetingDesk> desk_;
   LogLevel level_ = LogLevel::kInfo;
 };
-
-// The acceptor's reply on a client's end: "" for an acceptance, else the
-// refusal's reason.
-std::string reply(const Socket& client) {
-  tcp::ReplyHeader header{};
-  client.recv_all(&header, sizeof(header), deadline_after(20s));
-  if (auto bad = tcp::check_reply_header(header)) throw std::runtime_error("bad reply: " + *bad);
-  std::string body(header.length, '\0');
-  client.recv_all(body.data(), body.size(), deadline_after(20s));
-  return header.kind == static_cast<uint32_t>(tcp::ReplyKind::kAccept) ? "" : body;
-}
 
 void send_hello(const Socket& client, const tcp::Hello& h) {
   client.send_all(&h, sizeof(h), deadline_after(20s));
