@@ -95,6 +95,15 @@ void check_elements(const Tensor& t, int64_t first, int64_t count, const std::fu
   }
 }
 
+void checked_all_reduce(ProcessGroup& pg, int64_t count, int round) {
+  const int n = pg.size();
+  Tensor t = make_tensor(DType::kFloat32, count, [&](int64_t i) { return pg.rank() + i + round; });
+  pg.all_reduce(t, ReduceOp::SUM)->wait();
+  check_elements(
+      t, 0, count, [&](int64_t i) { return n * (n - 1) / 2.0 + n * static_cast<double>(i + round); },
+      "all_reduce round " + std::to_string(round));
+}
+
 KillTestOp all_reduce_op() {
   return KillTestOp{"all_reduce", [](int) { return 1.0f; },
                     [](ProcessGroup& pg, Tensor& t) { return pg.all_reduce(t, ReduceOp::SUM); },

@@ -54,6 +54,9 @@ inline void expect_in(const std::string& text, const std::string& part) {
 /// the error names `what` and the first index that differs.
 void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
                     const std::string& what);
+/// A SUM all_reduce on `pg` of `count` float32 elements, element i of rank
+/// r being r + i + round, checked against the sum computed here.
+void checked_all_reduce(ProcessGroup& pg, int64_t count, int round = 0);
 
 /// The collective a kill test runs over a float32 tensor: what each rank's
 /// elements start as, how a call starts, and what every element holds once

@@ -43,17 +43,6 @@ std::string with_group_and_store(Mode mode, int n,
       100s, 80s);
 }
 
-// A SUM all_reduce of `count` float32 elements (element i of rank r is
-// r + i), checked.
-void checked_all_reduce(ProcessGroup& pg, int64_t count) {
-  const int n = pg.size();
-  Tensor t = make_tensor(DType::kFloat32, count, [&](int64_t i) { return pg.rank() + i; });
-  pg.all_reduce(t, ReduceOp::SUM)->wait();
-  check_elements(
-      t, 0, count, [&](int64_t i) { return n * (n - 1) / 2.0 + n * static_cast<double>(i); },
-      "all_reduce after the rebuild");
-}
-
 class Abort : public ::testing::TestWithParam<std::tuple<Mode, int>> {
  protected:
   Mode mode() const { return std::get<0>(GetParam()); }

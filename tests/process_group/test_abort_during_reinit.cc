@@ -40,17 +40,6 @@ std::string with_group(Mode mode, int n,
       60s, 40s);
 }
 
-// A SUM all_reduce of `count` int64 elements (element i of rank r is
-// r * 1000 + i), checked against the sum computed here.
-void checked_all_reduce(ProcessGroup& pg, int64_t count) {
-  const int n = pg.size();
-  Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return pg.rank() * 1000.0 + i; });
-  pg.all_reduce(t, ReduceOp::SUM)->wait();
-  check_elements(
-      t, 0, count, [&](int64_t i) { return 1000.0 * n * (n - 1) / 2 + n * static_cast<double>(i); },
-      "all_reduce");
-}
-
 // Returns once the group's rank 0 has counted `generation` connects, i.e.
 // its reinit has closed the old connections and waits in the rendezvous of
 // the new ones (which cannot end before the other ranks come). Polls the

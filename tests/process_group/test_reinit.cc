@@ -34,18 +34,6 @@ std::vector<std::string> gather_text(ProcessGroup& pg, const std::string& text) 
   return out;
 }
 
-// A SUM all_reduce of `count` float32 elements, element i of rank r being
-// r + i + round, checked against the sum computed here.
-void checked_all_reduce(ProcessGroup& pg, int64_t count, int round) {
-  const int rank = pg.rank();
-  const int n = pg.size();
-  Tensor t = make_tensor(DType::kFloat32, count, [&](int64_t i) { return rank + i + round; });
-  pg.all_reduce(t, ReduceOp::SUM)->wait();
-  check_elements(
-      t, 0, count, [&](int64_t i) { return n * (n - 1) / 2.0 + n * static_cast<double>(i + round); },
-      "all_reduce round " + std::to_string(round));
-}
-
 // A ring of sends: each rank sends its rank to the next and receives the
 // previous one's.
 void checked_ring(ProcessGroup& pg) {
