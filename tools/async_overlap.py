@@ -92,7 +92,7 @@ def rank_main(cfg):
     times = {m: [] for m in modes}
     names = list(modes)
     for i in range(cfg["rounds"] + 1):  # the first round warms up
-        for m in names[i % 4:] + names[:i % 4]:
+        for m in names[i % len(names):] + names[:i % len(names)]:
             fill()
             tdist.barrier()
             start = time.perf_counter()

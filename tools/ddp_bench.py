@@ -156,7 +156,7 @@ def rank_main(cfg):
         # Each run in turn takes STEPS steps back to back, as a training loop
         # does; the order rotates so that drift and what one run leaves in the
         # caches weigh on all three alike.
-        for run in RUNS[i % 3:] + RUNS[:i % 3]:
+        for run in RUNS[i % len(RUNS):] + RUNS[:i % len(RUNS)]:
             dist.barrier(group=control)
             start, process0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
             for x, y in data:

@@ -7,11 +7,8 @@
 
 #include <sched.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 
 #include <cerrno>
-#include <cstring>
-#include <utility>
 
 #include "common/completion_thread.h"
 #include "common/error_text.h"

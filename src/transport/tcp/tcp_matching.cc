@@ -5,17 +5,12 @@
 #include "transport/tcp/tcp_transport_internal.h"
 #include "transport/tcp/tcp_wire.h"
 
-#include <sched.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <utility>
 
-#include "common/completion_thread.h"
 #include "common/error_text.h"
-#include "tdist/logging.h"
 
 namespace tdist::transport {
 

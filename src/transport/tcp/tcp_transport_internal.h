@@ -10,7 +10,6 @@
 // (tcp_connect.cc sets the connections up, tcp_handshake.cc admits them,
 // tcp_wire.cc defines what goes over them.)
 
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
