@@ -92,11 +92,13 @@ WaitEnd wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& p
   // scheduler slice and give it back a slice later (milliseconds under
   // EEVDF and CFS alike), so sleep instead: the peer's publish wakes us.
   using Clock = std::chrono::steady_clock;
+  Clock::time_point yielded_until{};  // when the last yield returned (the spin's clock too)
   auto yield_gave_core_away = [&] {
     const auto before = Clock::now();
     sched_yield();
     ++end.yields;
-    end.gave_core_away = Clock::now() - before >= kYieldGaveCoreAway && !reached(line, target);
+    yielded_until = Clock::now();
+    end.gave_core_away = yielded_until - before >= kYieldGaveCoreAway && !reached(line, target);
     return end.gave_core_away;
   };
   const bool timed = policy.spin_time.count() > 0;
@@ -112,10 +114,9 @@ WaitEnd wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& p
     // yield returns at once.
     if (yield_gave_core_away()) break;
     if (timed) {
-      const auto now = Clock::now();
       if (i == 255) {
-        spin_end = now + policy.spin_time;
-      } else if (now >= spin_end) {
+        spin_end = yielded_until + policy.spin_time;
+      } else if (yielded_until >= spin_end) {
         break;
       }
     }

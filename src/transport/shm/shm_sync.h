@@ -10,8 +10,8 @@
 // Waiting spins a little (cheap when every rank has a core), then yields
 // (ranks may outnumber cores: 4 ranks on 2 cores), then sleeps on a futex in
 // short slices (at once when a yield shows that a computation shares the
-// core: kYieldGaveCoreAway), checking the deadline and the failure callback between
-// slices so a dead or aborted peer is an error, never a hang.
+// core: kYieldGaveCoreAway), checking the deadline and the failure callback
+// between slices so a dead or aborted peer is an error, never a hang.
 
 #include <atomic>
 #include <chrono>
