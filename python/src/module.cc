@@ -15,6 +15,7 @@ PYBIND11_MODULE(_C, m) {
   tp::bind_objects(m);
   tp::bind_trace(m);
   tp::bind_debug(m);
+  tp::bind_mesh(m);
 #ifdef TDIST_VERSION
   m.attr("__version__") = TDIST_VERSION;
 #endif

@@ -12,6 +12,10 @@ from datetime import timedelta
 from tdist import _C, _detail
 from tdist._C import DistInvalidArgument, ProcessGroup, ReduceOp
 
+# Called when the default group is destroyed (tdist.device_mesh forgets the
+# groups it made).
+_ON_DESTROY_DEFAULT = []
+
 #: The default timeout of process groups (the spec's 30 minutes for CPU backends).
 default_pg_timeout = timedelta(minutes=30)
 
@@ -257,8 +261,12 @@ def destroy_process_group(group=None):
     if g is None and not _C.is_initialized():
         raise AssertionError("destroy_process_group: the default process group is not initialized "
                              "(destroy_process_group() was called before init_process_group(), or twice)")
+    is_default = g is None or g is group.WORLD
     _C.destroy_process_group(g)
     _detail.on_destroy(g)
+    if is_default:
+        for forget in _ON_DESTROY_DEFAULT:
+            forget()
 
 
 def is_initialized():

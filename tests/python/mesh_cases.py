@@ -1,0 +1,176 @@
+"""Jobs of test_mesh.py: device meshes and sharded tensors on every rank.
+
+The reference is the original array: every redistribution must give back
+full_tensor() equal to it bit for bit, and every local block must equal the
+slice of the original that torch.chunk's rule gives (computed here with
+NumPy's array_split arithmetic written out, not with tdist).
+"""
+
+import random
+
+import numpy as np
+
+import tdist
+from tdist.device_mesh import DeviceMesh, init_device_mesh
+from tdist.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - Debian's python3-torch is installed
+    torch = None
+
+
+def chunk_bounds(n, k, i):
+    """torch.chunk's chunk i of k over n elements: (start, stop)."""
+    size = -(-n // k) if n else 0
+    start = min(i * size, n)
+    return start, min(start + size, n)
+
+
+def expected_block(x, mesh_shape, coordinate, placements):
+    """The slice of `x` the rank at `coordinate` holds (nested shards in mesh order)."""
+    bounds = [(0, s) for s in x.shape]
+    for m, p in enumerate(placements):
+        if isinstance(p, Shard):
+            lo, hi = bounds[p.dim]
+            a, b = chunk_bounds(hi - lo, mesh_shape[m], coordinate[m])
+            bounds[p.dim] = (lo + a, lo + b)
+    return x[tuple(slice(a, b) for a, b in bounds)]
+
+
+def random_placements(rng, mesh_ndim, tensor_ndim, ops):
+    out = []
+    for _ in range(mesh_ndim):
+        r = rng.random()
+        if r < 0.2:
+            out.append(Replicate())
+        elif r < 0.4:
+            out.append(Partial(rng.choice(ops)))
+        else:
+            out.append(Shard(rng.randrange(tensor_ndim)))
+    return out
+
+
+def to_numpy(t):
+    return t.numpy() if torch is not None and isinstance(t, torch.Tensor) else np.asarray(t)
+
+
+def property_job(rank, world_size, mesh_shape, seed, trials, lib):
+    """Random shapes, layouts and transitions on one mesh; returns the number checked."""
+    mesh = init_device_mesh("cpu", mesh_shape)
+    coordinate = mesh.get_coordinate()
+    rng = random.Random(seed)  # same seed on every rank: same cases in the same order
+    checked = 0
+    for trial in range(trials):
+        tensor_ndim = rng.randint(1, 3)
+        shape = [rng.choice([0, 1, 2, 3, 5, 7, 8, 11]) for _ in range(tensor_ndim)]
+        exact_ints = rng.random() < 0.5
+        data = np.random.default_rng(seed * 1000 + trial).standard_normal(shape)
+        if exact_ints:
+            data = np.round(data * 20)
+        x = data.astype(np.float32 if trial % 3 else np.float64)
+        # AVG of copies is exact only for values whose multiples are exact.
+        ops = ["sum", "max", "min"] + (["avg"] if exact_ints else [])
+        src = random_placements(rng, len(mesh_shape), tensor_ndim, ops)
+        hops = [random_placements(rng, len(mesh_shape), tensor_ndim, ops) for _ in range(2)]
+        hops.append([Replicate()] * len(mesh_shape))
+        xt = torch.from_numpy(x.copy()) if lib == "torch" else x
+        d = distribute_tensor(xt, mesh, src)
+        for placements in [src] + hops:
+            d = d.redistribute(mesh, placements)
+            local = to_numpy(d.to_local())
+            if not any(isinstance(p, Partial) for p in placements):
+                want = expected_block(x, mesh_shape, coordinate, placements)
+                assert local.shape == want.shape and np.array_equal(local, want), \
+                    f"{shape} {src} -> {placements}: rank {rank} block {local.shape} differs"
+            full = to_numpy(d.full_tensor())
+            assert full.dtype == x.dtype and np.array_equal(full, x), \
+                f"{shape} {src} -> {placements}: full_tensor differs from the original on rank {rank}"
+            checked += 1
+    return checked
+
+
+def permuted_mesh_job(rank, world_size):
+    """A mesh whose ranks are not in order: groups follow the mesh, not the rank order."""
+    ranks = list(range(world_size))[::-1]
+    mesh = DeviceMesh("cpu", np.array(ranks).reshape(2, -1).tolist(), mesh_dim_names=("a", "b"))
+    x = np.arange(5 * 7, dtype=np.int64).reshape(5, 7)
+    # Only the source's data counts: the rank at coordinate (1, 1).
+    source = mesh.mesh[1, 1]
+    mine = x if rank == source else np.full_like(x, -1)
+    results = []
+    for placements in ([Shard(0), Shard(1)], [Shard(1), Shard(0)], [Shard(0), Shard(0)], [Partial(), Shard(1)]):
+        d = distribute_tensor(mine, mesh, placements, src_data_rank=1)
+        if not any(isinstance(p, Partial) for p in placements):
+            want = expected_block(x, mesh.shape, mesh.get_coordinate(), placements)
+            assert np.array_equal(d.to_local(), want), (placements, d.to_local(), want)
+        for target in ([Shard(1), Shard(1)], [Replicate(), Shard(0)], [Shard(1), Partial()]):
+            assert np.array_equal(d.redistribute(mesh, target).full_tensor(), x), (placements, target)
+    b = mesh["b"]
+    results.append((mesh.get_coordinate(), b.mesh.tolist(), tdist.get_process_group_ranks(b.get_group()),
+                    mesh.get_local_rank("a"), mesh.get_local_rank("b")))
+    # A DTensor on the 1-d sub-mesh.
+    y = np.arange(9, dtype=np.float32)
+    e = distribute_tensor(y, b, [Shard(0)])
+    assert np.array_equal(e.full_tensor(), y)
+    return results
+
+
+def api_job(rank, world_size):
+    """DeviceMesh's queries and from_local against hand-computed answers."""
+    mesh = init_device_mesh("cpu", (2, world_size // 2), mesh_dim_names=("dp", "tp"))
+    out = {
+        "shape": mesh.shape, "ndim": mesh.ndim, "size": mesh.size(), "size_tp": mesh.size("tp"),
+        "names": mesh.mesh_dim_names, "coordinate": mesh.get_coordinate(),
+        "tp_ranks": tdist.get_process_group_ranks(mesh.get_group("tp")),
+        "dp_ranks": tdist.get_process_group_ranks(mesh.get_group(0)),
+        "tp_mesh": mesh["tp"].mesh.tolist(), "repr": repr(mesh),
+    }
+    # from_local with uneven blocks and an explicit global shape.
+    n = 2 * world_size + 1
+    x = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+    local = expected_block(x, mesh.shape, mesh.get_coordinate(), [Shard(0), Shard(0)])
+    d = DTensor.from_local(local.copy(), mesh, [Shard(0), Shard(0)], shape=x.shape, run_check=True)
+    assert np.array_equal(d.full_tensor(), x)
+    assert d.shape == x.shape and d.stride() == (3, 1) and d.ndim == 2
+    # Without shape, even shards are assumed (as torch).
+    e = DTensor.from_local(np.ones((2, 3), np.float32), mesh, [Shard(0), Replicate()])
+    out["even_shape"] = tuple(e.shape)
+    out["plan"] = d.explain_redistribute([Replicate(), Replicate()])
+    if torch is not None:
+        t = torch.arange(n * 3, dtype=torch.float32).reshape(n, 3)
+        dt = distribute_tensor(t, mesh, [Shard(1), Shard(0)])
+        assert isinstance(dt.to_local(), torch.Tensor) and isinstance(dt.shape, torch.Size)
+        assert torch.equal(dt.full_tensor(), t)
+    return out
+
+
+def error_job(rank, world_size):
+    """Each bad call raises DistInvalidArgument with a reason, on every rank."""
+    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("x",))
+    messages = {}
+
+    def expect(name, fn, text):
+        try:
+            fn()
+        except tdist.DistInvalidArgument as e:
+            assert text in str(e), f"{name}: {text!r} not in {e}"
+            messages[name] = str(e)
+            return
+        raise AssertionError(f"{name}: no error")
+
+    x = np.zeros((4, 4), np.float32)
+    expect("device", lambda: init_device_mesh("cuda", (world_size,)), "only device type is 'cpu'")
+    expect("shape", lambda: init_device_mesh("cpu", (world_size + 1,)), "world size")
+    expect("count", lambda: distribute_tensor(x, mesh, [Shard(0), Shard(1)]), "2 placements for a mesh of 1")
+    expect("dim", lambda: distribute_tensor(x, mesh, [Shard(2)]), "outside [0, 2)")
+    expect("name", lambda: mesh.get_group("tp"), "no dimension is called 'tp'")
+    expect("partial op", lambda: Partial("median"), "not one of")
+    expect("not tensor", lambda: distribute_tensor([1, 2], mesh, [Shard(0)]), "NumPy array or torch tensor")
+    expect("block", lambda: DTensor.from_local(np.zeros((3, 4), np.float32), mesh, [Shard(0)],
+                                               shape=(10 * world_size, 4)), "block has shape")
+    # One rank lies about its block: run_check fails everywhere, naming the count.
+    local = np.zeros((5 if rank == world_size - 1 else 4, 4), np.float32)
+    expect("run_check", lambda: DTensor.from_local(local, mesh, [Shard(0)], shape=(4 * world_size, 4),
+                                                   run_check=True), "1 rank(s) hold a block")
+    return sorted(messages)
