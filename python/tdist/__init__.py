@@ -83,6 +83,8 @@ from tdist.distributed_c10d import (
     reduce_op,
     reinit_process_group,
 )
+from tdist.device_mesh import DeviceMesh, init_device_mesh
+from tdist import tensor
 from tdist.fault_tolerance import agree, revoke, shrink
 from tdist.monitored import monitored_barrier
 from tdist.objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
@@ -102,7 +104,7 @@ def _make_nccl_premul_sum(factor):
 
 
 __all__ = [
-    "Backend", "DebugLevel", "DistBackendError", "DistError", "DistInvalidArgument", "DistNetworkError",
+    "Backend", "DebugLevel", "DeviceMesh", "DistBackendError", "DistError", "DistInvalidArgument", "DistNetworkError",
     "DistNetworkTimeoutError", "DistStoreError", "DistStoreTimeoutError", "DistTimeoutError", "FileStore",
     "Future", "GroupMember", "HashStore", "P2POp", "PrefixStore", "ProcessContext", "ProcessException",
     "ProcessExitedException", "ProcessGroup", "ProcessRaisedException", "ReduceOp", "Store", "TCPStore", "Work",
@@ -110,11 +112,11 @@ __all__ = [
     "all_reduce", "all_to_all", "all_to_all_single", "barrier", "batch_isend_irecv", "breakpoint", "broadcast",
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "dump_trace", "gather",
     "gather_object", "get_backend", "get_comm_name", "get_debug_level", "get_global_rank", "get_group_rank",
-    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group", "irecv",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_device_mesh", "init_process_group", "irecv",
     "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
     "is_tdist_available", "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group",
     "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven",
     "reinit_process_group", "scatter", "scatter_object_list", "send", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
-    "trace_calls",
+    "tensor", "trace_calls",
     "agree", "revoke", "shrink",
 ]

@@ -8,7 +8,7 @@ from tdist import collectives as _coll
 from tdist._C import DistInvalidArgument
 from tdist._tensors import is_tensor, is_torch_tensor
 from tdist.tensor import _local, _redistribute
-from tdist.tensor.placement_types import Partial, Placement, Replicate, Shard
+from tdist.tensor.placement_types import Placement, Replicate, Shard
 
 __all__ = ["DTensor", "distribute_tensor"]
 

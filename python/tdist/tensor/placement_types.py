@@ -96,76 +96,6 @@ class Partial(Placement):
         self._op = ReduceOp(_OPS[name])
 
     def is_partial(self):
-        return False
-
-    def _spec(self):
-        raise NotImplementedError
-
-
-class Shard(Placement):
-    """The tensor is split along its dimension `dim` over the mesh dimension."""
-
-    def __init__(self, dim):
-        if not isinstance(dim, int) or isinstance(dim, bool):
-            raise DistInvalidArgument(f"Shard: dim must be an int, got {dim!r}")
-        self.dim = dim
-
-    def is_shard(self, dim=None):
-        return dim is None or dim == self.dim
-
-    def _spec(self):
-        return ("shard", self.dim)
-
-    def __eq__(self, other):
-        return isinstance(other, Shard) and other.dim == self.dim
-
-    def __hash__(self):
-        return hash(("shard", self.dim))
-
-    def __repr__(self):
-        return f"Shard(dim={self.dim})"
-
-
-class Replicate(Placement):
-    """Every rank along the mesh dimension holds the whole (local) tensor."""
-
-    def is_replicate(self):
-        return True
-
-    def _spec(self):
-        return ("replicate",)
-
-    def __eq__(self, other):
-        return isinstance(other, Replicate)
-
-    def __hash__(self):
-        return hash("replicate")
-
-    def __repr__(self):
-        return "Replicate()"
-
-
-class Partial(Placement):
-    """Every rank along the mesh dimension holds a partial value; the tensor
-    is their reduction with `reduce_op` ("sum", "avg", "max", "min",
-    "product", "band", "bor", "bxor", or a ReduceOp)."""
-
-    def __init__(self, reduce_op="sum"):
-        if isinstance(reduce_op, str):
-            if reduce_op.lower() not in _OPS:
-                raise DistInvalidArgument(f"Partial: reduce_op {reduce_op!r} is not one of {sorted(_OPS)}")
-            self.reduce_op = reduce_op.lower() if reduce_op.lower() != "prod" else "product"
-            self._op = _OPS[reduce_op.lower()]
-        else:
-            op = ReduceOp(reduce_op) if not isinstance(reduce_op, ReduceOp) else reduce_op
-            names = {v: k for k, v in _OPS.items() if k != "prod"}
-            if op not in names:
-                raise DistInvalidArgument(f"Partial: reduce_op {op!r} cannot make a partial tensor "
-                                          "(PREMUL_SUM has no single value to reduce to)")
-            self.reduce_op = names[op]
-            self._op = op
-
-    def is_partial(self):
         return True
 
     def _spec(self):
@@ -179,12 +109,3 @@ class Partial(Placement):
 
     def __repr__(self):
         return f"Partial({self.reduce_op})"
-
-
-def _from_spec(spec):
-    kind = spec[0]
-    if kind == "shard":
-        return Shard(spec[1])
-    if kind == "partial":
-        return Partial(spec[1])
-    return Replicate()
