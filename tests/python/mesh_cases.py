@@ -174,3 +174,48 @@ def error_job(rank, world_size):
     expect("run_check", lambda: DTensor.from_local(local, mesh, [Shard(0)], shape=(4 * world_size, 4),
                                                    run_check=True), "1 rank(s) hold a block")
     return sorted(messages)
+
+
+def ops_job(rank, world_size, mesh_shape):
+    """Operator rules: results against NumPy on the full arrays, and the
+    placements the rules promise (docs/mesh.md's table)."""
+    from tdist.tensor import elementwise
+    mesh = init_device_mesh("cpu", mesh_shape)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 5))
+    b = rng.standard_normal((5, 9))
+    c = rng.standard_normal((7, 5))
+    seen = {}
+    k = len(mesh_shape)
+
+    def on_every(p):
+        return [p] * k
+
+    def close(d, want, what):
+        got = d.full_tensor()
+        assert got.shape == want.shape and np.allclose(got, want, rtol=1e-12, atol=1e-12), what
+        seen[what] = tuple(d.placements)
+
+    R, S0, S1, P = Replicate(), Shard(0), Shard(1), Partial()
+    for pa in (R, S0, S1, P):
+        da = distribute_tensor(a, mesh, on_every(pa))
+        for pc in (R, S0, S1, P):
+            dc = distribute_tensor(c, mesh, on_every(pc))
+            close(da + dc, a + c, f"{pa}+{pc}")
+            close(da - dc, a - c, f"{pa}-{pc}")
+            close(da * dc, a * c, f"{pa}*{pc}")
+        close(da * 3.0, a * 3.0, f"{pa}*3")
+        close(2.0 * da, 2.0 * a, f"2*{pa}")
+        close(da + 1.0, a + 1.0, f"{pa}+1")
+        close(1.0 - da, 1.0 - a, f"1-{pa}")
+        close(-da, -a, f"-{pa}")
+        close(da / 4.0, a / 4.0, f"{pa}/4")
+        close(elementwise(np.tanh, da), np.tanh(a), f"tanh {pa}")
+        close(da.T, a.T, f"{pa}.T")
+        close(da.sum(), np.array(a.sum()), f"sum {pa}")
+        close(da.sum(0), a.sum(0), f"sum0 {pa}")
+        close(da.sum(1, keepdim=True), a.sum(1, keepdims=True), f"sum1k {pa}")
+        for pb in (R, S0, S1, P):
+            db = distribute_tensor(b, mesh, on_every(pb))
+            close(da @ db, a @ b, f"{pa}@{pb}")
+    return {k_: repr(v) for k_, v in seen.items()}

@@ -2,10 +2,15 @@
 forked ranks over shared memory and TCP: random layouts and transitions give
 back the original tensor bit for bit; mesh queries; errors (mesh_cases.py)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import mesh_cases
 from harness import run_ranks
+from tdist.tensor import Partial, Replicate, Shard
 
 MESHES = [(1,), (2,), (3,), (5,), (2, 2), (1, 4), (2, 3), (3, 2), (6,), (2, 2, 2), (2, 4), (8,)]
 
@@ -76,3 +81,41 @@ def test_bad_calls_raise_with_the_reason(world):
     results = run_ranks(mesh_cases.error_job, world)
     assert all(r == results[0] for r in results)
     assert len(results[0]) == 9
+
+
+@pytest.mark.parametrize("mesh_shape", [(1,), (3,), (2, 2)], ids=lambda s: "x".join(map(str, s)))
+def test_operator_rules_compute_what_numpy_does(mesh_shape):
+    results = run_ranks(mesh_cases.ops_job, _size(mesh_shape), mesh_shape)
+    placements = results[0]
+    k = len(mesh_shape)
+
+    def layout(*p):
+        return repr(tuple(p) * k)
+
+    # The rules of docs/mesh.md, per mesh dimension.
+    assert placements["Replicate()@Shard(dim=1)"] == layout(Shard(1))          # column-wise weight
+    assert placements["Shard(dim=1)@Shard(dim=0)"] == layout(Partial())        # row-wise weight
+    assert placements["Shard(dim=0)@Replicate()"] == layout(Shard(0))          # split batch
+    assert placements["Partial(sum)@Replicate()"] == layout(Partial())
+    assert placements["Partial(sum)+Partial(sum)"] == layout(Partial())
+    assert placements["Partial(sum)*3"] == layout(Partial())
+    assert placements["Partial(sum)+1"] == layout(Replicate())                 # not linear: reduced first
+    assert placements["sum Shard(dim=0)"] == layout(Partial())
+    assert placements["sum1k Shard(dim=0)"] == layout(Shard(0))
+    assert placements["Shard(dim=0).T"] == layout(Shard(1))
+    assert all(r == placements for r in results)
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "examples",
+                       "tensor_parallel_mlp.py")
+
+
+@pytest.mark.skipif(mesh_cases.torch is None, reason="python3-torch is not installed")
+@pytest.mark.parametrize("dp,tp", [(2, 2), (1, 3), (3, 1)])
+def test_tensor_parallel_example_matches_one_process(dp, tp):
+    run = subprocess.run([sys.executable, "-m", "tdist.run", "--nproc-per-node", str(dp * tp), EXAMPLE,
+                          "--dp", str(dp), "--tp", str(tp), "--steps", "12", "--check"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "largest difference from the one-process run" in run.stdout, run.stdout
+    assert "all_reduce over mesh dim 1 (tp)" in run.stdout or tp == 1, run.stdout

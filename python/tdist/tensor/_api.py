@@ -7,7 +7,9 @@ from tdist import _C
 from tdist import collectives as _coll
 from tdist._C import DistInvalidArgument
 from tdist._tensors import is_tensor, is_torch_tensor
-from tdist.tensor import _local, _redistribute
+import operator
+
+from tdist.tensor import _local, _ops, _redistribute
 from tdist.tensor.placement_types import Placement, Replicate, Shard
 
 __all__ = ["DTensor", "distribute_tensor"]
@@ -155,6 +157,41 @@ class DTensor:
         step (collective, mesh dim, shapes, bytes this rank moves), then the total."""
         placements = _check_placements("DTensor.explain_redistribute", self.device_mesh, placements, self.ndim)
         return self._plan(placements).explain(self.device_mesh._layout)
+
+    # ---- operators (docs/mesh.md's rules; tdist.tensor._ops) ----
+    def __add__(self, other):
+        return _ops.binary("add", self, other, operator.add)
+
+    def __radd__(self, other):
+        return _ops.binary_reflected("add", self, other, operator.add)
+
+    def __sub__(self, other):
+        return _ops.binary("sub", self, other, operator.sub)
+
+    def __rsub__(self, other):
+        return _ops.binary_reflected("sub", self, other, operator.sub)
+
+    def __mul__(self, other):
+        return _ops.binary("mul", self, other, operator.mul)
+
+    def __rmul__(self, other):
+        return _ops.binary_reflected("mul", self, other, operator.mul)
+
+    def __truediv__(self, other):
+        return _ops.binary("truediv", self, other, operator.truediv)
+
+    def __neg__(self):
+        return _ops.elementwise(operator.neg, self, linear=True)
+
+    def __matmul__(self, other):
+        return _ops.matmul(self, other)
+
+    def sum(self, dim=None, keepdim=False):
+        return _ops.reduce_sum(self, dim, keepdim)
+
+    @property
+    def T(self):  # noqa: N802 - torch's name
+        return _ops.transpose(self)
 
     def _plan(self, placements):
         return _redistribute.plan(self.device_mesh, self._shape, _local.element_size(self._local_tensor),

@@ -6,9 +6,15 @@ coordinate, so every step maps mesh positions to group ranks before it
 passes sizes or pieces to a collective.
 """
 
+import time
+
 from tdist import _C
 from tdist import collectives as _coll
 from tdist.tensor import _local
+
+# What redistribution has moved in this process: collectives run, bytes this
+# rank moved (the plans' count) and seconds spent in redistribute.
+counters = {"collectives": 0, "bytes": 0, "seconds": 0.0}
 
 # Plans by (mesh, coordinate, shape, element size, from, to): planning is a
 # search, and training loops redistribute the same layouts every step.
@@ -34,11 +40,15 @@ def plan(mesh, global_shape, element_size, src, dst):
 def run(mesh, local, steps):
     """`local` after every step; the result is a fresh contiguous tensor."""
     coordinate = mesh._coordinate()
+    started = time.perf_counter()
     for step in steps:
         group, positions = mesh._group(step.mesh_dim)
         me = coordinate[step.mesh_dim]
         local = _STEPS[step.kind](step, local, group, positions, me)
         assert _local.shape(local) == tuple(step.shape_after), (step.kind, _local.shape(local), step.shape_after)
+        counters["collectives"] += not step.kind.startswith("local")
+        counters["bytes"] += step.bytes
+    counters["seconds"] += time.perf_counter() - started
     return local
 
 
