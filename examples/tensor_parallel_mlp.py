@@ -30,7 +30,7 @@ import torch
 
 import tdist
 from tdist.device_mesh import init_device_mesh
-from tdist.tensor import DTensor, Partial, Replicate, Shard, communication_counters, distribute_tensor, elementwise
+from tdist.tensor import Replicate, Shard, communication_counters, distribute_tensor, elementwise
 
 D_IN, HIDDEN, D_OUT = 13, 31, 5
 
