@@ -219,3 +219,74 @@ def ops_job(rank, world_size, mesh_shape):
             db = distribute_tensor(b, mesh, on_every(pb))
             close(da @ db, a @ b, f"{pa}@{pb}")
     return {k_: repr(v) for k_, v in seen.items()}
+
+
+def paddle_auto_parallel_job(rank, world_size):
+    """tdist.paddle's auto-parallel API on NumPy arrays against NumPy."""
+    import tdist.paddle as dist
+    mesh = dist.ProcessMesh([[0, 1], [2, 3]], dim_names=["dp", "mp"])
+    assert mesh.shape == [2, 2] and mesh.process_ids == [0, 1, 2, 3] and mesh.dim_names == ["dp", "mp"]
+    assert mesh.get_dim_size("mp") == 2 and rank in mesh
+    assert mesh.get_mesh_with_dim("mp").process_ids == [0, 2, 1, 3]
+    assert mesh.get_mesh_with_dim("mp", 1).process_ids == [1, 3]
+    assert dist.ProcessMesh([0, 1, 2, 3]).dim_names == ["d0"]
+    coordinate = mesh.get_coordinate()
+
+    x = np.arange(7 * 5, dtype=np.float32).reshape(7, 5)
+    for placements in ([dist.Shard(0), dist.Shard(1)], [dist.Replicate(), dist.Shard(0)],
+                       [dist.Partial(), dist.Shard(1)], [dist.Partial(dist.ReduceType.kRedMax), dist.Replicate()]):
+        d = dist.shard_tensor(x, mesh, placements)
+        assert d.is_dist() and d.process_mesh == mesh and list(d.shape) == [7, 5]
+        if not any(p.is_partial() for p in placements):
+            assert np.array_equal(d._local_value(), expected_block(x, mesh.shape, coordinate, placements))
+        for target in ([dist.Replicate(), dist.Replicate()], [dist.Shard(1), dist.Shard(0)]):
+            r = dist.reshard(d, mesh, target)
+            assert isinstance(r, dist.auto_parallel.DistTensor)
+            assert np.array_equal(r.full_tensor(), x), (placements, target)
+    ones = dist.dtensor_from_fn(np.ones, mesh, [dist.Shard(0), dist.Replicate()], (5, 3))
+    assert ones._local_value().shape == ((3, 3) if coordinate[0] == 0 else (2, 3))
+
+    # A two-layer model: column-parallel then row-parallel, via parallelize.
+    rng = np.random.default_rng(11)
+    w1, b1 = rng.standard_normal((6, 10)).astype(np.float32), rng.standard_normal(10).astype(np.float32)
+    w2, b2 = rng.standard_normal((10, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    inp = rng.standard_normal((4, 6)).astype(np.float32)
+
+    class Model:
+        def __init__(self):
+            self.fc1 = dist.auto_parallel.Linear(6, 10, weight=w1.copy(), bias=b1.copy())
+            self.fc2 = dist.auto_parallel.Linear(10, 3, weight=w2.copy(), bias=b2.copy())
+
+    model, _ = dist.parallelize(Model(), None, mesh, {"mp_config": {"parallelize_plan": {
+        "fc1": dist.ColWiseParallel(), "fc2": dist.RowWiseParallel()}}})
+    assert model.fc1.weight.placements == (dist.Replicate(), dist.Shard(1))
+    assert model.fc2.weight.placements == (dist.Replicate(), dist.Shard(0))
+    hidden = model.fc1(inp)
+    assert hidden.placements == (dist.Replicate(), dist.Shard(1))
+    out = model.fc2(hidden)
+    assert out.placements == (dist.Replicate(), dist.Replicate())
+    want = (inp @ w1 + b1) @ w2 + b2
+    assert np.allclose(out.full_tensor(), want, rtol=1e-5, atol=1e-5)
+
+    # shard_layer with a shard_fn; the bias it leaves plain is replicated.
+    layer = dist.auto_parallel.Linear(6, 10, weight=w1.copy(), bias=b1.copy())
+
+    def shard_fn(name, sub, m):
+        sub.weight = dist.shard_tensor(sub.weight, m, [dist.Shard(0), dist.Shard(1)])
+    dist.shard_layer(layer, mesh, shard_fn)
+    assert layer.bias.placements == (dist.Replicate(), dist.Replicate())
+    assert np.allclose(layer(inp).full_tensor(), inp @ w1 + b1, rtol=1e-5, atol=1e-5)
+
+    # split: a linear layer by rows and by columns, and an embedding.
+    for axis in (0, 1):
+        y = dist.split(inp, (6, 10), "linear", axis=axis, num_partitions=world_size, weight_attr=w1,
+                       bias_attr=b1)
+        assert np.allclose(y, inp @ w1 + b1, rtol=1e-5, atol=1e-5), axis
+    part = dist.split(inp, (6, 10), "linear", axis=1, num_partitions=world_size, weight_attr=w1, gather_out=False)
+    a, b = 3 * rank if rank < 3 else 9, min(3 * rank + 3, 10)  # chunks of 10 over 4: 3, 3, 3, 1
+    assert np.allclose(part, (inp @ w1)[:, a:b], rtol=1e-5, atol=1e-5)
+    table = rng.standard_normal((9, 4)).astype(np.float32)
+    ids = np.array([[0, 8, 3], [5, 5, 1]])
+    emb = dist.split(ids, (9, 4), "embedding", num_partitions=world_size, weight_attr=table)
+    assert np.array_equal(emb, table[ids])
+    return True

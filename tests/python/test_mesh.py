@@ -119,3 +119,7 @@ def test_tensor_parallel_example_matches_one_process(dp, tp):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "largest difference from the one-process run" in run.stdout, run.stdout
     assert "all_reduce over mesh dim 1 (tp)" in run.stdout or tp == 1, run.stdout
+
+
+def test_paddle_auto_parallel_api_on_numpy():
+    assert run_ranks(mesh_cases.paddle_auto_parallel_job, 4) == [True] * 4

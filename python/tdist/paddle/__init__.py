@@ -15,6 +15,23 @@ docs/paddle.md lists what is provided and how it differs from paddle.
 """
 
 from tdist.paddle import stream
+from tdist.paddle.auto_parallel import (
+    ColWiseParallel,
+    Partial,
+    ProcessMesh,
+    ReduceType,
+    Replicate,
+    RowWiseParallel,
+    Shard,
+    dtensor_from_fn,
+    get_mesh,
+    parallelize,
+    reshard,
+    set_mesh,
+    shard_layer,
+    shard_tensor,
+    split,
+)
 from tdist.paddle._task import Task
 from tdist.paddle.communication import (
     all_gather,
@@ -52,6 +69,8 @@ from tdist.paddle.reduce_op import ReduceOp
 from tdist.paddle.spawn import MultiprocessContext, spawn
 
 __all__ = [
+    "ColWiseParallel", "Partial", "ProcessMesh", "ReduceType", "Replicate", "RowWiseParallel", "Shard",
+    "dtensor_from_fn", "get_mesh", "parallelize", "reshard", "set_mesh", "shard_layer", "shard_tensor", "split",
     "Group", "MultiprocessContext", "P2POp", "ParallelEnv", "ReduceOp", "Task", "all_gather", "all_gather_object",
     "all_reduce", "alltoall", "alltoall_single", "barrier", "batch_isend_irecv", "broadcast",
     "broadcast_object_list", "destroy_process_group", "gather", "get_backend", "get_group", "get_rank",
