@@ -83,6 +83,8 @@ struct RedistributeStep {
     kLocalPartial,   ///< Replicate -> Partial: keep the value on the first rank
                      ///< of the dimension, the op's identity elsewhere (SUM:
                      ///< zero), so the reduction gives back the value exactly
+    kRelabel,        ///< any change on a mesh dimension of size 1: the block
+                     ///< stays as it is, only its placement changes
   };
   /// What kLocalPartial leaves on the ranks other than the first of the
   /// dimension: the value (MIN, MAX, AVG, BAND, BOR: reducing copies gives

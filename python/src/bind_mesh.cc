@@ -59,6 +59,8 @@ const char* step_kind(RedistributeStep::Kind kind) {
       return "local_slice";
     case RedistributeStep::kLocalPartial:
       return "local_partial";
+    case RedistributeStep::kRelabel:
+      return "relabel";
   }
   return "?";
 }
@@ -138,13 +140,14 @@ void bind_mesh(py::module_& m) {
       .def("explain", &mesh::RedistributePlan::explain, py::arg("mesh"));
   m.def(
       "_plan_redistribute",
-      [](const DeviceMesh& mesh, const std::vector<int64_t>& coordinate, const std::vector<int64_t>& global_shape,
-         int64_t element_size, const py::sequence& src, const py::sequence& dst) {
+      [](const DeviceMesh& mesh, const std::vector<int64_t>& coordinate,
+         const std::vector<int64_t>& global_shape, int64_t element_size, const py::sequence& src,
+         const py::sequence& dst) {
         return mesh::plan_redistribute(mesh, coordinate, global_shape, element_size, to_layout(src),
                                        to_layout(dst));
       },
-      py::arg("mesh"), py::arg("coordinate"), py::arg("global_shape"), py::arg("element_size"), py::arg("src"),
-      py::arg("dst"));
+      py::arg("mesh"), py::arg("coordinate"), py::arg("global_shape"), py::arg("element_size"),
+      py::arg("src"), py::arg("dst"));
 }
 
 }  // namespace tdist::python

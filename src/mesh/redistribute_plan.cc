@@ -71,6 +71,7 @@ double nominal_block_bytes(const DeviceMesh& mesh, const Layout& layout, double 
 // steps win among equal volumes; local steps cost almost nothing.
 double step_cost(Kind kind, double block_bytes, double k) {
   constexpr double kCollectiveCharge = 64.0 * 1024;
+  if (k == 1) return 1;  // a relabel
   switch (kind) {
     case Kind::kAllGather:
       return block_bytes * (k - 1) + kCollectiveCharge;
@@ -81,6 +82,7 @@ double step_cost(Kind kind, double block_bytes, double k) {
       return block_bytes * (k - 1) / k + kCollectiveCharge;
     case Kind::kLocalSlice:
     case Kind::kLocalPartial:
+    case Kind::kRelabel:
       return 1;
   }
   return kCollectiveCharge;
@@ -148,6 +150,8 @@ RedistributeStep describe(const DeviceMesh& mesh, const std::vector<int64_t>& co
                           const std::vector<int64_t>& global_shape, int64_t element_size,
                           const Layout& before, const Layout& after, int m, Kind kind) {
   RedistributeStep step;
+  // Over one rank every placement is the same block: nothing to do.
+  if (mesh.size(m) == 1) kind = Kind::kRelabel;
   step.kind = kind;
   step.mesh_dim = m;
   step.from = before[static_cast<size_t>(m)];
@@ -189,6 +193,7 @@ RedistributeStep describe(const DeviceMesh& mesh, const std::vector<int64_t>& co
     }
     case Kind::kLocalSlice:
     case Kind::kLocalPartial:
+    case Kind::kRelabel:
       step.bytes = 0;
       break;
   }
@@ -222,6 +227,8 @@ const char* kind_name(Kind kind) {
       return "local slice";
     case Kind::kLocalPartial:
       return "local partial";
+    case Kind::kRelabel:
+      return "relabel";
   }
   return "?";
 }

@@ -157,6 +157,7 @@ std::vector<Region> apply(const DeviceMesh& mesh, const std::vector<Redistribute
     }
     Region& out = next[r];
     check(step.shape_before == lengths_of(regions[r].block), where + ": shape_before is wrong");
+    check(step.kind == Kind::kRelabel || k > 1, where + ": a collective over one rank");
     auto split_mine = [&](int d) {
       const int64_t whole = out.block[static_cast<size_t>(d)].length;
       std::vector<int64_t> lengths;
@@ -204,6 +205,11 @@ std::vector<Region> apply(const DeviceMesh& mesh, const std::vector<Redistribute
         break;
       case Kind::kLocalPartial:
         check(out.partial_over.insert(mi).second, where + ": already partial");
+        break;
+      case Kind::kRelabel:
+        check(k == 1, where + ": a relabel over more than one rank");
+        if (step.from.is_partial()) out.partial_over.erase(mi);
+        if (step.to.is_partial()) out.partial_over.insert(mi);
         break;
     }
     check(step.shape_after == lengths_of(out.block), where + ": shape_after is wrong");
