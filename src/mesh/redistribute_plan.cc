@@ -141,6 +141,7 @@ int64_t product(const std::vector<int64_t>& shape) {
 
 std::vector<int64_t> lengths(const std::vector<Extent>& block) {
   std::vector<int64_t> shape;
+  shape.reserve(block.size());
   for (const Extent& e : block) shape.push_back(e.length);
   return shape;
 }

@@ -116,6 +116,7 @@ std::string text(const std::vector<int64_t>& v) {
 
 std::vector<int64_t> lengths_of(const std::vector<Extent>& block) {
   std::vector<int64_t> v;
+  v.reserve(block.size());
   for (const Extent& e : block) v.push_back(e.length);
   return v;
 }
@@ -274,7 +275,9 @@ std::vector<Kind> kinds(const RedistributePlan& plan) {
 
 TEST(RedistributePlan, OneDimensionalTransitionsUseOneCollective) {
   DeviceMesh mesh({4}, iota_ranks(4));
-  auto plan = [&](Layout from, Layout to) { return kinds(plan_everywhere(mesh, {7, 5}, from, to)[1]); };
+  auto plan = [&](const Layout& from, const Layout& to) {
+    return kinds(plan_everywhere(mesh, {7, 5}, from, to)[1]);
+  };
   EXPECT_EQ(plan({S(0)}, {R()}), (std::vector<Kind>{Kind::kAllGather}));
   EXPECT_EQ(plan({P()}, {R()}), (std::vector<Kind>{Kind::kAllReduce}));
   EXPECT_EQ(plan({P()}, {S(1)}), (std::vector<Kind>{Kind::kReduceScatter}));
@@ -330,8 +333,8 @@ TEST(RedistributePlan, RandomLayoutsEndWhereTheTargetSaysOnEveryRank) {
     for (int64_t s : mesh_shape) n *= s;
     DeviceMesh mesh(mesh_shape, iota_ranks(n));
     const int tensor_ndim = 1 + static_cast<int>(rng() % 3);
-    std::vector<int64_t> shape;
-    for (int d = 0; d < tensor_ndim; ++d) shape.push_back(static_cast<int64_t>(rng() % 10));
+    std::vector<int64_t> shape(static_cast<size_t>(tensor_ndim));
+    for (auto& s : shape) s = static_cast<int64_t>(rng() % 10);
     auto random_layout = [&] {
       Layout layout;
       for (size_t m = 0; m < mesh_shape.size(); ++m) {
