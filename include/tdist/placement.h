@@ -60,7 +60,9 @@ struct Extent {
 Extent chunk_extent(int64_t size, int64_t chunks, int64_t index);
 
 /// Checks a layout: one placement per mesh dimension, shard dimensions in
-/// [0, ndim of the tensor), Partial ops that can be reduced. Throws
+/// [0, ndim of the tensor), Partial ops that can be reduced, and one op for
+/// all the Partials (different ops over different mesh dimensions would
+/// make the value depend on the order of reduction). Throws
 /// DistInvalidArgument naming `op` and the offending placement.
 void validate_placements(const char* op, const std::vector<Placement>& placements, int mesh_ndim,
                          int tensor_ndim);

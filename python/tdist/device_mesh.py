@@ -35,6 +35,20 @@ def _forget_groups():
 _c10d._ON_DESTROY_DEFAULT.append(_forget_groups)
 
 
+def _group_of(ordered):
+    """The group of the ascending global ranks `ordered` (made on first use;
+    the default group if they are the whole world)."""
+    key = tuple(ordered)
+    group = _GROUPS.get(key)
+    if group is None:
+        if ordered == list(range(_c10d.get_world_size())):
+            group = _c10d.group.WORLD
+        else:
+            group = _c10d.new_group(ordered, use_local_synchronization=True)
+        _GROUPS[key] = group
+    return group
+
+
 def _check_device_type(device_type):
     if str(device_type).lower() != "cpu":
         raise DistInvalidArgument(f"DeviceMesh: device type {device_type!r} is not available: tdist runs on "
@@ -161,28 +175,11 @@ class DeviceMesh:
         """(group, group rank of each mesh position along dim) for this rank's slice."""
         members = self._layout.group_ranks(dim, self._my_rank())
         ordered = sorted(members)
-        key = tuple(ordered)
-        group = _GROUPS.get(key)
-        if group is None:
-            if ordered == list(range(_c10d.get_world_size())):
-                group = _c10d.group.WORLD
-            else:
-                group = _c10d.new_group(ordered, use_local_synchronization=True)
-            _GROUPS[key] = group
-        return group, [ordered.index(r) for r in members]
+        return _group_of(ordered), [ordered.index(r) for r in members]
 
     def _world_group(self):
         """A group of every rank of the mesh (for distribute_tensor's broadcast)."""
-        ordered = sorted(self._layout.ranks)
-        key = tuple(ordered)
-        group = _GROUPS.get(key)
-        if group is None:
-            if ordered == list(range(_c10d.get_world_size())):
-                group = _c10d.group.WORLD
-            else:
-                group = _c10d.new_group(ordered, use_local_synchronization=True)
-            _GROUPS[key] = group
-        return group
+        return _group_of(sorted(self._layout.ranks))
 
     # ---- slicing ----
     def __getitem__(self, mesh_dim_names):

@@ -2,25 +2,14 @@
 
 #include <algorithm>
 #include <set>
-#include <sstream>
 
+#include "mesh/text.h"
 #include "tdist/errors.h"
 #include "tdist/mesh.h"
 
 namespace tdist::mesh {
 
-namespace {
-
-template <typename T>
-std::string join(const std::vector<T>& values) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
-  out << "]";
-  return out.str();
-}
-
-}  // namespace
+using text::join;
 
 DeviceMesh::DeviceMesh(std::vector<int64_t> shape, std::vector<int> ranks, std::vector<std::string> dim_names)
     : shape_(std::move(shape)), ranks_(std::move(ranks)), dim_names_(std::move(dim_names)) {

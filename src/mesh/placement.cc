@@ -51,6 +51,16 @@ void validate_placements(const char* op, const std::vector<Placement>& placement
           std::string(op) + ": placement " + p.to_string() + " of mesh dimension " + std::to_string(m) +
           " cannot be used: Partial takes SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or BXOR");
     }
+    // Partials of different ops over different mesh dims have no single
+    // value: max over one dim of sums over another is not the sum of maxes.
+    for (size_t o = 0; o < m; ++o) {
+      if (p.is_partial() && placements[o].is_partial() && !(placements[o].op == p.op)) {
+        throw DistInvalidArgument(std::string(op) + ": mesh dimensions " + std::to_string(o) + " and " +
+                                  std::to_string(m) + " are " + placements[o].to_string() + " and " +
+                                  p.to_string() +
+                                  "; partial values over several mesh dimensions must share one reduce op");
+      }
+    }
     if (p.kind != Placement::kShard && p.kind != Placement::kReplicate && p.kind != Placement::kPartial) {
       throw DistInvalidArgument(std::string(op) + ": mesh dimension " + std::to_string(m) +
                                 " has an unknown placement kind " + std::to_string(static_cast<int>(p.kind)));

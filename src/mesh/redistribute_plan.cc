@@ -8,6 +8,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "mesh/text.h"
 #include "tdist/errors.h"
 #include "tdist/placement.h"
 
@@ -45,7 +46,13 @@ bool direct_step(const Layout& layout, int m, const Placement& to, Kind* kind) {
       if (to.is_shard() && may_add_shard(layout, m, to.dim)) return *kind = Kind::kAllToAll, true;
       return false;  // Shard -> Partial goes through Replicate
     case Placement::kReplicate:
-      if (to.is_partial()) return *kind = Kind::kLocalPartial, true;
+      if (to.is_partial()) {
+        // Never two different partial ops at once (validate_placements).
+        for (const Placement& other : layout) {
+          if (other.is_partial() && !(other.op == to.op)) return false;
+        }
+        return *kind = Kind::kLocalPartial, true;
+      }
       if (to.is_shard() && may_add_shard(layout, m, to.dim)) return *kind = Kind::kLocalSlice, true;
       return false;
     case Placement::kPartial:
@@ -234,14 +241,7 @@ const char* kind_name(Kind kind) {
   return "?";
 }
 
-template <typename T>
-std::string join(const std::vector<T>& values) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
-  out << "]";
-  return out.str();
-}
+using text::join;
 
 std::string join_layout(const Layout& layout) {
   std::string s = "[";

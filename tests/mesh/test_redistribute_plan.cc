@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -353,6 +354,15 @@ TEST(RedistributePlan, RandomLayoutsEndWhereTheTargetSaysOnEveryRank) {
     };
     Layout from = random_layout();
     Layout to = random_layout();
+    // One reduce op per layout (mixing them is refused; tested below).
+    for (Layout* layout : {&from, &to}) {
+      std::optional<ReduceOp> first;
+      for (Placement& p : *layout) {
+        if (!p.is_partial()) continue;
+        if (!first) first = p.op;
+        p.op = *first;
+      }
+    }
     const std::string what = layout_to_string(from) + " -> " + layout_to_string(to);
     // The search, and (budget 1) the plan through Replicate it falls back to.
     EXPECT_EQ("", simulate(mesh, shape, from, to, plan_everywhere(mesh, shape, from, to), what));
@@ -367,8 +377,8 @@ TEST(RedistributePlan, RandomLayoutsEndWhereTheTargetSaysOnEveryRank) {
 TEST(RedistributePlan, ManyMeshDimensionsFallBackToAPlanThroughReplicate) {
   // 6 mesh dims with 9 placements each is past the search's budget.
   DeviceMesh mesh({2, 2, 2, 2, 2, 2}, iota_ranks(64));
-  Layout from{S(0), S(1), P(), S(2), S(3), P(ReduceOp::MAX)};
-  Layout to{S(3), P(ReduceOp::MAX), S(1), S(0), P(), S(2)};
+  Layout from{S(0), S(1), P(), S(2), S(3), P()};
+  Layout to{S(3), P(ReduceOp::MAX), S(1), S(0), P(ReduceOp::MAX), S(2)};
   std::vector<int64_t> shape{9, 5, 4, 3};
   auto plans = plan_everywhere(mesh, shape, from, to);
   EXPECT_EQ("", simulate(mesh, shape, from, to, plans, "six dims"));
@@ -393,6 +403,25 @@ TEST(RedistributePlan, BadLayoutsAreRefused) {
   EXPECT_THROW(plan_redistribute(mesh, {0, 0}, {4}, 4, {P(ReduceOp::premul_sum(2.0)), R()}, {R(), R()}),
                DistInvalidArgument);
   EXPECT_THROW(plan_redistribute(mesh, {2, 0}, {4}, 4, {R(), R()}, {R(), R()}), DistInvalidArgument);
+  // Partial(SUM) over one dim and Partial(PRODUCT) over another has no single value.
+  EXPECT_THROW(plan_redistribute(mesh, {0, 0}, {4}, 4, {P(), R()}, {P(), P(ReduceOp::PRODUCT)}),
+               DistInvalidArgument);
+}
+
+TEST(RedistributePlan, NoIntermediateLayoutMixesReduceOps) {
+  DeviceMesh mesh({2, 2}, iota_ranks(4));
+  for (const auto& [from, to] :
+       std::vector<std::pair<Layout, Layout>>{{{P(), R()}, {R(), P(ReduceOp::PRODUCT)}},
+                                              {{P(ReduceOp::MAX), P(ReduceOp::MAX)}, {P(), S(0)}},
+                                              {{S(0), P(ReduceOp::MIN)}, {P(), P()}}}) {
+    auto plans = plan_everywhere(mesh, {6}, from, to);
+    EXPECT_EQ("", simulate(mesh, {6}, from, to, plans, layout_to_string(from)));
+    Layout layout = from;
+    for (const auto& step : plans[0].steps) {
+      layout[static_cast<size_t>(step.mesh_dim)] = step.to;
+      EXPECT_NO_THROW(validate_placements("test", layout, 2, 1)) << layout_to_string(layout);
+    }
+  }
 }
 
 }  // namespace

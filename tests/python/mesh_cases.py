@@ -39,13 +39,15 @@ def expected_block(x, mesh_shape, coordinate, placements):
 
 
 def random_placements(rng, mesh_ndim, tensor_ndim, ops):
+    """A random layout; its Partials share one op (mixing them is refused)."""
+    op = rng.choice(ops)
     out = []
     for _ in range(mesh_ndim):
         r = rng.random()
         if r < 0.2:
             out.append(Replicate())
         elif r < 0.4:
-            out.append(Partial(rng.choice(ops)))
+            out.append(Partial(op))
         else:
             out.append(Shard(rng.randrange(tensor_ndim)))
     return out
@@ -290,3 +292,87 @@ def paddle_auto_parallel_job(rank, world_size):
     emb = dist.split(ids, (9, 4), "embedding", num_partitions=world_size, weight_attr=table)
     assert np.array_equal(emb, table[ids])
     return True
+
+
+def edge_job(rank, world_size):
+    """Cases where a careless implementation returns wrong numbers: dtypes
+    whose sums are not linear, -0.0, mixed reduce ops, ranks outside the
+    mesh, local-only layouts, and shapes the ranks disagree on."""
+    mesh = init_device_mesh("cpu", (2, world_size // 2))
+    checked = []
+
+    def raises(fn, text):
+        try:
+            fn()
+        except tdist.DistInvalidArgument as e:
+            assert text in str(e), (text, str(e))
+            return True
+        raise AssertionError(f"no error for {text!r}")
+
+    # Local-only layouts need no group: one rank alone may cut its tensor.
+    if rank == 0:
+        # First thing in the job: no group of the mesh exists yet, and the
+        # other ranks are not calling anything that would make one.
+        mine = distribute_tensor(np.arange(6.0), mesh, [Shard(0), Partial()], src_data_rank=None)
+        assert np.array_equal(mine.to_local(), np.arange(3.0))
+    checked.append("local only")
+    tdist.barrier()
+
+    # -0.0 survives Replicate -> Partial(sum) -> Replicate, bit for bit.
+    x = np.array([-0.0, 0.0, -1.5, np.inf, -0.0], np.float64)
+    back = distribute_tensor(x, mesh, [Partial(), Partial()]).full_tensor()
+    assert back.tobytes() == x.tobytes(), back
+    xc = np.array([complex(-0.0, -0.0), complex(0.0, -0.0)], np.complex128)
+    assert distribute_tensor(xc, mesh, [Partial(), Replicate()]).full_tensor().tobytes() == xc.tobytes()
+    checked.append("negative zero")
+
+    # Mixed reduce ops over two mesh dims have no single value.
+    y = np.arange(4.0)
+    raises(lambda: distribute_tensor(y, mesh, [Partial(), Partial("product")]), "share one reduce op")
+    d = distribute_tensor(y, mesh, [Partial(), Replicate()])
+    raises(lambda: d.redistribute(mesh, [Partial(), Partial("max")]), "share one reduce op")
+    assert np.array_equal(d.redistribute(mesh, [Replicate(), Partial("max")]).full_tensor(), y)
+    checked.append("mixed ops")
+
+    # avg of integers would overflow in the dtype; undefined ops are refused.
+    raises(lambda: distribute_tensor(np.array([100, 120], np.uint8), mesh, [Partial("avg"), Replicate()]),
+           "avg of integers")
+    raises(lambda: distribute_tensor(np.ones(3, np.float32), mesh, [Partial("bxor"), Replicate()]),
+           "not defined for float32")
+    checked.append("dtype ops")
+
+    # Integer and bool partial sums are reduced before non-linear use.
+    i8 = distribute_tensor(np.array([100, 3], np.int8), mesh, [Partial(), Replicate()])
+    parts = DTensor.from_local(np.array([100, 3], np.int8) if mesh.get_local_rank(0) == 0 else
+                               np.array([100, 0], np.int8), mesh, [Partial(), Replicate()])
+    whole = np.array([100, 3], np.int8) + np.array([100, 0], np.int8)  # wraps to -56 in int8
+    assert np.array_equal((parts * 0.5).full_tensor(), whole * 0.5)
+    assert np.array_equal(parts.sum().full_tensor(), whole.sum())
+    assert np.array_equal((i8 + i8).full_tensor(), np.array([100, 3], np.int8) * 2)
+    flags = DTensor.from_local(np.array([True, True]), mesh, [Partial(), Replicate()])
+    assert flags.sum().full_tensor() == 2  # the OR of the parts is [True, True]
+    checked.append("integer partials")
+
+    raises(lambda: distribute_tensor(np.ones((2, 3)), mesh, [Shard(0), Replicate()]).sum(2), "out of range")
+    assert np.array_equal((2.0 / distribute_tensor(np.full(3, 4.0), mesh, [Shard(0), Partial()])).full_tensor(),
+                          np.full(3, 0.5))
+    checked.append("sum dim, number / DTensor")
+
+    # Without shape=, uneven blocks imply different global shapes: run_check says so everywhere.
+    rows = 2 if mesh.get_local_rank(0) == 0 else 1
+    raises(lambda: DTensor.from_local(np.zeros((rows, 3)), mesh, [Shard(0), Replicate()], run_check=True),
+           "disagree on the global shape")
+    checked.append("run_check shapes")
+
+
+    # Ranks outside a mesh get empty blocks and take part in nothing.
+    small = DeviceMesh("cpu", [0, 1])
+    z = distribute_tensor(np.arange(5.0), small, [Shard(0)])
+    if rank < 2:
+        assert np.array_equal(z.to_local(), np.arange(5.0)[:3] if rank == 0 else np.arange(5.0)[3:])
+        assert np.array_equal(z.full_tensor(), np.arange(5.0))
+    else:
+        assert z.to_local().shape == (0,) and z.full_tensor().shape == (0,) and z.shape == (5,)
+        raises(lambda: z + z, "not in")
+    checked.append("non-member")
+    return checked

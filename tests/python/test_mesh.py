@@ -123,3 +123,8 @@ def test_tensor_parallel_example_matches_one_process(dp, tp):
 
 def test_paddle_auto_parallel_api_on_numpy():
     assert run_ranks(mesh_cases.paddle_auto_parallel_job, 4) == [True] * 4
+
+
+def test_edge_cases_fail_loudly_or_give_exact_answers():
+    results = run_ranks(mesh_cases.edge_job, 4)
+    assert all(len(r) == 8 for r in results), results

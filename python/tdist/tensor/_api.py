@@ -6,7 +6,7 @@
 from tdist import _C
 from tdist import collectives as _coll
 from tdist._C import DistInvalidArgument
-from tdist._tensors import is_tensor, is_torch_tensor
+from tdist._tensors import dtype_name, is_tensor, is_torch_tensor
 import operator
 
 from tdist.tensor import _local, _ops, _redistribute
@@ -15,7 +15,12 @@ from tdist.tensor.placement_types import Placement, Replicate, Shard
 __all__ = ["DTensor", "distribute_tensor"]
 
 
-def _check_placements(op, mesh, placements, tensor_ndim):
+_INTEGRAL = ("int", "uint", "bool")
+
+
+def _check_placements(op, mesh, placements, tensor_ndim, like=None):
+    """The placements as a tuple, checked; with `like` (a tensor), also that
+    every Partial's op is defined for its dtype."""
     if placements is None:
         placements = [Replicate()] * mesh.ndim
     placements = list(placements)
@@ -25,6 +30,16 @@ def _check_placements(op, mesh, placements, tensor_ndim):
         if p.is_shard() and p.dim < 0:  # torch allows Shard(-1)
             placements[i] = Shard(p.dim + tensor_ndim)
     _C._validate_placements(op, [p._spec() for p in placements], mesh.ndim, tensor_ndim)
+    if like is not None:
+        dtype = dtype_name(like)
+        for p in placements:
+            if not p.is_partial():
+                continue
+            # Replicate -> Partial(avg) keeps a copy on every rank; summing k
+            # copies in a small integer type overflows before the division.
+            if not _C.is_reduce_supported(dtype, p._op) or (p.reduce_op == "avg" and dtype.startswith(_INTEGRAL)):
+                raise DistInvalidArgument(f"{op}: {p!r} is not defined for {dtype} tensors here"
+                                          + (" (avg of integers could overflow)" if p.reduce_op == "avg" else ""))
     return tuple(placements)
 
 
@@ -108,7 +123,7 @@ class DTensor:
         if not is_tensor(local_tensor):
             raise DistInvalidArgument(f"DTensor.from_local: local_tensor must be a NumPy array or torch tensor, "
                                       f"got {type(local_tensor).__name__}")
-        placements = _check_placements("DTensor.from_local", mesh, placements, local_tensor.ndim)
+        placements = _check_placements("DTensor.from_local", mesh, placements, local_tensor.ndim, local_tensor)
         if shape is None:
             global_shape = list(_local.shape(local_tensor))
             for m, p in enumerate(placements):
@@ -122,10 +137,12 @@ class DTensor:
         if stride is not None and tuple(stride) != _contiguous_strides(global_shape):
             raise DistInvalidArgument("DTensor.from_local: only contiguous global strides are supported, got "
                                       f"{tuple(stride)} for shape {tuple(global_shape)}")
+        if mesh.get_coordinate() is None:  # not in the mesh: nothing to check or hold (as torch)
+            return DTensor(_local.empty(local_tensor, [0]), mesh, placements, global_shape, _checked=True)
         expected = [n for _, n in _C._local_block(global_shape, list(mesh.shape), mesh._coordinate(),
                                                    [p._spec() for p in placements])]
         if run_check:
-            _check_blocks_agree(mesh, _local.shape(local_tensor), expected)
+            _check_blocks_agree(mesh, global_shape, _local.shape(local_tensor), expected)
         elif list(_local.shape(local_tensor)) != expected:
             raise DistInvalidArgument(f"DTensor.from_local: this rank's block has shape "
                                       f"{tuple(_local.shape(local_tensor))} but global shape {tuple(global_shape)} "
@@ -147,7 +164,9 @@ class DTensor:
         if mesh != self.device_mesh:
             raise DistInvalidArgument("DTensor.redistribute: moving to another mesh is not supported "
                                       f"({self.device_mesh!r} -> {mesh!r})")
-        placements = _check_placements("DTensor.redistribute", mesh, placements, self.ndim)
+        placements = _check_placements("DTensor.redistribute", mesh, placements, self.ndim, self._local_tensor)
+        if mesh.get_coordinate() is None:  # not in the mesh: an empty block, as torch gives
+            return DTensor(self._local_tensor, mesh, placements, self._shape, _checked=True)
         steps = self._plan(placements).steps
         local = _redistribute.run(mesh, self._local_tensor, steps) if steps else self._local_tensor
         return DTensor(local, mesh, placements, self._shape, _checked=True)
@@ -180,6 +199,9 @@ class DTensor:
     def __truediv__(self, other):
         return _ops.binary("truediv", self, other, operator.truediv)
 
+    def __rtruediv__(self, other):
+        return _ops.binary_reflected("truediv", self, other, operator.truediv)
+
     def __neg__(self):
         return _ops.elementwise(operator.neg, self, linear=True)
 
@@ -198,16 +220,23 @@ class DTensor:
                                   self.placements, placements)
 
 
-def _check_blocks_agree(mesh, have, expected):
-    """Raises on every rank if any rank's block shape differs from its layout's."""
-    import numpy
-    flag = numpy.array([0 if list(have) == list(expected) else 1], dtype=numpy.int64)
-    _coll.all_reduce(flag, group=mesh._world_group())
-    if flag[0]:
-        mine = "" if list(have) == list(expected) else \
-            f"; this rank has {tuple(have)} where the layout gives {tuple(expected)}"
-        raise DistInvalidArgument(f"DTensor.from_local(run_check=True): {int(flag[0])} rank(s) hold a block whose "
-                                  f"shape does not match the global shape and placements{mine}")
+def _check_blocks_agree(mesh, global_shape, have, expected):
+    """Raises on every rank of the mesh if the ranks' global shapes differ or
+    any rank's block shape differs from what its layout gives."""
+    from tdist.objects import all_gather_object
+    mine = (tuple(global_shape), tuple(have), tuple(expected))
+    everyone = [None] * mesh.size()
+    all_gather_object(everyone, mine, group=mesh._world_group())
+    ranks = sorted(mesh._layout.ranks)  # the group's order
+    shapes = sorted({g for g, _, _ in everyone})
+    wrong = [f"rank {r} has {tuple(h)} where the layout gives {tuple(e)}"
+             for r, (_, h, e) in zip(ranks, everyone) if h != e]
+    if len(shapes) > 1:
+        raise DistInvalidArgument(f"DTensor.from_local(run_check=True): the ranks disagree on the global shape "
+                                  f"({', '.join(map(str, shapes))}); pass shape= for uneven shards")
+    if wrong:
+        raise DistInvalidArgument(f"DTensor.from_local(run_check=True): {len(wrong)} rank(s) hold a block that does "
+                                  f"not match global shape {shapes[0]} and the placements: {'; '.join(wrong)}")
 
 
 def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_rank=0):
@@ -223,7 +252,9 @@ def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_ran
     if not is_tensor(tensor):
         raise DistInvalidArgument(f"distribute_tensor: tensor must be a NumPy array or torch tensor, got "
                                   f"{type(tensor).__name__}")
-    placements = _check_placements("distribute_tensor", mesh, placements, tensor.ndim)
+    placements = _check_placements("distribute_tensor", mesh, placements, tensor.ndim, tensor)
+    if mesh.get_coordinate() is None:  # not in the mesh: an empty block, as torch gives
+        return DTensor(_local.empty(tensor, [0]), mesh, placements, _local.shape(tensor), _checked=True)
     full = _local.contiguous_copy(tensor)
     if src_data_rank is not None:
         k = int(src_data_rank)

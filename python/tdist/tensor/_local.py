@@ -82,3 +82,20 @@ def split(t, dim, lengths):
         pieces.append(narrow(t, dim, start, n))
         start += n
     return pieces
+
+
+def kind(t):
+    """"float", "complex", "bool" or "int": the kind of t's dtype."""
+    if is_torch_tensor(t):
+        import torch
+        if t.dtype == torch.bool:
+            return "bool"
+        return "complex" if t.is_complex() else "float" if t.is_floating_point() else "int"
+    return {"b": "bool", "f": "float", "c": "complex"}.get(t.dtype.kind, "int")
+
+
+def negative_zero(t):
+    """The additive identity that keeps every value's bits: -0.0 for floats
+    (+0.0 would turn -0.0 into +0.0), 0 otherwise."""
+    k = kind(t)
+    return -0.0 if k == "float" else complex(-0.0, -0.0) if k == "complex" else 0

@@ -5,20 +5,23 @@ operands are first redistributed to ones that do (as torch's sharding
 propagation does), so a result is never silently wrong.
 
 - elementwise (+, -, *, /, unary functions): placements kept; Partial(sum)
-  survives only linear use (Partial + Partial, Partial * or / Replicate or a
-  scalar), otherwise it is all_reduced first.
+  of a float or complex tensor survives only linear use (Partial + Partial,
+  Partial * or / Replicate or a scalar); otherwise, and always for integer
+  and bool tensors (whose dtype may change or whose sum is an OR), it is
+  all_reduced first.
 - matmul (a @ b, b 2-d): Shard(row dim of a) x Replicate -> Shard(row dim);
   Replicate x Shard(1) (column-wise weight) -> Shard(last); Shard(last) x
   Shard(0) (row-wise weight) -> Partial(sum); Partial(sum) with Replicate ->
   Partial(sum).
 - sum over dims: a sharded dim summed -> Partial(sum); the others keep their
-  shard (renumbered); Partial(sum) stays.
+  shard (renumbered); Partial(sum) of a float or complex tensor stays.
 - transpose (.T of a 2-d tensor): Shard(0) <-> Shard(1).
 """
 
 import numbers
 
 from tdist._C import DistInvalidArgument
+from tdist.tensor import _local
 from tdist.tensor.placement_types import Partial, Replicate, Shard
 
 _SUM = Partial("sum")
@@ -35,8 +38,21 @@ def _wrap(like, local, placements, shape):
     return DTensor(local, like.device_mesh, placements, shape, _checked=True)
 
 
+def _linear(d, ops=(_SUM,)):
+    """The Partials that may pass through a linear operation on `d`: none
+    for integers and bool, whose sums wrap or saturate (bool SUM is OR)."""
+    return ops if _local.kind(d.to_local()) in ("float", "complex") else ()
+
+
+def _member(op, d):
+    if d.device_mesh.get_coordinate() is None:
+        raise DistInvalidArgument(f"{op}: this rank is not in {d.device_mesh!r}; DTensor operators run on the "
+                                  "mesh's ranks only")
+
+
 def _without_partial(d, allowed=()):
     """`d` with every Partial not in `allowed` reduced to Replicate."""
+    _member("DTensor", d)
     target = [Replicate() if p.is_partial() and p not in allowed else p for p in d.placements]
     return d if list(target) == list(d.placements) else d.redistribute(d.device_mesh, target)
 
@@ -49,23 +65,25 @@ def binary(op, a, b, fn):
             raise DistInvalidArgument(f"{op}: a DTensor combines with a DTensor or a Python number, not "
                                       f"{type(b).__name__}")
         # Scaling keeps a partial sum linear; adding a constant to each part would not.
-        keep = (_SUM,) if op in ("mul", "truediv") else ()
+        keep = _linear(a) if op in ("mul", "truediv") else ()
         a = _without_partial(a, keep)
         return _wrap(a, fn(a.to_local(), b), a.placements, a._shape)
     if not isinstance(a, DTensor):  # a number on the left: swap for the rule, keep the order for fn
         return binary_reflected(op, b, a, fn)
     _check_same_mesh(op, a, b)
+    _member(op, a)
+    linear = bool(_linear(a)) and bool(_linear(b))
     if a._shape != b._shape:
         raise DistInvalidArgument(f"{op}: shapes {a._shape} and {b._shape} differ (DTensor ops do not broadcast)")
     left, right, out = [], [], []
     for pa, pb in zip(a.placements, b.placements):
         if pa == pb and not pa.is_partial():
             left.append(pa), right.append(pb), out.append(pa)
-        elif op in ("add", "sub") and pa == _SUM and pb == _SUM:
+        elif linear and op in ("add", "sub") and pa == _SUM and pb == _SUM:
             left.append(pa), right.append(pb), out.append(pa)
-        elif op == "mul" and {repr(pa), repr(pb)} == {repr(_SUM), repr(Replicate())}:
+        elif linear and op == "mul" and {repr(pa), repr(pb)} == {repr(_SUM), repr(Replicate())}:
             left.append(pa), right.append(pb), out.append(_SUM)
-        elif op == "truediv" and pa == _SUM and pb.is_replicate():
+        elif linear and op == "truediv" and pa == _SUM and pb.is_replicate():
             left.append(pa), right.append(pb), out.append(_SUM)
         else:
             t = pa if not pa.is_partial() else (pb if not pb.is_partial() else Replicate())
@@ -77,7 +95,7 @@ def binary(op, a, b, fn):
 
 def binary_reflected(op, d, number, fn):
     """`fn(number, d)` for a number on the left of a DTensor."""
-    keep = (_SUM,) if op == "mul" else ()
+    keep = _linear(d) if op == "mul" else ()
     d = _without_partial(d, keep)
     return _wrap(d, fn(number, d.to_local()), d.placements, d._shape)
 
@@ -86,7 +104,7 @@ def elementwise(fn, d, *, linear=False):
     """A DTensor of fn(local) for an elementwise function `fn` (relu, exp, a
     mask...). Partial placements are reduced first unless `linear` says fn
     commutes with the sum (fn(x + y) == fn(x) + fn(y))."""
-    d = _without_partial(d, (_SUM,) if linear else ())
+    d = _without_partial(d, _linear(d) if linear else ())
     return _wrap(d, fn(d.to_local()), d.placements, d._shape)
 
 
@@ -126,12 +144,15 @@ def matmul(a, b):
     if not isinstance(a, DTensor) or not isinstance(b, DTensor):
         raise DistInvalidArgument("matmul: both operands must be DTensors")
     _check_same_mesh("matmul", a, b)
+    _member("matmul", a)
     if a.ndim < 2 or b.ndim != 2:
         raise DistInvalidArgument(f"matmul: needs a of 2 or more dimensions and b of 2, got {a.ndim} and {b.ndim}")
     if a._shape[-1] != b._shape[0]:
         raise DistInvalidArgument(f"matmul: shapes {a._shape} and {b._shape} do not chain")
     last = a.ndim - 1
     left, right, out = [], [], []
+    # Sums distribute over matmul for every dtype with wrapping (or, for bool,
+    # OR) arithmetic that stays in the dtype, so the rules hold for all.
     for pa, pb in zip(a.placements, b.placements):
         rule = _matmul_rule(pa, pb, last)
         if rule is None:
@@ -145,10 +166,14 @@ def matmul(a, b):
 
 def reduce_sum(d, dim=None, keepdim=False):
     """sum over `dim` (an int, a tuple, or None for all): summed sharded dims become Partial(sum)."""
-    from tdist.tensor._local import is_torch_tensor
+    from tdist._tensors import is_torch_tensor
+    _member("sum", d)
     dims = tuple(range(d.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
-    dims = tuple(sorted({x % d.ndim for x in dims})) if d.ndim else ()
-    d = _without_partial(d, (_SUM,))
+    for x in dims:
+        if not -d.ndim <= x < d.ndim:
+            raise DistInvalidArgument(f"sum: dim {x} is out of range for a tensor of {d.ndim} dimensions")
+    dims = tuple(sorted({x % d.ndim for x in dims}))
+    d = _without_partial(d, _linear(d))
     placements = []
     for p in d.placements:
         if p.is_shard() and p.dim in dims:
@@ -172,5 +197,5 @@ def transpose(d):
     if d.ndim != 2:
         raise DistInvalidArgument(f"transpose: needs a 2-d DTensor, got {d.ndim} dimensions")
     placements = [Shard(1 - p.dim) if p.is_shard() else p for p in d.placements]
-    from tdist.tensor import _local
+    _member("transpose", d)
     return _wrap(d, _local.contiguous_copy(d.to_local().T), placements, (d._shape[1], d._shape[0]))

@@ -25,7 +25,7 @@ _MAX_PLANS = 4096
 def plan(mesh, global_shape, element_size, src, dst):
     """The plan (cached) that takes this rank's block from layout `src` to `dst`."""
     coordinate = mesh._coordinate()
-    key = (hash(mesh), tuple(coordinate), tuple(global_shape), element_size, tuple(map(repr, src)),
+    key = (tuple(mesh.shape), tuple(mesh._layout.ranks), tuple(mesh._layout.dim_names), tuple(coordinate), tuple(global_shape), element_size, tuple(map(repr, src)),
            tuple(map(repr, dst)))
     found = _PLANS.get(key)
     if found is None:
@@ -42,11 +42,12 @@ def run(mesh, local, steps):
     coordinate = mesh._coordinate()
     started = time.perf_counter()
     for step in steps:
-        group, positions = mesh._group(step.mesh_dim)
         me = coordinate[step.mesh_dim]
+        # Only collectives need the group (made on first use, with every member).
+        group, positions = mesh._group(step.mesh_dim) if step.kind in _COLLECTIVES else (None, None)
         local = _STEPS[step.kind](step, local, group, positions, me)
         assert _local.shape(local) == tuple(step.shape_after), (step.kind, _local.shape(local), step.shape_after)
-        counters["collectives"] += step.kind not in ("local_slice", "local_partial", "relabel")
+        counters["collectives"] += step.kind in _COLLECTIVES
         counters["bytes"] += step.bytes
     counters["seconds"] += time.perf_counter() - started
     return local
@@ -140,12 +141,16 @@ def _local_partial(step, local, group, positions, me):
     # op's identity (or the value itself where reducing copies gives it back).
     if me == 0 or step.fill == "keep":
         return _local.contiguous_copy(local)
-    return _local.fill(local, 0 if step.fill == "zeros" else 1)
+    if step.fill == "ones":
+        return _local.fill(local, 1)
+    return _local.fill(local, _local.negative_zero(local))  # x + -0.0 is x, bit for bit, even for x = -0.0
 
 
 def _relabel(step, local, group, positions, me):
     return local  # a mesh dimension of one rank: the block is already right
 
+
+_COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")
 
 _STEPS = {
     "relabel": _relabel,
