@@ -261,7 +261,7 @@ def destroy_process_group(group=None):
     if g is None and not _C.is_initialized():
         raise AssertionError("destroy_process_group: the default process group is not initialized "
                              "(destroy_process_group() was called before init_process_group(), or twice)")
-    is_default = g is None or g is group.WORLD
+    is_default = g is None or g is GroupMember.WORLD  # (`group` is the argument here)
     _C.destroy_process_group(g)
     _detail.on_destroy(g)
     if is_default:

@@ -113,7 +113,7 @@ EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os
 @pytest.mark.skipif(mesh_cases.torch is None, reason="python3-torch is not installed")
 @pytest.mark.parametrize("dp,tp", [(2, 2), (1, 3), (3, 1)])
 def test_tensor_parallel_example_matches_one_process(dp, tp):
-    run = subprocess.run([sys.executable, "-m", "tdist.run", "--nproc-per-node", str(dp * tp), EXAMPLE,
+    run = subprocess.run([sys.executable, "-m", "tdist.run", "--standalone", "--nproc-per-node", str(dp * tp), EXAMPLE,
                           "--dp", str(dp), "--tp", str(tp), "--steps", "12", "--check"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
