@@ -83,6 +83,8 @@ class DeviceMesh:
 
     def __init__(self, device_type, mesh, *, mesh_dim_names=None, _layout=None):
         self.device_type = _check_device_type(device_type)
+        if _layout is None and not _c10d.is_initialized() and type(self) is DeviceMesh:
+            _c10d.init_process_group()  # as torch's DeviceMesh does (env://)
         if _layout is None:
             shape, ranks = _flatten(mesh)
             if not shape:
@@ -152,7 +154,7 @@ class DeviceMesh:
         if self._rank is None:
             if not _c10d.is_initialized():
                 raise DistInvalidArgument("DeviceMesh: the default process group is not initialized "
-                                          "(call init_process_group or use init_device_mesh)")
+                                          "(call init_process_group, or with tdist.paddle init_parallel_env)")
             self._rank = _c10d.get_rank()
         return self._rank
 
@@ -184,7 +186,11 @@ class DeviceMesh:
     # ---- slicing ----
     def __getitem__(self, mesh_dim_names):
         """The sub-mesh through this rank that keeps the named dimensions (in the mesh's order)."""
-        names = (mesh_dim_names,) if isinstance(mesh_dim_names, str) else tuple(mesh_dim_names)
+        names = (mesh_dim_names,) if isinstance(mesh_dim_names, str) else mesh_dim_names
+        if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+            raise DistInvalidArgument(f"DeviceMesh: slice by dimension names (mesh['tp'] or mesh['dp', 'tp']), "
+                                      f"got {mesh_dim_names!r}")
+        names = tuple(names)
         if not self._layout.dim_names:
             raise DistInvalidArgument("DeviceMesh: slicing needs mesh_dim_names")
         dims = [self._layout.dim_index(n) for n in names]

@@ -85,13 +85,15 @@ def _all_gather(step, local, group, positions, me):
     out = _local.empty(local, [sum(sizes)])
     _coll.all_gather_into_tensor_uneven(out, front, output_split_sizes=_in_group_order(sizes, positions),
                                         group=group)
+    rest = [s for i, s in enumerate(step.shape_before) if i != d]
+    if positions == sorted(positions):  # mesh order is group order: the buffer is the result
+        return _local.dim_back(_local.reshape(out, [sum(step.from_lengths)] + rest), d)
     # Pieces arrive by group rank; put them back in mesh order along d.
     offsets, start = [0] * len(sizes), 0
     for group_rank in range(len(sizes)):
         position = positions.index(group_rank)
         offsets[position] = start
         start += sizes[position]
-    rest = [s for i, s in enumerate(step.shape_before) if i != d]
     pieces = [_local.reshape(out[offsets[p]:offsets[p] + sizes[p]], [step.from_lengths[p]] + rest)
               for p in range(len(sizes))]
     return _local.dim_back(_local.concatenate(pieces, 0), d)
