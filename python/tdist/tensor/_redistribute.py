@@ -25,8 +25,9 @@ _MAX_PLANS = 4096
 def plan(mesh, global_shape, element_size, src, dst):
     """The plan (cached) that takes this rank's block from layout `src` to `dst`."""
     coordinate = mesh._coordinate()
-    key = (tuple(mesh.shape), tuple(mesh._layout.ranks), tuple(mesh._layout.dim_names), tuple(coordinate), tuple(global_shape), element_size, tuple(map(repr, src)),
-           tuple(map(repr, dst)))
+    layout = mesh._layout
+    key = (tuple(layout.shape), tuple(layout.ranks), tuple(layout.dim_names), tuple(coordinate),
+           tuple(global_shape), element_size, tuple(map(repr, src)), tuple(map(repr, dst)))
     found = _PLANS.get(key)
     if found is None:
         if len(_PLANS) >= _MAX_PLANS:
@@ -38,7 +39,8 @@ def plan(mesh, global_shape, element_size, src, dst):
 
 
 def run(mesh, local, steps):
-    """`local` after every step; the result is a fresh contiguous tensor."""
+    """`local` after every step: a new contiguous tensor, or `local` itself
+    if every step is a relabel."""
     coordinate = mesh._coordinate()
     started = time.perf_counter()
     for step in steps:
@@ -46,7 +48,9 @@ def run(mesh, local, steps):
         # Only collectives need the group (made on first use, with every member).
         group, positions = mesh._group(step.mesh_dim) if step.kind in _COLLECTIVES else (None, None)
         local = _STEPS[step.kind](step, local, group, positions, me)
-        assert _local.shape(local) == tuple(step.shape_after), (step.kind, _local.shape(local), step.shape_after)
+        if _local.shape(local) != tuple(step.shape_after):  # never hand back a block of the wrong shape
+            raise _C.DistBackendError(f"redistribute: {step.kind} over mesh dim {step.mesh_dim} gave a block of "
+                                      f"shape {_local.shape(local)}, the plan says {tuple(step.shape_after)}")
         counters["collectives"] += step.kind in _COLLECTIVES
         counters["bytes"] += step.bytes
     counters["seconds"] += time.perf_counter() - started
