@@ -1,0 +1,226 @@
+"""tools/testbed.py: hosts played by network namespaces (docs/testbed.md).
+Needs root and iproute2; skipped elsewhere, saying so. Checks that hosts
+reach each other (IPv4, IPv6-only, two NICs), that shaping is installed,
+that nothing survives a run (success, failure, Ctrl-C, a killed testbed),
+and runs tdist jobs across hosts: every collective and point to point at
+2 hosts x 2 ranks and 3 hosts with 1, 2 and 3 ranks over shaped links, and
+a whole host killed mid all_reduce."""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, os.pardir, os.pardir)
+TOOL = os.path.join(ROOT, "tools", "testbed.py")
+BUILD = os.environ.get("TDIST_BUILD_DIR", os.path.join(ROOT, "build"))
+TDISTRUN = os.path.join(BUILD, "bin", "tdistrun")
+
+spec = importlib.util.spec_from_file_location("testbed", TOOL)
+testbed = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(testbed)
+
+
+def _can_make_namespaces():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces); run the tests as root to include it"
+    probe = f"tb{os.getpid()}-h998"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None if made.returncode == 0 else f"cannot make network namespaces here: {made.stderr.strip()}"
+
+
+REASON = _can_make_namespaces()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+class Lines:
+    """Collects a process's output lines on a thread, so a test can wait
+    for a line without select() missing ones a buffered read took."""
+
+    def __init__(self, stream):
+        self.lines, self._cond = [], threading.Condition()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self.lines.append(None)  # end of output
+            self._cond.notify_all()
+
+    def wait_for(self, text, count, timeout):
+        """True once `count` lines contain `text` (False at end of output or timeout)."""
+        def seen():
+            return sum(1 for line in self.lines if line is not None and text in line)
+        with self._cond:
+            self._cond.wait_for(lambda: seen() >= count or None in self.lines, timeout)
+            return seen() >= count
+
+    def text(self):
+        with self._cond:
+            return "".join(line for line in self.lines if line is not None)
+
+
+def ours(pid):
+    return [n for n in testbed.namespaces() if n.startswith(f"tb{pid}-")]
+
+
+def run_tool(*args, timeout=120):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def root_links():
+    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
+
+
+# Host 0 listens on each of its addresses; every other host connects to it
+# over each NIC (retrying until host 0 listens) and prints the reply, which
+# names the address host 0 saw the client come from.
+PING = """
+import os, socket, time
+n, me = int(os.environ["TESTBED_HOSTS"]), int(os.environ["TESTBED_HOST"])
+masters = os.environ["TESTBED_MASTER_ADDRS"].split(",")
+family = socket.AF_INET6 if ":" in masters[0] else socket.AF_INET
+if me == 0:
+    servers = []
+    for address in masters:
+        s = socket.socket(family)
+        s.bind((address, 7000))
+        s.listen()
+        servers.append(s)
+    for s in servers:
+        for _ in range(n - 1):
+            c, peer = s.accept()
+            c.sendall(b"hi " + peer[0].encode())
+            c.close()
+else:
+    for target in masters:
+        for attempt in range(600):
+            try:
+                c = socket.create_connection((target, 7000), timeout=5)
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+        print(c.recv(100).decode(), "via", target, flush=True)
+"""
+
+
+@pytest.mark.parametrize("options", [[], ["--ipv6"], ["--nics", "2"], ["--ipv6", "--nics", "2"]],
+                         ids=["ipv4", "ipv6", "two-nics", "ipv6-two-nics"])
+def test_hosts_reach_each_other_on_every_nic(options):
+    before = root_links()
+    result = run_tool("--hosts", "3", *options, "--", sys.executable, "-c", PING)
+    assert result.returncode == 0, result.stdout + result.stderr
+    nics = 2 if "--nics" in options else 1
+    replies = [line for line in result.stdout.splitlines() if "hi " in line]
+    assert len(replies) == 2 * nics, result.stdout
+    for line in replies:  # the server saw the client's own address on that NIC
+        assert ("fd00:77:" in line) == ("--ipv6" in options), line
+    assert root_links() == before  # nothing was added to this machine's own network
+
+
+def test_links_are_shaped_on_both_ends():
+    result = run_tool("--hosts", "2", "--rate", "250mbit", "--", "sh", "-c",
+                      "tc qdisc show dev eth0; ip -br -4 addr show dev eth0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("tbf") == 2 and "rate 250Mbit" in result.stdout, result.stdout
+
+
+def test_ipv6_hosts_have_no_ipv4_address_besides_loopback():
+    result = run_tool("--hosts", "2", "--ipv6", "--", "ip", "-o", "-4", "addr")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "inet " in line]
+    assert lines and all(" lo " in line for line in lines), result.stdout
+
+
+def test_delay_is_refused_clearly_without_netem():
+    if testbed.has_netem():
+        pytest.skip("this kernel has netem; the refusal cannot be seen")
+    result = run_tool("--hosts", "2", "--delay", "5", "--", "true")
+    assert result.returncode == 2 and "no netem" in result.stderr, result.stderr
+
+
+def test_nothing_survives_success_failure_or_ctrl_c():
+    ok = run_tool("--hosts", "2", "--", "true")
+    assert ok.returncode == 0 and not [n for n in testbed.namespaces() if n.startswith("tb")]
+    failed = run_tool("--hosts", "3", "--", "sh", "-c", "test {host} != 1 || exit 3")
+    assert failed.returncode == 3 and "host 1 exited with 3" in failed.stderr, failed.stderr
+    # Ctrl-C while the hosts run: wait (on a condition, not a clock) until
+    # the namespaces exist and the command has started, then interrupt.
+    proc = subprocess.Popen([sys.executable, TOOL, "--hosts", "2", "--", "sh", "-c", "echo up; exec sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = Lines(proc.stdout)
+    assert out.wait_for("up", 2, timeout=60), out.text()
+    assert len(ours(proc.pid)) == 3
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert ours(proc.pid) == []
+
+
+def test_a_killed_testbeds_namespaces_are_removed_by_the_next_run():
+    proc = subprocess.Popen([sys.executable, TOOL, "--hosts", "2", "--", "sh", "-c", "echo up; exec sleep 60"],
+                            stdout=subprocess.PIPE, text=True)
+    assert "up" in proc.stdout.readline()
+    proc.kill()  # no chance to tear down
+    proc.wait()
+    assert len(ours(proc.pid)) == 3
+    result = run_tool("--hosts", "1", "--", "true")
+    assert result.returncode == 0 and "removed namespaces of testbeds that died" in result.stderr
+    assert ours(proc.pid) == []
+
+
+def tdist_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(BUILD, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
+@pytest.mark.parametrize("hosts,ranks", [(2, "2"), (3, "$((TESTBED_HOST + 1))")], ids=["2x2", "3-hosts-1-2-3"])
+def test_every_collective_across_shaped_hosts(hosts, ranks):
+    job = os.path.join(HERE, "testbed_job.py")
+    line = (f"exec {TDISTRUN} --nnodes {hosts} --node-rank {{host}} --master-addr {{master}} --master-port 29500 "
+            f"--nproc-per-node {ranks} {sys.executable} {job}")
+    result = subprocess.run([sys.executable, TOOL, "--hosts", str(hosts), "--rate", "5gbit", "--timeout", "200",
+                             "--", "sh", "-c", line], capture_output=True, text=True, timeout=240, env=tdist_env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    world = 4 if hosts == 2 else 6
+    oks = sorted(int(line.split()[-3]) for line in result.stdout.splitlines() if " ok " in line + " ")
+    assert oks == list(range(world)), result.stdout[-3000:]
+
+
+@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
+def test_a_host_killed_mid_all_reduce_is_named_by_the_others():
+    loop = os.path.join(HERE, "testbed_loop.py")
+    bed = testbed.Testbed(2, rate=5e9 / 8)
+    with bed:
+        procs = []
+        for i in range(2):
+            cmd = [TDISTRUN, "--nnodes", "2", "--node-rank", str(i), "--master-addr", bed.addr(0),
+                   "--master-port", "29500", "--nproc-per-node", "2", sys.executable, loop]
+            procs.append(bed.popen(i, cmd, env=bed.env_for(i, tdist_env()), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True))
+        # Wait until host 0's two ranks are looping, then lose host 1 whole.
+        host0 = Lines(procs[0].stdout)
+        assert host0.wait_for("looping", 2, timeout=120), host0.text()
+        assert bed.kill_host(1)
+        try:
+            procs[0].wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            testbed._kill(procs)
+            pytest.fail("host 0 did not notice that host 1 was lost within 90 s")
+        procs[1].wait()
+        host0.wait_for("\0", 1, timeout=10)  # the rest of the output
+    out = host0.text()
+    errors = [line for line in out.splitlines() if "error " in line]
+    assert len(errors) == 2, out[-3000:]
+    assert all(("rank 2" in e or "rank 3" in e) for e in errors), errors
+    assert procs[0].returncode != 0
