@@ -164,7 +164,11 @@ class Testbed:
         return self
 
     def down(self):
-        """Deletes every namespace this testbed made (their links go with them)."""
+        """Kills whatever still runs in the hosts, then deletes every namespace
+        this testbed made (their links go with them)."""
+        for i in range(self.hosts):
+            if self.host_ns(i) in self.created:
+                self.kill_host(i)
         for name in reversed(self.created):
             _run("ip", "netns", "del", name, check=False)
         self.created = []

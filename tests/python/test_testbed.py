@@ -148,6 +148,12 @@ def test_delay_is_refused_clearly_without_netem():
     assert result.returncode == 2 and "no netem" in result.stderr, result.stderr
 
 
+def test_processes_left_in_a_host_are_killed_at_teardown():
+    with testbed.Testbed(1) as bed:
+        left = bed.popen(0, ["sleep", "300"])
+    assert left.wait(timeout=30) == -signal.SIGKILL
+
+
 def test_nothing_survives_success_failure_or_ctrl_c():
     ok = run_tool("--hosts", "2", "--", "true")
     assert ok.returncode == 0 and not [n for n in testbed.namespaces() if n.startswith("tb")]
