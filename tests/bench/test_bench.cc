@@ -15,6 +15,7 @@
 
 #include "bench_ops.h"
 #include "check.h"
+#include "launcher/process_util.h"
 #include "options.h"
 #include "report.h"
 
@@ -392,6 +393,60 @@ TEST(BenchBinary, UnderTdistrunOnlyRankZeroPrints) {
     table_rows += line.rfind("[rank 0]:   broadcast", 0) == 0 ? 1 : 0;
   }
   EXPECT_EQ(table_rows, 1) << joined(t.lines);
+}
+
+// Ranks started by another launcher: each names its rank and the world size
+// in that launcher's variables only (no RANK), and must join one job.
+class BenchUnderOtherLaunchers : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(BenchUnderOtherLaunchers, RanksJoinOneJob) {
+  const auto [rank_var, size_var] = GetParam();
+  const std::string master =
+      "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(launcher::pick_free_port()) + " ";
+  const std::string bench = std::string(TDIST_BENCH_BINARY) +
+                            " --timeout 60 --op all_reduce -b 64 -e 64 -n 1 "
+                            "-w 0 --check --json";
+  auto rank = [&](int r) {
+    return "env -u RANK -u WORLD_SIZE " + master + rank_var + "=" + std::to_string(r) + " " + size_var +
+           "=2 " + bench;
+  };
+  const RunResult r =
+      run_command("sh -c '" + rank(1) + " >/dev/null 2>&1 & " + rank(0) + "; s=$?; wait $! && exit $s' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  ASSERT_EQ(r.lines.size(), 1u) << joined(r.lines);
+  const auto j = nlohmann::json::parse(r.lines[0]);
+  EXPECT_EQ(j["world_size"], 2) << "one job of 2 ranks, not two jobs of 1: " << r.lines[0];
+  EXPECT_EQ(j["errors"], 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, BenchUnderOtherLaunchers,
+                         ::testing::Values(std::make_pair("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                                           std::make_pair("PMI_RANK", "PMI_SIZE"),
+                                           std::make_pair("SLURM_PROCID", "SLURM_NTASKS")),
+                         [](const auto& info) {
+                           const std::string var = info.param.first;
+                           return var.rfind("OMPI", 0) == 0  ? "OpenMPI"
+                                  : var.rfind("PMI", 0) == 0 ? "PMI"
+                                                             : "Slurm";
+                         });
+
+TEST(BenchBinary, UnderOpenMpisMpirun) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {  // NOLINT(concurrency-mt-unsafe)
+    GTEST_SKIP() << "mpirun is not installed (Debian's openmpi-bin)";
+  }
+  const RunResult r = run_command(
+      "mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x "
+      "MASTER_PORT=" +
+      std::to_string(launcher::pick_free_port()) + " " + TDIST_BENCH_BINARY +
+      " --timeout 60 --op all_reduce -b 64 -e 64 -n 1 -w 0 --check --json 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
+  int rows = 0;
+  for (const auto& line : r.lines) {
+    if (line.rfind("{", 0) != 0) continue;  // mpirun's own notes
+    EXPECT_EQ(nlohmann::json::parse(line)["world_size"], 2) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 1) << joined(r.lines);
 }
 
 TEST(BenchBinary, TableOnRankZeroOnly) {

@@ -23,6 +23,7 @@
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "tdist/rendezvous.h"
+#include "tdist/spawn.h"
 
 namespace tdist::bench {
 namespace {
@@ -196,23 +197,27 @@ int run(int argc, char** argv) {
   if (parsed.exit_now) return parsed.exit_code;
   const BenchOptions& o = parsed.options;
 
-  const char* rank = std::getenv("RANK");  // NOLINT(concurrency-mt-unsafe): no threads yet
+  // Under any launcher env:// knows (tdistrun/torchrun's RANK, mpirun's
+  // OMPI_COMM_WORLD_RANK, PMI_RANK, srun's SLURM_PROCID) this process is
+  // one rank of the job; without one, tdist-bench starts the ranks itself.
+  const LaunchEnvironment launched = launch_environment();
   try {
-    if (rank == nullptr) return launch_local(o.nproc > 0 ? o.nproc : 1, argv);
-    const char* world = std::getenv("WORLD_SIZE");  // NOLINT(concurrency-mt-unsafe)
+    if (launched.rank < 0) return launch_local(o.nproc > 0 ? o.nproc : 1, argv);
     // The local launcher re-runs this command line, --nproc included, in
     // each rank; any other launcher decides the world size itself.
-    if (o.nproc > 0 && (world == nullptr || std::to_string(o.nproc) != world)) {
+    if (o.nproc > 0 && launched.world_size != o.nproc) {
       std::fprintf(stderr,
-                   "tdist-bench: --nproc %d is for runs without a launcher, but RANK is set (WORLD_SIZE %s); "
+                   "tdist-bench: --nproc %d is for runs without a launcher, but %s is set (world size %s); "
                    "drop --nproc\n",
-                   o.nproc, world == nullptr ? "unset" : world);
+                   o.nproc, launched.rank_source.c_str(),
+                   launched.world_size < 0 ? "unset" : std::to_string(launched.world_size).c_str());
       return kExitFailure;
     }
     return worker(o);
   } catch (const std::exception& e) {
     // The library's network errors already start with the reporting rank.
-    const std::string who = std::string("rank ") + (rank == nullptr ? "launcher" : rank) + ": ";
+    const std::string who =
+        std::string("rank ") + (launched.rank < 0 ? "launcher" : std::to_string(launched.rank)) + ": ";
     const std::string what = e.what();
     std::fprintf(stderr, "tdist-bench: %s%s\n", what.rfind(who, 0) == 0 ? "" : who.c_str(), what.c_str());
     return kExitFailure;

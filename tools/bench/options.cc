@@ -117,7 +117,9 @@ ParseResult parse_options(int argc, const char* const* argv) {
 
   CLI::App app{
       "tdist-bench: measures tdist's collectives in the manner of nccl-tests. Run it under a launcher "
-      "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), or alone with --nproc N to start N ranks on "
+      "(tdistrun/torchrun's RANK and WORLD_SIZE, or mpirun's, PMI's or srun's variables, with MASTER_ADDR "
+      "and "
+      "MASTER_PORT), or alone with --nproc N to start N ranks on "
       "127.0.0.1."};
   app.add_option("--op", ops,
                  "collective(s) to measure, comma-separated: all_reduce, broadcast, reduce, all_gather, "
@@ -144,7 +146,9 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_flag("-c,--check", o.check, "verify every result exactly; exit non-zero if any element is wrong");
   app.add_flag("--json", o.json, "print one JSON object per row instead of the table");
   app.add_option("--nproc", o.nproc,
-                 "without a launcher (RANK unset): start this many ranks on 127.0.0.1 (default 1)")
+                 "without a launcher (no RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID): start this "
+                 "many ranks "
+                 "on 127.0.0.1 (default 1)")
       ->check(CLI::Range(1, 1024));
   // torch.distributed.launch (and tdistrun --no-use-env) pass --local-rank=N
   // first; the rank is taken from the environment, so the value is only
