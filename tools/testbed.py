@@ -202,6 +202,10 @@ class Testbed:
                 pass
         return [int(p) for p in pids]
 
+    def link_down(self, i, k=0):
+        """Takes host i's interface eth<k> down (a cut cable)."""
+        _run("ip", "-n", self.host_ns(i), "link", "set", f"eth{k}", "down")
+
     def popen(self, i, args, **kwargs):
         """A process running `args` in host i (its own process group, so it can be killed whole)."""
         return subprocess.Popen(["ip", "netns", "exec", self.host_ns(i), *args], start_new_session=True, **kwargs)

@@ -136,8 +136,12 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
       long_wait.poll(ctx, -1);
       // A request that finished just now (a peer's abort notice failing it)
       // goes round once more: its own error says more than a timeout.
-      if (Clock::now() >= ctx.deadline && !request->done())
-        throw DistTimeoutError(timeout_message(ctx, requests) + detail::missing_ranks_text(ctx));
+      if (Clock::now() >= ctx.deadline) {
+        // Name the peers before the last look: a peer's abort that fails
+        // the requests now would otherwise leave none to name.
+        std::string message = timeout_message(ctx, requests);
+        if (!request->done()) throw DistTimeoutError(message + detail::missing_ranks_text(ctx));
+      }
     }
   } catch (...) {
     // The transport's error names the peer; the call's context names the op.

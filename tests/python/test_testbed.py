@@ -203,30 +203,58 @@ def test_every_collective_across_shaped_hosts(hosts, ranks):
     assert oks == list(range(world)), result.stdout[-3000:]
 
 
-@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
-def test_a_host_killed_mid_all_reduce_is_named_by_the_others():
+def loop_then(action, group_timeout):
+    """Runs testbed_loop.py on 2 hosts x 2 ranks over 5 Gbit/s links, calls
+    action(bed) once every rank is looping, and returns each host's output
+    and exit code (failing the test if a host outlives the deadline)."""
     loop = os.path.join(HERE, "testbed_loop.py")
     bed = testbed.Testbed(2, rate=5e9 / 8)
+    env = dict(tdist_env(), TESTBED_LOOP_TIMEOUT=str(group_timeout))
     with bed:
         procs = []
         for i in range(2):
             cmd = [TDISTRUN, "--nnodes", "2", "--node-rank", str(i), "--master-addr", bed.addr(0),
-                   "--master-port", "29500", "--nproc-per-node", "2", sys.executable, loop]
-            procs.append(bed.popen(i, cmd, env=bed.env_for(i, tdist_env()), stdout=subprocess.PIPE,
+                   "--master-port", "29500", "--rdzv-conf", "read_timeout=10", "--nproc-per-node", "2",
+                   sys.executable, loop]
+            procs.append(bed.popen(i, cmd, env=bed.env_for(i, env), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True))
-        # Wait until host 0's two ranks are looping, then lose host 1 whole.
-        host0 = Lines(procs[0].stdout)
-        assert host0.wait_for("looping", 2, timeout=120), host0.text()
-        assert bed.kill_host(1)
-        try:
-            procs[0].wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            testbed._kill(procs)
-            pytest.fail("host 0 did not notice that host 1 was lost within 90 s")
-        procs[1].wait()
-        host0.wait_for("\0", 1, timeout=10)  # the rest of the output
-    out = host0.text()
+        outs = [Lines(p.stdout) for p in procs]
+        for out in outs:
+            assert out.wait_for("looping", 2, timeout=120), out.text()
+        action(bed)
+        for i, p in enumerate(procs):
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                testbed._kill(procs)
+                pytest.fail(f"host {i} still runs 120 s after the fault (a hang):\n{outs[i].text()[-3000:]}")
+        for out in outs:
+            out.wait_for("\0", 1, timeout=10)  # the rest of the output
+    return [(out.text(), p.returncode) for out, p in zip(outs, procs)]
+
+
+@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
+def test_a_host_killed_mid_all_reduce_is_named_by_the_others():
+    (out, code), _ = loop_then(lambda bed: bed.kill_host(1), group_timeout=60)
     errors = [line for line in out.splitlines() if "error " in line]
     assert len(errors) == 2, out[-3000:]
     assert all(("rank 2" in e or "rank 3" in e) for e in errors), errors
-    assert procs[0].returncode != 0
+    assert code != 0
+
+
+@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
+def test_a_cut_link_gives_errors_within_the_timeout_naming_the_unreachable_ranks():
+    results = loop_then(lambda bed: bed.link_down(1), group_timeout=15)
+    for host, (out, code) in enumerate(results):
+        errors = [line for line in out.splitlines() if "error " in line]
+        assert len(errors) == 2 and code != 0, out[-3000:]
+        # Every error names whom it waited for, and on each side the errors
+        # name ranks of the other side, the ones it cannot reach. (A rank
+        # whose host's leader is the one stuck names the leader, over
+        # shared memory.)
+        assert all("Timed out after 15000 ms waiting for rank" in e for e in errors), errors
+        far = ("2", "3") if host == 0 else ("0", "1")
+        assert any(any(f"rank {r}" in e.split("waiting for", 1)[1] or f", {r}" in e for r in far) for e in errors), \
+            errors
+    # The node cut off from the agents' store says so and leaves (read_timeout).
+    assert "lost the node agents' store" in results[1][0], results[1][0][-3000:]

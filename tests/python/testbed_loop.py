@@ -1,7 +1,9 @@
 """all_reduce in a loop across testbed hosts until a peer is lost: prints
 "looping <rank>" once it has run one, then "error <rank>: <message>" when
-a call fails, and exits 3 (test_testbed.py kills a host mid-loop)."""
+a call fails, and exits 3 (test_testbed.py kills a host or cuts a link
+mid-loop). TESTBED_LOOP_TIMEOUT: the group's timeout in seconds (60)."""
 
+import os
 import sys
 from datetime import timedelta
 
@@ -11,7 +13,8 @@ import tdist
 
 
 def main():
-    tdist.init_process_group("tdist", timeout=timedelta(seconds=60))
+    timeout = float(os.environ.get("TESTBED_LOOP_TIMEOUT", "60"))
+    tdist.init_process_group("tdist", timeout=timedelta(seconds=timeout))
     r = tdist.get_rank()
     x = np.ones(1 << 20, np.float32)
     try:

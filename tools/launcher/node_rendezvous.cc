@@ -18,6 +18,25 @@
 namespace tdist::launcher {
 namespace {
 
+// The store's default timeout set to `timeout` for one scope. Waits that
+// happen while or after the ranks run are bounded by the read timeout, not
+// the join timeout: a node cut off from the store gives up in a minute
+// instead of retrying its connection for five. (The watcher thread passes
+// explicit timeouts, so it never sees the change.)
+class ReadTimeout {
+ public:
+  ReadTimeout(Store& store, std::chrono::milliseconds timeout) : store_(store), previous_(store.timeout()) {
+    store_.set_timeout(timeout);
+  }
+  ~ReadTimeout() { store_.set_timeout(previous_); }
+  ReadTimeout(const ReadTimeout&) = delete;
+  ReadTimeout& operator=(const ReadTimeout&) = delete;
+
+ private:
+  Store& store_;
+  Store::Duration previous_;
+};
+
 // How often a waiting agent wakes up to see whether it should leave.
 constexpr std::chrono::milliseconds kWatchSlice{1000};
 
@@ -349,6 +368,7 @@ void NodeRendezvous::stop_watch() {
 }
 
 void NodeRendezvous::report_success(int round) {
+  const ReadTimeout bounded(*store_, options_.read_timeout);
   if (store_->add(key(round_key(round, "ok")), 1) == nnodes_) {
     store_->compare_set(key(round_key(round, "end")), Bytes{}, to_bytes(encode(RoundEnd{})));
   }
@@ -356,12 +376,14 @@ void NodeRendezvous::report_success(int round) {
 
 void NodeRendezvous::report_end(int round, RoundEnd::Kind kind, const std::string& summary) {
   RoundEnd end{kind, node_rank_, summary};
+  const ReadTimeout bounded(*store_, options_.read_timeout);
   store_->compare_set(key(round_key(round, "end")), Bytes{}, to_bytes(encode(end)));
 }
 
 void NodeRendezvous::exit_barrier(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   try {
+    const ReadTimeout bounded(*store_, std::min(timeout, options_.read_timeout));
     const std::string all = key("exit/all");
     if (store_->add(key("exit"), 1) == nnodes_) store_->set(all, "1");
     if (hosting_) store_->wait({all}, timeout);

@@ -72,6 +72,7 @@ void parse_rendezvous(const CLI::App& app, const std::string& nnodes, const std:
   const RdzvConf conf = parse_rdzv_conf(conf_text);
   if (conf.join_timeout) o->join_timeout = *conf.join_timeout;
   if (conf.last_call_timeout) o->last_call_timeout = *conf.last_call_timeout;
+  if (conf.read_timeout) o->read_timeout = *conf.read_timeout;
   o->is_host = conf.is_host;
   if (o->run_id.empty()) throw std::invalid_argument("--rdzv-id is empty");
   if (o->rdzv_backend == RdzvBackend::kStatic) {
@@ -173,7 +174,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
                  "the job's id (TORCHELASTIC_RUN_ID); agents of one job share it")
       ->default_str("none");
   app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
-                 "KEY=VALUE,...: join_timeout, last_call_timeout (seconds), is_host (true/false)");
+                 "KEY=VALUE,...: join_timeout, last_call_timeout, read_timeout (seconds), is_host (true/false)");
   app.add_option("--monitor-interval,--monitor_interval", monitor_s,
                  "accepted for torchrun command lines; tdistrun learns of exits at once")
       ->check(CLI::Range(0.0, 86400.0))

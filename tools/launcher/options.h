@@ -79,6 +79,10 @@ struct LaunchOptions {
   /// How long node agents wait for each other (--join-timeout, rdzv-conf
   /// join_timeout).
   std::chrono::milliseconds join_timeout{std::chrono::seconds(300)};
+  /// How long a node agent waits on the agents' store once the ranks run
+  /// (reporting the round's end, the exit barrier): rdzv-conf read_timeout,
+  /// 60 s as torchrun's. A node whose link to the store is cut leaves then.
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
   /// PROGRAM followed by its arguments.
   std::vector<std::string> command;
 };

@@ -135,16 +135,18 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       conf.join_timeout = conf_seconds(key, value);
     } else if (key == "last_call_timeout") {
       conf.last_call_timeout = conf_seconds(key, value);
+    } else if (key == "read_timeout") {
+      conf.read_timeout = conf_seconds(key, value);
     } else if (key == "is_host") {
       conf.is_host = conf_bool(key, value);
-    } else if (key == "close_timeout" || key == "read_timeout" || key == "keep_alive_interval" ||
+    } else if (key == "close_timeout" || key == "keep_alive_interval" ||
                key == "keep_alive_max_attempt" || key == "heartbeat" || key == "store_type") {
       conf.ignored += (conf.ignored.empty() ? "" : ", ") + key;
     } else {
       throw std::invalid_argument(
           "--rdzv-conf: unknown key '" + key +
-          "' (known: join_timeout, last_call_timeout, is_host, timeout; accepted and ignored: close_timeout, "
-          "read_timeout, keep_alive_interval, keep_alive_max_attempt, heartbeat, store_type)");
+          "' (known: join_timeout, last_call_timeout, read_timeout, is_host, timeout; accepted and ignored: "
+          "close_timeout, keep_alive_interval, keep_alive_max_attempt, heartbeat, store_type)");
     }
   }
   return conf;

@@ -38,6 +38,7 @@ Endpoint parse_endpoint(const std::string& text);
 struct RdzvConf {
   std::optional<std::chrono::milliseconds> join_timeout;
   std::optional<std::chrono::milliseconds> last_call_timeout;
+  std::optional<std::chrono::milliseconds> read_timeout;
   std::optional<bool> is_host;
   /// Keys torchrun knows that change nothing here (close_timeout, ...).
   std::string ignored;
