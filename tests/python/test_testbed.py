@@ -258,3 +258,28 @@ def test_a_cut_link_gives_errors_within_the_timeout_naming_the_unreachable_ranks
             errors
     # The node cut off from the agents' store says so and leaves (read_timeout).
     assert "lost the node agents' store" in results[1][0], results[1][0][-3000:]
+
+
+@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
+def test_64_ranks_on_8_hosts_pass_the_checks_and_meet():
+    bench = os.path.join(BUILD, "bin", "tdist-bench")
+    agent = [TDISTRUN, "--nnodes", "8", "--node-rank", "{host}", "--master-addr", "{master}", "--master-port",
+             "29500", "--nproc-per-node", "8"]
+    # Every collective and send/recv at sizes that give each of the 64
+    # ranks at least one element, each result checked; then 20 timed
+    # iterations of each, barrier included.
+    checked = subprocess.run([sys.executable, TOOL, "--hosts", "8", "--timeout", "400", "--", *agent, bench,
+                              "--op", "all", "-b", "256", "-e", "4K", "-f", "4", "-n", "20", "-w", "1", "--check",
+                              "--timeout", "300"], capture_output=True, text=True, timeout=450, env=tdist_env())
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    assert "# wrong elements in total: 0" in checked.stdout
+    assert "world size 64" in checked.stdout
+    # The launcher's rendezvous and the ranks' init, timed, then a barrier loop.
+    met = subprocess.run([sys.executable, TOOL, "--hosts", "8", "--timeout", "400", "--", *agent, sys.executable,
+                          os.path.join(HERE, "testbed_rendezvous.py"), "200"],
+                         capture_output=True, text=True, timeout=450, env=tdist_env())
+    assert met.returncode == 0, met.stdout[-3000:] + met.stderr[-3000:]
+    line = next(line for line in met.stdout.splitlines() if "rendezvous " in line)
+    seconds, world = line.split("rendezvous ")[1].split()
+    assert world == "64"
+    print(f"64 ranks on 8 hosts: init_process_group spread {seconds} s")
