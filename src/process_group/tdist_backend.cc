@@ -821,6 +821,11 @@ void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const voi
                                          const std::vector<size_t>& bytes) const {
   if (empty_call(ctx, std::accumulate(bytes.begin(), bytes.end(), size_t{0}))) return;
   if (auto* shm = shm_for<algo::AllGatherAlgo>()) return algo::shm::all_gather(ctx, *shm, in, out, bytes);
+  if (domains_.local && (forced_algos_ & forced_bit<algo::AllGatherAlgo>()) == 0) {
+    return algo::shm::hierarchical_all_gather(
+        ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
+        domains_.hierarchy_chunk_bytes, domains_.by_host, in, out, bytes);
+  }
   algo::all_gather(ctx, in, out, bytes);
 }
 

@@ -77,6 +77,7 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
       static_cast<size_t>(parse_int(to_string(store.get("shm/hier_chunk")), "shm/hier_chunk", 64));
   domains.local_ranks = std::make_unique<transport::SubsetTransport>(tcp, local);
   domains.cross_ranks = std::make_unique<transport::SubsetTransport>(tcp, cross);
+  domains.by_host = std::move(by_host);
   return domains;
 }
 

@@ -31,6 +31,8 @@ struct CollectiveDomains {
   std::unique_ptr<transport::shm::ShmGroup> local;
   std::unique_ptr<transport::SubsetTransport> local_ranks;
   std::unique_ptr<transport::SubsetTransport> cross_ranks;
+  /// by_host[h][j]: the group rank of local index j on host h.
+  std::vector<std::vector<int>> by_host;
   /// The hierarchy's pipeline chunk: group rank 0's TDIST_HIER_CHUNK_BYTES
   /// (default 2 MiB), the same on every rank.
   size_t hierarchy_chunk_bytes = 0;

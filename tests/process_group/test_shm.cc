@@ -372,6 +372,60 @@ TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
     }
 }
 
+TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
+  // 2 "hosts" x 3 ranks and 3 x 2, hosts interleaved (rank % hosts), so
+  // host order and rank order differ: every rank's block must still land at
+  // its group rank's place, for even blocks, uneven ones (some empty), the
+  // list form and in place; in one chunk and in 4 KiB chunks (up to 196 of
+  // them, blocks ending in different chunks), pipelined.
+  for (const char* chunk : {"", "4096"})
+    for (int hosts : {2, 3}) {
+      const int n = 6;
+      std::string path = temp_path("shm_hier_gather");
+      auto outcomes = forked_groups(
+          n, path,
+          [&](int rank) {
+            setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1);
+            if (*chunk != 0) setenv("TDIST_HIER_CHUNK_BYTES", chunk, 1);
+          },
+          [&](ProcessGroup& pg, Store&, int rank) {
+            check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
+            auto value = [](int r, int64_t i) { return double(r * 1000 + i % 997); };
+            for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}}) {
+              Tensor in = make_tensor(DType::kInt64, count, [&](int64_t i) { return value(rank, i); });
+              Tensor out = make_tensor(DType::kInt64, count * n, [](int64_t) { return -1.0; });
+              pg.all_gather_into_tensor(out, in)->wait();
+              for (int r = 0; r < n; ++r)
+                for (int64_t i = 0; i < count; ++i)
+                  check(real_at(out, r * count + i) == value(r, i), "wrong block in all_gather_into_tensor");
+              // In place: this rank's block already sits in the output.
+              Tensor whole = make_tensor(DType::kInt64, count * n, [&](int64_t i) {
+                return i / count == rank ? value(rank, i % count) : -1.0;
+              });
+              Tensor slot = whole.narrow(rank * count, count);
+              pg.all_gather_into_tensor(whole, slot)->wait();
+              for (int r = 0; r < n; ++r)
+                for (int64_t i = 0; i < count; ++i)
+                  check(real_at(whole, r * count + i) == value(r, i), "wrong block in place");
+            }
+            // Uneven: rank r gives (r * 3) % 5 elements: 0, 3, 1, 4, 2, 0 (two empty).
+            std::vector<int64_t> sizes;
+            int64_t total = 0;
+            for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5);
+            Tensor in = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)],
+                                    [&](int64_t i) { return value(rank, i); });
+            Tensor out = make_tensor(DType::kFloat32, total, [](int64_t) { return -1.0; });
+            pg.all_gather_into_tensor_uneven(out, in, sizes)->wait();
+            int64_t at = 0;
+            for (int r = 0; r < n; ++r)
+              for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
+                check(real_at(out, at++) == value(r, i), "wrong block in the uneven all_gather");
+          });
+      EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts, chunk bytes '" << chunk << "'";
+      unlink(path.c_str());
+    }
+}
+
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
   // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and

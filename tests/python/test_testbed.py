@@ -283,3 +283,26 @@ def test_64_ranks_on_8_hosts_pass_the_checks_and_meet():
     seconds, world = line.split("rendezvous ")[1].split()
     assert world == "64"
     print(f"64 ranks on 8 hosts: init_process_group spread {seconds} s")
+
+
+def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit():
+    spec = importlib.util.spec_from_file_location("multihost_compare",
+                                                  os.path.join(ROOT, "tools", "multihost_compare.py"))
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    # Bytes each host must send at least: 2 hosts, 16 units, 2 ranks per host.
+    assert compare.host_bytes("all_reduce", 16, 2, 2) == 16  # half out, half back in
+    assert compare.host_bytes("all_reduce", 16, 4, 2) == 24  # 2 (H-1)/H
+    assert compare.host_bytes("broadcast", 16, 3, 2) == 16
+    assert compare.host_bytes("all_gather", 16, 2, 2) == 8
+    assert compare.host_bytes("reduce_scatter", 16, 4, 1) == 12
+    assert compare.host_bytes("all_to_all", 16, 2, 4) == 32  # 4 ranks, half of each one's input
+    if not os.path.exists(TDISTRUN):
+        pytest.skip("tdistrun is not built")
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--ranks", "1",
+                          "--ops", "all_reduce", "--sizes", "8,64K", "--no-gloo", "--link", "1gbit", "--build", BUILD],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| 2x1 | all_reduce |")]
+    assert len(rows) == 2 and all(row.split("|")[4].strip() != "-" for row in rows), run.stdout
+    assert "TCP round trip host 0 <-> host 1" in run.stdout

@@ -50,4 +50,13 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
                              transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
                              size_t chunk_bytes, void* data, size_t count, DType dtype, const ReduceOp& op);
 
+/// all_gather over the same kind of group: `by_host[h][j]` is the group rank
+/// of local index j on host h (hosts in order of their lowest rank). Each
+/// block crosses each host boundary once; pipelined in chunks of
+/// `chunk_bytes` of every block.
+void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                             transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                             size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, const void* in,
+                             void* out, const std::vector<size_t>& bytes);
+
 }  // namespace tdist::algorithms::shm

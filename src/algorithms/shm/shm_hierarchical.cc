@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,95 @@ struct CrossState {
   std::exception_ptr error;
 };
 
+// Runs `count` chunks through three stages: before(c) and after(c) on the
+// caller's thread (shared memory), across(c) on the helper thread (TCP),
+// with across(c) after before(c) and after(c) after across(c). The caller
+// always runs before(0), before(1), after(0), before(2), after(1), ...,
+// after(last), whatever the timing, so every rank of a host runs the same
+// shared-memory rounds in the same order; the helper runs the chunks'
+// crossings one after another, so their messages (same tags, one call)
+// match in order. A failure anywhere aborts the call across hosts and the
+// host's shared memory, and is rethrown.
+void pipeline(const CallContext& between, ShmGroup& local, tdist::detail::WorkerThread& cross_worker,
+              size_t count, const std::function<void(size_t)>& across,
+              const std::function<void(size_t)>& before, const std::function<void(size_t)>& after) {
+  if (count == 1) {
+    try {
+      before(0);
+      across(0);
+      after(0);
+    } catch (...) {
+      // A failure across hosts must also stop this host's ranks waiting in
+      // shared memory for this one.
+      detail::abort_group(local, std::current_exception());
+      throw;
+    }
+    return;
+  }
+  CrossState state;
+  cross_worker.post([&] {
+    try {
+      // The helper drives TCP for the whole call (transport.h, CallScope).
+      transport::CallScope scope(between.transport);
+      for (size_t c = 0; c < count; ++c) {
+        {
+          std::unique_lock<std::mutex> lock(state.mutex);
+          state.cv.wait(lock, [&] { return state.stop || state.ready > c; });
+          if (state.stop) break;
+        }
+        across(c);
+        std::lock_guard<std::mutex> lock(state.mutex);
+        state.done = c + 1;
+        state.cv.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.finished = true;
+    state.cv.notify_all();
+  });
+  // Waits until chunk c has crossed; rethrows what the helper failed with.
+  auto wait_crossed = [&](size_t c) {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    state.cv.wait(lock, [&] { return state.done > c || state.error; });
+    if (state.error) std::rethrow_exception(state.error);
+  };
+  auto helper_finished = [&] {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    state.cv.wait(lock, [&] { return state.finished; });
+  };
+  try {
+    for (size_t c = 0; c < count; ++c) {
+      before(c);
+      {
+        std::lock_guard<std::mutex> lock(state.mutex);
+        state.ready = c + 1;
+      }
+      state.cv.notify_all();
+      if (c == 0) continue;
+      wait_crossed(c - 1);
+      after(c - 1);
+    }
+    wait_crossed(count - 1);
+    after(count - 1);
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.stop = true;
+    }
+    state.cv.notify_all();
+    // A helper blocked in a TCP wait gives up once the transport is
+    // aborted; `state` and the buffers must outlive it.
+    algorithms::detail::abort_call(between, std::current_exception());
+    helper_finished();
+    detail::abort_group(local, std::current_exception());
+    throw;
+  }
+  helper_finished();
+}
+
 }  // namespace
 
 void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
@@ -101,81 +192,80 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
     all_reduce(between, piece_of(c), c.counts[me], dtype, across);
     if (op.kind == ReduceOp::AVG) finalize_reduce(piece_of(c), c.counts[me], dtype, op, ctx.size());
   };
-  if (chunks.size() == 1) {
-    try {
-      reduce_scatter_chunk(chunks[0]);
-      cross_chunk(chunks[0]);
-      all_gather_chunk(chunks[0]);
-    } catch (...) {
-      // A failure across hosts must also stop this host's ranks waiting in
-      // shared memory for this one.
-      detail::abort_group(local, std::current_exception());
-      throw;
-    }
-    return;
-  }
-  CrossState state;
-  cross_worker.post([&] {
-    try {
-      // The helper drives TCP for the whole call (transport.h, CallScope).
-      transport::CallScope scope(cross_ranks);
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        {
-          std::unique_lock<std::mutex> lock(state.mutex);
-          state.cv.wait(lock, [&] { return state.stop || state.ready > c; });
-          if (state.stop) break;
-        }
-        cross_chunk(chunks[c]);
-        std::lock_guard<std::mutex> lock(state.mutex);
-        state.done = c + 1;
-        state.cv.notify_all();
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(state.mutex);
-      state.error = std::current_exception();
-    }
-    std::lock_guard<std::mutex> lock(state.mutex);
-    state.finished = true;
-    state.cv.notify_all();
-  });
-  // Waits until chunk c has crossed; rethrows what the helper failed with.
-  auto wait_crossed = [&](size_t c) {
-    std::unique_lock<std::mutex> lock(state.mutex);
-    state.cv.wait(lock, [&] { return state.done > c || state.error; });
-    if (state.error) std::rethrow_exception(state.error);
+  pipeline(
+      between, local, cross_worker, chunks.size(), [&](size_t c) { cross_chunk(chunks[c]); },
+      [&](size_t c) { reduce_scatter_chunk(chunks[c]); }, [&](size_t c) { all_gather_chunk(chunks[c]); });
+}
+
+// all_gather across hosts: each rank first exchanges its own block with the
+// ranks of the same local index on the other hosts (TCP, one stream per
+// local index, all at once), so every byte crosses each host boundary once
+// -- the (H - 1) / H of the output an all_gather must move off a host --
+// where a flat ring over all ranks crosses at every edge that joins two
+// hosts. Then the host's ranks share what they received in shared memory,
+// and each copies every block to its group rank's place in the output.
+// Pipelined in chunks of every block (chunk_bytes each): chunk c crosses
+// on the helper thread while the caller shares and places chunk c - 1.
+void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                             transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                             size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, const void* in,
+                             void* out, const std::vector<size_t>& bytes) {
+  const size_t hosts = by_host.size();
+  const size_t per_host = by_host[0].size();
+  const auto mine = static_cast<size_t>(local.rank());
+  const size_t largest = *std::max_element(bytes.begin(), bytes.end());
+  const size_t step = std::max<size_t>(1, chunk_bytes);
+  const size_t count = std::max<size_t>(1, (largest + step - 1) / step);
+  // Chunk c of group rank r's block: [c * step, c * step + part(r, c)).
+  auto part = [&](int r, size_t c) {
+    const size_t size = bytes[static_cast<size_t>(r)];
+    return c * step >= size ? size_t{0} : std::min(step, size - c * step);
   };
-  auto helper_finished = [&] {
-    std::unique_lock<std::mutex> lock(state.mutex);
-    state.cv.wait(lock, [&] { return state.finished; });
-  };
-  try {
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      reduce_scatter_chunk(chunks[c]);
-      {
-        std::lock_guard<std::mutex> lock(state.mutex);
-        state.ready = c + 1;
-      }
-      state.cv.notify_all();
-      if (c == 0) continue;
-      wait_crossed(c - 1);
-      all_gather_chunk(chunks[c - 1]);
+  std::vector<size_t> offset(bytes.size(), 0);  // of each group rank's block in `out`
+  for (size_t r = 1; r < bytes.size(); ++r) offset[r] = offset[r - 1] + bytes[r - 1];
+  // Each chunk's region of the scratch holds local index 0's blocks (one per
+  // host, in host order), then local index 1's, ...
+  std::vector<size_t> region(count + 1, 0);
+  std::vector<std::vector<size_t>> inside(count, std::vector<size_t>(per_host, 0));
+  for (size_t c = 0; c < count; ++c) {
+    for (size_t j = 0; j < per_host; ++j) {
+      for (size_t h = 0; h < hosts; ++h) inside[c][j] += part(by_host[h][j], c);
     }
-    wait_crossed(chunks.size() - 1);
-    all_gather_chunk(chunks.back());
-  } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(state.mutex);
-      state.stop = true;
-    }
-    state.cv.notify_all();
-    // A helper blocked in a TCP wait gives up once the transport is
-    // aborted; `state` and the pieces must outlive it.
-    algorithms::detail::abort_call(between, std::current_exception());
-    helper_finished();
-    detail::abort_group(local, std::current_exception());
-    throw;
+    region[c + 1] = region[c] + std::accumulate(inside[c].begin(), inside[c].end(), size_t{0});
   }
-  helper_finished();
+  auto scratch = algorithms::detail::make_scratch(region[count]);
+  auto mine_in = [&](size_t c) {
+    size_t at = region[c];
+    for (size_t j = 0; j < mine; ++j) at += inside[c][j];
+    return scratch.get() + at;
+  };
+  const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
+                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const CallContext between{cross_ranks, ctx.op,  ctx.seq,      ctx.deadline,
+                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const auto* source = static_cast<const uint8_t*>(in);
+  auto* target = static_cast<uint8_t*>(out);
+  auto across = [&](size_t c) {
+    std::vector<size_t> sizes(hosts);
+    for (size_t h = 0; h < hosts; ++h) sizes[h] = part(by_host[h][mine], c);
+    // Lands straight in this rank's part of the chunk's region.
+    const size_t own = bytes[static_cast<size_t>(ctx.rank())];
+    algorithms::all_gather(between, source + std::min(c * step, own), mine_in(c), sizes);
+  };
+  auto share_and_place = [&](size_t c) {
+    all_gather(in_host, local, mine_in(c), scratch.get() + region[c], inside[c]);  // in place
+    const uint8_t* from = scratch.get() + region[c];
+    for (size_t j = 0; j < per_host; ++j) {
+      for (size_t h = 0; h < hosts; ++h) {
+        const int r = by_host[h][j];
+        const size_t n = part(r, c);
+        if (n > 0) std::memcpy(target + offset[static_cast<size_t>(r)] + c * step, from, n);
+        from += n;
+      }
+    }
+  };
+  pipeline(
+      between, local, cross_worker, count, across, [](size_t) {}, share_and_place);
 }
 
 }  // namespace tdist::algorithms::shm

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""tdist against Gloo across hosts played by network namespaces
+(tools/testbed.py), with each link shaped, side by side in one run, and
+each figure set against the link's limit: the bytes each host must send
+across its link divided by the link's rate (docs/performance.md,
+"Across hosts").
+
+    sudo tools/multihost_compare.py --hosts 2 --ranks 2,4 --link 5gbit \\
+        [--ops all_reduce,broadcast,all_gather,reduce_scatter,all_to_all] [--sizes 8,16M,64M]
+        [--jsonl rows.jsonl] [--no-gloo]
+
+Sizes follow nccl-tests: the whole buffer (all_gather's output,
+reduce_scatter's input, all_to_all's per-rank input). Also measures the
+links' TCP round trip (1-byte ping-pong between host 0 and host 1), the
+floor of a small all_reduce. Gloo is torch.distributed's (Debian's
+python3-torch), run by the anchors' gloo_bench.py with GLOO_SOCKET_IFNAME
+set to the hosts' interface. Needs root (namespaces).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import testbed  # noqa: E402 - next to this file
+
+RTT = r"""
+import os, socket, time
+me = int(os.environ["TESTBED_HOST"])
+if me == 0:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((os.environ["TESTBED_ADDR"], 7100)); s.listen()
+    c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        b = c.recv(1)
+        if not b: break
+        c.sendall(b)
+elif me == 1:
+    for _ in range(600):
+        try:
+            c = socket.create_connection((os.environ["TESTBED_MASTER"], 7100)); break
+        except ConnectionRefusedError:
+            time.sleep(0.05)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    times = []
+    for i in range(300):
+        t = time.perf_counter(); c.sendall(b"x"); c.recv(1); times.append(time.perf_counter() - t)
+    times.sort(); print("rtt_us", round(1e6 * times[len(times) // 2], 1), flush=True)
+"""
+
+
+def parse_size(text):
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text[:-1] if text[-1:] in "KMG" else text) * scale
+
+
+def host_bytes(op, size, hosts, per_host):
+    """Bytes each host must send across its link at least (the link limit's numerator)."""
+    share = (hosts - 1) / hosts
+    if op == "all_reduce":
+        return 2 * share * size  # reduce-scatter then all-gather of the host's part, across hosts
+    if op == "broadcast":
+        return size  # the root's host sends the buffer out once
+    if op in ("all_gather", "reduce_scatter"):
+        return share * size  # every other host's share comes in (all_gather) / goes out (reduce_scatter)
+    if op == "all_to_all":
+        return per_host * share * size  # each rank's parts for the other hosts
+    raise ValueError(op)
+
+
+def rows_from(output, lib):
+    rows = []
+    for line in output.splitlines():
+        brace = line.find("{")
+        if brace < 0 or "[host 0] [rank 0]" not in line[:brace]:
+            continue
+        try:
+            row = json.loads(line[brace:])
+        except json.JSONDecodeError:
+            continue
+        if row.get("lib") == lib:
+            rows.append(row)
+    return rows
+
+
+def run_on_testbed(args, per_host, command, env_extra=None):
+    bed = testbed.Testbed(args.hosts, rate=args.rate_bytes)
+    with bed:
+        procs = []
+        for i in range(args.hosts):
+            env = bed.env_for(i)
+            env["PYTHONPATH"] = os.path.join(args.build, "python")
+            env.update(env_extra or {})
+            cmd = [os.path.join(args.build, "bin", "tdistrun"), "--nnodes", str(args.hosts), "--node-rank", str(i),
+                   "--master-addr", bed.addr(0), "--master-port", "29500", "--nproc-per-node", str(per_host),
+                   *command]
+            procs.append(bed.popen(i, cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=args.timeout)[0])
+            except subprocess.TimeoutExpired:
+                testbed._kill(procs)
+                raise SystemExit("multihost_compare: a run outlived --timeout: " + " ".join(command))
+        return "\n".join(f"[host {i}] {line}" for i, out in enumerate(outs) for line in out.splitlines())
+
+
+def measure_rtt(args):
+    bed = testbed.Testbed(args.hosts, rate=args.rate_bytes)
+    with bed:
+        procs = [bed.popen(i, [sys.executable, "-c", RTT], env=bed.env_for(i), stdout=subprocess.PIPE, text=True)
+                 for i in range(min(2, args.hosts))]
+        out = procs[1].communicate(timeout=60)[0]
+        procs[0].wait(timeout=60)
+    return float(out.split()[1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--ranks", default="2,4", help="ranks per host, comma-separated (one table row group each)")
+    parser.add_argument("--link", default="5gbit", help="tbf rate of every link (kbit/mbit/gbit), or 'none'")
+    parser.add_argument("--ops", default="all_reduce,broadcast,all_gather,reduce_scatter,all_to_all")
+    parser.add_argument("--sizes", default="8,16M,64M")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--gloo-bench", default=os.path.join(ROOT, os.pardir, "shared", "anchors", "gloo_bench.py"))
+    parser.add_argument("--no-gloo", action="store_true")
+    parser.add_argument("--jsonl", help="also write every row here")
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+    args.rate_bytes = None if args.link == "none" else testbed.parse_rate(args.link)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    gloo = not args.no_gloo and os.path.exists(args.gloo_bench)
+    testbed.remove_stale()
+
+    rtt = measure_rtt(args)
+    print(f"links: {args.link}, {args.hosts} hosts; TCP round trip host 0 <-> host 1: {rtt:.1f} us (median of 300)\n")
+    print("| ranks | op | size | tdist ms | gloo ms | link limit ms | share of limit | tdist vs gloo |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out_rows = []
+    for per_host in (int(r) for r in args.ranks.split(",")):
+        for op in args.ops.split(","):
+            bench = [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(min(sizes)), "-e",
+                     str(max(sizes)), "-f", "2", "-n", str(args.iters), "-w", "2", "--json", "--timeout", "600"]
+            ours = {r["bytes"]: r for r in rows_from(run_on_testbed(args, per_host, bench), "tdist")}
+            theirs = {}
+            if gloo:
+                peer = [sys.executable, "-W", "ignore", args.gloo_bench, op, ",".join(map(str, sizes))]
+                theirs = {r["bytes"]: r for r in rows_from(
+                    run_on_testbed(args, per_host, peer, {"GLOO_SOCKET_IFNAME": "eth0"}), "gloo")}
+            for size in sizes:
+                t = ours.get(size, {}).get("time_us")
+                g = theirs.get(size, {}).get("time_us")
+                limit = host_bytes(op, size, args.hosts, per_host) / args.rate_bytes * 1e6 if args.rate_bytes else None
+                row = {"hosts": args.hosts, "ranks_per_host": per_host, "link": args.link, "op": op, "bytes": size,
+                       "tdist_us": t, "gloo_us": g, "link_limit_us": limit, "rtt_us": rtt}
+                out_rows.append(row)
+
+                def ms(x):
+                    return "-" if x is None else f"{x / 1e3:.3f}"
+                share = f"{limit / t:.2f}" if t and limit else "-"
+                ratio = f"{g / t:.2f}x" if t and g else "-"
+                print(f"| {args.hosts}x{per_host} | {op} | {size} | {ms(t)} | {ms(g)} | {ms(limit)} | {share} | {ratio} |",
+                      flush=True)
+    if args.jsonl:
+        with open(args.jsonl, "a") as f:
+            for row in out_rows:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
