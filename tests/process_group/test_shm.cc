@@ -5,6 +5,7 @@
 // over shared memory, TCP and small buffers; see CMakeLists.txt.
 
 #include <gtest/gtest.h>
+
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -317,59 +319,67 @@ TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
   unlink(path.c_str());
 }
 
-TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
-  // 2 "hosts" x 3 ranks (ranks 0, 2, 4 on host a), and 3 x 2: shared memory
-  // inside each host, TCP across. Every op and dtype class, odd counts, the
-  // AVG and PREMUL_SUM special cases, bitwise identical on every rank. With
-  // the default chunks (one per message here) and with 8 KiB chunks, so that
-  // the stages overlap over up to a hundred chunks of uneven shares.
-  for (const char* chunk : {"", "8192"})
+// Runs `body` on 6 forked ranks playing 2 "hosts" x 3 ranks and 3 x 2 (the
+// host is rank % hosts, so host order and rank order differ), with the
+// default pipeline chunks and with chunks of `small_chunk` bytes; every rank
+// must run the hierarchy.
+void on_six_ranks_across_hosts(const char* name, const char* small_chunk,
+                               const std::function<void(ProcessGroup&, int)>& body) {
+  for (const char* chunk : {"", small_chunk})
     for (int hosts : {2, 3}) {
-      const int n = 6;
-      std::string path = temp_path("shm_hier");
+      std::string path = temp_path(name);
       auto outcomes = forked_groups(
-          n, path,
+          6, path,
           [&](int rank) {
             setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1);
             if (*chunk != 0) setenv("TDIST_HIER_CHUNK_BYTES", chunk, 1);
           },
           [&](ProcessGroup& pg, Store&, int rank) {
             check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
-            for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{100'003}}) {
-              Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return double(i % 11 + rank); });
-              pg.all_reduce(t, ReduceOp::SUM)->wait();
-              for (int64_t i = 0; i < count; ++i)
-                check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
-              Tensor m = make_tensor(DType::kInt32, count, [&](int64_t i) { return double((i + rank) % 6); });
-              pg.all_reduce(m, ReduceOp::MAX)->wait();
-              for (int64_t i = 0; i < count; ++i) check(real_at(m, i) == 5.0, "wrong MAX");
-              // Integer AVG truncates once: (sum of rank) / 6 = 15 / 6 = 2.
-              Tensor a = make_tensor(DType::kInt64, count, [&](int64_t) { return double(rank); });
-              pg.all_reduce(a, ReduceOp::AVG)->wait();
-              for (int64_t i = 0; i < count; ++i) check(real_at(a, i) == 2.0, "wrong integer AVG");
-              Tensor p = make_tensor(DType::kFloat64, count, [&](int64_t i) { return double(i % 3 + rank); });
-              pg.all_reduce(p, ReduceOp::premul_sum(0.5))->wait();
-              for (int64_t i = 0; i < count; ++i) {
-                check(real_at(p, i) == 0.5 * double(6 * (i % 3) + 15), "wrong PREMUL_SUM");
-              }
-            }
-            // Floating point: same bits on every rank (checked through a
-            // second all_reduce of MIN and MAX of the bit patterns).
-            const int64_t count = 4099;
-            Tensor f =
-                make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
-            pg.all_reduce(f, ReduceOp::SUM)->wait();
-            Tensor lo = f.clone();
-            Tensor hi = f.clone();
-            pg.all_reduce(lo, ReduceOp::MIN)->wait();
-            pg.all_reduce(hi, ReduceOp::MAX)->wait();
-            check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
-                      std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
-                  "float results differ between ranks");
+            body(pg, rank);
           });
       EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts, chunk bytes '" << chunk << "'";
       unlink(path.c_str());
     }
+}
+
+TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
+  // 2 "hosts" x 3 ranks (ranks 0, 2, 4 on host a), and 3 x 2: shared memory
+  // inside each host, TCP across. Every op and dtype class, odd counts, the
+  // AVG and PREMUL_SUM special cases, bitwise identical on every rank. With
+  // the default chunks (one per message here) and with 8 KiB chunks, so that
+  // the stages overlap over up to a hundred chunks of uneven shares.
+  on_six_ranks_across_hosts("shm_hier", "8192", [&](ProcessGroup& pg, int rank) {
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{100'003}}) {
+      Tensor t = make_tensor(DType::kInt64, count, [&](int64_t i) { return double(i % 11 + rank); });
+      pg.all_reduce(t, ReduceOp::SUM)->wait();
+      for (int64_t i = 0; i < count; ++i) check(real_at(t, i) == double(6 * (i % 11) + 15), "wrong SUM");
+      Tensor m = make_tensor(DType::kInt32, count, [&](int64_t i) { return double((i + rank) % 6); });
+      pg.all_reduce(m, ReduceOp::MAX)->wait();
+      for (int64_t i = 0; i < count; ++i) check(real_at(m, i) == 5.0, "wrong MAX");
+      // Integer AVG truncates once: (sum of rank) / 6 = 15 / 6 = 2.
+      Tensor a = make_tensor(DType::kInt64, count, [&](int64_t) { return double(rank); });
+      pg.all_reduce(a, ReduceOp::AVG)->wait();
+      for (int64_t i = 0; i < count; ++i) check(real_at(a, i) == 2.0, "wrong integer AVG");
+      Tensor p = make_tensor(DType::kFloat64, count, [&](int64_t i) { return double(i % 3 + rank); });
+      pg.all_reduce(p, ReduceOp::premul_sum(0.5))->wait();
+      for (int64_t i = 0; i < count; ++i) {
+        check(real_at(p, i) == 0.5 * double(6 * (i % 3) + 15), "wrong PREMUL_SUM");
+      }
+    }
+    // Floating point: same bits on every rank (checked through a
+    // second all_reduce of MIN and MAX of the bit patterns).
+    const int64_t count = 4099;
+    Tensor f = make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
+    pg.all_reduce(f, ReduceOp::SUM)->wait();
+    Tensor lo = f.clone();
+    Tensor hi = f.clone();
+    pg.all_reduce(lo, ReduceOp::MIN)->wait();
+    pg.all_reduce(hi, ReduceOp::MAX)->wait();
+    check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
+              std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
+          "float results differ between ranks");
+  });
 }
 
 TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
@@ -378,52 +388,47 @@ TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
   // its group rank's place, for even blocks, uneven ones (some empty), the
   // list form and in place; in one chunk and in 4 KiB chunks (up to 196 of
   // them, blocks ending in different chunks), pipelined.
-  for (const char* chunk : {"", "4096"})
-    for (int hosts : {2, 3}) {
-      const int n = 6;
-      std::string path = temp_path("shm_hier_gather");
-      auto outcomes = forked_groups(
-          n, path,
-          [&](int rank) {
-            setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1);
-            if (*chunk != 0) setenv("TDIST_HIER_CHUNK_BYTES", chunk, 1);
-          },
-          [&](ProcessGroup& pg, Store&, int rank) {
-            check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
-            auto value = [](int r, int64_t i) { return double(r * 1000 + i % 997); };
-            for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}}) {
-              Tensor in = make_tensor(DType::kInt64, count, [&](int64_t i) { return value(rank, i); });
-              Tensor out = make_tensor(DType::kInt64, count * n, [](int64_t) { return -1.0; });
-              pg.all_gather_into_tensor(out, in)->wait();
-              for (int r = 0; r < n; ++r)
-                for (int64_t i = 0; i < count; ++i)
-                  check(real_at(out, r * count + i) == value(r, i), "wrong block in all_gather_into_tensor");
-              // In place: this rank's block already sits in the output.
-              Tensor whole = make_tensor(DType::kInt64, count * n, [&](int64_t i) {
-                return i / count == rank ? value(rank, i % count) : -1.0;
-              });
-              Tensor slot = whole.narrow(rank * count, count);
-              pg.all_gather_into_tensor(whole, slot)->wait();
-              for (int r = 0; r < n; ++r)
-                for (int64_t i = 0; i < count; ++i)
-                  check(real_at(whole, r * count + i) == value(r, i), "wrong block in place");
-            }
-            // Uneven: rank r gives (r * 3) % 5 elements: 0, 3, 1, 4, 2, 0 (two empty).
-            std::vector<int64_t> sizes;
-            int64_t total = 0;
-            for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5);
-            Tensor in = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)],
-                                    [&](int64_t i) { return value(rank, i); });
-            Tensor out = make_tensor(DType::kFloat32, total, [](int64_t) { return -1.0; });
-            pg.all_gather_into_tensor_uneven(out, in, sizes)->wait();
-            int64_t at = 0;
-            for (int r = 0; r < n; ++r)
-              for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
-                check(real_at(out, at++) == value(r, i), "wrong block in the uneven all_gather");
-          });
-      EXPECT_EQ(describe_failures(outcomes), "") << hosts << " hosts, chunk bytes '" << chunk << "'";
-      unlink(path.c_str());
+  on_six_ranks_across_hosts("shm_hier_gather", "4096", [&](ProcessGroup& pg, int rank) {
+    const int n = 6;
+    auto value = [](int r, int64_t i) { return double(r * 1000 + i % 997); };
+    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}}) {
+      Tensor in = make_tensor(DType::kInt64, count, [&](int64_t i) { return value(rank, i); });
+      Tensor out = make_tensor(DType::kInt64, count * n, [](int64_t) { return -1.0; });
+      pg.all_gather_into_tensor(out, in)->wait();
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i)
+          check(real_at(out, r * count + i) == value(r, i), "wrong block in all_gather_into_tensor");
+      // The list form.
+      std::vector<Tensor> list;
+      for (int r = 0; r < n; ++r)
+        list.push_back(make_tensor(DType::kInt64, count, [](int64_t) { return -1.0; }));
+      pg.all_gather(list, in)->wait();
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i)
+          check(real_at(list[static_cast<size_t>(r)], i) == value(r, i), "wrong block in the list form");
+      // In place: this rank's block already sits in the output.
+      Tensor whole = make_tensor(DType::kInt64, count * n, [&](int64_t i) {
+        return i / count == rank ? value(rank, i % count) : -1.0;
+      });
+      Tensor slot = whole.narrow(rank * count, count);
+      pg.all_gather_into_tensor(whole, slot)->wait();
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i)
+          check(real_at(whole, r * count + i) == value(r, i), "wrong block in place");
     }
+    // Uneven: rank r gives (r * 3) % 5 elements: 0, 3, 1, 4, 2, 0 (two empty).
+    std::vector<int64_t> sizes;
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5);
+    Tensor in = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)],
+                            [&](int64_t i) { return value(rank, i); });
+    Tensor out = make_tensor(DType::kFloat32, total, [](int64_t) { return -1.0; });
+    pg.all_gather_into_tensor_uneven(out, in, sizes)->wait();
+    int64_t at = 0;
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
+        check(real_at(out, at++) == value(r, i), "wrong block in the uneven all_gather");
+  });
 }
 
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
