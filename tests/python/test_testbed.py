@@ -30,7 +30,10 @@ def _can_make_namespaces():
     if os.geteuid() != 0:
         return "needs root (network namespaces); run the tests as root to include it"
     probe = f"tb{os.getpid()}-h998"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    try:
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    except FileNotFoundError:
+        return "iproute2 (ip, tc) is not installed"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None if made.returncode == 0 else f"cannot make network namespaces here: {made.stderr.strip()}"
 
