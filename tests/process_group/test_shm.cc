@@ -416,10 +416,12 @@ TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
         for (int64_t i = 0; i < count; ++i)
           check(real_at(whole, r * count + i) == value(r, i), "wrong block in place");
     }
-    // Uneven: rank r gives (r * 3) % 5 elements: 0, 3, 1, 4, 2, 0 (two empty).
+    // Uneven: rank r gives (r * 3) % 5 thousand floats: 0, 3, 1, 4, 2, 0
+    // thousand (two empty), so with 4 KiB chunks the blocks end in
+    // different chunks and some ranks cross nothing in the last ones.
     std::vector<int64_t> sizes;
     int64_t total = 0;
-    for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5);
+    for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5 * 1000);
     Tensor in = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)],
                             [&](int64_t i) { return value(rank, i); });
     Tensor out = make_tensor(DType::kFloat32, total, [](int64_t) { return -1.0; });
