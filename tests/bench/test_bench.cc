@@ -400,7 +400,8 @@ TEST(BenchBinary, UnderTdistrunOnlyRankZeroPrints) {
 class BenchUnderOtherLaunchers : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(BenchUnderOtherLaunchers, RanksJoinOneJob) {
-  const auto [rank_var, size_var] = GetParam();
+  const std::string rank_var = GetParam().first;
+  const std::string size_var = GetParam().second;
   const std::string master =
       "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(launcher::pick_free_port()) + " ";
   const std::string bench = std::string(TDIST_BENCH_BINARY) +
@@ -442,7 +443,7 @@ TEST(BenchBinary, UnderOpenMpisMpirun) {
   ASSERT_EQ(r.exit_code, 0) << joined(r.lines);
   int rows = 0;
   for (const auto& line : r.lines) {
-    if (line.rfind("{", 0) != 0) continue;  // mpirun's own notes
+    if (line.rfind('{', 0) != 0) continue;  // mpirun's own notes
     EXPECT_EQ(nlohmann::json::parse(line)["world_size"], 2) << line;
     ++rows;
   }

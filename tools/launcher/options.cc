@@ -173,8 +173,9 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
   app.add_option("--rdzv-id,--rdzv_id", o.run_id,
                  "the job's id (TORCHELASTIC_RUN_ID); agents of one job share it")
       ->default_str("none");
-  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
-                 "KEY=VALUE,...: join_timeout, last_call_timeout, read_timeout (seconds), is_host (true/false)");
+  app.add_option(
+      "--rdzv-conf,--rdzv_conf", rdzv_conf,
+      "KEY=VALUE,...: join_timeout, last_call_timeout, read_timeout (seconds), is_host (true/false)");
   app.add_option("--monitor-interval,--monitor_interval", monitor_s,
                  "accepted for torchrun command lines; tdistrun learns of exits at once")
       ->check(CLI::Range(0.0, 86400.0))
