@@ -835,6 +835,11 @@ void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, co
   if (empty_call(ctx, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
   if (auto* shm = shm_for<algo::ReduceScatterAlgo>())
     return algo::shm::reduce_scatter(ctx, *shm, in, output.data(), counts, output.dtype(), op);
+  if (domains_.local && (forced_algos_ & forced_bit<algo::ReduceScatterAlgo>()) == 0) {
+    return algo::shm::hierarchical_reduce_scatter(
+        ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
+        domains_.hierarchy_chunk_bytes, domains_.by_host, in, output.data(), counts, output.dtype(), op);
+  }
   algo::reduce_scatter(ctx, in, output.data(), counts, output.dtype(), op);
 }
 

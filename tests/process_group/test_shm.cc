@@ -433,6 +433,54 @@ TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
   });
 }
 
+TEST(Shm, ReduceScatterAcrossHostsRunsHierarchicallyWithExactResults) {
+  // Rank r's block b holds (i % 13 + r * b) at element i; every rank must
+  // get op over all ranks of its own block: SUM, integer AVG (truncated
+  // once), MAX, PREMUL_SUM; even blocks, uneven ones (some empty, several
+  // 4 KiB chunks).
+  on_six_ranks_across_hosts("shm_hier_rs", "4096", [&](ProcessGroup& pg, int rank) {
+    const int n = 6;
+    auto value = [](int r, int b, int64_t i) { return double(i % 13 + r * b); };
+    auto sum_over_ranks = [&](int b, int64_t i) {
+      double total = 0;
+      for (int r = 0; r < n; ++r) total += value(r, b, i);
+      return total;
+    };
+    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{50'001}}) {
+      Tensor in = make_tensor(DType::kInt64, count * n,
+                              [&](int64_t i) { return value(rank, static_cast<int>(i / count), i % count); });
+      Tensor out = make_tensor(DType::kInt64, count, [](int64_t) { return -1.0; });
+      pg.reduce_scatter_tensor(out, in, ReduceOp::SUM)->wait();
+      for (int64_t i = 0; i < count; ++i) check(real_at(out, i) == sum_over_ranks(rank, i), "wrong SUM");
+      pg.reduce_scatter_tensor(out, in, ReduceOp::AVG)->wait();
+      for (int64_t i = 0; i < count; ++i)
+        check(real_at(out, i) == std::trunc(sum_over_ranks(rank, i) / n), "wrong integer AVG");
+      pg.reduce_scatter_tensor(out, in, ReduceOp::MAX)->wait();
+      for (int64_t i = 0; i < count; ++i) check(real_at(out, i) == value(n - 1, rank, i), "wrong MAX");
+      Tensor f = make_tensor(DType::kFloat64, count * n,
+                             [&](int64_t i) { return value(rank, static_cast<int>(i / count), i % count); });
+      Tensor g = make_tensor(DType::kFloat64, count, [](int64_t) { return -1.0; });
+      pg.reduce_scatter_tensor(g, f, ReduceOp::premul_sum(0.5))->wait();
+      for (int64_t i = 0; i < count; ++i)
+        check(real_at(g, i) == 0.5 * sum_over_ranks(rank, i), "wrong PREMUL_SUM");
+    }
+    std::vector<int64_t> sizes;
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5 * 1000);
+    std::vector<int64_t> starts(1, 0);
+    for (int r = 0; r < n; ++r) starts.push_back(starts.back() + sizes[static_cast<size_t>(r)]);
+    Tensor in = make_tensor(DType::kFloat32, total, [&](int64_t i) {
+      int b = 0;
+      while (i >= starts[static_cast<size_t>(b) + 1]) ++b;
+      return value(rank, b, i - starts[static_cast<size_t>(b)]);
+    });
+    Tensor out = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)], [](int64_t) { return -1.0; });
+    pg.reduce_scatter_tensor_uneven(out, in, sizes, ReduceOp::SUM)->wait();
+    for (int64_t i = 0; i < sizes[static_cast<size_t>(rank)]; ++i)
+      check(real_at(out, i) == sum_over_ranks(rank, i), "wrong uneven SUM");
+  });
+}
+
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
   // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and

@@ -59,4 +59,14 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
                              size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, const void* in,
                              void* out, const std::vector<size_t>& bytes);
 
+/// reduce_scatter over the same kind of group (`counts` per group rank):
+/// every byte of the input crosses a host boundary at most once, reduced
+/// inside its host first; pipelined in chunks of `chunk_bytes` of every
+/// block.
+void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                                 transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                                 size_t chunk_bytes, const std::vector<std::vector<int>>& by_host,
+                                 const void* in, void* out, const std::vector<size_t>& counts, DType dtype,
+                                 const ReduceOp& op);
+
 }  // namespace tdist::algorithms::shm

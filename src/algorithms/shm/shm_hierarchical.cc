@@ -233,11 +233,17 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
     }
     region[c + 1] = region[c] + std::accumulate(inside[c].begin(), inside[c].end(), size_t{0});
   }
-  auto scratch = algorithms::detail::make_scratch(region[count]);
+  // Two chunks are in flight at most (one crossing, one being shared):
+  // their regions alternate between two halves of the scratch, so it stays
+  // small enough to be recycled from call to call.
+  size_t widest = 0;
+  for (size_t c = 0; c < count; ++c) widest = std::max(widest, region[c + 1] - region[c]);
+  auto scratch = algorithms::detail::make_scratch(std::min(count, size_t{2}) * widest);
+  auto region_of = [&](size_t c) { return scratch.get() + (c % 2) * widest; };
   auto mine_in = [&](size_t c) {
-    size_t at = region[c];
+    size_t at = 0;
     for (size_t j = 0; j < mine; ++j) at += inside[c][j];
-    return scratch.get() + at;
+    return region_of(c) + at;
   };
   const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
                             ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
@@ -253,8 +259,8 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
     algorithms::all_gather(between, source + std::min(c * step, own), mine_in(c), sizes);
   };
   auto share_and_place = [&](size_t c) {
-    all_gather(in_host, local, mine_in(c), scratch.get() + region[c], inside[c]);  // in place
-    const uint8_t* from = scratch.get() + region[c];
+    all_gather(in_host, local, mine_in(c), region_of(c), inside[c]);  // in place
+    const uint8_t* from = region_of(c);
     for (size_t j = 0; j < per_host; ++j) {
       for (size_t h = 0; h < hosts; ++h) {
         const int r = by_host[h][j];
@@ -266,6 +272,91 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
   };
   pipeline(
       between, local, cross_worker, count, across, [](size_t) {}, share_and_place);
+}
+
+// reduce_scatter across hosts: inside each host a shared-memory
+// reduce-scatter leaves local rank j with the host's sum of the blocks that
+// belong to local index j on every host; local rank j then reduce-scatters
+// those H blocks over TCP with local rank j of every other host, each of
+// which keeps its own. Each host sends (H - 1) / H of the input across its
+// link, the least a reduce_scatter can. The input is first copied into
+// local-index order (the shared-memory stage takes each local rank's part
+// in one piece). Pipelined in chunks of chunk_bytes of every block: chunk
+// c crosses on the helper thread while the caller reduces chunk c + 1.
+void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                                 transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                                 size_t chunk_bytes, const std::vector<std::vector<int>>& by_host,
+                                 const void* in, void* out, const std::vector<size_t>& counts, DType dtype,
+                                 const ReduceOp& op) {
+  const size_t hosts = by_host.size();
+  const size_t per_host = by_host[0].size();
+  const auto mine = static_cast<size_t>(local.rank());
+  const size_t eb = element_size(dtype);
+  // As all_reduce: AVG sums in both stages and divides once; PREMUL_SUM's
+  // factor is applied once, inside the host.
+  const ReduceOp inside_op = op.kind == ReduceOp::AVG ? ReduceOp(ReduceOp::SUM) : op;
+  const ReduceOp across_op =
+      (op.kind == ReduceOp::AVG || op.kind == ReduceOp::PREMUL_SUM) ? ReduceOp(ReduceOp::SUM) : op;
+  const size_t largest = *std::max_element(counts.begin(), counts.end());
+  const size_t step = std::max<size_t>(1, chunk_bytes / eb);
+  const size_t count = std::max<size_t>(1, (largest + step - 1) / step);
+  auto part = [&](int r, size_t c) {
+    const size_t size = counts[static_cast<size_t>(r)];
+    return c * step >= size ? size_t{0} : std::min(step, size - c * step);
+  };
+  std::vector<size_t> offset(counts.size(), 0);  // of each group rank's block in `in`, in elements
+  for (size_t r = 1; r < counts.size(); ++r) offset[r] = offset[r - 1] + counts[r - 1];
+  // Per chunk: each local index's part of the staging (its blocks, one per
+  // host in host order) and where the chunk's staging and piece start.
+  std::vector<std::vector<size_t>> inside(count, std::vector<size_t>(per_host, 0));
+  std::vector<size_t> staged(count + 1, 0);
+  std::vector<size_t> pieces(count + 1, 0);
+  for (size_t c = 0; c < count; ++c) {
+    for (size_t j = 0; j < per_host; ++j) {
+      for (size_t h = 0; h < hosts; ++h) inside[c][j] += part(by_host[h][j], c);
+    }
+    staged[c + 1] = staged[c] + std::accumulate(inside[c].begin(), inside[c].end(), size_t{0});
+    pieces[c + 1] = pieces[c] + inside[c][mine];
+  }
+  // The staging is needed only while a chunk is reduced inside the host,
+  // and two chunks' pieces at most are in flight (one crossing, the next
+  // being reduced): small buffers, recycled from call to call.
+  size_t widest_staged = 0;
+  size_t widest_piece = 0;
+  for (size_t c = 0; c < count; ++c) {
+    widest_staged = std::max(widest_staged, staged[c + 1] - staged[c]);
+    widest_piece = std::max(widest_piece, pieces[c + 1] - pieces[c]);
+  }
+  auto staging = algorithms::detail::make_scratch(widest_staged * eb);
+  auto pieces_buffer = algorithms::detail::make_scratch(std::min(count, size_t{2}) * widest_piece * eb);
+  auto piece_of = [&](size_t c) { return pieces_buffer.get() + (c % 2) * widest_piece * eb; };
+  const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
+                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const CallContext between{cross_ranks, ctx.op,  ctx.seq,      ctx.deadline,
+                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const auto* source = static_cast<const uint8_t*>(in);
+  auto* target = static_cast<uint8_t*>(out);
+  auto reduce_inside = [&](size_t c) {
+    uint8_t* to = staging.get();
+    for (size_t j = 0; j < per_host; ++j) {
+      for (size_t h = 0; h < hosts; ++h) {
+        const int r = by_host[h][j];
+        const size_t n = part(r, c);
+        if (n > 0) std::memcpy(to, source + (offset[static_cast<size_t>(r)] + c * step) * eb, n * eb);
+        to += n * eb;
+      }
+    }
+    reduce_scatter(in_host, local, staging.get(), piece_of(c), inside[c], dtype, inside_op);
+  };
+  auto across = [&](size_t c) {
+    std::vector<size_t> sizes(hosts);
+    for (size_t h = 0; h < hosts; ++h) sizes[h] = part(by_host[h][mine], c);
+    const auto me = static_cast<size_t>(ctx.rank());
+    uint8_t* mine_out = target + std::min(c * step, counts[me]) * eb;
+    algorithms::reduce_scatter(between, piece_of(c), mine_out, sizes, dtype, across_op);
+    if (op.kind == ReduceOp::AVG) finalize_reduce(mine_out, part(ctx.rank(), c), dtype, op, ctx.size());
+  };
+  pipeline(between, local, cross_worker, count, across, reduce_inside, [](size_t) {});
 }
 
 }  // namespace tdist::algorithms::shm
