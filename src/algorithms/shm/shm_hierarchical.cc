@@ -56,6 +56,12 @@ std::vector<Chunk> plan_chunks(size_t count, size_t per_chunk, int l, size_t me)
   return chunks;
 }
 
+// The call `ctx` on another transport: this host's ranks, or the ranks of
+// one local index across hosts (same op, sequence number and deadline).
+CallContext on(const CallContext& ctx, transport::Transport& ranks) {
+  return {ranks, ctx.op, ctx.seq, ctx.deadline, ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+}
+
 // What the caller and the helper thread share during one call.
 struct CrossState {
   std::mutex mutex;
@@ -175,10 +181,8 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
   size_t mine_total = 0;
   for (const auto& c : chunks) mine_total += c.counts[me];
   auto pieces = algorithms::detail::make_scratch(mine_total * eb);
-  const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
-                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
-  const CallContext between{cross_ranks, ctx.op,  ctx.seq,      ctx.deadline,
-                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext between = on(ctx, cross_ranks);
   auto piece_of = [&](const Chunk& c) { return pieces.get() + c.mine_offset * eb; };
   auto reduce_scatter_chunk = [&](const Chunk& c) {
     reduce_scatter(in_host, local, bytes + c.begin * eb, piece_of(c), c.counts, dtype, inside);
@@ -245,10 +249,8 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
     for (size_t j = 0; j < mine; ++j) at += inside[c][j];
     return region_of(c) + at;
   };
-  const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
-                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
-  const CallContext between{cross_ranks, ctx.op,  ctx.seq,      ctx.deadline,
-                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
   auto across = [&](size_t c) {
@@ -330,10 +332,8 @@ void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transp
   auto staging = algorithms::detail::make_scratch(widest_staged * eb);
   auto pieces_buffer = algorithms::detail::make_scratch(std::min(count, size_t{2}) * widest_piece * eb);
   auto piece_of = [&](size_t c) { return pieces_buffer.get() + (c % 2) * widest_piece * eb; };
-  const CallContext in_host{local_ranks, ctx.op,  ctx.seq,      ctx.deadline,
-                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
-  const CallContext between{cross_ranks, ctx.op,  ctx.seq,      ctx.deadline,
-                            ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
   auto reduce_inside = [&](size_t c) {
