@@ -1,19 +1,18 @@
-// all_reduce across hosts: a
-// shared-memory reduce-scatter inside each host leaves local rank i with
-// piece i of its host's sum; local rank i then all-reduces that piece over
-// TCP with local rank i of every other host (one TCP stream per local rank,
-// all of them at once); a shared-memory all-gather inside each host
-// assembles the whole result. Every rank ends with the same bits: each piece
-// is reduced inside a host in rank order and across hosts by an algorithm
-// whose results are bitwise identical on its ranks.
+// The collectives of a group spanning hosts with the same number of ranks
+// on each: shared memory inside a host, TCP among the ranks of one local
+// index across hosts, so that every byte crosses each host boundary once.
 //
-// Pipelined in chunks: while the helper thread all-reduces chunk c across
-// hosts (it drives TCP), the caller's thread reduce-scatters chunk c + 1 and
-// all-gathers chunk c - 1 in shared memory. The caller's thread always runs
-// RS(0), RS(1), AG(0), RS(2), AG(1), ..., AG(last), whatever the timing, so
-// every rank of a host runs the same shared-memory rounds in the same order;
-// the helper runs the chunks' TCP all_reduces one after another, so their
-// messages (same tags, one call) match in order.
+// all_reduce: a shared-memory reduce-scatter inside each host leaves local
+// rank i with piece i of its host's sum; local rank i then all-reduces that
+// piece over TCP with local rank i of every other host (one TCP stream per
+// local rank, all of them at once); a shared-memory all-gather inside each
+// host assembles the whole result. Every rank ends with the same bits: each
+// piece is reduced inside a host in rank order and across hosts by an
+// algorithm whose results are bitwise identical on its ranks.
+//
+// All three are pipelined in chunks (pipeline() below): while the helper
+// thread moves chunk c across hosts (it drives TCP), the caller's thread
+// runs the shared-memory stages of the chunks before and after it.
 
 #include <algorithm>
 #include <condition_variable>
@@ -162,6 +161,68 @@ void pipeline(const CallContext& between, ShmGroup& local, tdist::detail::Worker
   helper_finished();
 }
 
+// The ops of the two stages: AVG sums in both and divides once at the end
+// (integer AVG would truncate twice otherwise); PREMUL_SUM's factor is
+// applied once, inside the host.
+ReduceOp op_inside_host(const ReduceOp& op) {
+  return op.kind == ReduceOp::AVG ? ReduceOp(ReduceOp::SUM) : op;
+}
+ReduceOp op_across_hosts(const ReduceOp& op) {
+  return (op.kind == ReduceOp::AVG || op.kind == ReduceOp::PREMUL_SUM) ? ReduceOp(ReduceOp::SUM) : op;
+}
+
+// Every group rank's block (`sizes[r]` units: bytes or elements) cut into
+// chunks of `step` units, and per chunk how many units each local index
+// holds: its blocks' chunks on every host, which the hierarchical gathers
+// keep together, local index by local index, each in host order.
+struct BlockChunks {
+  BlockChunks(const std::vector<size_t>& block_sizes, size_t chunk_units,
+              const std::vector<std::vector<int>>& hosts)
+      : sizes(block_sizes), step(std::max<size_t>(1, chunk_units)), by_host(hosts), offset(sizes.size(), 0) {
+    const size_t largest = *std::max_element(sizes.begin(), sizes.end());
+    count = std::max<size_t>(1, (largest + step - 1) / step);
+    for (size_t r = 1; r < sizes.size(); ++r) offset[r] = offset[r - 1] + sizes[r - 1];
+    per_index.assign(count, std::vector<size_t>(by_host[0].size(), 0));
+    for (size_t c = 0; c < count; ++c) {
+      for_each_in_index_order([&](size_t j, int r) { per_index[c][j] += part(r, c); });
+      widest = std::max(widest, std::accumulate(per_index[c].begin(), per_index[c].end(), size_t{0}));
+    }
+  }
+
+  // Units of chunk c of group rank r's block (it starts at c * step).
+  size_t part(int r, size_t c) const {
+    const size_t size = sizes[static_cast<size_t>(r)];
+    return c * step >= size ? 0 : std::min(step, size - c * step);
+  }
+  // Units before local index j's part of chunk c.
+  size_t before_index(size_t c, size_t j) const {
+    return std::accumulate(per_index[c].begin(), per_index[c].begin() + static_cast<std::ptrdiff_t>(j),
+                           size_t{0});
+  }
+  // The units of local index j's blocks on every host, for chunk c.
+  std::vector<size_t> across_hosts(size_t c, size_t j) const {
+    std::vector<size_t> parts;
+    parts.reserve(by_host.size());
+    for (const auto& host : by_host) parts.push_back(part(host[j], c));
+    return parts;
+  }
+  // Calls fn(j, r) for every group rank r in local-index-then-host order.
+  template <typename Fn>
+  void for_each_in_index_order(Fn&& fn) const {
+    for (size_t j = 0; j < by_host[0].size(); ++j) {
+      for (const auto& host : by_host) fn(j, host[j]);
+    }
+  }
+
+  const std::vector<size_t>& sizes;
+  size_t step;
+  const std::vector<std::vector<int>>& by_host;
+  size_t count = 0;
+  std::vector<size_t> offset;                  // of each group rank's block in the whole buffer
+  std::vector<std::vector<size_t>> per_index;  // [chunk][local index]
+  size_t widest = 0;                           // units of the largest chunk
+};
+
 }  // namespace
 
 void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
@@ -171,12 +232,8 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
   const size_t me = static_cast<size_t>(local.rank());
   const size_t eb = element_size(dtype);
   auto* bytes = static_cast<uint8_t*>(data);
-  // AVG sums in both stages and divides once at the end (integer AVG would
-  // truncate twice otherwise); PREMUL_SUM's factor is applied once, inside
-  // the host.
-  const ReduceOp inside = op.kind == ReduceOp::AVG ? ReduceOp(ReduceOp::SUM) : op;
-  const ReduceOp across =
-      (op.kind == ReduceOp::AVG || op.kind == ReduceOp::PREMUL_SUM) ? ReduceOp(ReduceOp::SUM) : op;
+  const ReduceOp inside = op_inside_host(op);
+  const ReduceOp across = op_across_hosts(op);
   const std::vector<Chunk> chunks = plan_chunks(count, std::max<size_t>(1, chunk_bytes / eb), l, me);
   size_t mine_total = 0;
   for (const auto& c : chunks) mine_total += c.counts[me];
@@ -202,78 +259,45 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
 }
 
 // all_gather across hosts: each rank first exchanges its own block with the
-// ranks of the same local index on the other hosts (TCP, one stream per
-// local index, all at once), so every byte crosses each host boundary once
-// -- the (H - 1) / H of the output an all_gather must move off a host --
-// where a flat ring over all ranks crosses at every edge that joins two
-// hosts. Then the host's ranks share what they received in shared memory,
-// and each copies every block to its group rank's place in the output.
-// Pipelined in chunks of every block (chunk_bytes each): chunk c crosses
-// on the helper thread while the caller shares and places chunk c - 1.
+// ranks of the same local index on the other hosts, so every byte crosses
+// each host boundary once -- the (H - 1) / H of the output an all_gather
+// must move off a host -- where a flat ring over all ranks crosses at every
+// edge that joins two hosts. Then the host's ranks share what they received
+// in shared memory, and each copies every block to its group rank's place
+// in the output. Chunk c crosses on the helper thread while the caller
+// shares and places chunk c - 1; at most two chunks are in flight, so their
+// regions alternate between two halves of a scratch small enough to be
+// recycled from call to call.
 void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
                              transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
                              size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, const void* in,
                              void* out, const std::vector<size_t>& bytes) {
-  const size_t hosts = by_host.size();
-  const size_t per_host = by_host[0].size();
   const auto mine = static_cast<size_t>(local.rank());
-  const size_t largest = *std::max_element(bytes.begin(), bytes.end());
-  const size_t step = std::max<size_t>(1, chunk_bytes);
-  const size_t count = std::max<size_t>(1, (largest + step - 1) / step);
-  // Chunk c of group rank r's block: [c * step, c * step + part(r, c)).
-  auto part = [&](int r, size_t c) {
-    const size_t size = bytes[static_cast<size_t>(r)];
-    return c * step >= size ? size_t{0} : std::min(step, size - c * step);
-  };
-  std::vector<size_t> offset(bytes.size(), 0);  // of each group rank's block in `out`
-  for (size_t r = 1; r < bytes.size(); ++r) offset[r] = offset[r - 1] + bytes[r - 1];
-  // Each chunk's region of the scratch holds local index 0's blocks (one per
-  // host, in host order), then local index 1's, ...
-  std::vector<size_t> region(count + 1, 0);
-  std::vector<std::vector<size_t>> inside(count, std::vector<size_t>(per_host, 0));
-  for (size_t c = 0; c < count; ++c) {
-    for (size_t j = 0; j < per_host; ++j) {
-      for (size_t h = 0; h < hosts; ++h) inside[c][j] += part(by_host[h][j], c);
-    }
-    region[c + 1] = region[c] + std::accumulate(inside[c].begin(), inside[c].end(), size_t{0});
-  }
-  // Two chunks are in flight at most (one crossing, one being shared):
-  // their regions alternate between two halves of the scratch, so it stays
-  // small enough to be recycled from call to call.
-  size_t widest = 0;
-  for (size_t c = 0; c < count; ++c) widest = std::max(widest, region[c + 1] - region[c]);
-  auto scratch = algorithms::detail::make_scratch(std::min(count, size_t{2}) * widest);
-  auto region_of = [&](size_t c) { return scratch.get() + (c % 2) * widest; };
-  auto mine_in = [&](size_t c) {
-    size_t at = 0;
-    for (size_t j = 0; j < mine; ++j) at += inside[c][j];
-    return region_of(c) + at;
-  };
+  const BlockChunks chunks(bytes, chunk_bytes, by_host);
+  auto scratch = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * chunks.widest);
+  auto region_of = [&](size_t c) { return scratch.get() + (c % 2) * chunks.widest; };
   const CallContext in_host = on(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
   auto across = [&](size_t c) {
-    std::vector<size_t> sizes(hosts);
-    for (size_t h = 0; h < hosts; ++h) sizes[h] = part(by_host[h][mine], c);
     // Lands straight in this rank's part of the chunk's region.
     const size_t own = bytes[static_cast<size_t>(ctx.rank())];
-    algorithms::all_gather(between, source + std::min(c * step, own), mine_in(c), sizes);
+    algorithms::all_gather(between, source + std::min(c * chunks.step, own),
+                           region_of(c) + chunks.before_index(c, mine), chunks.across_hosts(c, mine));
   };
   auto share_and_place = [&](size_t c) {
-    all_gather(in_host, local, mine_in(c), region_of(c), inside[c]);  // in place
+    all_gather(in_host, local, region_of(c) + chunks.before_index(c, mine), region_of(c),
+               chunks.per_index[c]);  // in place
     const uint8_t* from = region_of(c);
-    for (size_t j = 0; j < per_host; ++j) {
-      for (size_t h = 0; h < hosts; ++h) {
-        const int r = by_host[h][j];
-        const size_t n = part(r, c);
-        if (n > 0) std::memcpy(target + offset[static_cast<size_t>(r)] + c * step, from, n);
-        from += n;
-      }
-    }
+    chunks.for_each_in_index_order([&](size_t, int r) {
+      const size_t n = chunks.part(r, c);
+      if (n > 0) std::memcpy(target + chunks.offset[static_cast<size_t>(r)] + c * chunks.step, from, n);
+      from += n;
+    });
   };
   pipeline(
-      between, local, cross_worker, count, across, [](size_t) {}, share_and_place);
+      between, local, cross_worker, chunks.count, across, [](size_t) {}, share_and_place);
 }
 
 // reduce_scatter across hosts: inside each host a shared-memory
@@ -281,82 +305,47 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
 // belong to local index j on every host; local rank j then reduce-scatters
 // those H blocks over TCP with local rank j of every other host, each of
 // which keeps its own. Each host sends (H - 1) / H of the input across its
-// link, the least a reduce_scatter can. The input is first copied into
-// local-index order (the shared-memory stage takes each local rank's part
-// in one piece). Pipelined in chunks of chunk_bytes of every block: chunk
-// c crosses on the helper thread while the caller reduces chunk c + 1.
+// link, the least a reduce_scatter can. Each chunk of the input is first
+// copied into local-index order (the shared-memory stage takes each local
+// rank's part in one piece). Chunk c crosses on the helper thread while the
+// caller reduces chunk c + 1: one staging buffer and two pieces suffice.
 void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
                                  transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
                                  size_t chunk_bytes, const std::vector<std::vector<int>>& by_host,
                                  const void* in, void* out, const std::vector<size_t>& counts, DType dtype,
                                  const ReduceOp& op) {
-  const size_t hosts = by_host.size();
-  const size_t per_host = by_host[0].size();
   const auto mine = static_cast<size_t>(local.rank());
   const size_t eb = element_size(dtype);
-  // As all_reduce: AVG sums in both stages and divides once; PREMUL_SUM's
-  // factor is applied once, inside the host.
-  const ReduceOp inside_op = op.kind == ReduceOp::AVG ? ReduceOp(ReduceOp::SUM) : op;
-  const ReduceOp across_op =
-      (op.kind == ReduceOp::AVG || op.kind == ReduceOp::PREMUL_SUM) ? ReduceOp(ReduceOp::SUM) : op;
-  const size_t largest = *std::max_element(counts.begin(), counts.end());
-  const size_t step = std::max<size_t>(1, chunk_bytes / eb);
-  const size_t count = std::max<size_t>(1, (largest + step - 1) / step);
-  auto part = [&](int r, size_t c) {
-    const size_t size = counts[static_cast<size_t>(r)];
-    return c * step >= size ? size_t{0} : std::min(step, size - c * step);
-  };
-  std::vector<size_t> offset(counts.size(), 0);  // of each group rank's block in `in`, in elements
-  for (size_t r = 1; r < counts.size(); ++r) offset[r] = offset[r - 1] + counts[r - 1];
-  // Per chunk: each local index's part of the staging (its blocks, one per
-  // host in host order) and where the chunk's staging and piece start.
-  std::vector<std::vector<size_t>> inside(count, std::vector<size_t>(per_host, 0));
-  std::vector<size_t> staged(count + 1, 0);
-  std::vector<size_t> pieces(count + 1, 0);
-  for (size_t c = 0; c < count; ++c) {
-    for (size_t j = 0; j < per_host; ++j) {
-      for (size_t h = 0; h < hosts; ++h) inside[c][j] += part(by_host[h][j], c);
-    }
-    staged[c + 1] = staged[c] + std::accumulate(inside[c].begin(), inside[c].end(), size_t{0});
-    pieces[c + 1] = pieces[c] + inside[c][mine];
-  }
-  // The staging is needed only while a chunk is reduced inside the host,
-  // and two chunks' pieces at most are in flight (one crossing, the next
-  // being reduced): small buffers, recycled from call to call.
-  size_t widest_staged = 0;
+  const BlockChunks chunks(counts, chunk_bytes / eb, by_host);  // in elements
   size_t widest_piece = 0;
-  for (size_t c = 0; c < count; ++c) {
-    widest_staged = std::max(widest_staged, staged[c + 1] - staged[c]);
-    widest_piece = std::max(widest_piece, pieces[c + 1] - pieces[c]);
-  }
-  auto staging = algorithms::detail::make_scratch(widest_staged * eb);
-  auto pieces_buffer = algorithms::detail::make_scratch(std::min(count, size_t{2}) * widest_piece * eb);
-  auto piece_of = [&](size_t c) { return pieces_buffer.get() + (c % 2) * widest_piece * eb; };
+  for (size_t c = 0; c < chunks.count; ++c) widest_piece = std::max(widest_piece, chunks.per_index[c][mine]);
+  auto staging = algorithms::detail::make_scratch(chunks.widest * eb);
+  auto pieces = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * widest_piece * eb);
+  auto piece_of = [&](size_t c) { return pieces.get() + (c % 2) * widest_piece * eb; };
   const CallContext in_host = on(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
   auto reduce_inside = [&](size_t c) {
     uint8_t* to = staging.get();
-    for (size_t j = 0; j < per_host; ++j) {
-      for (size_t h = 0; h < hosts; ++h) {
-        const int r = by_host[h][j];
-        const size_t n = part(r, c);
-        if (n > 0) std::memcpy(to, source + (offset[static_cast<size_t>(r)] + c * step) * eb, n * eb);
-        to += n * eb;
-      }
-    }
-    reduce_scatter(in_host, local, staging.get(), piece_of(c), inside[c], dtype, inside_op);
+    chunks.for_each_in_index_order([&](size_t, int r) {
+      const size_t n = chunks.part(r, c);
+      if (n > 0)
+        std::memcpy(to, source + (chunks.offset[static_cast<size_t>(r)] + c * chunks.step) * eb, n * eb);
+      to += n * eb;
+    });
+    reduce_scatter(in_host, local, staging.get(), piece_of(c), chunks.per_index[c], dtype,
+                   op_inside_host(op));
   };
   auto across = [&](size_t c) {
-    std::vector<size_t> sizes(hosts);
-    for (size_t h = 0; h < hosts; ++h) sizes[h] = part(by_host[h][mine], c);
     const auto me = static_cast<size_t>(ctx.rank());
-    uint8_t* mine_out = target + std::min(c * step, counts[me]) * eb;
-    algorithms::reduce_scatter(between, piece_of(c), mine_out, sizes, dtype, across_op);
-    if (op.kind == ReduceOp::AVG) finalize_reduce(mine_out, part(ctx.rank(), c), dtype, op, ctx.size());
+    uint8_t* mine_out = target + std::min(c * chunks.step, counts[me]) * eb;
+    algorithms::reduce_scatter(between, piece_of(c), mine_out, chunks.across_hosts(c, mine), dtype,
+                               op_across_hosts(op));
+    if (op.kind == ReduceOp::AVG)
+      finalize_reduce(mine_out, chunks.part(ctx.rank(), c), dtype, op, ctx.size());
   };
-  pipeline(between, local, cross_worker, count, across, reduce_inside, [](size_t) {});
+  pipeline(between, local, cross_worker, chunks.count, across, reduce_inside, [](size_t) {});
 }
 
 }  // namespace tdist::algorithms::shm
