@@ -19,6 +19,12 @@ std::string Placement::to_string() const {
   return "Placement(?)";
 }
 
+std::string layout_to_string(const std::vector<Placement>& layout) {
+  std::string s = "[";
+  for (size_t i = 0; i < layout.size(); ++i) s += (i ? ", " : "") + layout[i].to_string();
+  return s + "]";
+}
+
 Extent chunk_extent(int64_t size, int64_t chunks, int64_t index) {
   if (size < 0 || chunks < 1 || index < 0 || index >= chunks) {
     throw DistInvalidArgument("chunk_extent: chunk " + std::to_string(index) + " of " +

@@ -2,7 +2,6 @@
 // sequence of allowed steps from one layout to another, found by a
 // shortest-path search over layouts, with costs every rank computes alike.
 
-#include <cmath>
 #include <queue>
 #include <sstream>
 #include <tuple>
@@ -243,12 +242,6 @@ const char* kind_name(Kind kind) {
 
 using text::join;
 
-std::string join_layout(const Layout& layout) {
-  std::string s = "[";
-  for (size_t i = 0; i < layout.size(); ++i) s += (i ? ", " : "") + layout[i].to_string();
-  return s + "]";
-}
-
 }  // namespace
 
 std::string RedistributeStep::to_string(const DeviceMesh& mesh) const {
@@ -364,10 +357,6 @@ RedistributePlan plan_redistribute(const DeviceMesh& mesh, const std::vector<int
                                   path[i].first, path[i].second));
   }
   return plan;
-}
-
-std::string layout_to_string(const std::vector<Placement>& layout) {
-  return join_layout(layout);
 }
 
 }  // namespace tdist::mesh
