@@ -159,10 +159,10 @@ class DeviceMesh:
         return self._rank
 
     def _coordinate(self):
-        coordinate = self._layout.coordinate_of(self._my_rank())
+        coordinate = self.get_coordinate()
         if coordinate is None:
             raise DistInvalidArgument(f"DeviceMesh: rank {self._my_rank()} is not in {self._layout}")
-        return list(coordinate)
+        return coordinate
 
     # ---- groups ----
     def get_group(self, mesh_dim=None):
@@ -197,7 +197,7 @@ class DeviceMesh:
         return DeviceMesh(self.device_type, None, _layout=self._layout.slice(dims, self._my_rank()))
 
     def __eq__(self, other):
-        return (isinstance(other, DeviceMesh) and self._layout.shape == other._layout.shape
+        return other is self or (isinstance(other, DeviceMesh) and self._layout.shape == other._layout.shape
                 and self._layout.ranks == other._layout.ranks
                 and self._layout.dim_names == other._layout.dim_names)
 

@@ -3,12 +3,12 @@
 ``torch.distributed.tensor.DTensor`` on CPU NumPy arrays and torch tensors.
 """
 
+import operator
+
 from tdist import _C
 from tdist import collectives as _coll
 from tdist._C import DistInvalidArgument
 from tdist._tensors import dtype_name, is_tensor, is_torch_tensor
-import operator
-
 from tdist.tensor import _local, _ops, _redistribute
 from tdist.tensor.placement_types import Placement, Replicate, Shard
 

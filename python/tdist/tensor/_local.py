@@ -71,6 +71,15 @@ def fill(t, value):
     return numpy.full_like(t, value)
 
 
+def sum_over(t, dims, keepdim):
+    """The sum over `dims` (a tuple; empty: a copy of `t`)."""
+    if not dims:
+        return contiguous_copy(t)
+    if is_torch_tensor(t):
+        return t.sum(dim=dims, keepdim=keepdim)
+    return t.sum(axis=dims, keepdims=keepdim)
+
+
 def reshape(t, shape_):
     return t.reshape(tuple(shape_))
 

@@ -58,7 +58,7 @@ def _without_partial(d, allowed=()):
 
 
 def binary(op, a, b, fn):
-    """Elementwise `fn(a, b)` where a or b is a DTensor (the other may be a scalar)."""
+    """Elementwise `fn(a, b)` for a DTensor `a` and a DTensor or Python number `b`."""
     from tdist.tensor._api import DTensor
     if not isinstance(b, DTensor):
         if not isinstance(b, numbers.Number):
@@ -68,29 +68,29 @@ def binary(op, a, b, fn):
         keep = _linear(a) if op in ("mul", "truediv") else ()
         a = _without_partial(a, keep)
         return _wrap(a, fn(a.to_local(), b), a.placements, a._shape)
-    if not isinstance(a, DTensor):  # a number on the left: swap for the rule, keep the order for fn
-        return binary_reflected(op, b, a, fn)
     _check_same_mesh(op, a, b)
     _member(op, a)
     linear = bool(_linear(a)) and bool(_linear(b))
     if a._shape != b._shape:
         raise DistInvalidArgument(f"{op}: shapes {a._shape} and {b._shape} differ (DTensor ops do not broadcast)")
-    left, right, out = [], [], []
-    for pa, pb in zip(a.placements, b.placements):
-        if pa == pb and not pa.is_partial():
-            left.append(pa), right.append(pb), out.append(pa)
-        elif linear and op in ("add", "sub") and pa == _SUM and pb == _SUM:
-            left.append(pa), right.append(pb), out.append(pa)
-        elif linear and op == "mul" and {repr(pa), repr(pb)} == {repr(_SUM), repr(Replicate())}:
-            left.append(pa), right.append(pb), out.append(_SUM)
-        elif linear and op == "truediv" and pa == _SUM and pb.is_replicate():
-            left.append(pa), right.append(pb), out.append(_SUM)
-        else:
-            t = pa if not pa.is_partial() else (pb if not pb.is_partial() else Replicate())
-            left.append(t), right.append(t), out.append(t)
+    left, right, out = zip(*(_binary_rule(op, pa, pb, linear) for pa, pb in zip(a.placements, b.placements)))
     a = a.redistribute(a.device_mesh, left)
     b = b.redistribute(b.device_mesh, right)
     return _wrap(a, fn(a.to_local(), b.to_local()), out, a._shape)
+
+
+def _binary_rule(op, pa, pb, linear):
+    """(a's, b's, out's) placement on one mesh dim for an elementwise op."""
+    if pa == pb and not pa.is_partial():
+        return pa, pb, pa
+    if linear and pa == _SUM and (op in ("add", "sub") and pb == _SUM or op == "truediv" and pb.is_replicate()):
+        return pa, pb, _SUM
+    if linear and op == "mul" and {pa, pb} == {_SUM, Replicate()}:
+        return pa, pb, _SUM
+    # Otherwise both take a's placement, or b's if a's is partial: Replicate
+    # if both are (a partial sum survives only linear use).
+    t = pa if not pa.is_partial() else (pb if not pb.is_partial() else Replicate())
+    return t, t, t
 
 
 def binary_reflected(op, d, number, fn):
@@ -150,15 +150,10 @@ def matmul(a, b):
     if a._shape[-1] != b._shape[0]:
         raise DistInvalidArgument(f"matmul: shapes {a._shape} and {b._shape} do not chain")
     last = a.ndim - 1
-    left, right, out = [], [], []
     # Sums distribute over matmul for every dtype with wrapping (or, for bool,
     # OR) arithmetic that stays in the dtype, so the rules hold for all.
-    for pa, pb in zip(a.placements, b.placements):
-        rule = _matmul_rule(pa, pb, last)
-        if rule is None:
-            fa, fb = _matmul_fit(pa, pb, last)
-            rule = _matmul_rule(fa, fb, last)
-        left.append(rule[0]), right.append(rule[1]), out.append(rule[2])
+    left, right, out = zip(*(_matmul_rule(pa, pb, last) or _matmul_rule(*_matmul_fit(pa, pb, last), last)
+                             for pa, pb in zip(a.placements, b.placements)))
     a = a.redistribute(a.device_mesh, left)
     b = b.redistribute(b.device_mesh, right)
     return _wrap(a, a.to_local() @ b.to_local(), out, a._shape[:-1] + (b._shape[1],))
@@ -166,7 +161,6 @@ def matmul(a, b):
 
 def reduce_sum(d, dim=None, keepdim=False):
     """sum over `dim` (an int, a tuple, or None for all): summed sharded dims become Partial(sum)."""
-    from tdist._tensors import is_torch_tensor
     _member("sum", d)
     dims = tuple(range(d.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
     for x in dims:
@@ -182,11 +176,7 @@ def reduce_sum(d, dim=None, keepdim=False):
             placements.append(Shard(p.dim - sum(1 for x in dims if x < p.dim)))
         else:
             placements.append(p)
-    local = d.to_local()
-    if is_torch_tensor(local):
-        summed = local.sum(dim=dims, keepdim=keepdim) if dims else local.clone()
-    else:
-        summed = local.sum(axis=dims, keepdims=keepdim) if dims else local.copy()
+    summed = _local.sum_over(d.to_local(), dims, keepdim)
     shape = tuple(1 if i in dims else s for i, s in enumerate(d._shape)) if keepdim else \
         tuple(s for i, s in enumerate(d._shape) if i not in dims)
     return _wrap(d, summed, placements, shape)

@@ -74,11 +74,7 @@ def _numel(shape_):
 
 def _rows(shape_, dim):
     """Elements per unit length of dimension `dim` (the product of the others)."""
-    n = 1
-    for i, s in enumerate(shape_):
-        if i != dim:
-            n *= s
-    return n
+    return _numel(s for i, s in enumerate(shape_) if i != dim)
 
 
 def _all_gather(step, local, group, positions, me):
