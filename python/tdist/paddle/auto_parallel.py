@@ -101,8 +101,9 @@ class ProcessMesh(DeviceMesh):
         names = [self.dim_names[i] for i in order]
         if index is None:
             return ProcessMesh(ids.tolist(), names)
-        return ProcessMesh(ids[index].tolist(), names[1:]) if self.ndim > 1 else ProcessMesh([int(ids[index])],
-                                                                                              names)
+        if self.ndim == 1:
+            return ProcessMesh([int(ids[index])], names)
+        return ProcessMesh(ids[index].tolist(), names[1:])
 
     def __contains__(self, rank):
         return rank in self._layout.ranks
@@ -172,6 +173,13 @@ def reshard(dist_tensor, mesh, placements):
 
 # ---- layers ----
 
+def _xavier(rows, cols, seed):
+    """Xavier-uniform float32 weights, as paddle's default, seeded alike on every rank."""
+    import numpy
+    bound = (6.0 / (rows + cols)) ** 0.5
+    return numpy.random.default_rng(seed).uniform(-bound, bound, (rows, cols)).astype(numpy.float32)
+
+
 class Linear:
     """A linear layer y = x @ weight + bias with paddle's weight layout
     ([in_features, out_features]); weight and bias are arrays or tensors,
@@ -179,10 +187,7 @@ class Linear:
 
     def __init__(self, in_features, out_features, weight=None, bias=None, seed=0):
         import numpy
-        rng = numpy.random.default_rng(seed)
-        bound = (6.0 / (in_features + out_features)) ** 0.5  # Xavier uniform, as paddle's default
-        self.weight = weight if weight is not None else rng.uniform(-bound, bound, (in_features, out_features)) \
-            .astype(numpy.float32)
+        self.weight = weight if weight is not None else _xavier(in_features, out_features, seed)
         self.bias = bias if bias is not None else numpy.zeros(out_features, numpy.float32)
         self._gather_output = False
 
@@ -246,9 +251,12 @@ def shard_layer(layer, process_mesh, shard_fn=None, input_fn=None, output_fn=Non
     return layer
 
 
-def _mp_dim(mesh):
+def _on_mp(mesh, placement):
+    """`placement` on the mesh's "mp" dimension (its last if none is called
+    so), Replicate on the others."""
     names = mesh.dim_names
-    return names.index("mp") if "mp" in names else mesh.ndim - 1
+    mp = names.index("mp") if "mp" in names else mesh.ndim - 1
+    return [placement if m == mp else Replicate() for m in range(mesh.ndim)]
 
 
 class ColWiseParallel:
@@ -260,13 +268,8 @@ class ColWiseParallel:
         self.gather_output = gather_output
 
     def apply(self, layer, mesh):
-        mp = _mp_dim(mesh)
-        w = [Replicate()] * mesh.ndim
-        w[mp] = Shard(1)
-        b = [Replicate()] * mesh.ndim
-        b[mp] = Shard(0)
-        layer.weight = shard_tensor(layer.weight, mesh, w)
-        layer.bias = shard_tensor(layer.bias, mesh, b)
+        layer.weight = shard_tensor(layer.weight, mesh, _on_mp(mesh, Shard(1)))
+        layer.bias = shard_tensor(layer.bias, mesh, _on_mp(mesh, Shard(0)))
         layer._gather_output = self.gather_output
         return layer
 
@@ -279,10 +282,7 @@ class RowWiseParallel:
         self.is_input_parallel = is_input_parallel
 
     def apply(self, layer, mesh):
-        mp = _mp_dim(mesh)
-        w = [Replicate()] * mesh.ndim
-        w[mp] = Shard(0)
-        layer.weight = shard_tensor(layer.weight, mesh, w)
+        layer.weight = shard_tensor(layer.weight, mesh, _on_mp(mesh, Shard(0)))
         layer.bias = shard_tensor(layer.bias, mesh, [Replicate()] * mesh.ndim)
         return layer
 
@@ -329,14 +329,13 @@ def split(x, size, operation, axis=0, num_partitions=1, gather_out=True, weight_
     rows, cols = size
     import numpy
     if weight_attr is None:
-        bound = (6.0 / (rows + cols)) ** 0.5
-        weight_attr = numpy.random.default_rng(call).uniform(-bound, bound, (rows, cols)).astype(numpy.float32)
+        weight_attr = _xavier(rows, cols, call)
     if operation == "linear":
         if axis not in (0, 1):
             raise DistInvalidArgument(f"split: axis must be 0 or 1 for linear, got {axis}")
-        bias = None if bias_attr is False else (numpy.zeros(cols, numpy.float32) if bias_attr is None else bias_attr)
-        layer = Linear(rows, cols, weight=_as_tensor(weight_attr), bias=bias if bias is not None else
-                       numpy.zeros(cols, numpy.float32))
+        # No bias (False) and the default one (None) are both zeros.
+        bias = numpy.zeros(cols, numpy.float32) if bias_attr is None or bias_attr is False else bias_attr
+        layer = Linear(rows, cols, weight=_as_tensor(weight_attr), bias=bias)
         (RowWiseParallel() if axis == 0 else ColWiseParallel(gather_output=gather_out)).apply(layer, mesh)
         out = layer(x)  # a row split cuts x's last dim to match (the matmul rule)
         return out.full_tensor() if gather_out else out._local_value()
