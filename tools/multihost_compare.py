@@ -18,6 +18,7 @@ set to the hosts' interface. Needs root (namespaces).
 """
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -89,25 +90,17 @@ def rows_from(output, lib):
 
 
 def run_on_testbed(args, per_host, command, env_extra=None):
-    bed = testbed.Testbed(args.hosts, rate=args.rate_bytes)
-    with bed:
-        procs = []
-        for i in range(args.hosts):
-            env = bed.env_for(i)
-            env["PYTHONPATH"] = os.path.join(args.build, "python")
-            env.update(env_extra or {})
-            cmd = [os.path.join(args.build, "bin", "tdistrun"), "--nnodes", str(args.hosts), "--node-rank", str(i),
-                   "--master-addr", bed.addr(0), "--master-port", "29500", "--nproc-per-node", str(per_host),
-                   *command]
-            procs.append(bed.popen(i, cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outs = []
-        for p in procs:
-            try:
-                outs.append(p.communicate(timeout=args.timeout)[0])
-            except subprocess.TimeoutExpired:
-                testbed._kill(procs)
-                raise SystemExit("multihost_compare: a run outlived --timeout: " + " ".join(command))
-        return "\n".join(f"[host {i}] {line}" for i, out in enumerate(outs) for line in out.splitlines())
+    """`command` on every rank of a fresh testbed, launched by tdistrun
+    (one agent per host); every host's output, lines prefixed "[host i] "."""
+    agent = [os.path.join(args.build, "bin", "tdistrun"), "--nnodes", str(args.hosts), "--node-rank", "{host}",
+             "--master-addr", "{master}", "--master-port", "29500", "--nproc-per-node", str(per_host)]
+    out = io.BytesIO()
+    with testbed.Testbed(args.hosts, rate=args.rate_bytes) as bed:
+        code = testbed.run_everywhere(bed, agent + command, args.timeout, out=out,
+                                      env={"PYTHONPATH": os.path.join(args.build, "python"), **(env_extra or {})})
+    if code == 124:
+        raise SystemExit("multihost_compare: a run outlived --timeout: " + " ".join(command))
+    return out.getvalue().decode(errors="replace")
 
 
 def measure_rtt(args):

@@ -116,6 +116,10 @@ class Testbed:
     def addrs(self, i):
         return [self.addr(i, k) for k in range(self.nics)]
 
+    def ifnames(self):
+        """Every host's interfaces, comma-separated: "eth0,eth1"."""
+        return ",".join(f"eth{k}" for k in range(self.nics))
+
     def _ns(self, name):
         _run("ip", "netns", "add", name)
         self.created.append(name)
@@ -151,10 +155,9 @@ class Testbed:
                     _run("ip", "-n", ns, "link", "add", f"eth{k}", "type", "veth", "peer", "name", peer, "netns",
                          self.switch)
                     _run("ip", "-n", self.switch, "link", "set", peer, "master", f"br{k}", "up")
-                    if self.ipv6:
-                        _run("ip", "-n", ns, "addr", "add", f"{self.addr(i, k)}/64", "dev", f"eth{k}", "nodad")
-                    else:
-                        _run("ip", "-n", ns, "addr", "add", f"{self.addr(i, k)}/24", "dev", f"eth{k}")
+                    # IPv6 without duplicate-address detection: usable at once.
+                    address = f"{self.addr(i, k)}/64" if self.ipv6 else f"{self.addr(i, k)}/24"
+                    _run("ip", "-n", ns, "addr", "add", address, "dev", f"eth{k}", *(["nodad"] if self.ipv6 else []))
                     _run("ip", "-n", ns, "link", "set", f"eth{k}", "up")
                     self._shape(ns, f"eth{k}")
                     self._shape(self.switch, peer)
@@ -181,7 +184,7 @@ class Testbed:
 
     def command_for(self, i, template):
         values = {"host": str(i), "hosts": str(self.hosts), "addr": self.addr(i), "master": self.addr(0),
-                  "ifname": ",".join(f"eth{k}" for k in range(self.nics))}
+                  "ifname": self.ifnames()}
         return [arg.format(**values) if "{" in arg else arg for arg in template]
 
     def env_for(self, i, base=None):
@@ -189,7 +192,7 @@ class Testbed:
         env.update(TDIST_HOST_ID=f"testbed-{self.prefix}-host{i}", TESTBED_HOST=str(i),
                    TESTBED_HOSTS=str(self.hosts), TESTBED_ADDR=self.addr(i), TESTBED_ADDRS=",".join(self.addrs(i)),
                    TESTBED_MASTER=self.addr(0), TESTBED_MASTER_ADDRS=",".join(self.addrs(0)),
-                   TESTBED_IFNAMES=",".join(f"eth{k}" for k in range(self.nics)))
+                   TESTBED_IFNAMES=self.ifnames())
         return env
 
     def kill_host(self, i):
@@ -217,7 +220,8 @@ def _pump(stream, label, out):
         out.flush()
 
 
-def _kill(procs):
+def kill_all(procs):
+    """SIGKILLs each process's whole group (as popen made them) and reaps them."""
     for p in procs:
         if p.poll() is None:
             try:
@@ -228,26 +232,28 @@ def _kill(procs):
         p.wait()
 
 
-def run_everywhere(bed, template, timeout, out=None):
-    """Runs the command in every host at once; the exit status as the module doc says."""
+def run_everywhere(bed, template, timeout, out=None, env=None):
+    """Runs the command in every host at once, its output lines prefixed
+    "[host i] " on `out` (stdout's bytes by default), with the variables of
+    `env` added to each host's; the exit status as the module doc says."""
     out = out or sys.stdout.buffer
     procs, pumps = [], []
     for i in range(bed.hosts):
-        p = bed.popen(i, bed.command_for(i, template), env=bed.env_for(i), stdout=subprocess.PIPE,
-                      stderr=subprocess.STDOUT)
+        p = bed.popen(i, bed.command_for(i, template), env={**bed.env_for(i), **(env or {})},
+                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         procs.append(p)
         pumps.append(threading.Thread(target=_pump, args=(p.stdout, i, out), daemon=True))
         pumps[-1].start()
     deadline = time.monotonic() + timeout
     try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                _kill(procs)
-                sys.stderr.write(f"testbed: timed out after {timeout} s; killed every host's command\n")
-                return 124
-            time.sleep(0.05)
+        for p in procs:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        kill_all(procs)
+        sys.stderr.write(f"testbed: timed out after {timeout} s; killed every host's command\n")
+        return 124
     except KeyboardInterrupt:
-        _kill(procs)
+        kill_all(procs)
         return 130
     finally:
         for t in pumps:
@@ -281,7 +287,7 @@ def main(argv=None):
     bed = Testbed(args.hosts, args.nics, args.ipv6, args.rate, args.burst, args.delay)
     # SIGTERM and SIGHUP tear down like Ctrl-C.
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        signal.signal(sig, signal.default_int_handler)
     try:
         with bed:
             return run_everywhere(bed, command, args.timeout)

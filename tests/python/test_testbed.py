@@ -230,7 +230,7 @@ def loop_then(action, group_timeout):
             try:
                 p.wait(timeout=120)
             except subprocess.TimeoutExpired:
-                testbed._kill(procs)
+                testbed.kill_all(procs)
                 pytest.fail(f"host {i} still runs 120 s after the fault (a hang):\n{outs[i].text()[-3000:]}")
         for out in outs:
             out.wait_for("\0", 1, timeout=10)  # the rest of the output
