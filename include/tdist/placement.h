@@ -114,6 +114,10 @@ struct RedistributeStep {
   std::string to_string(const DeviceMesh& mesh) const;
 };
 
+/// "all_gather", "all_reduce", "reduce_scatter", "all_to_all",
+/// "local_slice", "local_partial" or "relabel".
+const char* step_kind_name(RedistributeStep::Kind kind);
+
 /// The steps that take a tensor of `global_shape` (elements of
 /// `element_size` bytes) on `mesh` from layout `from` to layout `to`, seen
 /// from the rank at `coordinate` (steps are the same on every rank; the

@@ -45,26 +45,6 @@ py::tuple from_placement(const Placement& p) {
   return py::make_tuple("replicate");
 }
 
-const char* step_kind(RedistributeStep::Kind kind) {
-  switch (kind) {
-    case RedistributeStep::kAllGather:
-      return "all_gather";
-    case RedistributeStep::kAllReduce:
-      return "all_reduce";
-    case RedistributeStep::kReduceScatter:
-      return "reduce_scatter";
-    case RedistributeStep::kAllToAll:
-      return "all_to_all";
-    case RedistributeStep::kLocalSlice:
-      return "local_slice";
-    case RedistributeStep::kLocalPartial:
-      return "local_partial";
-    case RedistributeStep::kRelabel:
-      return "relabel";
-  }
-  return "?";
-}
-
 const char* step_fill(RedistributeStep::Fill fill) {
   switch (fill) {
     case RedistributeStep::kZeros:
@@ -123,7 +103,7 @@ void bind_mesh(py::module_& m) {
       "Per tensor dimension, (offset, length) of the block the rank at `coordinate` holds.");
 
   py::class_<RedistributeStep>(m, "_RedistributeStep")
-      .def_property_readonly("kind", [](const RedistributeStep& s) { return step_kind(s.kind); })
+      .def_property_readonly("kind", [](const RedistributeStep& s) { return mesh::step_kind_name(s.kind); })
       .def_property_readonly("fill", [](const RedistributeStep& s) { return step_fill(s.fill); })
       .def_readonly("mesh_dim", &RedistributeStep::mesh_dim)
       .def_property_readonly("src", [](const RedistributeStep& s) { return from_placement(s.from); })

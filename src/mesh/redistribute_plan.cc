@@ -220,7 +220,11 @@ RedistributeStep describe(const DeviceMesh& mesh, const std::vector<int64_t>& co
   return step;
 }
 
-const char* kind_name(Kind kind) {
+using text::join;
+
+}  // namespace
+
+const char* step_kind_name(RedistributeStep::Kind kind) {
   switch (kind) {
     case Kind::kAllGather:
       return "all_gather";
@@ -231,22 +235,18 @@ const char* kind_name(Kind kind) {
     case Kind::kAllToAll:
       return "all_to_all";
     case Kind::kLocalSlice:
-      return "local slice";
+      return "local_slice";
     case Kind::kLocalPartial:
-      return "local partial";
+      return "local_partial";
     case Kind::kRelabel:
       return "relabel";
   }
   return "?";
 }
 
-using text::join;
-
-}  // namespace
-
 std::string RedistributeStep::to_string(const DeviceMesh& mesh) const {
   std::ostringstream out;
-  out << kind_name(kind) << " over mesh dim " << mesh_dim;
+  out << step_kind_name(kind) << " over mesh dim " << mesh_dim;
   if (!mesh.dim_names().empty()) out << " (" << mesh.dim_names()[static_cast<size_t>(mesh_dim)] << ")";
   out << ": " << from.to_string() << " -> " << to.to_string() << ", " << join(shape_before) << " -> "
       << join(shape_after) << ", " << bytes << " B";
