@@ -720,6 +720,11 @@ transport::shm::ShmGroup* ProcessGroupTdist::shm_for() const {
   return shm_;
 }
 
+template <typename Algo>
+bool ProcessGroupTdist::hierarchy_for() const {
+  return domains_.local != nullptr && (forced_algos_ & forced_bit<Algo>()) == 0;
+}
+
 algo::CallContext ProcessGroupTdist::start_call(std::string_view op, const Signature& sig, uint64_t seq) {
   algo::CallContext ctx{
       *transport_, op,        seq,          transport::coarse_now() + timeout(),      timeout(),
@@ -821,7 +826,7 @@ void ProcessGroupTdist::all_gather_bytes(const algo::CallContext& ctx, const voi
                                          const std::vector<size_t>& bytes) const {
   if (empty_call(ctx, std::accumulate(bytes.begin(), bytes.end(), size_t{0}))) return;
   if (auto* shm = shm_for<algo::AllGatherAlgo>()) return algo::shm::all_gather(ctx, *shm, in, out, bytes);
-  if (domains_.local && (forced_algos_ & forced_bit<algo::AllGatherAlgo>()) == 0) {
+  if (hierarchy_for<algo::AllGatherAlgo>()) {
     return algo::shm::hierarchical_all_gather(
         ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
         domains_.hierarchy_chunk_bytes, domains_.by_host, in, out, bytes);
@@ -835,7 +840,7 @@ void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, co
   if (empty_call(ctx, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
   if (auto* shm = shm_for<algo::ReduceScatterAlgo>())
     return algo::shm::reduce_scatter(ctx, *shm, in, output.data(), counts, output.dtype(), op);
-  if (domains_.local && (forced_algos_ & forced_bit<algo::ReduceScatterAlgo>()) == 0) {
+  if (hierarchy_for<algo::ReduceScatterAlgo>()) {
     return algo::shm::hierarchical_reduce_scatter(
         ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
         domains_.hierarchy_chunk_bytes, domains_.by_host, in, output.data(), counts, output.dtype(), op);
@@ -872,7 +877,7 @@ void ProcessGroupTdist::run_all_reduce(const algo::CallContext& ctx, const Tenso
   if (empty_call(ctx, tensor.nbytes())) return;
   if (auto* shm = shm_for<algo::AllReduceAlgo>())
     return algo::shm::all_reduce(ctx, *shm, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);
-  if (domains_.local && (forced_algos_ & forced_bit<algo::AllReduceAlgo>()) == 0) {
+  if (hierarchy_for<algo::AllReduceAlgo>()) {
     return algo::shm::hierarchical_all_reduce(
         ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
         domains_.hierarchy_chunk_bytes, tensor.data(), to_size(tensor.numel()), tensor.dtype(), op);

@@ -225,6 +225,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// of the TCP algorithms for this op.
   template <typename Algo>
   transport::shm::ShmGroup* shm_for() const;
+  /// Whether the group spans hosts hierarchically (shared memory inside each)
+  /// and TDIST_ALGO_<OP> leaves this op to the hierarchy.
+  template <typename Algo>
+  bool hierarchy_for() const;
   // The ops' bodies, run inline or on the worker.
   void run_broadcast(const algorithms::CallContext& ctx, const Tensor& tensor, int root);
   void run_all_reduce(const algorithms::CallContext& ctx, const Tensor& tensor, const ReduceOp& op);
