@@ -862,6 +862,11 @@ void ProcessGroupTdist::run_broadcast(const algo::CallContext& ctx, const Tensor
   if (empty_call(ctx, tensor.nbytes())) return;
   if (auto* shm = shm_for<algo::BroadcastAlgo>())
     return algo::shm::broadcast(ctx, *shm, tensor.data(), tensor.nbytes(), root);
+  if (hierarchy_for<algo::BroadcastAlgo>()) {
+    return algo::shm::hierarchical_broadcast(
+        ctx, *domains_.local, *domains_.local_ranks, *domains_.cross_ranks, *cross_worker_,
+        domains_.hierarchy_chunk_bytes, domains_.by_host, tensor.data(), tensor.nbytes(), root);
+  }
   algo::broadcast(ctx, tensor.data(), tensor.nbytes(), root);
 }
 

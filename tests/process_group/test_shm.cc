@@ -481,6 +481,28 @@ TEST(Shm, ReduceScatterAcrossHostsRunsHierarchicallyWithExactResults) {
   });
 }
 
+TEST(Shm, BroadcastAcrossHostsRunsHierarchicallyFromEveryRoot) {
+  // Every rank as the root in turn (its host first or not, any local
+  // index), counts from one byte up to several 4 KiB chunks of pieces of
+  // uneven sizes; every rank must end with the root's bytes, the root's own
+  // left as they were.
+  on_six_ranks_across_hosts("shm_hier_bcast", "4096", [&](ProcessGroup& pg, int rank) {
+    auto value = [](int root, int64_t i) { return double((i * 7 + root * 31) % 127); };
+    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{5'001}, int64_t{100'003}}) {
+      for (int root = 0; root < 6; ++root) {
+        Tensor t =
+            make_tensor(DType::kInt8, count, [&](int64_t i) { return rank == root ? value(root, i) : -1.0; });
+        pg.broadcast(t, root)->wait();
+        for (int64_t i = 0; i < count; ++i) check(real_at(t, i) == value(root, i), "wrong broadcast byte");
+      }
+    }
+    Tensor d =
+        make_tensor(DType::kFloat64, 9'999, [&](int64_t i) { return rank == 4 ? 0.5 * double(i) : -1.0; });
+    pg.broadcast(d, 4)->wait();
+    for (int64_t i = 0; i < 9'999; ++i) check(real_at(d, i) == 0.5 * double(i), "wrong broadcast double");
+  });
+}
+
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
   // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and

@@ -69,4 +69,12 @@ void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transp
                                  const void* in, void* out, const std::vector<size_t>& counts, DType dtype,
                                  const ReduceOp& op);
 
+/// broadcast over the same kind of group from group rank `root`: the root's
+/// host sends the buffer across its link once, each local index carrying
+/// its piece of every chunk of `chunk_bytes`; pipelined.
+void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                            transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                            size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, void* data,
+                            size_t nbytes, int root);
+
 }  // namespace tdist::algorithms::shm

@@ -348,4 +348,54 @@ void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transp
   pipeline(between, local, cross_worker, chunks.count, across, reduce_inside, [](size_t) {});
 }
 
+// broadcast across hosts: the root's host first shares each chunk in
+// shared memory; then local rank j of the root's host sends piece j of the
+// chunk to local rank j of every other host (the L pieces cross at once,
+// one TCP stream per local index), and each of those hosts assembles the
+// chunk with a shared-memory all-gather. The root's host sends the buffer
+// across its link once, the least a broadcast can; a flat algorithm over
+// all ranks sends it at every edge that joins two hosts. Chunk c crosses on
+// the helper thread while the caller shares chunk c + 1 (root's host) or
+// assembles chunk c - 1 (the others): regions of `data` that do not meet.
+void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                            transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
+                            size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, void* data,
+                            size_t nbytes, int root) {
+  const int l = local.size();
+  const auto me = static_cast<size_t>(local.rank());
+  int root_host = 0;
+  int root_index = 0;
+  for (size_t h = 0; h < by_host.size(); ++h) {
+    const auto at = std::find(by_host[h].begin(), by_host[h].end(), root);
+    if (at == by_host[h].end()) continue;
+    root_host = static_cast<int>(h);
+    root_index = static_cast<int>(at - by_host[h].begin());
+  }
+  // The cross ranks are the hosts in by_host's order.
+  const bool on_root_host = cross_ranks.rank() == root_host;
+  const std::vector<Chunk> chunks = plan_chunks(nbytes, std::max<size_t>(1, chunk_bytes), l, me);
+  auto* bytes = static_cast<uint8_t*>(data);
+  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext between = on(ctx, cross_ranks);
+  auto piece_of = [&](const Chunk& c) {
+    return bytes + c.begin +
+           std::accumulate(c.counts.begin(), c.counts.begin() + static_cast<std::ptrdiff_t>(me), size_t{0});
+  };
+  auto chunk_bytes_of = [](const Chunk& c) {
+    return std::accumulate(c.counts.begin(), c.counts.end(), size_t{0});
+  };
+  auto share = [&](size_t c) {
+    if (on_root_host)
+      broadcast(in_host, local, bytes + chunks[c].begin, chunk_bytes_of(chunks[c]), root_index);
+  };
+  auto across = [&](size_t c) {
+    algorithms::broadcast(between, piece_of(chunks[c]), chunks[c].counts[me], root_host);
+  };
+  auto assemble = [&](size_t c) {
+    if (!on_root_host)
+      all_gather(in_host, local, piece_of(chunks[c]), bytes + chunks[c].begin, chunks[c].counts);  // in place
+  };
+  pipeline(between, local, cross_worker, chunks.size(), across, share, assemble);
+}
+
 }  // namespace tdist::algorithms::shm
