@@ -7,14 +7,19 @@ across its link divided by the link's rate (docs/performance.md,
 
     sudo tools/multihost_compare.py --hosts 2 --ranks 2,4 --link 5gbit \\
         [--ops all_reduce,broadcast,all_gather,reduce_scatter,all_to_all] [--sizes 8,16M,64M]
-        [--jsonl rows.jsonl] [--no-gloo]
+        [--nics 1] [--rounds 3] [--jsonl rows.jsonl] [--no-gloo]
 
 Sizes follow nccl-tests: the whole buffer (all_gather's output,
 reduce_scatter's input, all_to_all's per-rank input). Also measures the
 links' TCP round trip (1-byte ping-pong between host 0 and host 1), the
 floor of a small all_reduce. Gloo is torch.distributed's (Debian's
 python3-torch), run by the anchors' gloo_bench.py with GLOO_SOCKET_IFNAME
-set to the hosts' interface. Needs root (namespaces).
+set to the hosts' interfaces. With --nics K every host has K interfaces,
+each shaped to --link, and both libraries are given all of them
+(TDIST_SOCKET_IFNAME / GLOO_SOCKET_IFNAME=eth0,...); the link limit is then
+K times the rate. With --rounds R each library runs R times, alternating,
+and each figure is the median of its R runs (the VM's speed drifts). Needs
+root (namespaces).
 """
 
 import argparse
@@ -89,13 +94,19 @@ def rows_from(output, lib):
     return rows
 
 
+def median_time(runs, size):
+    """The median of one size's times over runs (lists of rows); None if no run has it."""
+    times = sorted(t for rows in runs for r in rows if r["bytes"] == size and (t := r.get("time_us")) is not None)
+    return times[len(times) // 2] if times else None
+
+
 def run_on_testbed(args, per_host, command, env_extra=None):
     """`command` on every rank of a fresh testbed, launched by tdistrun
     (one agent per host); every host's output, lines prefixed "[host i] "."""
     agent = [os.path.join(args.build, "bin", "tdistrun"), "--nnodes", str(args.hosts), "--node-rank", "{host}",
              "--master-addr", "{master}", "--master-port", "29500", "--nproc-per-node", str(per_host)]
     out = io.BytesIO()
-    with testbed.Testbed(args.hosts, rate=args.rate_bytes) as bed:
+    with testbed.Testbed(args.hosts, nics=args.nics, rate=args.rate_bytes) as bed:
         code = testbed.run_everywhere(bed, agent + command, args.timeout, out=out,
                                       env={"PYTHONPATH": os.path.join(args.build, "python"), **(env_extra or {})})
     if code == 124:
@@ -121,6 +132,8 @@ def main():
     parser.add_argument("--ops", default="all_reduce,broadcast,all_gather,reduce_scatter,all_to_all")
     parser.add_argument("--sizes", default="8,16M,64M")
     parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--nics", type=int, default=1, help="interfaces per host, each shaped to --link")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per library, alternating; medians reported")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--gloo-bench", default=os.path.join(ROOT, os.pardir, "shared", "anchors", "gloo_bench.py"))
     parser.add_argument("--no-gloo", action="store_true")
@@ -130,10 +143,11 @@ def main():
     args.rate_bytes = None if args.link == "none" else testbed.parse_rate(args.link)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     gloo = not args.no_gloo and os.path.exists(args.gloo_bench)
+    ifnames = ",".join(f"eth{k}" for k in range(args.nics))
     testbed.remove_stale()
 
     rtt = measure_rtt(args)
-    print(f"links: {args.link}, {args.hosts} hosts; TCP round trip host 0 <-> host 1: {rtt:.1f} us (median of 300)\n")
+    print(f"links: {args.link} x {args.nics} per host, {args.hosts} hosts, median of {args.rounds} round(s); TCP round trip host 0 <-> host 1: {rtt:.1f} us (median of 300)\n")
     print("| ranks | op | size | tdist ms | gloo ms | link limit ms | share of limit | tdist vs gloo |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     out_rows = []
@@ -141,18 +155,21 @@ def main():
         for op in args.ops.split(","):
             bench = [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(min(sizes)), "-e",
                      str(max(sizes)), "-f", "2", "-n", str(args.iters), "-w", "2", "--json", "--timeout", "600"]
-            ours = {r["bytes"]: r for r in rows_from(run_on_testbed(args, per_host, bench), "tdist")}
-            theirs = {}
-            if gloo:
-                peer = [sys.executable, "-W", "ignore", args.gloo_bench, op, ",".join(map(str, sizes))]
-                theirs = {r["bytes"]: r for r in rows_from(
-                    run_on_testbed(args, per_host, peer, {"GLOO_SOCKET_IFNAME": "eth0"}), "gloo")}
+            peer = [sys.executable, "-W", "ignore", args.gloo_bench, op, ",".join(map(str, sizes))]
+            ours, theirs = [], []
+            for _ in range(args.rounds):
+                ours.append(rows_from(run_on_testbed(args, per_host, bench, {"TDIST_SOCKET_IFNAME": ifnames}), "tdist"))
+                if gloo:
+                    theirs.append(rows_from(run_on_testbed(args, per_host, peer, {"GLOO_SOCKET_IFNAME": ifnames}),
+                                            "gloo"))
             for size in sizes:
-                t = ours.get(size, {}).get("time_us")
-                g = theirs.get(size, {}).get("time_us")
-                limit = host_bytes(op, size, args.hosts, per_host) / args.rate_bytes * 1e6 if args.rate_bytes else None
-                row = {"hosts": args.hosts, "ranks_per_host": per_host, "link": args.link, "op": op, "bytes": size,
-                       "tdist_us": t, "gloo_us": g, "link_limit_us": limit, "rtt_us": rtt}
+                t = median_time(ours, size)
+                g = median_time(theirs, size)
+                rate = args.rate_bytes * args.nics if args.rate_bytes else None
+                limit = host_bytes(op, size, args.hosts, per_host) / rate * 1e6 if rate else None
+                row = {"hosts": args.hosts, "ranks_per_host": per_host, "link": args.link, "nics": args.nics,
+                       "rounds": args.rounds, "op": op, "bytes": size, "tdist_us": t, "gloo_us": g,
+                       "link_limit_us": limit, "rtt_us": rtt}
                 out_rows.append(row)
 
                 def ms(x):

@@ -194,17 +194,44 @@ def tdist_env():
 
 
 @pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
-@pytest.mark.parametrize("hosts,ranks", [(2, "2"), (3, "$((TESTBED_HOST + 1))")], ids=["2x2", "3-hosts-1-2-3"])
-def test_every_collective_across_shaped_hosts(hosts, ranks):
+@pytest.mark.parametrize("hosts,ranks,options", [(2, "2", []), (3, "$((TESTBED_HOST + 1))", []),
+                                                 (2, "2", ["--ipv6", "--nics", "2"])],
+                         ids=["2x2", "3-hosts-1-2-3", "2x2-ipv6-only-two-nics"])
+def test_every_collective_across_shaped_hosts(hosts, ranks, options):
+    # IPv6-only: the launcher's and the group's stores, the rendezvous and
+    # the transport all run on fd00:77:... addresses (no IPv4 but loopback),
+    # with both NICs listed.
     job = os.path.join(HERE, "testbed_job.py")
-    line = (f"exec {TDISTRUN} --nnodes {hosts} --node-rank {{host}} --master-addr {{master}} --master-port 29500 "
-            f"--nproc-per-node {ranks} {sys.executable} {job}")
+    line = (f"TDIST_SOCKET_IFNAME=$TESTBED_IFNAMES exec {TDISTRUN} --nnodes {hosts} --node-rank {{host}} "
+            f"--master-addr {{master}} --master-port 29500 --nproc-per-node {ranks} {sys.executable} {job}")
     result = subprocess.run([sys.executable, TOOL, "--hosts", str(hosts), "--rate", "5gbit", "--timeout", "200",
-                             "--", "sh", "-c", line], capture_output=True, text=True, timeout=240, env=tdist_env())
+                             *options, "--", "sh", "-c", line], capture_output=True, text=True, timeout=240,
+                            env=tdist_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     world = 4 if hosts == 2 else 6
     oks = sorted(int(line.split()[-3]) for line in result.stdout.splitlines() if " ok " in line + " ")
     assert oks == list(range(world)), result.stdout[-3000:]
+
+
+@pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
+def test_two_listed_nics_each_carry_half_of_a_hierarchical_all_reduce():
+    # 2 hosts x 2 ranks, two NICs each, both listed: every host's two
+    # interfaces must each send between 40% and 60% of what it sent (the
+    # hierarchy's messages across hosts are striped over connections to
+    # both), and the results are checked.
+    bench = os.path.join(BUILD, "bin", "tdist-bench")
+    line = (f"TDIST_SOCKET_IFNAME=eth0,eth1 {TDISTRUN} --nnodes 2 --node-rank {{host}} --master-addr {{master}} "
+            f"--master-port 29500 --nproc-per-node 2 {bench} --op all_reduce -b 16M -e 16M -n 4 -w 1 --check "
+            "&& echo sent $(cat /sys/class/net/eth0/statistics/tx_bytes) $(cat /sys/class/net/eth1/statistics/tx_bytes)")
+    result = subprocess.run([sys.executable, TOOL, "--hosts", "2", "--nics", "2", "--rate", "5gbit", "--timeout",
+                             "200", "--", "sh", "-c", line], capture_output=True, text=True, timeout=240,
+                            env=tdist_env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "# wrong elements in total: 0" in result.stdout
+    sent = [[int(x) for x in line.split("sent ")[1].split()] for line in result.stdout.splitlines() if "sent " in line]
+    assert len(sent) == 2, result.stdout[-3000:]
+    for eth0, eth1 in sent:
+        assert eth0 + eth1 > 2 * 16 << 20 and 0.4 < eth1 / (eth0 + eth1) < 0.6, sent
 
 
 def loop_then(action, group_timeout):
@@ -307,12 +334,15 @@ def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit():
     assert compare.host_bytes("all_gather", 16, 2, 2) == 8
     assert compare.host_bytes("reduce_scatter", 16, 4, 1) == 12
     assert compare.host_bytes("all_to_all", 16, 2, 4) == 32  # 4 ranks, half of each one's input
+    runs = [[{"bytes": 8, "time_us": 5.0}], [{"bytes": 8, "time_us": 1.0}, {"bytes": 9}], [{"bytes": 8, "time_us": 3.0}]]
+    assert compare.median_time(runs, 8) == 3.0 and compare.median_time(runs, 9) is None
     if not os.path.exists(TDISTRUN):
         pytest.skip("tdistrun is not built")
     run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--ranks", "1",
-                          "--ops", "all_reduce", "--sizes", "8,64K", "--no-gloo", "--link", "1gbit", "--build", BUILD],
+                          "--ops", "all_reduce", "--sizes", "8,64K", "--no-gloo", "--link", "1gbit", "--nics", "2", "--rounds", "2",
+                          "--build", BUILD],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("| 2x1 | all_reduce |")]
     assert len(rows) == 2 and all(row.split("|")[4].strip() != "-" for row in rows), run.stdout
-    assert "TCP round trip host 0 <-> host 1" in run.stdout
+    assert "TCP round trip host 0 <-> host 1" in run.stdout and "1gbit x 2 per host" in run.stdout

@@ -132,6 +132,7 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
   Deadline deadline = deadline_after(options.timeout);
   std::vector<std::vector<Socket>> sockets(static_cast<size_t>(size));
   std::vector<std::string> addresses(static_cast<size_t>(size));
+  std::vector<size_t> interfaces(static_cast<size_t>(size), 1);  // the accepting rank's, per pair
   if (size == 1) return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
   std::optional<std::string> token = options.token ? options.token : auth::token_from_env();
   if (token && token->empty()) token.reset();
@@ -203,7 +204,9 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
       sockets[static_cast<size_t>(peer)].push_back(std::move(socket));
     }
     addresses[static_cast<size_t>(peer)] = ad->addresses;
+    interfaces[static_cast<size_t>(peer)] = targets.size();
   }
+  for (int peer = rank + 1; peer < size; ++peer) interfaces[static_cast<size_t>(peer)] = listeners.size();
   // A higher rank is connected once all of its connections are in.
   auto complete = [&](int peer) {
     const auto& list = sockets[static_cast<size_t>(peer)];
@@ -271,7 +274,7 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     next = (next + 1) % listeners.size();
   }
   desk.close_all("every rank of the group is already connected");
-  return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses));
+  return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses), interfaces);
 }
 
 }  // namespace tdist::transport

@@ -243,7 +243,7 @@ void TcpTransport::begin_stripes(Pair& pair) {
   pair.payload_end = pair.header.size;
   pair.stripes_left = 0;
   const int parts = 1 + static_cast<int>(pair.lanes.size());
-  if (parts == 1 || pair.header.size < tcp::kStripeMinBytes) return;
+  if (parts == 1 || pair.header.size < pair.stripe_min) return;
   // Stripe 0 comes on this connection; stripe j on lane j - 1, into the
   // same target.
   pair.payload_end = tcp::stripe_begin(pair.header.size, parts, 1);

@@ -55,7 +55,7 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
     return;
   }
   const int parts = 1 + static_cast<int>(pair.lanes.size());
-  if (parts > 1 && nbytes >= tcp::kStripeMinBytes) {
+  if (parts > 1 && nbytes >= pair.stripe_min) {
     // One stripe per connection; the request completes with the last one.
     auto striped = std::make_shared<tcp::StripedSend>(tcp::StripedSend{request, nbytes, parts});
     pair.sends.push_back(SendOp{request, Header{tag, nbytes, sig}, data, tcp::stripe_begin(nbytes, parts, 1),

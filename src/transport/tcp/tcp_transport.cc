@@ -26,8 +26,12 @@ size_t tcp::stripe_begin(size_t size, int parts, int i) {
   return std::min(size, begin / 4096 * 4096);
 }
 
+size_t tcp::stripe_min_bytes(size_t interfaces) {
+  return interfaces > 1 ? kMultiInterfaceStripeMinBytes : kStripeMinBytes;
+}
+
 TcpTransport::TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
-                           std::vector<std::string> addresses)
+                           std::vector<std::string> addresses, const std::vector<size_t>& interfaces)
     : rank_(rank), size_(size), pairs_(static_cast<size_t>(size)) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -59,6 +63,8 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<std::vector<Socket>> 
     pair.polling = EPOLLRDHUP;  // nothing to read yet (update_polling)
     watch(pair.socket, static_cast<uint64_t>(peer), pair.polling);
     pair.lanes.resize(connections.size() - 1);
+    if (!interfaces.empty())
+      pair.stripe_min = tcp::stripe_min_bytes(interfaces.at(static_cast<size_t>(peer)));
     for (size_t j = 0; j < pair.lanes.size(); ++j) {
       pair.lanes[j].socket = std::move(connections[j + 1]);
       watch(pair.lanes[j].socket, lane_id(peer, j), 0);  // nothing expected yet

@@ -122,6 +122,21 @@ struct Incoming {
 // the pair: the header and stripe 0 on the first, stripe i on connection i.
 constexpr size_t kStripeMinBytes = size_t{1} << 20;
 
+// The same for a pair whose connections reach the accepting rank over
+// several interfaces: a message that is not striped travels on the first
+// connection only, so one interface would carry every message below the
+// threshold while the others idle. The hierarchical collectives' messages
+// across hosts are 512 KiB at their default chunk (2 MiB, split over the
+// host's ranks and then halved by a two-host exchange); measured with two
+// NICs of 5 Gbit/s per host, 2 hosts x 2 ranks, 64 MiB all_reduce, the first
+// NIC carried all of it above this threshold and 3/4 of it at 8 MiB chunks.
+constexpr size_t kMultiInterfaceStripeMinBytes = size_t{64} << 10;
+
+/// The stripe threshold of a pair whose accepting rank listens on
+/// `interfaces` interfaces (both ends know it: the accepting rank its own
+/// count, the connecting one the advertisement's).
+size_t stripe_min_bytes(size_t interfaces);
+
 /// Where stripe i of a message of `size` bytes cut into `parts` begins
 /// (i == parts: the end); stripes start on 4 KiB boundaries.
 size_t stripe_begin(size_t size, int parts, int i);
@@ -170,8 +185,9 @@ struct Pair {
   bool crashed = false;       // closed without a goodbye (peer_crashed)
   std::exception_ptr error;   // why it closed
   std::deque<SendOp> sends;
-  uint32_t polling = 0;     // events registered with epoll
-  std::vector<Lane> lanes;  // connections 1.. (see kStripeMinBytes)
+  uint32_t polling = 0;                 // events registered with epoll
+  std::vector<Lane> lanes;              // connections 1.. (see kStripeMinBytes)
+  size_t stripe_min = kStripeMinBytes;  // messages this large or larger are striped over them
   // Reading.
   Header header{};
   tdist::detail::CallSignature last_call{};  // of the newest collective message read (last_call_from)
@@ -211,9 +227,11 @@ struct Pair {
 
 class TcpTransport final : public Transport {
  public:
-  /// sockets[peer]: the connections to `peer` (the first carries headers).
+  /// sockets[peer]: the connections to `peer` (the first carries headers);
+  /// interfaces[peer]: how many interfaces the accepting rank of the pair
+  /// listens on (tcp::stripe_min_bytes); empty: one each.
   TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
-               std::vector<std::string> addresses);
+               std::vector<std::string> addresses, const std::vector<size_t>& interfaces = {});
   ~TcpTransport() override;
 
   int rank() const override { return rank_; }
