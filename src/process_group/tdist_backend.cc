@@ -855,6 +855,11 @@ void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const voi
     return algo::shm::all_to_all(ctx, *shm, in, send_bytes, offsets_of(send_bytes), out, recv_bytes,
                                  offsets_of(recv_bytes));
   }
+  if (hierarchy_for<algo::AllToAllAlgo>()) {
+    return algo::shm::hierarchical_all_to_all(ctx, *domains_.local, *domains_.local_ranks, *cross_worker_,
+                                              domains_.by_host, in, send_bytes, offsets_of(send_bytes), out,
+                                              recv_bytes, offsets_of(recv_bytes));
+  }
   algo::all_to_all(ctx, in, send_bytes, offsets_of(send_bytes), out, recv_bytes, offsets_of(recv_bytes));
 }
 

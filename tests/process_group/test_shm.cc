@@ -503,6 +503,57 @@ TEST(Shm, BroadcastAcrossHostsRunsHierarchicallyFromEveryRoot) {
   });
 }
 
+TEST(Shm, AllToAllAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
+  // Rank r's block for rank d holds (r * 100 + d * 10 + i % 7) at element i:
+  // equal splits (0, 1, odd and large blocks), the list form, and uneven
+  // splits in which rank r sends (r + d) % 4 * 1000 elements to rank d (some
+  // blocks empty, local and remote ones alike).
+  on_six_ranks_across_hosts("shm_hier_a2a", "4096", [&](ProcessGroup& pg, int rank) {
+    const int n = 6;
+    auto value = [](int r, int d, int64_t i) { return double(r * 100 + d * 10 + i % 7); };
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{20'001}}) {
+      Tensor in = make_tensor(DType::kInt32, count * n,
+                              [&](int64_t i) { return value(rank, static_cast<int>(i / count), i % count); });
+      Tensor out = make_tensor(DType::kInt32, count * n, [](int64_t) { return -1.0; });
+      pg.all_to_all_single(out, in, {}, {})->wait();
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i)
+          check(real_at(out, r * count + i) == value(r, rank, i), "wrong block in all_to_all_single");
+      std::vector<Tensor> ins;
+      std::vector<Tensor> outs;
+      for (int d = 0; d < n; ++d) {
+        ins.push_back(make_tensor(DType::kInt32, count, [&](int64_t i) { return value(rank, d, i); }));
+        outs.push_back(make_tensor(DType::kInt32, count, [](int64_t) { return -1.0; }));
+      }
+      pg.all_to_all(outs, ins)->wait();
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < count; ++i)
+          check(real_at(outs[static_cast<size_t>(r)], i) == value(r, rank, i),
+                "wrong block in the list form");
+    }
+    auto split = [](int r, int d) { return int64_t{(r + d) % 4 * 1000}; };
+    std::vector<int64_t> sends;
+    std::vector<int64_t> recvs;
+    int64_t send_total = 0;
+    int64_t recv_total = 0;
+    for (int d = 0; d < n; ++d) {
+      send_total += sends.emplace_back(split(rank, d));
+      recv_total += recvs.emplace_back(split(d, rank));
+    }
+    Tensor in = make_tensor(DType::kFloat64, send_total, [&](int64_t i) {
+      int d = 0;
+      while (i >= split(rank, d)) i -= split(rank, d++);
+      return value(rank, d, i);
+    });
+    Tensor out = make_tensor(DType::kFloat64, recv_total, [](int64_t) { return -1.0; });
+    pg.all_to_all_single(out, in, recvs, sends)->wait();
+    int64_t at = 0;
+    for (int r = 0; r < n; ++r)
+      for (int64_t i = 0; i < split(r, rank); ++i)
+        check(real_at(out, at++) == value(r, rank, i), "wrong block in the uneven all_to_all");
+  });
+}
+
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
   // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and

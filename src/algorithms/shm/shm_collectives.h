@@ -77,4 +77,14 @@ void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::
                             size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, void* data,
                             size_t nbytes, int root);
 
+/// all_to_all over the same kind of group:
+/// blocks between ranks of one host in shared memory, the others over the
+/// group's TCP transport, at once.
+void hierarchical_all_to_all(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                             tdist::detail::WorkerThread& cross_worker,
+                             const std::vector<std::vector<int>>& by_host, const void* in,
+                             const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets,
+                             void* out, const std::vector<size_t>& recv_bytes,
+                             const std::vector<size_t>& recv_offsets);
+
 }  // namespace tdist::algorithms::shm

@@ -398,4 +398,52 @@ void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::
   pipeline(between, local, cross_worker, chunks.size(), across, share, assemble);
 }
 
+// all_to_all across hosts: the blocks for ranks on other hosts go straight
+// over TCP, every one posted at once (the linear algorithm, on the helper
+// thread), while the host's own ranks exchange theirs in shared memory on
+// the caller's thread. Each host sends the L x (H - 1) / H of its ranks'
+// inputs that must leave it, and its link carries them for the whole call;
+// the flat pairwise exchange over all ranks idles the link while a step
+// pairs ranks of one host, which it runs over TCP too.
+void hierarchical_all_to_all(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
+                             tdist::detail::WorkerThread& cross_worker,
+                             const std::vector<std::vector<int>>& by_host, const void* in,
+                             const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets,
+                             void* out, const std::vector<size_t>& recv_bytes,
+                             const std::vector<size_t>& recv_offsets) {
+  const std::vector<int>* mine = &by_host[0];
+  for (const auto& host : by_host) {
+    if (std::find(host.begin(), host.end(), ctx.rank()) != host.end()) mine = &host;
+  }
+  // This host's blocks, by local index, for shared memory; the others' sizes
+  // over TCP, with the host's own set to zero (empty messages keep every
+  // pair of ranks matched, as the flat algorithm does).
+  std::vector<size_t> local_send, local_send_at, local_recv, local_recv_at;
+  std::vector<size_t> remote_send = send_bytes;
+  std::vector<size_t> remote_recv = recv_bytes;
+  for (int r : *mine) {
+    const auto at = static_cast<size_t>(r);
+    local_send.push_back(send_bytes[at]);
+    local_send_at.push_back(send_offsets[at]);
+    local_recv.push_back(recv_bytes[at]);
+    local_recv_at.push_back(recv_offsets[at]);
+    remote_send[at] = 0;
+    remote_recv[at] = 0;
+  }
+  const CallContext in_host = on(ctx, local_ranks);
+  // Two rounds of the pipeline: the crossing of round 0 (the remote
+  // blocks) runs on the helper while the caller runs round 1's local stage.
+  pipeline(
+      ctx, local, cross_worker, 2,
+      [&](size_t c) {
+        if (c == 0)
+          algorithms::all_to_all(ctx, in, remote_send, send_offsets, out, remote_recv, recv_offsets,
+                                 AllToAllAlgo::kLinear);
+      },
+      [&](size_t c) {
+        if (c == 1) all_to_all(in_host, local, in, local_send, local_send_at, out, local_recv, local_recv_at);
+      },
+      [](size_t) {});
+}
+
 }  // namespace tdist::algorithms::shm
