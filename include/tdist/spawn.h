@@ -48,13 +48,18 @@ void spawn(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptio
 
 /// Where this process sits in its job, as the launcher that started it tells
 /// it through the environment. Each field is read from the first variable
-/// that is set:
+/// that is set, in this order:
 ///
-///   field             tdistrun/torchrun   Open MPI                      MPICH/PMI        Slurm (srun)
-///   rank              RANK                OMPI_COMM_WORLD_RANK          PMI_RANK         SLURM_PROCID
-///   world_size        WORLD_SIZE          OMPI_COMM_WORLD_SIZE          PMI_SIZE SLURM_STEP_NUM_TASKS,
-///   SLURM_NTASKS local_rank        LOCAL_RANK          OMPI_COMM_WORLD_LOCAL_RANK    MPI_LOCALRANKID
-///   SLURM_LOCALID local_world_size  LOCAL_WORLD_SIZE    OMPI_COMM_WORLD_LOCAL_SIZE    MPI_LOCALNRANKS  -
+/// - rank: RANK (tdistrun, torchrun), OMPI_COMM_WORLD_RANK (Open MPI),
+///   PMI_RANK (MPICH/PMI), SLURM_PROCID (srun);
+/// - world_size: WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+///   SLURM_STEP_NUM_TASKS, SLURM_NTASKS;
+/// - local_rank: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+///   SLURM_LOCALID;
+/// - local_world_size: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+///   MPI_LOCALNRANKS; under srun (rank from SLURM_PROCID), this node's entry
+///   of SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE), "2(x3),1"
+///   meaning nodes of 2, 2, 2 and 1 tasks, picked by SLURM_NODEID.
 ///
 /// env:// rendezvous reads rank and world size in the same order. Fields no
 /// variable gives are -1. A variable that is set but not a valid number

@@ -136,7 +136,10 @@ const char* const kLaunchVariables[] = {"RANK",
                                         "SLURM_PROCID",
                                         "SLURM_NTASKS",
                                         "SLURM_STEP_NUM_TASKS",
-                                        "SLURM_LOCALID"};
+                                        "SLURM_LOCALID",
+                                        "SLURM_STEP_TASKS_PER_NODE",
+                                        "SLURM_TASKS_PER_NODE",
+                                        "SLURM_NODEID"};
 
 // launch_environment() in a child with exactly `vars` set, as
 // "rank/world/local/local_world from SOURCE".
@@ -178,6 +181,24 @@ TEST(LaunchEnvironment, ReadsTdistrunOpenMpiPmiAndSlurm) {
                                      {"SLURM_STEP_NUM_TASKS", "2"},
                                      {"SLURM_LOCALID", "0"}}),
             "1/2/0/-1 from SLURM_PROCID");
+  // srun's local world size: this node's entry of the step's tasks per node.
+  EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "3"},
+                                     {"SLURM_STEP_NUM_TASKS", "4"},
+                                     {"SLURM_LOCALID", "1"},
+                                     {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                                     {"SLURM_NODEID", "1"}}),
+            "3/4/1/2 from SLURM_PROCID");
+  EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "7"},
+                                     {"SLURM_NTASKS", "8"},
+                                     {"SLURM_LOCALID", "0"},
+                                     {"SLURM_TASKS_PER_NODE", "3(x2),1,1"},
+                                     {"SLURM_NODEID", "2"}}),
+            "7/8/0/1 from SLURM_PROCID");
+  // Uneven nodes without SLURM_NODEID, and a list not in srun's form: unknown.
+  EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "3,1"}}),
+            "0/-1/-1/-1 from SLURM_PROCID");
+  EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(y2)"}}),
+            "0/-1/-1/-1 from SLURM_PROCID");
   // tdistrun's (and torchrun's) variables win over the others.
   EXPECT_EQ(
       launch_environment_with(
