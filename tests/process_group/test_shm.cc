@@ -368,17 +368,20 @@ TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
       }
     }
     // Floating point: same bits on every rank (checked through a
-    // second all_reduce of MIN and MAX of the bit patterns).
-    const int64_t count = 4099;
-    Tensor f = make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
-    pg.all_reduce(f, ReduceOp::SUM)->wait();
-    Tensor lo = f.clone();
-    Tensor hi = f.clone();
-    pg.all_reduce(lo, ReduceOp::MIN)->wait();
-    pg.all_reduce(hi, ReduceOp::MAX)->wait();
-    check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
-              std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
-          "float results differ between ranks");
+    // second all_reduce of MIN and MAX of the bit patterns), for a message
+    // that crosses hosts whole from every local rank (200 floats) and one
+    // that crosses in pieces.
+    for (int64_t count : {int64_t{200}, int64_t{4099}}) {
+      Tensor f = make_tensor(DType::kFloat32, count, [&](int64_t i) { return 0.1 * double(i) / (rank + 1); });
+      pg.all_reduce(f, ReduceOp::SUM)->wait();
+      Tensor lo = f.clone();
+      Tensor hi = f.clone();
+      pg.all_reduce(lo, ReduceOp::MIN)->wait();
+      pg.all_reduce(hi, ReduceOp::MAX)->wait();
+      check(std::memcmp(lo.data(), f.data(), f.nbytes()) == 0 &&
+                std::memcmp(hi.data(), f.data(), f.nbytes()) == 0,
+            "float results differ between ranks");
+    }
   });
 }
 
