@@ -7,7 +7,8 @@ across its link divided by the link's rate (docs/performance.md,
 
     sudo tools/multihost_compare.py --hosts 2 --ranks 2,4 --link 5gbit \\
         [--ops all_reduce,broadcast,all_gather,reduce_scatter,all_to_all] [--sizes 8,16M,64M]
-        [--nics 1] [--rounds 3] [--jsonl rows.jsonl] [--no-gloo]
+        [--nics 1] [--rounds 3] [--jsonl rows.jsonl] [--plot chart.png] [--no-gloo]
+    tools/multihost_compare.py --plot-from rows.jsonl --plot chart.png
 
 Sizes follow nccl-tests: the whole buffer (all_gather's output,
 reduce_scatter's input, all_to_all's per-rank input). Also measures the
@@ -17,7 +18,10 @@ python3-torch), run by the anchors' gloo_bench.py with GLOO_SOCKET_IFNAME
 set to the hosts' interfaces. With --nics K every host has K interfaces,
 each shaped to --link, and both libraries are given all of them
 (TDIST_SOCKET_IFNAME / GLOO_SOCKET_IFNAME=eth0,...); the link limit is then
-K times the rate. With --rounds R each library runs R times, alternating,
+K times the rate. --plot draws the share of the link limit of each op at
+its largest size, tdist's and Gloo's bars side by side, one panel per
+link and ranks per host (--plot-from redraws it from rows written by
+--jsonl, without running anything). With --rounds R each library runs R times, alternating,
 and each figure is the median of its R runs (the VM's speed drifts). Needs
 root (namespaces).
 """
@@ -100,6 +104,46 @@ def median_time(runs, size):
     return times[len(times) // 2] if times else None
 
 
+def plot(rows, path):
+    """Bars of each op's share of the link limit at its largest size, tdist
+    and Gloo side by side, one panel per (link, NICs, ranks per host)."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    panels = {}
+    for row in rows:
+        if row.get("link_limit_us") is None:
+            continue  # unshaped: no limit to set the figures against
+        key = (row["link"], row.get("nics", 1), row["hosts"], row["ranks_per_host"])
+        largest = panels.setdefault(key, {})
+        if row["bytes"] >= largest.get(row["op"], {}).get("bytes", -1):
+            largest[row["op"]] = row
+    if not panels:
+        raise SystemExit("multihost_compare: no rows with a link limit to plot")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    for ax, (key, by_op) in zip(axes[0], sorted(panels.items())):
+        link, nics, hosts, per_host = key
+        ops = list(by_op)
+        for k, (lib, colour) in enumerate((("tdist", "tab:blue"), ("gloo", "tab:orange"))):
+            shares = [(r["link_limit_us"] / r[f"{lib}_us"]) if r.get(f"{lib}_us") else 0 for r in by_op.values()]
+            at = [i + (k - 0.5) * 0.4 for i in range(len(ops))]
+            ax.bar(at, shares, 0.4, label=lib, color=colour)
+            for x, share in zip(at, shares):
+                if share == 0:  # Gloo has no reduce_scatter
+                    ax.text(x, 0.02, "none", rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xlim(-0.7, max(len(ops), 3) - 0.3)  # bars as wide in every panel
+        ax.set_xticks(range(len(ops)))
+        ax.set_xticklabels([op.replace("_", "\n") for op in ops], fontsize=8)
+        size = max(r["bytes"] for r in by_op.values()) >> 20
+        ax.set_title(f"{hosts} hosts x {per_host} ranks, {nics} x {link}, {size} MiB", fontsize=9)
+    axes[0][0].set_ylabel("share of the link's limit (1 = link speed)")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def run_on_testbed(args, per_host, command, env_extra=None):
     """`command` on every rank of a fresh testbed, launched by tdistrun
     (one agent per host); every host's output, lines prefixed "[host i] "."""
@@ -131,15 +175,23 @@ def main():
     parser.add_argument("--link", default="5gbit", help="tbf rate of every link (kbit/mbit/gbit), or 'none'")
     parser.add_argument("--ops", default="all_reduce,broadcast,all_gather,reduce_scatter,all_to_all")
     parser.add_argument("--sizes", default="8,16M,64M")
-    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=10, help="timed iterations at least (more for small sizes)")
     parser.add_argument("--nics", type=int, default=1, help="interfaces per host, each shaped to --link")
     parser.add_argument("--rounds", type=int, default=1, help="runs per library, alternating; medians reported")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--gloo-bench", default=os.path.join(ROOT, os.pardir, "shared", "anchors", "gloo_bench.py"))
     parser.add_argument("--no-gloo", action="store_true")
     parser.add_argument("--jsonl", help="also write every row here")
+    parser.add_argument("--plot", help="draw the chart of shares of the link limit here (PNG)")
+    parser.add_argument("--plot-from", help="only draw --plot from these rows (a --jsonl file)")
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
+    if args.plot_from:
+        if not args.plot:
+            parser.error("--plot-from needs --plot")
+        with open(args.plot_from) as f:
+            plot([json.loads(line) for line in f if line.strip()], args.plot)
+        return
     args.rate_bytes = None if args.link == "none" else testbed.parse_rate(args.link)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     gloo = not args.no_gloo and os.path.exists(args.gloo_bench)
@@ -153,12 +205,17 @@ def main():
     out_rows = []
     for per_host in (int(r) for r in args.ranks.split(",")):
         for op in args.ops.split(","):
-            bench = [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(min(sizes)), "-e",
-                     str(max(sizes)), "-f", "2", "-n", str(args.iters), "-w", "2", "--json", "--timeout", "600"]
+            def bench(size):
+                # As many iterations as gloo_bench.py gives the size (up to
+                # 1000 for small ones), at least --iters.
+                iters = max(args.iters, min(1000, int(2e8 // size)))
+                return [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(size), "-e", str(size),
+                        "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", "--timeout", "600"]
             peer = [sys.executable, "-W", "ignore", args.gloo_bench, op, ",".join(map(str, sizes))]
             ours, theirs = [], []
             for _ in range(args.rounds):
-                ours.append(rows_from(run_on_testbed(args, per_host, bench, {"TDIST_SOCKET_IFNAME": ifnames}), "tdist"))
+                ours.append([row for size in sizes for row in rows_from(
+                    run_on_testbed(args, per_host, bench(size), {"TDIST_SOCKET_IFNAME": ifnames}), "tdist")])
                 if gloo:
                     theirs.append(rows_from(run_on_testbed(args, per_host, peer, {"GLOO_SOCKET_IFNAME": ifnames}),
                                             "gloo"))
@@ -182,6 +239,8 @@ def main():
         with open(args.jsonl, "a") as f:
             for row in out_rows:
                 f.write(json.dumps(row) + "\n")
+    if args.plot:
+        plot(out_rows, args.plot)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ and runs tdist jobs across hosts: every collective and point to point at
 a whole host killed mid all_reduce."""
 
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -322,7 +323,7 @@ def test_64_ranks_on_8_hosts_pass_the_checks_and_meet():
     print(f"64 ranks on 8 hosts: init_process_group spread {seconds} s")
 
 
-def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit():
+def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit(tmp_path):
     spec = importlib.util.spec_from_file_location("multihost_compare",
                                                   os.path.join(ROOT, "tools", "multihost_compare.py"))
     compare = importlib.util.module_from_spec(spec)
@@ -340,9 +341,20 @@ def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit():
         pytest.skip("tdistrun is not built")
     run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--ranks", "1",
                           "--ops", "all_reduce", "--sizes", "8,64K", "--no-gloo", "--link", "1gbit", "--nics", "2", "--rounds", "2",
-                          "--build", BUILD],
+                          "--build", BUILD, "--jsonl", str(tmp_path / "rows.jsonl"),
+                          "--plot", str(tmp_path / "chart.png")],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [line for line in run.stdout.splitlines() if line.startswith("| 2x1 | all_reduce |")]
     assert len(rows) == 2 and all(row.split("|")[4].strip() != "-" for row in rows), run.stdout
     assert "TCP round trip host 0 <-> host 1" in run.stdout and "1gbit x 2 per host" in run.stdout
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["bytes"], r["nics"], r["rounds"]) for r in rows] == [(8, 2, 2), (65536, 2, 2)], rows
+    # The link limit counts both NICs: 2 x 1 Gbit/s.
+    assert rows[1]["link_limit_us"] == pytest.approx(65536 / (2 * 1e9 / 8) * 1e6), rows
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The chart again from the rows alone, without running anything.
+    again = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--plot-from",
+                            str(tmp_path / "rows.jsonl"), "--plot", str(tmp_path / "again.png")],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and (tmp_path / "again.png").stat().st_size > 1000, again.stderr
