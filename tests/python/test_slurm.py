@@ -6,7 +6,7 @@ that SLURM_CONF points srun at, listening on 127.0.0.1 (or the address this
 host's name resolves to) only; it is torn down after the module. Then ranks
 started by srun, which only see srun's variables (SLURM_PROCID,
 SLURM_NTASKS / SLURM_STEP_NUM_TASKS, SLURM_LOCALID) and MASTER_ADDR/PORT,
-must form one job: the Python package's env:// rendezvous (slurm_job.py)
+must form one job: the Python package's env:// rendezvous (launcher_job.py)
 and the tdist-bench binary, as they do under mpirun.
 
 Needs root and Debian's slurmd, slurmctld and slurm-client (which bring
@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, os.pardir, os.pardir)
 BUILD = os.environ.get("TDIST_BUILD_DIR", os.path.join(ROOT, "build"))
 BENCH = os.path.join(BUILD, "bin", "tdist-bench")
-JOB = os.path.join(HERE, "slurm_job.py")
+JOB = os.path.join(HERE, "launcher_job.py")
 
 NODES = ("n0", "n1")
 STARTUP_DEADLINE = 30  # seconds for munged, slurmctld and both slurmd to be up and the nodes idle
@@ -289,7 +289,7 @@ def labelled(output):
 
 
 def run_python_job(slurm, ntasks, nodes, *srun_options, unset=()):
-    """slurm_job.py on `ntasks` ranks, without the variables `unset`:
+    """launcher_job.py on `ntasks` ranks, without the variables `unset`:
     {rank: its JSON report}, checked to be one job of that size."""
     without = ["/usr/bin/env", *(f"--unset={name}" for name in unset)] if unset else []
     code, out, err = slurm.srun(*srun_options, *without, sys.executable, JOB, ntasks=ntasks, nodes=nodes)
@@ -303,7 +303,7 @@ def run_python_job(slurm, ntasks, nodes, *srun_options, unset=()):
     expected = [sum(r + 1 for r in range(ntasks)), sum((r + 1) ** 2 for r in range(ntasks)),
                 sum(2 ** r for r in range(ntasks))]
     for rank, report in reports.items():
-        slurm_vars = report["slurm"]
+        slurm_vars = report["launcher"]
         assert report["world_size"] == ntasks, report
         assert slurm_vars["SLURM_PROCID"] == str(rank), report
         for name in ("SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"):
@@ -334,7 +334,7 @@ def test_either_task_count_of_srun_gives_the_world_size(slurm, unset):
 def test_local_ranks_come_from_slurm_localid_on_two_nodes(slurm):
     # 2 nodes x 2 tasks, block distribution: ranks 0, 1 on n0 and 2, 3 on n1.
     reports = run_python_job(slurm, 4, 2, "--ntasks-per-node=2", "--distribution=block")
-    assert [reports[r]["slurm"]["SLURMD_NODENAME"] for r in range(4)] == ["n0", "n0", "n1", "n1"]
+    assert [reports[r]["launcher"]["SLURMD_NODENAME"] for r in range(4)] == ["n0", "n0", "n1", "n1"]
     assert [reports[r]["launch_environment"]["local_rank"] for r in range(4)] == [0, 1, 0, 1]
     assert all(reports[r]["launch_environment"]["local_world_size"] == 2 for r in range(4)), reports
 

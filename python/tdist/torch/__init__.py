@@ -25,6 +25,10 @@ and mixed input/output dtypes in ``scatter``, ``reduce_scatter`` and
 ``all_to_all``, and lets ``monitored_barrier`` reach tdist groups. Other
 backends see torch's functions unchanged.
 
+Under mpirun, PMI launchers and srun the import also exports RANK,
+WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from the launcher's own
+variables when they are unset, so that torch's env:// finds the rank.
+
 torch_npu's additions (``reinit_process_group``, the uneven all-gather and
 reduce-scatter, ``get_comm_name``, ``is_tdist_available``) are functions of
 this module; see ``tdist.torch.npu`` and docs/torch_npu.md.
@@ -54,6 +58,32 @@ BACKEND_NAME = _backend.BACKEND_NAME
 create_process_group = _backend.create_process_group
 is_registered = _backend.is_registered
 
+
+
+def _export_launcher_variables():
+    """torch's env:// reads only RANK and WORLD_SIZE (torchrun's variables).
+    Under mpirun, PMI launchers or srun, which set their own, export RANK,
+    WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from them as tdist's own
+    env:// reads them (``launch_environment()``), so that
+    ``dist.init_process_group("tdist")`` works under them as in the Python
+    package. A variable already set is never replaced; a malformed launcher
+    variable is left for the rendezvous to report."""
+    import os
+    from tdist import _C
+
+    try:
+        env = _C.launch_environment()
+    except Exception:  # noqa: BLE001 - reported by init_process_group instead
+        return
+    if env["rank_source"] in ("", "RANK"):
+        return
+    for name, key in (("RANK", "rank"), ("WORLD_SIZE", "world_size"), ("LOCAL_RANK", "local_rank"),
+                      ("LOCAL_WORLD_SIZE", "local_world_size")):
+        if env[key] >= 0:
+            os.environ.setdefault(name, str(env[key]))
+
+
+_export_launcher_variables()
 _backend.register()
 _compat.install()
 # Beside torch_npu's torch.distributed.is_hccl_available.

@@ -1,0 +1,78 @@
+"""Open MPI's mpirun as tdist's launcher, for real: ranks started by
+`mpirun -np N`, which only see Open MPI's variables (OMPI_COMM_WORLD_RANK,
+OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ...) and MASTER_ADDR/PORT,
+must form one job in the Python package's env:// rendezvous and in
+torch.distributed on the plugin's "tdist" backend (launcher_job.py).
+tdist-bench under mpirun is tests/bench/test_bench.cc's. Needs Debian's
+openmpi-bin; skipped elsewhere, saying so."""
+
+import importlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "launcher_job.py")
+MPIRUN = shutil.which("mpirun")
+# Other launchers' variables (or those of a job pytest itself runs in) must
+# not reach the ranks: only mpirun's may say who they are.
+FOREIGN = re.compile(r"^(SLURM_|OMPI_|PMI_|PMIX_|MPI_LOCAL)|^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|"
+                     r"MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|TDIST_RESTART_COUNT)$")
+
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed (Debian's openmpi-bin)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(ranks, *job_args):
+    env = {k: v for k, v in os.environ.items() if not FOREIGN.match(k)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"),) if p)
+    command = [MPIRUN, "--oversubscribe", "-np", str(ranks), "-x", "MASTER_ADDR=127.0.0.1",
+               "-x", f"MASTER_PORT={free_port()}", "-x", "PYTHONPATH", sys.executable, JOB, *job_args]
+    if os.geteuid() == 0:
+        command.insert(1, "--allow-run-as-root")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reports = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            report = json.loads(line)
+            reports[report["rank"]] = report
+    assert sorted(reports) == list(range(ranks)), result.stdout[-3000:]
+    expected = [sum(r + 1 for r in range(ranks)), sum((r + 1) ** 2 for r in range(ranks)),
+                sum(2 ** r for r in range(ranks))]
+    for rank, report in reports.items():
+        assert report["world_size"] == ranks, report
+        assert report["launcher"]["OMPI_COMM_WORLD_RANK"] == str(rank), report
+        assert report["reduced"] == expected, report
+        # The job saw none of torchrun's variables before tdist read mpirun's.
+        assert all(value is None for value in report["torch_launcher_variables"].values()), report
+        launched = report["launch_environment"]
+        assert (launched["rank"], launched["world_size"], launched["rank_source"]) == \
+            (rank, ranks, "OMPI_COMM_WORLD_RANK"), report
+        assert (launched["local_rank"], launched["local_world_size"]) == (rank, ranks), report
+    return reports
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_python_ranks_started_by_mpirun_form_one_job(ranks):
+    run_job(ranks)
+
+
+def test_torch_ranks_on_the_plugin_started_by_mpirun_form_one_job():
+    pytest.importorskip("torch")
+    try:
+        importlib.import_module("tdist.torch")
+    except ImportError as e:
+        pytest.skip(f"the torch plugin is not built: {e}")
+    run_job(2, "--torch")
