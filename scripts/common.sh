@@ -9,12 +9,13 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 # tests; the third the PyTorch plugin (each optional layer is skipped by
 # CMake when its packages are missing, see README); the fourth what the
 # tests of other launchers and of several hosts use (mpirun; a private
-# Slurm cluster with munge for srun; ip and tc for tools/testbed.py),
-# without which those tests skip and say why.
+# Slurm cluster with munge for srun; ip and tc for tools/testbed.py;
+# matplotlib for tools/multihost_compare.py's chart), without which those
+# tests skip and say why.
 PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libssl-dev
   python3-dev pybind11-dev python3-numpy python3-pytest
   python3-torch libtorch-dev
-  openmpi-bin slurmd slurmctld slurm-client munge iproute2)
+  openmpi-bin slurmd slurmctld slurm-client munge iproute2 python3-matplotlib)
 
 install_packages() {
   local missing=()

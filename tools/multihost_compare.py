@@ -22,7 +22,8 @@ K times the rate. --plot draws the share of the link limit of each op at
 its largest size, tdist's and Gloo's bars side by side, one panel per
 link and ranks per host (--plot-from redraws it from rows written by
 --jsonl, without running anything). With --rounds R each library runs R times, alternating,
-and each figure is the median of its R runs (the VM's speed drifts). Needs
+and each figure is the median of its R runs (the lower middle one of an
+even count; the VM's speed drifts). Needs
 root (namespaces).
 """
 
@@ -101,7 +102,7 @@ def rows_from(output, lib):
 def median_time(runs, size):
     """The median of one size's times over runs (lists of rows); None if no run has it."""
     times = sorted(t for rows in runs for r in rows if r["bytes"] == size and (t := r.get("time_us")) is not None)
-    return times[len(times) // 2] if times else None
+    return times[(len(times) - 1) // 2] if times else None  # the lower middle of an even count
 
 
 def plot(rows, path):
@@ -208,7 +209,7 @@ def main():
             def bench(size):
                 # As many iterations as gloo_bench.py gives the size (up to
                 # 1000 for small ones), at least --iters.
-                iters = max(args.iters, min(1000, int(2e8 // size)))
+                iters = max(args.iters, min(1000, int(2e8 // max(size, 1))))
                 return [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(size), "-e", str(size),
                         "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", "--timeout", "600"]
             peer = [sys.executable, "-W", "ignore", args.gloo_bench, op, ",".join(map(str, sizes))]

@@ -59,7 +59,8 @@ void spawn(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptio
 /// - local_world_size: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
 ///   MPI_LOCALNRANKS; under srun (rank from SLURM_PROCID), this node's entry
 ///   of SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE), "2(x3),1"
-///   meaning nodes of 2, 2, 2 and 1 tasks, picked by SLURM_NODEID.
+///   meaning nodes of 2, 2, 2 and 1 tasks, picked by SLURM_NODEID (a list
+///   not in that form leaves it -1).
 ///
 /// env:// rendezvous reads rank and world size in the same order. Fields no
 /// variable gives are -1. A variable that is set but not a valid number

@@ -1,9 +1,8 @@
-#include <algorithm>
+#include <charconv>
 #include <cstdint>
-#include <cstdio>
 #include <optional>
 #include <string>
-#include <vector>
+#include <string_view>
 
 #include "common/env.h"
 #include "tdist/spawn.h"
@@ -23,35 +22,50 @@ int first_set(std::initializer_list<const char*> names, int64_t min, std::string
   return -1;
 }
 
+// A positive int at the front of `text`, which it then drops; nullopt if
+// there is none (or it overflows).
+std::optional<int> take_positive(std::string_view& text) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || value < 1) return std::nullopt;
+  text.remove_prefix(static_cast<size_t>(end - text.data()));
+  return value;
+}
+
 // Slurm's ranks per node of a step: SLURM_STEP_TASKS_PER_NODE (else
 // SLURM_TASKS_PER_NODE), "2(x3),1" for nodes of 2, 2, 2 and 1 tasks; this
-// node's entry is the SLURM_NODEID-th. -1 if unset or not in that form.
+// node's entry is the SLURM_NODEID-th (needed only when they differ). -1
+// if unset or not exactly in that form.
 int slurm_tasks_on_this_node() {
   std::optional<std::string> list = env_string("SLURM_STEP_TASKS_PER_NODE");
   if (!list) list = env_string("SLURM_TASKS_PER_NODE");
-  if (!list) return -1;
-  std::vector<int> per_node;
-  for (size_t at = 0; at < list->size();) {
-    size_t end = list->find(',', at);
-    if (end == std::string::npos) end = list->size();
-    const std::string entry = list->substr(at, end - at);
-    int tasks = 0;
-    int times = 1;
-    char tail = 0;
-    if (std::sscanf(entry.c_str(), "%d(x%d)%c", &tasks, &times, &tail) == 2 ||  // NOLINT(cert-err34-c)
-        std::sscanf(entry.c_str(), "%d%c", &tasks, &tail) == 1) {               // NOLINT(cert-err34-c)
-      if (tasks < 1 || times < 1 || times > 1'000'000) return -1;
-      per_node.insert(per_node.end(), static_cast<size_t>(times), tasks);
-    } else {
-      return -1;
-    }
-    at = end + 1;
-  }
-  if (per_node.empty()) return -1;
-  if (std::all_of(per_node.begin(), per_node.end(), [&](int n) { return n == per_node[0]; }))
-    return per_node[0];
+  if (!list || list->empty()) return -1;
   const int node = first_set({"SLURM_NODEID"}, 0);
-  return node >= 0 && static_cast<size_t>(node) < per_node.size() ? per_node[static_cast<size_t>(node)] : -1;
+  int64_t nodes_before = 0;  // nodes of the entries already read
+  int mine = -1;             // this node's tasks, once reached
+  int first = -1;
+  bool all_equal = true;
+  std::string_view text(*list);
+  for (;;) {
+    const std::optional<int> tasks = take_positive(text);
+    if (!tasks) return -1;
+    int times = 1;
+    if (text.substr(0, 2) == "(x") {
+      text.remove_prefix(2);
+      const std::optional<int> repeat = take_positive(text);
+      if (!repeat || text.empty() || text.front() != ')') return -1;
+      text.remove_prefix(1);
+      times = *repeat;
+    }
+    if (first < 0) first = *tasks;
+    all_equal = all_equal && *tasks == first;
+    if (node >= nodes_before && node < nodes_before + times) mine = *tasks;
+    nodes_before += times;
+    if (text.empty()) break;
+    if (text.front() != ',' || text.size() == 1) return -1;  // "2," is not a list either
+    text.remove_prefix(1);
+  }
+  return all_equal ? first : mine;
 }
 
 }  // namespace

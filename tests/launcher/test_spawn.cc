@@ -197,8 +197,17 @@ TEST(LaunchEnvironment, ReadsTdistrunOpenMpiPmiAndSlurm) {
   // Uneven nodes without SLURM_NODEID, and a list not in srun's form: unknown.
   EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "3,1"}}),
             "0/-1/-1/-1 from SLURM_PROCID");
-  EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(y2)"}}),
-            "0/-1/-1/-1 from SLURM_PROCID");
+  for (const char* malformed : {"2(y2)", "2(x2", "2(x2junk", "2(x2)junk", "(x2)", "2(x)", "-1", "2,,3", "2,",
+                                "0", "99999999999", ""}) {
+    EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", malformed}}),
+              "0/-1/-1/-1 from SLURM_PROCID")
+        << malformed;
+  }
+  // Many nodes cost nothing: the list is walked, not expanded.
+  EXPECT_EQ(launch_environment_with({{"SLURM_PROCID", "0"},
+                                     {"SLURM_STEP_TASKS_PER_NODE", "1(x2000000000),3(x2000000000)"},
+                                     {"SLURM_NODEID", "2000000001"}}),
+            "0/-1/-1/3 from SLURM_PROCID");
   // tdistrun's (and torchrun's) variables win over the others.
   EXPECT_EQ(
       launch_environment_with(

@@ -7,7 +7,9 @@ what the launcher set, what tdist made of it, and the reduced values (the
 tests compute the expected sums themselves).
 
 With --torch the group is torch.distributed's, on the "tdist" backend of
-the plugin (`import tdist.torch`), and the values a torch tensor."""
+the plugin (`import tdist.torch`), and the values a torch tensor. With
+--out DIR the line also goes to DIR/<rank>.json (mpirun forwards the ranks'
+output in pieces that can share a line)."""
 
 import importlib
 import json
@@ -47,9 +49,13 @@ def main():
         reduced, torchelastic = values.tolist(), tdist.is_torchelastic_launched()
         tdist.destroy_process_group()
     launcher = {name: os.environ.get(name) for name in LAUNCHER_VARIABLES}
-    print(json.dumps({"rank": rank, "world_size": world_size, "launch_environment": launched,
-                      "launcher": launcher, "torch_launcher_variables": seen, "reduced": reduced,
-                      "torchelastic": torchelastic}), flush=True)
+    line = json.dumps({"rank": rank, "world_size": world_size, "launch_environment": launched,
+                       "launcher": launcher, "torch_launcher_variables": seen, "reduced": reduced,
+                       "torchelastic": torchelastic})
+    print(line, flush=True)
+    if "--out" in sys.argv:
+        with open(os.path.join(sys.argv[sys.argv.index("--out") + 1], f"{rank}.json"), "w") as f:
+            f.write(line)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ JOB = os.path.join(HERE, "launcher_job.py")
 NODES = ("n0", "n1")
 STARTUP_DEADLINE = 30  # seconds for munged, slurmctld and both slurmd to be up and the nodes idle
 POLL_DEADLINE = 5  # seconds for one readiness probe (munge, sinfo)
-JOB_DEADLINE = 120  # seconds for any srun, or any Slurm command
+JOB_DEADLINE = 45  # seconds for any srun, or any Slurm command (the suite's ctest deadline covers 6 of them)
 TOOLS = ("munged", "mungekey", "munge", "slurmctld", "slurmd", "srun", "sinfo", "scancel")
 # Variables of other launchers (or of a Slurm job pytest itself may run in)
 # that must not reach the ranks: only srun's may say who they are.
@@ -272,7 +272,9 @@ def slurm():
     try:
         problem = cluster.start()
         if problem:
-            pytest.skip(f"the private Slurm cluster did not come up: {problem}")
+            # Root with Slurm installed: the cluster must come up (a skip
+            # here would let a broken setup pass unnoticed).
+            pytest.fail(f"the private Slurm cluster did not come up: {problem}")
         yield cluster
     finally:
         cluster.stop()

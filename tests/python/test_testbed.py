@@ -3,7 +3,7 @@ Needs root and iproute2; skipped elsewhere, saying so. Checks that hosts
 reach each other (IPv4, IPv6-only, two NICs), that shaping is installed,
 that nothing survives a run (success, failure, Ctrl-C, a killed testbed),
 and runs tdist jobs across hosts: every collective and point to point at
-2 hosts x 2 ranks and 3 hosts with 1, 2 and 3 ranks over shaped links, and
+2 hosts x 2 ranks, 3 x 3 and 3 hosts with 1, 2 and 3 ranks over shaped links, and
 a whole host killed mid all_reduce."""
 
 import importlib.util
@@ -195,9 +195,9 @@ def tdist_env():
 
 
 @pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
-@pytest.mark.parametrize("hosts,ranks,options", [(2, "2", []), (3, "$((TESTBED_HOST + 1))", []),
+@pytest.mark.parametrize("hosts,ranks,options", [(2, "2", []), (3, "3", []), (3, "$((TESTBED_HOST + 1))", []),
                                                  (2, "2", ["--ipv6", "--nics", "2"])],
-                         ids=["2x2", "3-hosts-1-2-3", "2x2-ipv6-only-two-nics"])
+                         ids=["2x2", "3x3", "3-hosts-1-2-3", "2x2-ipv6-only-two-nics"])
 def test_every_collective_across_shaped_hosts(hosts, ranks, options):
     # IPv6-only: the launcher's and the group's stores, the rendezvous and
     # the transport all run on fd00:77:... addresses (no IPv4 but loopback),
@@ -209,7 +209,7 @@ def test_every_collective_across_shaped_hosts(hosts, ranks, options):
                              *options, "--", "sh", "-c", line], capture_output=True, text=True, timeout=240,
                             env=tdist_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    world = 4 if hosts == 2 else 6
+    world = {"2": 2 * hosts, "3": 9}.get(ranks, 6)  # 1 + 2 + 3 ranks on the uneven hosts
     oks = sorted(int(line.split()[-3]) for line in result.stdout.splitlines() if " ok " in line + " ")
     assert oks == list(range(world)), result.stdout[-3000:]
 
@@ -337,6 +337,7 @@ def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit(tmp_path):
     assert compare.host_bytes("all_to_all", 16, 2, 4) == 32  # 4 ranks, half of each one's input
     runs = [[{"bytes": 8, "time_us": 5.0}], [{"bytes": 8, "time_us": 1.0}, {"bytes": 9}], [{"bytes": 8, "time_us": 3.0}]]
     assert compare.median_time(runs, 8) == 3.0 and compare.median_time(runs, 9) is None
+    assert compare.median_time(runs[:2], 8) == 1.0  # the lower middle of an even count
     if not os.path.exists(TDISTRUN):
         pytest.skip("tdistrun is not built")
     run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--ranks", "1",

@@ -69,36 +69,42 @@ TEST(TcpInterfaces, ATwiceListedInterfaceGetsTwoListenersAndEveryPairUsesBoth) {
                                    std::to_string(n - 1 - rank));
         }
       }
-      // Striped messages cross both connections of every pair intact.
-      const size_t bytes = transport::tcp::kStripeMinBytes * 2 + 13;
-      std::vector<std::vector<uint8_t>> out;
-      std::vector<std::vector<uint8_t>> in;
-      std::vector<transport::RequestPtr> requests;
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer == rank) continue;
-        out.emplace_back(bytes);
-        for (size_t i = 0; i < bytes; ++i) {
-          out.back()[i] =
-              static_cast<uint8_t>(i * 7 + static_cast<size_t>(rank) * 31 + static_cast<size_t>(peer));
+      // Messages on both sides of both stripe thresholds (64 KiB for a pair
+      // whose accepting rank lists two interfaces, as here; 1 MiB
+      // otherwise), one after another on the same pairs, cross intact: both
+      // ends of each pair cut (or not) every one of them the same way.
+      const size_t multi = transport::tcp::kMultiInterfaceStripeMinBytes;
+      const size_t sizes[] = {multi - 1, multi, multi + 4097, transport::tcp::kStripeMinBytes * 2 + 13};
+      for (size_t bytes : sizes) {
+        auto value = [&](size_t i, int from, int to) {
+          return static_cast<uint8_t>(i * 7 + static_cast<size_t>(from) * 31 + static_cast<size_t>(to) +
+                                      bytes);
+        };
+        std::vector<std::vector<uint8_t>> out;
+        std::vector<std::vector<uint8_t>> in;
+        std::vector<transport::RequestPtr> requests;
+        for (int peer = 0; peer < n; ++peer) {
+          if (peer == rank) continue;
+          out.emplace_back(bytes);
+          for (size_t i = 0; i < bytes; ++i) out.back()[i] = value(i, rank, peer);
+          in.emplace_back(bytes);
+          requests.push_back(t->irecv(peer, 9, in.back().data(), bytes));
+          requests.push_back(t->isend(peer, 9, out.back().data(), bytes));
         }
-        in.emplace_back(bytes);
-        requests.push_back(t->irecv(peer, 9, in.back().data(), bytes));
-        requests.push_back(t->isend(peer, 9, out.back().data(), bytes));
-      }
-      for (auto& r : requests) {
-        if (!r->wait_until(transport::Clock::now() + 30s)) throw std::runtime_error("a message timed out");
-      }
-      size_t k = 0;
-      for (int peer = 0; peer < n; ++peer) {
-        if (peer == rank) continue;
-        for (size_t i = 0; i < bytes; ++i) {
-          if (in[k][i] !=
-              static_cast<uint8_t>(i * 7 + static_cast<size_t>(peer) * 31 + static_cast<size_t>(rank))) {
-            throw std::runtime_error("from rank " + std::to_string(peer) + ": byte " + std::to_string(i) +
-                                     " is wrong");
+        for (auto& r : requests) {
+          if (!r->wait_until(transport::Clock::now() + 30s)) throw std::runtime_error("a message timed out");
+        }
+        size_t k = 0;
+        for (int peer = 0; peer < n; ++peer) {
+          if (peer == rank) continue;
+          for (size_t i = 0; i < bytes; ++i) {
+            if (in[k][i] != value(i, peer, rank)) {
+              throw std::runtime_error("from rank " + std::to_string(peer) + ", " + std::to_string(bytes) +
+                                       " bytes: byte " + std::to_string(i) + " is wrong");
+            }
           }
+          ++k;
         }
-        ++k;
       }
       return t;
     });

@@ -10,9 +10,11 @@
 // piece is reduced inside a host in rank order and across hosts by an
 // algorithm whose results are bitwise identical on its ranks.
 //
-// All three are pipelined in chunks (pipeline() below): while the helper
-// thread moves chunk c across hosts (it drives TCP), the caller's thread
-// runs the shared-memory stages of the chunks before and after it.
+// all_reduce, broadcast, all_gather and reduce_scatter (described above
+// each) are pipelined in chunks (pipeline() below): while the helper thread
+// moves chunk c across hosts (it drives TCP), the caller's thread runs the
+// shared-memory stages of the chunks before and after it. all_to_all runs
+// its TCP and shared-memory parts at once, in one round each.
 
 #include <algorithm>
 #include <condition_variable>

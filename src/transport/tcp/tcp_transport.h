@@ -53,7 +53,8 @@ struct TcpOptions {
   /// used to reach it is the one advertised. Empty: loopback.
   std::string reach_host;
   /// Connections per pair of ranks; messages of tcp::kStripeMinBytes or more
-  /// are cut into one stripe per connection. 0: TDIST_TCP_SOCKETS, else
+  /// (tcp::kMultiInterfaceStripeMinBytes when the accepting rank listens on
+  /// several interfaces) are cut into one stripe per connection. 0: TDIST_TCP_SOCKETS, else
   /// kDefaultSocketsPerPeer. The rank that connects decides for its pair.
   int sockets_per_peer = 0;
   /// The job's shared secret: when there is one, every connection proves
