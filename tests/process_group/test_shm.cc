@@ -557,6 +557,33 @@ TEST(Shm, AllToAllAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
   });
 }
 
+TEST(Shm, AllToAllWhoseOwnBlockSizesDisagreeIsAnErrorOnSharedMemoryAsOverTcp) {
+  // Each rank sends itself one row but expects two (rank 0) or none
+  // (rank 1): shared memory would copy the shorter and leave the rest stale.
+  for (const char* mode : {"auto", "tcp"}) {
+    std::string path = temp_path("shm_a2a_self");
+    auto outcomes = forked_groups(
+        2, path, [&](int) { setenv("TDIST_TRANSPORT", mode, 1); },
+        [&](ProcessGroup& pg, Store&, int rank) {
+          Tensor in = make_tensor(DType::kFloat32, 2, [](int64_t i) { return double(i); });
+          Tensor out = Tensor::zeros(DType::kFloat32, {2});
+          const std::vector<int64_t> recv =
+              rank == 0 ? std::vector<int64_t>{2, 0} : std::vector<int64_t>{2, 0};
+          try {
+            pg.all_to_all_single(out, in, recv, {1, 1})->wait();
+          } catch (const DistInvalidArgument& e) {
+            const std::string expected = "rank " + std::to_string(rank) +
+                                         " sends itself 4 bytes but expects " + (rank == 0 ? "8" : "0");
+            check(std::string(e.what()).find(expected) != std::string::npos, std::string("got: ") + e.what());
+            return;
+          }
+          throw std::runtime_error("no error");
+        });
+    EXPECT_EQ(describe_failures(outcomes), "") << mode;
+    unlink(path.c_str());
+  }
+}
+
 TEST(Shm, AKilledRankInAPipelinedHierarchicalAllReduceFailsEveryOtherRank) {
   // 2 "hosts" x 2 ranks (0 and 2 on one), all_reduce pipelined in 64 KiB
   // chunks (32 MiB: 512 of them): rank 2 dies mid-call. Its host peer and
