@@ -567,8 +567,7 @@ TEST(Shm, AllToAllWhoseOwnBlockSizesDisagreeIsAnErrorOnSharedMemoryAsOverTcp) {
         [&](ProcessGroup& pg, Store&, int rank) {
           Tensor in = make_tensor(DType::kFloat32, 2, [](int64_t i) { return double(i); });
           Tensor out = Tensor::zeros(DType::kFloat32, {2});
-          const std::vector<int64_t> recv =
-              rank == 0 ? std::vector<int64_t>{2, 0} : std::vector<int64_t>{2, 0};
+          const std::vector<int64_t> recv{2, 0};  // rank 0 expects 2 rows from itself, rank 1 none
           try {
             pg.all_to_all_single(out, in, recv, {1, 1})->wait();
           } catch (const DistInvalidArgument& e) {
