@@ -31,6 +31,18 @@ void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, D
 void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                     const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root);
+
+/// A piece of a reduce_scatter's input block: `count` elements at `data`.
+struct InputSegment {
+  const void* data;
+  size_t count;
+};
+/// reduce_scatter whose block j is blocks[j]'s segments one after another
+/// (counts[j] elements in all), read where they lie: no copy into one
+/// buffer first.
+void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
+                             const std::vector<std::vector<InputSegment>>& blocks, void* out,
+                             const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                 const std::vector<size_t>& bytes);
 void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,

@@ -327,10 +327,11 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
 // belong to local index j on every host; local rank j then reduce-scatters
 // those H blocks over TCP with local rank j of every other host, each of
 // which keeps its own. Each host sends (H - 1) / H of the input across its
-// link, the least a reduce_scatter can. Each chunk of the input is first
-// copied into local-index order (the shared-memory stage takes each local
-// rank's part in one piece). Chunk c crosses on the helper thread while the
-// caller reduces chunk c + 1: one staging buffer and two pieces suffice.
+// link, the least a reduce_scatter can. The shared-memory stage reads each
+// local rank's part of a chunk from the H places it lies in the input
+// (reduce_scatter_segments), with no copy into local-index order first.
+// Chunk c crosses on the helper thread while the caller reduces chunk
+// c + 1: two pieces suffice.
 void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
                                  transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
                                  size_t chunk_bytes, const std::vector<std::vector<int>>& by_host,
@@ -341,23 +342,24 @@ void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transp
   const BlockChunks chunks(counts, chunk_bytes / eb, by_host);  // in elements
   size_t widest_piece = 0;
   for (size_t c = 0; c < chunks.count; ++c) widest_piece = std::max(widest_piece, chunks.per_index[c][mine]);
-  auto staging = algorithms::detail::make_scratch(chunks.widest * eb);
   auto pieces = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * widest_piece * eb);
   auto piece_of = [&](size_t c) { return pieces.get() + (c % 2) * widest_piece * eb; };
   const CallContext in_host = on(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
+  std::vector<std::vector<InputSegment>> blocks(by_host[0].size());
   auto reduce_inside = [&](size_t c) {
-    uint8_t* to = staging.get();
-    chunks.for_each_in_index_order([&](size_t, int r) {
+    // Local index j's block of the chunk: the chunk's part of every block
+    // of local index j, host by host, read where it lies in the input.
+    for (auto& block : blocks) block.clear();
+    chunks.for_each_in_index_order([&](size_t j, int r) {
       const size_t n = chunks.part(r, c);
       if (n > 0)
-        std::memcpy(to, source + (chunks.offset[static_cast<size_t>(r)] + c * chunks.step) * eb, n * eb);
-      to += n * eb;
+        blocks[j].push_back({source + (chunks.offset[static_cast<size_t>(r)] + c * chunks.step) * eb, n});
     });
-    reduce_scatter(in_host, local, staging.get(), piece_of(c), chunks.per_index[c], dtype,
-                   op_inside_host(op));
+    reduce_scatter_segments(in_host, local, blocks, piece_of(c), chunks.per_index[c], dtype,
+                            op_inside_host(op));
   };
   auto across = [&](size_t c) {
     const auto me = static_cast<size_t>(ctx.rank());

@@ -328,26 +328,62 @@ void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, D
   run_guarded(ctx, group, [&](Call call) { reduce_impl(call, data, count, dtype, op, root); });
 }
 
+namespace {
+
+// Copies elements [begin, begin + length) of a block made of `segments`
+// into `dst` (contribute(): premultiplied for PREMUL_SUM).
+void contribute_range(uint8_t* dst, const std::vector<InputSegment>& segments, size_t begin, size_t length,
+                      DType dtype, const ReduceOp& op, bool streaming) {
+  const size_t eb = element_size(dtype);
+  for (const InputSegment& segment : segments) {
+    if (length == 0) return;
+    if (begin >= segment.count) {
+      begin -= segment.count;
+      continue;
+    }
+    const size_t n = std::min(length, segment.count - begin);
+    contribute(dst, static_cast<const uint8_t*>(segment.data) + begin * eb, n, dtype, op, streaming);
+    dst += n * eb;
+    length -= n;
+    begin = 0;
+  }
+}
+
+}  // namespace
+
 void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                     const std::vector<size_t>& counts, DType dtype, const ReduceOp& op) {
+  std::vector<std::vector<InputSegment>> blocks(counts.size());
+  const auto* input = static_cast<const uint8_t*>(in);
+  for (size_t r = 0; r < counts.size(); ++r) {
+    blocks[r].push_back({input, counts[r]});
+    input += counts[r] * element_size(dtype);
+  }
+  reduce_scatter_segments(ctx, group, blocks, out, counts, dtype, op);
+}
+
+void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
+                             const std::vector<std::vector<InputSegment>>& blocks, void* out,
+                             const std::vector<size_t>& counts, DType dtype, const ReduceOp& op) {
   run_guarded(ctx, group, [&](Call call) {
     const size_t eb = element_size(dtype);
     const int p = call.size();
     const int me = call.rank();
     const bool premul = op.kind == ReduceOp::PREMUL_SUM;
-    std::vector<size_t> offsets(counts.size(), 0);
-    for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-    const auto* input = static_cast<const uint8_t*>(in);
     auto* output = static_cast<uint8_t*>(out);
     if (p == 1) {
-      const void* src = input;
-      if (counts[0] > 0) reduce_sources(output, &src, 1, counts[0], dtype, op, 1);
+      if (counts[0] > 0)
+        contribute_range(output, blocks[0], 0, counts[0], dtype, ReduceOp(ReduceOp::SUM), false);
       if (premul) premultiply(output, counts[0], dtype, op);
       return;
     }
     size_t largest = 0;
     for (size_t c : counts) largest = std::max(largest, c);
     if (largest == 0) return;
+    // This rank's own block is read in place when it lies in one piece of
+    // memory; otherwise it is copied in like the others'.
+    const auto& own_block = blocks[static_cast<size_t>(me)];
+    const bool own_in_place = !premul && own_block.size() == 1;
     // Each round carries `section` elements of every block; rank j reduces
     // block j's section of every rank into its output. When every block
     // fits, the sections ride in the flag line: one cache line per peer.
@@ -371,11 +407,10 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
       }
       auto copy_in = [&](bool streaming) {
         for (int j = 0; j < p; ++j) {
-          if (j == me && !premul) continue;
+          if (j == me && own_in_place) continue;
           Piece piece = piece_of(counts[static_cast<size_t>(j)], section, i);
-          contribute(mine + static_cast<size_t>(j) * section * eb,
-                     input + (offsets[static_cast<size_t>(j)] + piece.begin) * eb, piece.length, dtype, op,
-                     streaming);
+          contribute_range(mine + static_cast<size_t>(j) * section * eb, blocks[static_cast<size_t>(j)],
+                           piece.begin, piece.length, dtype, op, streaming);
         }
       };
       if (measured) {
@@ -387,8 +422,8 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
       Piece own = piece_of(counts[static_cast<size_t>(me)], section, i);
       for (int r = 0; r < p; ++r) {
         if (r != me) call.wait_arrive(r, k);
-        srcs[static_cast<size_t>(r)] = (r == me && !premul)
-                                           ? input + (offsets[static_cast<size_t>(me)] + own.begin) * eb
+        srcs[static_cast<size_t>(r)] = (r == me && own_in_place)
+                                           ? static_cast<const uint8_t*>(own_block[0].data) + own.begin * eb
                                            : area(r, k) + static_cast<size_t>(me) * section * eb;
       }
       if (own.length == 0) continue;
