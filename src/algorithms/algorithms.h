@@ -206,6 +206,13 @@ constexpr size_t segment_elements(size_t element_bytes) {
 using tdist::detail::make_scratch;
 using tdist::detail::Scratch;
 
+/// Raises DistInvalidArgument, before any communication, if this rank's
+/// block to itself has another size in `send_bytes` than in `recv_bytes`
+/// (an all_to_all's own block is copied, not sent: nothing else would
+/// notice, and the rest of the received block would be left stale).
+void check_own_block(const CallContext& ctx, const std::vector<size_t>& send_bytes,
+                     const std::vector<size_t>& recv_bytes);
+
 /// Raises DistBackendError naming both calls if ctx.transport holds a
 /// message that shows a peer's call differs from this one
 /// (Transport::conflicting_message), aborting ctx.transport first so that

@@ -86,6 +86,16 @@ void pairwise(const CallContext& ctx, const Blocks& b) {
 
 }  // namespace
 
+void detail::check_own_block(const CallContext& ctx, const std::vector<size_t>& send_bytes,
+                             const std::vector<size_t>& recv_bytes) {
+  const auto me = static_cast<size_t>(ctx.rank());
+  if (send_bytes.at(me) != recv_bytes.at(me)) {
+    throw DistInvalidArgument(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) +
+                              " sends itself " + std::to_string(send_bytes[me]) + " bytes but expects " +
+                              std::to_string(recv_bytes[me]));
+  }
+}
+
 void all_to_all(const CallContext& ctx, const void* in, const std::vector<size_t>& send_bytes,
                 const std::vector<size_t>& send_offsets, void* out, const std::vector<size_t>& recv_bytes,
                 const std::vector<size_t>& recv_offsets, AllToAllAlgo algo) {
@@ -96,12 +106,8 @@ void all_to_all(const CallContext& ctx, const void* in, const std::vector<size_t
     throw DistInvalidArgument(std::string(ctx.op) + ": expected " + std::to_string(p) +
                               " sizes and offsets for sending and receiving");
   }
+  detail::check_own_block(ctx, send_bytes, recv_bytes);
   const auto me = static_cast<size_t>(ctx.rank());
-  if (send_bytes[me] != recv_bytes[me]) {
-    throw DistInvalidArgument(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) +
-                              " sends itself " + std::to_string(send_bytes[me]) + " bytes but expects " +
-                              std::to_string(recv_bytes[me]));
-  }
   size_t total = 0;
   for (size_t b : send_bytes) total += b;
   algo = resolve_algo(algo, total, p);

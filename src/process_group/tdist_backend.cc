@@ -851,14 +851,6 @@ void ProcessGroupTdist::reduce_scatter_elements(const algo::CallContext& ctx, co
 void ProcessGroupTdist::all_to_all_bytes(const algo::CallContext& ctx, const void* in,
                                          const std::vector<size_t>& send_bytes, void* out,
                                          const std::vector<size_t>& recv_bytes) const {
-  // Checked here for every path: shared memory would copy the shorter of
-  // the two and leave the rest of this rank's own block stale.
-  const auto me = static_cast<size_t>(ctx.rank());
-  if (send_bytes.at(me) != recv_bytes.at(me)) {
-    throw DistInvalidArgument(std::string(ctx.op) + ": rank " + std::to_string(ctx.rank()) +
-                              " sends itself " + std::to_string(send_bytes[me]) + " bytes but expects " +
-                              std::to_string(recv_bytes[me]));
-  }
   if (auto* shm = shm_for<algo::AllToAllAlgo>()) {
     return algo::shm::all_to_all(ctx, *shm, in, send_bytes, offsets_of(send_bytes), out, recv_bytes,
                                  offsets_of(recv_bytes));

@@ -170,6 +170,20 @@ void pipeline(const CallContext& between, ShmGroup& local, tdist::detail::Worker
   helper_finished();
 }
 
+// Where group rank `rank` sits: its host (index into by_host, which is also
+// its rank among the cross ranks) and its local index there.
+struct Position {
+  size_t host = 0;
+  size_t index = 0;
+};
+Position position_of(const std::vector<std::vector<int>>& by_host, int rank) {
+  for (size_t h = 0; h < by_host.size(); ++h) {
+    const auto at = std::find(by_host[h].begin(), by_host[h].end(), rank);
+    if (at != by_host[h].end()) return {h, static_cast<size_t>(at - by_host[h].begin())};
+  }
+  throw DistBackendError("hierarchy: group rank " + std::to_string(rank) + " is on no host");
+}
+
 // The ops of the two stages: AVG sums in both and divides once at the end
 // (integer AVG would truncate twice otherwise); PREMUL_SUM's factor is
 // applied once, inside the host.
@@ -387,16 +401,8 @@ void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::
                             size_t nbytes, int root) {
   const int l = local.size();
   const auto me = static_cast<size_t>(local.rank());
-  int root_host = 0;
-  int root_index = 0;
-  for (size_t h = 0; h < by_host.size(); ++h) {
-    const auto at = std::find(by_host[h].begin(), by_host[h].end(), root);
-    if (at == by_host[h].end()) continue;
-    root_host = static_cast<int>(h);
-    root_index = static_cast<int>(at - by_host[h].begin());
-  }
-  // The cross ranks are the hosts in by_host's order.
-  const bool on_root_host = cross_ranks.rank() == root_host;
+  const Position from = position_of(by_host, root);
+  const bool on_root_host = static_cast<size_t>(cross_ranks.rank()) == from.host;
   const std::vector<Chunk> chunks = plan_chunks(nbytes, std::max<size_t>(1, chunk_bytes), l, me);
   auto* bytes = static_cast<uint8_t*>(data);
   const CallContext in_host = on(ctx, local_ranks);
@@ -409,11 +415,13 @@ void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::
     return std::accumulate(c.counts.begin(), c.counts.end(), size_t{0});
   };
   auto share = [&](size_t c) {
-    if (on_root_host)
-      broadcast(in_host, local, bytes + chunks[c].begin, chunk_bytes_of(chunks[c]), root_index);
+    if (on_root_host) {
+      broadcast(in_host, local, bytes + chunks[c].begin, chunk_bytes_of(chunks[c]),
+                static_cast<int>(from.index));
+    }
   };
   auto across = [&](size_t c) {
-    algorithms::broadcast(between, piece_of(chunks[c]), chunks[c].counts[me], root_host);
+    algorithms::broadcast(between, piece_of(chunks[c]), chunks[c].counts[me], static_cast<int>(from.host));
   };
   auto assemble = [&](size_t c) {
     if (!on_root_host)
@@ -435,17 +443,17 @@ void hierarchical_all_to_all(const CallContext& ctx, ShmGroup& local, transport:
                              const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets,
                              void* out, const std::vector<size_t>& recv_bytes,
                              const std::vector<size_t>& recv_offsets) {
-  const std::vector<int>* mine = &by_host[0];
-  for (const auto& host : by_host) {
-    if (std::find(host.begin(), host.end(), ctx.rank()) != host.end()) mine = &host;
-  }
+  // Before anything moves: the shared-memory stage would find it only after
+  // the blocks for other hosts are on their way.
+  algorithms::detail::check_own_block(ctx, send_bytes, recv_bytes);
+  const std::vector<int>& mine = by_host[position_of(by_host, ctx.rank()).host];
   // This host's blocks, by local index, for shared memory; the others' sizes
   // over TCP, with the host's own set to zero (empty messages keep every
   // pair of ranks matched, as the flat algorithm does).
   std::vector<size_t> local_send, local_send_at, local_recv, local_recv_at;
   std::vector<size_t> remote_send = send_bytes;
   std::vector<size_t> remote_recv = recv_bytes;
-  for (int r : *mine) {
+  for (int r : mine) {
     const auto at = static_cast<size_t>(r);
     local_send.push_back(send_bytes[at]);
     local_send_at.push_back(send_offsets[at]);
@@ -460,9 +468,10 @@ void hierarchical_all_to_all(const CallContext& ctx, ShmGroup& local, transport:
   pipeline(
       ctx, local, cross_worker, 2,
       [&](size_t c) {
-        if (c == 0)
+        if (c == 0) {
           algorithms::all_to_all(ctx, in, remote_send, send_offsets, out, remote_recv, recv_offsets,
                                  AllToAllAlgo::kLinear);
+        }
       },
       [&](size_t c) {
         if (c == 1) all_to_all(in_host, local, in, local_send, local_send_at, out, local_recv, local_recv_at);

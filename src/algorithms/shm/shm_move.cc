@@ -421,6 +421,7 @@ void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
 void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
                 const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets, void* out,
                 const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_offsets) {
+  algorithms::detail::check_own_block(ctx, send_bytes, recv_bytes);
   run_guarded(ctx, group, [&](Call call) {
     const int p = call.size();
     const int me = call.rank();
@@ -428,8 +429,7 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     auto* output = static_cast<uint8_t*>(out);
     const auto m = static_cast<size_t>(me);
     const bool streaming = total(recv_bytes) >= tdist::detail::streaming_threshold();
-    copy_out(output + recv_offsets[m], input + send_offsets[m], std::min(send_bytes[m], recv_bytes[m]),
-             streaming);
+    copy_out(output + recv_offsets[m], input + send_offsets[m], send_bytes[m], streaming);
     if (p == 1) return;
     // Only the sizes of this rank's own blocks are known here, so the ranks
     // first agree on the largest block (in the flag payload): it fixes how

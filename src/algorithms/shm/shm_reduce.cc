@@ -330,41 +330,73 @@ void reduce(const CallContext& ctx, ShmGroup& group, void* data, size_t count, D
 
 namespace {
 
-// Copies elements [begin, begin + length) of a block made of `segments`
-// into `dst` (contribute(): premultiplied for PREMUL_SUM).
-void contribute_range(uint8_t* dst, const std::vector<InputSegment>& segments, size_t begin, size_t length,
-                      DType dtype, const ReduceOp& op, bool streaming) {
-  const size_t eb = element_size(dtype);
-  for (const InputSegment& segment : segments) {
-    if (length == 0) return;
-    if (begin >= segment.count) {
-      begin -= segment.count;
-      continue;
-    }
-    const size_t n = std::min(length, segment.count - begin);
-    contribute(dst, static_cast<const uint8_t*>(segment.data) + begin * eb, n, dtype, op, streaming);
-    dst += n * eb;
-    length -= n;
-    begin = 0;
+// Where each block of a reduce_scatter's input lies: one after another in
+// one input (on one host), or, for the hierarchy, in segments per block.
+class BlockSource {
+ public:
+  BlockSource(const void* input, const std::vector<size_t>& counts, DType dtype)
+      : input_(static_cast<const uint8_t*>(input)), offsets_(counts.size(), 0), eb_(element_size(dtype)) {
+    for (size_t r = 1; r < counts.size(); ++r) offsets_[r] = offsets_[r - 1] + counts[r - 1];
   }
-}
+  BlockSource(const std::vector<std::vector<InputSegment>>& blocks, DType dtype)
+      : segments_(&blocks), eb_(element_size(dtype)) {}
+
+  // Block j's first element if the block lies in one piece, else null.
+  const uint8_t* in_one_piece(size_t j) const {
+    if (segments_ == nullptr) return input_ + offsets_[j] * eb_;
+    const auto& block = (*segments_)[j];
+    return block.size() == 1 ? static_cast<const uint8_t*>(block[0].data) : nullptr;
+  }
+
+  // Copies elements [begin, begin + length) of block j into `dst`
+  // (contribute(): premultiplied for PREMUL_SUM).
+  void contribute_range(uint8_t* dst, size_t j, size_t begin, size_t length, DType dtype, const ReduceOp& op,
+                        bool streaming) const {
+    if (segments_ == nullptr) {
+      contribute(dst, input_ + (offsets_[j] + begin) * eb_, length, dtype, op, streaming);
+      return;
+    }
+    for (const InputSegment& segment : (*segments_)[j]) {
+      if (length == 0) return;
+      if (begin >= segment.count) {
+        begin -= segment.count;
+        continue;
+      }
+      const size_t n = std::min(length, segment.count - begin);
+      contribute(dst, static_cast<const uint8_t*>(segment.data) + begin * eb_, n, dtype, op, streaming);
+      dst += n * eb_;
+      length -= n;
+      begin = 0;
+    }
+  }
+
+ private:
+  const uint8_t* input_ = nullptr;
+  std::vector<size_t> offsets_;
+  const std::vector<std::vector<InputSegment>>* segments_ = nullptr;
+  size_t eb_;
+};
+
+void reduce_scatter_impl(const CallContext& ctx, ShmGroup& group, const BlockSource& blocks, void* out,
+                         const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 
 }  // namespace
 
 void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                     const std::vector<size_t>& counts, DType dtype, const ReduceOp& op) {
-  std::vector<std::vector<InputSegment>> blocks(counts.size());
-  const auto* input = static_cast<const uint8_t*>(in);
-  for (size_t r = 0; r < counts.size(); ++r) {
-    blocks[r].push_back({input, counts[r]});
-    input += counts[r] * element_size(dtype);
-  }
-  reduce_scatter_segments(ctx, group, blocks, out, counts, dtype, op);
+  reduce_scatter_impl(ctx, group, BlockSource(in, counts, dtype), out, counts, dtype, op);
 }
 
 void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
                              const std::vector<std::vector<InputSegment>>& blocks, void* out,
                              const std::vector<size_t>& counts, DType dtype, const ReduceOp& op) {
+  reduce_scatter_impl(ctx, group, BlockSource(blocks, dtype), out, counts, dtype, op);
+}
+
+namespace {
+
+void reduce_scatter_impl(const CallContext& ctx, ShmGroup& group, const BlockSource& blocks, void* out,
+                         const std::vector<size_t>& counts, DType dtype, const ReduceOp& op) {
   run_guarded(ctx, group, [&](Call call) {
     const size_t eb = element_size(dtype);
     const int p = call.size();
@@ -373,7 +405,7 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
     auto* output = static_cast<uint8_t*>(out);
     if (p == 1) {
       if (counts[0] > 0)
-        contribute_range(output, blocks[0], 0, counts[0], dtype, ReduceOp(ReduceOp::SUM), false);
+        blocks.contribute_range(output, 0, 0, counts[0], dtype, ReduceOp(ReduceOp::SUM), false);
       if (premul) premultiply(output, counts[0], dtype, op);
       return;
     }
@@ -382,8 +414,7 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
     if (largest == 0) return;
     // This rank's own block is read in place when it lies in one piece of
     // memory; otherwise it is copied in like the others'.
-    const auto& own_block = blocks[static_cast<size_t>(me)];
-    const bool own_in_place = !premul && own_block.size() == 1;
+    const uint8_t* own_block = premul ? nullptr : blocks.in_one_piece(static_cast<size_t>(me));
     // Each round carries `section` elements of every block; rank j reduces
     // block j's section of every rank into its output. When every block
     // fits, the sections ride in the flag line: one cache line per peer.
@@ -407,10 +438,10 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
       }
       auto copy_in = [&](bool streaming) {
         for (int j = 0; j < p; ++j) {
-          if (j == me && own_in_place) continue;
+          if (j == me && own_block != nullptr) continue;
           Piece piece = piece_of(counts[static_cast<size_t>(j)], section, i);
-          contribute_range(mine + static_cast<size_t>(j) * section * eb, blocks[static_cast<size_t>(j)],
-                           piece.begin, piece.length, dtype, op, streaming);
+          blocks.contribute_range(mine + static_cast<size_t>(j) * section * eb, static_cast<size_t>(j),
+                                  piece.begin, piece.length, dtype, op, streaming);
         }
       };
       if (measured) {
@@ -422,8 +453,8 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
       Piece own = piece_of(counts[static_cast<size_t>(me)], section, i);
       for (int r = 0; r < p; ++r) {
         if (r != me) call.wait_arrive(r, k);
-        srcs[static_cast<size_t>(r)] = (r == me && own_in_place)
-                                           ? static_cast<const uint8_t*>(own_block[0].data) + own.begin * eb
+        srcs[static_cast<size_t>(r)] = (r == me && own_block != nullptr)
+                                           ? own_block + own.begin * eb
                                            : area(r, k) + static_cast<size_t>(me) * section * eb;
       }
       if (own.length == 0) continue;
@@ -438,5 +469,7 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
     }
   });
 }
+
+}  // namespace
 
 }  // namespace tdist::algorithms::shm

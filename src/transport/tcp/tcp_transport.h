@@ -54,8 +54,9 @@ struct TcpOptions {
   std::string reach_host;
   /// Connections per pair of ranks; messages of tcp::kStripeMinBytes or more
   /// (tcp::kMultiInterfaceStripeMinBytes when the accepting rank listens on
-  /// several interfaces) are cut into one stripe per connection. 0: TDIST_TCP_SOCKETS, else
-  /// kDefaultSocketsPerPeer. The rank that connects decides for its pair.
+  /// several interfaces) are cut into one stripe per connection. 0:
+  /// TDIST_TCP_SOCKETS, else kDefaultSocketsPerPeer. The rank that connects
+  /// decides for its pair.
   int sockets_per_peer = 0;
   /// The job's shared secret: when there is one, every connection proves
   /// it both ways (tcp_handshake.h), and a peer without it is refused.
