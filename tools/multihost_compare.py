@@ -99,6 +99,10 @@ def rows_from(output, lib):
     return rows
 
 
+def ms(us):
+    return "-" if us is None else f"{us / 1e3:.3f}"
+
+
 def median_time(runs, size):
     """The median of one size's times over runs (lists of rows); None if no run has it."""
     times = sorted(t for rows in runs for r in rows if r["bytes"] == size and (t := r.get("time_us")) is not None)
@@ -143,6 +147,14 @@ def plot(rows, path):
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def bench_command(args, op, size):
+    """tdist-bench for one size, with as many iterations as gloo_bench.py
+    gives it (up to 1000 for small ones), at least --iters."""
+    iters = max(args.iters, min(1000, int(2e8 // max(size, 1))))
+    return [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(size), "-e", str(size),
+            "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", "--timeout", "600"]
 
 
 def run_on_testbed(args, per_host, command, env_extra=None):
@@ -197,6 +209,7 @@ def main():
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     gloo = not args.no_gloo and os.path.exists(args.gloo_bench)
     ifnames = ",".join(f"eth{k}" for k in range(args.nics))
+    rate = args.rate_bytes * args.nics if args.rate_bytes else None  # bytes/s a host may send, all NICs
     testbed.remove_stale()
 
     rtt = measure_rtt(args)
@@ -206,32 +219,22 @@ def main():
     out_rows = []
     for per_host in (int(r) for r in args.ranks.split(",")):
         for op in args.ops.split(","):
-            def bench(size):
-                # As many iterations as gloo_bench.py gives the size (up to
-                # 1000 for small ones), at least --iters.
-                iters = max(args.iters, min(1000, int(2e8 // max(size, 1))))
-                return [os.path.join(args.build, "bin", "tdist-bench"), "--op", op, "-b", str(size), "-e", str(size),
-                        "-n", str(iters), "-w", str(max(2, iters // 10)), "--json", "--timeout", "600"]
             peer = [sys.executable, "-W", "ignore", args.gloo_bench, op, ",".join(map(str, sizes))]
             ours, theirs = [], []
             for _ in range(args.rounds):
                 ours.append([row for size in sizes for row in rows_from(
-                    run_on_testbed(args, per_host, bench(size), {"TDIST_SOCKET_IFNAME": ifnames}), "tdist")])
+                    run_on_testbed(args, per_host, bench_command(args, op, size), {"TDIST_SOCKET_IFNAME": ifnames}), "tdist")])
                 if gloo:
                     theirs.append(rows_from(run_on_testbed(args, per_host, peer, {"GLOO_SOCKET_IFNAME": ifnames}),
                                             "gloo"))
             for size in sizes:
                 t = median_time(ours, size)
                 g = median_time(theirs, size)
-                rate = args.rate_bytes * args.nics if args.rate_bytes else None
                 limit = host_bytes(op, size, args.hosts, per_host) / rate * 1e6 if rate else None
                 row = {"hosts": args.hosts, "ranks_per_host": per_host, "link": args.link, "nics": args.nics,
                        "rounds": args.rounds, "op": op, "bytes": size, "tdist_us": t, "gloo_us": g,
                        "link_limit_us": limit, "rtt_us": rtt}
                 out_rows.append(row)
-
-                def ms(x):
-                    return "-" if x is None else f"{x / 1e3:.3f}"
                 share = f"{limit / t:.2f}" if t and limit else "-"
                 ratio = f"{g / t:.2f}x" if t and g else "-"
                 print(f"| {args.hosts}x{per_host} | {op} | {size} | {ms(t)} | {ms(g)} | {ms(limit)} | {share} | {ratio} |",

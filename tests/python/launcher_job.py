@@ -27,10 +27,10 @@ LAUNCHER_VARIABLES = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "S
 
 def main():
     launched = tdist._C.launch_environment()  # what tdist reads before any rendezvous
+    # torchrun's variables as the job found them (with --torch, importing
+    # tdist.torch exports them from the launcher's own).
+    seen = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     if "--torch" in sys.argv:
-        # RANK and friends are exported by the import, from the launcher's own
-        # variables; record what the job saw before that.
-        seen = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
         import torch
         import torch.distributed as dist
         importlib.import_module("tdist.torch")  # registers the backend, exports RANK, ...
@@ -41,7 +41,6 @@ def main():
         reduced, torchelastic = values.tolist(), None
         dist.destroy_process_group()
     else:
-        seen = {name: os.environ.get(name) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
         tdist.init_process_group("tdist", init_method="env://", timeout=timedelta(seconds=60))
         rank, world_size = tdist.get_rank(), tdist.get_world_size()
         values = numpy.array([rank + 1, (rank + 1) ** 2, 2 ** rank], dtype=numpy.float64)

@@ -59,7 +59,6 @@ create_process_group = _backend.create_process_group
 is_registered = _backend.is_registered
 
 
-
 def _export_launcher_variables():
     """torch's env:// reads only RANK and WORLD_SIZE (torchrun's variables).
     Under mpirun, PMI launchers or srun, which set their own, export RANK,

@@ -1,0 +1,38 @@
+"""What test_slurm.py and test_mpirun.py share: an environment with no
+launcher's variables in it (so that only the launcher under test can say
+who a rank is), a free port, and the checks of one rank's report from
+launcher_job.py."""
+
+import os
+import re
+import socket
+
+# Variables of every launcher (and of a job pytest itself may run in).
+FOREIGN = re.compile(r"^(SLURM_|SALLOC_|SBATCH_|SRUN_|OMPI_|PMI_|PMIX_|MPI_LOCAL)|^(RANK|WORLD_SIZE|LOCAL_RANK|"
+                     r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|TDIST_RESTART_COUNT)$")
+
+
+def without_launcher_variables():
+    """os.environ without any launcher's variables."""
+    return {k: v for k, v in os.environ.items() if not FOREIGN.match(k)}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_report(report, rank, world_size, rank_source):
+    """One rank's report: the rank and world size the launcher gave, read by
+    tdist from `rank_source` with none of torchrun's variables around, and
+    the all_reduce of [r + 1, (r + 1) ** 2, 2 ** r] over every rank r."""
+    expected = [sum(r + 1 for r in range(world_size)), sum((r + 1) ** 2 for r in range(world_size)),
+                sum(2 ** r for r in range(world_size))]
+    assert report["world_size"] == world_size, report
+    assert report["launcher"][rank_source] == str(rank), report
+    assert all(value is None for value in report["torch_launcher_variables"].values()), report
+    launched = report["launch_environment"]
+    assert (launched["rank"], launched["world_size"], launched["rank_source"]) == \
+        (rank, world_size, rank_source), report
+    assert report["reduced"] == expected, report
