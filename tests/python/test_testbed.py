@@ -188,6 +188,13 @@ def test_a_killed_testbeds_namespaces_are_removed_by_the_next_run():
     assert ours(proc.pid) == []
 
 
+def agent(hosts, per_host):
+    """tdistrun's command line for every testbed host (the tool fills in
+    {host} and {master}): `per_host` ranks on each of `hosts`."""
+    return (f"{TDISTRUN} --nnodes {hosts} --node-rank {{host}} --master-addr {{master}} --master-port 29500 "
+            f"--nproc-per-node {per_host}")
+
+
 def tdist_env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(BUILD, "python") + os.pathsep + env.get("PYTHONPATH", "")
@@ -203,8 +210,7 @@ def test_every_collective_across_shaped_hosts(hosts, ranks, options):
     # the transport all run on fd00:77:... addresses (no IPv4 but loopback),
     # with both NICs listed.
     job = os.path.join(HERE, "testbed_job.py")
-    line = (f"TDIST_SOCKET_IFNAME=$TESTBED_IFNAMES exec {TDISTRUN} --nnodes {hosts} --node-rank {{host}} "
-            f"--master-addr {{master}} --master-port 29500 --nproc-per-node {ranks} {sys.executable} {job}")
+    line = f"TDIST_SOCKET_IFNAME=$TESTBED_IFNAMES exec {agent(hosts, ranks)} {sys.executable} {job}"
     result = subprocess.run([sys.executable, TOOL, "--hosts", str(hosts), "--rate", "5gbit", "--timeout", "200",
                              *options, "--", "sh", "-c", line], capture_output=True, text=True, timeout=240,
                             env=tdist_env())
@@ -221,8 +227,7 @@ def test_two_listed_nics_each_carry_half_of_a_hierarchical_all_reduce():
     # hierarchy's messages across hosts are striped over connections to
     # both), and the results are checked.
     bench = os.path.join(BUILD, "bin", "tdist-bench")
-    line = (f"TDIST_SOCKET_IFNAME=eth0,eth1 {TDISTRUN} --nnodes 2 --node-rank {{host}} --master-addr {{master}} "
-            f"--master-port 29500 --nproc-per-node 2 {bench} --op all_reduce -b 16M -e 16M -n 4 -w 1 --check "
+    line = (f"TDIST_SOCKET_IFNAME=eth0,eth1 {agent(2, 2)} {bench} --op all_reduce -b 16M -e 16M -n 4 -w 1 --check "
             "&& echo sent $(cat /sys/class/net/eth0/statistics/tx_bytes) $(cat /sys/class/net/eth1/statistics/tx_bytes)")
     result = subprocess.run([sys.executable, TOOL, "--hosts", "2", "--nics", "2", "--rate", "5gbit", "--timeout",
                              "200", "--", "sh", "-c", line], capture_output=True, text=True, timeout=240,
@@ -301,19 +306,18 @@ def test_a_cut_link_gives_errors_within_the_timeout_naming_the_unreachable_ranks
 @pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
 def test_64_ranks_on_8_hosts_pass_the_checks_and_meet():
     bench = os.path.join(BUILD, "bin", "tdist-bench")
-    agent = [TDISTRUN, "--nnodes", "8", "--node-rank", "{host}", "--master-addr", "{master}", "--master-port",
-             "29500", "--nproc-per-node", "8"]
+    agents = agent(8, 8).split()
     # Every collective and send/recv at sizes that give each of the 64
     # ranks at least one element, each result checked; then 20 timed
     # iterations of each, barrier included.
-    checked = subprocess.run([sys.executable, TOOL, "--hosts", "8", "--timeout", "400", "--", *agent, bench,
+    checked = subprocess.run([sys.executable, TOOL, "--hosts", "8", "--timeout", "400", "--", *agents, bench,
                               "--op", "all", "-b", "256", "-e", "4K", "-f", "4", "-n", "20", "-w", "1", "--check",
                               "--timeout", "300"], capture_output=True, text=True, timeout=450, env=tdist_env())
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
     assert "# wrong elements in total: 0" in checked.stdout
     assert "world size 64" in checked.stdout
     # The launcher's rendezvous and the ranks' init, timed, then a barrier loop.
-    met = subprocess.run([sys.executable, TOOL, "--hosts", "8", "--timeout", "400", "--", *agent, sys.executable,
+    met = subprocess.run([sys.executable, TOOL, "--hosts", "8", "--timeout", "400", "--", *agents, sys.executable,
                           os.path.join(HERE, "testbed_rendezvous.py"), "200"],
                          capture_output=True, text=True, timeout=450, env=tdist_env())
     assert met.returncode == 0, met.stdout[-3000:] + met.stderr[-3000:]
