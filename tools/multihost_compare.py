@@ -208,7 +208,7 @@ def main():
     args.rate_bytes = None if args.link == "none" else testbed.parse_rate(args.link)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     gloo = not args.no_gloo and os.path.exists(args.gloo_bench)
-    ifnames = ",".join(f"eth{k}" for k in range(args.nics))
+    ifnames = testbed.ifnames(args.nics)
     rate = args.rate_bytes * args.nics if args.rate_bytes else None  # bytes/s a host may send, all NICs
     testbed.remove_stale()
 

@@ -90,6 +90,11 @@ def has_netem():
         _run("ip", "netns", "del", probe, check=False)
 
 
+def ifnames(nics):
+    """The interfaces of a host with `nics` NICs, comma-separated: "eth0,eth1"."""
+    return ",".join(f"eth{k}" for k in range(nics))
+
+
 class Testbed:
     """H hosts (namespaces), each with `nics` interfaces eth0.. joined by one
     bridge per interface index; IPv4 10.(77+k).0.(i+1)/24, or with ipv6
@@ -118,7 +123,7 @@ class Testbed:
 
     def ifnames(self):
         """Every host's interfaces, comma-separated: "eth0,eth1"."""
-        return ",".join(f"eth{k}" for k in range(self.nics))
+        return ifnames(self.nics)
 
     def _ns(self, name):
         _run("ip", "netns", "add", name)
