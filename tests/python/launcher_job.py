@@ -3,8 +3,9 @@ another launcher (Slurm's srun, Open MPI's mpirun): nothing but that
 launcher's variables (SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...) and
 MASTER_ADDR/MASTER_PORT says who it is. It joins an env:// process group,
 all_reduces [rank + 1, (rank + 1) ** 2, 2 ** rank] and prints one JSON line:
-what the launcher set, what tdist made of it, and the reduced values (the
-tests compute the expected sums themselves).
+what the launcher set, what tdist made of it, the reduced values (the
+tests compute the expected sums themselves), TDIST_HOST_ID and the inode of
+the rank's network namespace (test_slurm.py's testbed nodes).
 
 With --torch the group is torch.distributed's, on the "tdist" backend of
 the plugin (`import tdist.torch`), and the values a torch tensor. With
@@ -50,7 +51,8 @@ def main():
     launcher = {name: os.environ.get(name) for name in LAUNCHER_VARIABLES}
     line = json.dumps({"rank": rank, "world_size": world_size, "launch_environment": launched,
                        "launcher": launcher, "torch_launcher_variables": seen, "reduced": reduced,
-                       "torchelastic": torchelastic})
+                       "torchelastic": torchelastic, "host_id": os.environ.get("TDIST_HOST_ID"),
+                       "netns_inode": os.stat("/proc/self/ns/net").st_ino})
     print(line, flush=True)
     if "--out" in sys.argv:
         with open(os.path.join(sys.argv[sys.argv.index("--out") + 1], f"{rank}.json"), "w") as f:

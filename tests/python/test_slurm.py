@@ -9,8 +9,13 @@ SLURM_NTASKS / SLURM_STEP_NUM_TASKS, SLURM_LOCALID) and MASTER_ADDR/PORT,
 must form one job: the Python package's env:// rendezvous (launcher_job.py)
 and the tdist-bench binary, as they do under mpirun.
 
+A second cluster runs on the namespace testbed (tools/testbed.py): its two
+nodes are two hosts joined by a bridge, and a job of both nodes runs across
+that link, hierarchically.
+
 Needs root and Debian's slurmd, slurmctld and slurm-client (which bring
-munge); skipped elsewhere, saying so."""
+munge), and for the testbed's cluster network namespaces; skipped
+elsewhere, saying so."""
 
 import json
 import os
@@ -26,6 +31,7 @@ import time
 import pytest
 
 from launcher_env import check_report, free_port, without_launcher_variables
+from testbed_tool import namespaces_unavailable, testbed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, os.pardir, os.pardir)
@@ -55,15 +61,14 @@ def _tail(path, lines=15):
 
 SLURM_CONF = """\
 ClusterName=tdisttest
-SlurmctldHost={host}(127.0.0.1)
+SlurmctldHost={host}({ctld_addr})
 SlurmctldPort={ctld_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={tmp}/munge/munge.socket
-# Bind to this host's address, not to every address (slurmctld; slurmd, srun).
-CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
+{communication}
 StateSaveLocation={tmp}/state
 SlurmdSpoolDir={tmp}/spool/%n
 SlurmctldPidFile={tmp}/slurmctld.pid
@@ -81,19 +86,34 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/builtin
 MpiDefault=none
+{task_prolog}
 ReturnToService=2
 KillWait=5
-# Two slurmd on this one host, each a node of its own (Debian builds Slurm
-# with multiple-slurmd support): `slurmd -N n0`, `slurmd -N n1`.
+# Two slurmd on this one machine, each a node of its own (Debian builds
+# Slurm with multiple-slurmd support): `slurmd -N n0`, `slurmd -N n1`.
 {nodes}
 PartitionName=debug Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
 """
 
 
-class Cluster:
-    """A private Slurm cluster in a temporary directory; srun() runs a job step on it."""
+# A testbed's hosts share this machine's hostname and /dev/shm, so tdist
+# would take their ranks for one host's: the task prolog, which slurmstepd
+# runs before each task and whose "export" lines become the task's
+# variables, gives every node a host identity of its own.
+TASK_PROLOG = """\
+#!/bin/sh
+echo "export TDIST_HOST_ID=slurm-node-$SLURMD_NODENAME"
+"""
 
-    def __init__(self):
+
+class Cluster:
+    """A private Slurm cluster in a temporary directory; srun() runs a job
+    step on it. Its nodes run on 127.0.0.1, or with `bed` (a started
+    tools/testbed.py Testbed) node i in host i and slurmctld, srun and the
+    other commands in host 0."""
+
+    def __init__(self, bed=None):
+        self.bed = bed
         self.tmp = tempfile.mkdtemp(prefix="tdist_slurm_")
         # munged insists that everyone may traverse to its socket's directory.
         os.chmod(self.tmp, 0o711)
@@ -109,10 +129,23 @@ class Cluster:
     def path(self, *parts):
         return os.path.join(self.tmp, *parts)
 
-    def _start(self, name, *argv):
+    def command(self, *argv, host=0):
+        """argv with its program's full path, to run in `host` of the testbed if there is one."""
+        full = [_tool(argv[0]), *argv[1:]]
+        # nsenter changes the network namespace only: `ip netns exec` would
+        # also mount the namespace's own /sys, without /sys/fs/cgroup, which
+        # slurmd needs.
+        return ["nsenter", f"--net=/run/netns/{self.bed.host_ns(host)}", *full] if self.bed else full
+
+    def addr(self, host):
+        return self.bed.addr(host) if self.bed else "127.0.0.1"
+
+    def _start(self, name, *argv, host=None):
+        """A daemon, in `host` of the testbed (None: this machine's namespace)."""
         log = open(self.path("log", name + ".out"), "w")
         try:
-            proc = subprocess.Popen([_tool(argv[0]), *argv[1:]], env=self.env, cwd=self.tmp,
+            argv = self.command(*argv, host=host) if host is not None else [_tool(argv[0]), *argv[1:]]
+            proc = subprocess.Popen(argv, env=self.env, cwd=self.tmp,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         finally:
@@ -168,17 +201,31 @@ class Cluster:
 
         host = socket.gethostname().split(".")[0]  # `hostname -s`, which slurmctld checks SlurmctldHost against
         cpus = os.cpu_count() or 1
-        nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs={cpus} "
-                          "State=UNKNOWN" for n in NODES)
+        nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr={self.addr(i)} Port={free_port()} "
+                          f"CPUs={cpus} State=UNKNOWN" for i, n in enumerate(NODES))
+        if self.bed:
+            # Inside a testbed host every address is that host's own.
+            communication = "# Inside the testbed's hosts, binding to any address binds to the host's."
+            prolog = self.path("task_prolog")
+            with open(prolog, "w") as f:
+                f.write(TASK_PROLOG)
+            os.chmod(prolog, 0o755)
+            task_prolog = f"TaskProlog={prolog}"
+        else:
+            communication = ("# Bind to this host's address, not to every address (slurmctld; slurmd, srun).\n"
+                             "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny")
+            task_prolog = ""
         with open(self.conf, "w") as f:
-            f.write(SLURM_CONF.format(host=host, ctld_port=free_port(), tmp=self.tmp, nodes=nodes,
+            f.write(SLURM_CONF.format(host=host, ctld_addr=self.addr(0), ctld_port=free_port(), tmp=self.tmp,
+                                      communication=communication, task_prolog=task_prolog, nodes=nodes,
                                       node_list=",".join(NODES)))
-        self._start("slurmctld", "slurmctld", "-D", "-c")
-        for n in NODES:
-            self._start(f"slurmd-{n}", "slurmd", "-D", "-N", n)
+        on_bed = (lambda i: i) if self.bed else (lambda i: None)
+        self._start("slurmctld", "slurmctld", "-D", "-c", host=on_bed(0))
+        for i, n in enumerate(NODES):
+            self._start(f"slurmd-{n}", "slurmd", "-D", "-N", n, host=on_bed(i))
 
         def nodes_idle():
-            out = subprocess.run([_tool("sinfo"), "--noheader", "--Node", "--format=%N %T"], env=self.env,
+            out = subprocess.run(self.command("sinfo", "--noheader", "--Node", "--format=%N %T"), env=self.env,
                                  capture_output=True, text=True, timeout=POLL_DEADLINE).stdout.split()
             return sorted(zip(out[::2], out[1::2])) == [(n, "idle") for n in NODES]
 
@@ -187,11 +234,11 @@ class Cluster:
     def srun(self, *args, ntasks, nodes=1, timeout=JOB_DEADLINE):
         """srun -N nodes -n ntasks ARGS with MASTER_ADDR/PORT exported, its
         output labelled with the task id: (returncode, stdout, stderr)."""
-        master = f"MASTER_ADDR=127.0.0.1,MASTER_PORT={free_port()}"
+        master = f"MASTER_ADDR={self.addr(0)},MASTER_PORT={free_port()}"
         # --overcommit: more tasks than this machine has CPUs; --kill-on-bad-exit:
         # a rank that fails ends the step rather than leave the others waiting.
-        cmd = [_tool("srun"), f"--nodes={nodes}", f"--ntasks={ntasks}", "--overcommit", "--kill-on-bad-exit=1",
-               "--label", "--time=2", f"--export=ALL,{master}", *args]
+        cmd = self.command("srun", f"--nodes={nodes}", f"--ntasks={ntasks}", "--overcommit", "--kill-on-bad-exit=1",
+                           "--label", "--time=2", f"--export=ALL,{master}", *args)
         proc = subprocess.Popen(cmd, env=self.env, cwd=self.tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
@@ -205,7 +252,7 @@ class Cluster:
         return proc.returncode, out, err
 
     def cancel_all(self):
-        subprocess.run([_tool("scancel"), f"--user={self.user}"], env=self.env, capture_output=True,
+        subprocess.run(self.command("scancel", f"--user={self.user}"), env=self.env, capture_output=True,
                        timeout=JOB_DEADLINE)
 
     def _leftovers(self):
@@ -254,12 +301,8 @@ def _unavailable():
     return None
 
 
-@pytest.fixture(scope="module")
-def slurm():
-    reason = _unavailable()
-    if reason:
-        pytest.skip(reason)
-    cluster = Cluster()
+def _running(cluster):
+    """Starts the cluster, yields it and stops it."""
     try:
         problem = cluster.start()
         if problem:
@@ -269,6 +312,25 @@ def slurm():
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = _unavailable()
+    if reason:
+        pytest.skip(reason)
+    yield from _running(Cluster())
+
+
+@pytest.fixture(scope="module")
+def slurm_on_testbed():
+    """The cluster with its two nodes in two testbed hosts (network
+    namespaces joined by a bridge, tools/testbed.py)."""
+    reason = _unavailable() or namespaces_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with testbed.Testbed(len(NODES)) as bed:
+        yield from _running(Cluster(bed))
 
 
 def labelled(output):
@@ -351,3 +413,49 @@ def test_bench_says_srun_set_the_rank_when_given_nproc(slurm):
     code, out, err = slurm.srun(BENCH, "--nproc", "3", "-n", "1", ntasks=2)
     assert code != 0, out
     assert "--nproc 3 is for runs without a launcher, but SLURM_PROCID is set (world size 2)" in err, err
+
+
+def _netns_inode(path):
+    return os.stat(path).st_ino
+
+
+def test_ranks_on_two_testbed_hosts_form_one_job_across_the_link(slurm_on_testbed):
+    # srun in testbed host 0 starts 2 tasks on each node, and node i is
+    # testbed host i: the tasks run in that host's network namespace, the
+    # task prolog gives each node its host identity, and the job meets at
+    # host 0's address over the bridge.
+    cluster = slurm_on_testbed
+    reports = run_python_job(cluster, 4, 2, "--ntasks-per-node=2", "--distribution=block")
+    hosts = [0, 0, 1, 1]
+    for rank, host in enumerate(hosts):
+        report = reports[rank]
+        assert report["launcher"]["SLURMD_NODENAME"] == NODES[host], report
+        assert report["host_id"] == f"slurm-node-{NODES[host]}", report
+        assert report["netns_inode"] == _netns_inode(f"/run/netns/{cluster.bed.host_ns(host)}"), report
+        assert report["launch_environment"]["local_rank"] == rank % 2, report
+
+
+def _sent(cluster, host):
+    """Bytes host `host` of the testbed has sent on its link."""
+    out = subprocess.run(["ip", "netns", "exec", cluster.bed.host_ns(host), "cat",
+                          "/sys/class/net/eth0/statistics/tx_bytes"], capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+def test_bench_on_two_testbed_hosts_checks_every_collective_across_the_link(slurm_on_testbed):
+    # tdist-bench, 2 nodes x 2 ranks: the collectives run hierarchically
+    # (shared memory inside a node, the link between them), are checked,
+    # and node 1 sends at least its half of a 1 MiB all_reduce on its link.
+    _bench_available()
+    cluster = slurm_on_testbed
+    before = _sent(cluster, 1)
+    ops = "all_reduce,broadcast,all_gather,reduce_scatter,all_to_all"
+    code, out, err = cluster.srun("--ntasks-per-node=2", "--distribution=block", BENCH, "--timeout", "60", "--op",
+                                  ops, "-b", "1", "-e", "1M", "-f", "32", "-n", "2", "-w", "1", "--check", "--json",
+                                  ntasks=4, nodes=2)
+    assert code == 0, f"srun exited with {code}\nstdout:\n{out}\nstderr:\n{err}"
+    rows = [json.loads(text) for task, text in labelled(out)]
+    assert {row["op"] for row in rows} == set(ops.split(",")), out
+    for row in rows:
+        assert row["world_size"] == 4 and row["errors"] == 0, row
+    assert _sent(cluster, 1) - before > (1 << 20) // 2, "node 1's link carried less than half of 1 MiB"

@@ -6,7 +6,6 @@ and runs tdist jobs across hosts: every collective and point to point at
 2 hosts x 2 ranks, 3 x 3 and 3 hosts with 1, 2 and 3 ranks over shaped links, and
 a whole host killed mid all_reduce."""
 
-import importlib.util
 import json
 import os
 import re
@@ -17,30 +16,14 @@ import threading
 
 import pytest
 
+from testbed_tool import TOOL, load_tool, namespaces_unavailable, testbed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, os.pardir, os.pardir)
-TOOL = os.path.join(ROOT, "tools", "testbed.py")
 BUILD = os.environ.get("TDIST_BUILD_DIR", os.path.join(ROOT, "build"))
 TDISTRUN = os.path.join(BUILD, "bin", "tdistrun")
 
-spec = importlib.util.spec_from_file_location("testbed", TOOL)
-testbed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(testbed)
-
-
-def _can_make_namespaces():
-    if os.geteuid() != 0:
-        return "needs root (network namespaces); run the tests as root to include it"
-    probe = f"tb{os.getpid()}-h998"
-    try:
-        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    except FileNotFoundError:
-        return "iproute2 (ip, tc) is not installed"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None if made.returncode == 0 else f"cannot make network namespaces here: {made.stderr.strip()}"
-
-
-REASON = _can_make_namespaces()
+REASON = namespaces_unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
@@ -328,10 +311,7 @@ def test_64_ranks_on_8_hosts_pass_the_checks_and_meet():
 
 
 def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit(tmp_path):
-    spec = importlib.util.spec_from_file_location("multihost_compare",
-                                                  os.path.join(ROOT, "tools", "multihost_compare.py"))
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    compare = load_tool("multihost_compare")
     # Bytes each host must send at least: 2 hosts, 16 units, 2 ranks per host.
     assert compare.host_bytes("all_reduce", 16, 2, 2) == 16  # half out, half back in
     assert compare.host_bytes("all_reduce", 16, 4, 2) == 24  # 2 (H-1)/H
