@@ -321,10 +321,11 @@ TEST(Shm, AGroupSpanningHostsFallsBackToTcpAndComputesTheSameResults) {
 
 // Runs `body` on 6 forked ranks playing 2 "hosts" x 3 ranks and 3 x 2 (the
 // host is rank % hosts, so host order and rank order differ), with the
-// default pipeline chunks and with chunks of `small_chunk` bytes; every rank
-// must run the hierarchy.
+// default pipeline chunks and with chunks of `small_chunk` bytes, and the
+// variables `env` set; every rank must run the hierarchy.
 void on_six_ranks_across_hosts(const char* name, const char* small_chunk,
-                               const std::function<void(ProcessGroup&, int)>& body) {
+                               const std::function<void(ProcessGroup&, int)>& body,
+                               const std::vector<std::pair<const char*, const char*>>& env = {}) {
   for (const char* chunk : {"", small_chunk})
     for (int hosts : {2, 3}) {
       std::string path = temp_path(name);
@@ -333,6 +334,7 @@ void on_six_ranks_across_hosts(const char* name, const char* small_chunk,
           [&](int rank) {
             setenv("TDIST_HOST_ID", std::to_string(rank % hosts).c_str(), 1);
             if (*chunk != 0) setenv("TDIST_HIER_CHUNK_BYTES", chunk, 1);
+            for (const auto& [variable, value] : env) setenv(variable, value, 1);
           },
           [&](ProcessGroup& pg, Store&, int rank) {
             check(dynamic_cast<ProcessGroupTdist&>(pg).hierarchical(), "expected the hierarchy");
@@ -385,55 +387,69 @@ TEST(Shm, AllReduceAcrossHostsRunsHierarchicallyWithTheSameResults) {
   });
 }
 
+// 2 "hosts" x 3 ranks and 3 x 2, hosts interleaved (rank % hosts), so host
+// order and rank order differ: every rank's block must still land at its
+// group rank's place, for even blocks, uneven ones (some empty), the list
+// form and in place; in one chunk and in 4 KiB chunks (up to 196 of them,
+// blocks ending in different chunks), pipelined. Inside a host each block
+// is written in pieces, one per host, straight to their places.
+void check_hierarchical_all_gather(const std::vector<std::pair<const char*, const char*>>& env) {
+  on_six_ranks_across_hosts(
+      "shm_hier_gather", "4096",
+      [&](ProcessGroup& pg, int rank) {
+        const int n = 6;
+        auto value = [](int r, int64_t i) { return double(r * 1000 + i % 997); };
+        for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}}) {
+          Tensor in = make_tensor(DType::kInt64, count, [&](int64_t i) { return value(rank, i); });
+          Tensor out = make_tensor(DType::kInt64, count * n, [](int64_t) { return -1.0; });
+          pg.all_gather_into_tensor(out, in)->wait();
+          for (int r = 0; r < n; ++r)
+            for (int64_t i = 0; i < count; ++i)
+              check(real_at(out, r * count + i) == value(r, i), "wrong block in all_gather_into_tensor");
+          // The list form.
+          std::vector<Tensor> list;
+          for (int r = 0; r < n; ++r)
+            list.push_back(make_tensor(DType::kInt64, count, [](int64_t) { return -1.0; }));
+          pg.all_gather(list, in)->wait();
+          for (int r = 0; r < n; ++r)
+            for (int64_t i = 0; i < count; ++i)
+              check(real_at(list[static_cast<size_t>(r)], i) == value(r, i), "wrong block in the list form");
+          // In place: this rank's block already sits in the output.
+          Tensor whole = make_tensor(DType::kInt64, count * n, [&](int64_t i) {
+            return i / count == rank ? value(rank, i % count) : -1.0;
+          });
+          Tensor slot = whole.narrow(rank * count, count);
+          pg.all_gather_into_tensor(whole, slot)->wait();
+          for (int r = 0; r < n; ++r)
+            for (int64_t i = 0; i < count; ++i)
+              check(real_at(whole, r * count + i) == value(r, i), "wrong block in place");
+        }
+        // Uneven: rank r gives (r * 3) % 5 thousand floats: 0, 3, 1, 4, 2, 0
+        // thousand (two empty), so with 4 KiB chunks the blocks end in
+        // different chunks and some ranks cross nothing in the last ones.
+        std::vector<int64_t> sizes;
+        int64_t total = 0;
+        for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5 * 1000);
+        Tensor in = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)],
+                                [&](int64_t i) { return value(rank, i); });
+        Tensor out = make_tensor(DType::kFloat32, total, [](int64_t) { return -1.0; });
+        pg.all_gather_into_tensor_uneven(out, in, sizes)->wait();
+        int64_t at = 0;
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
+            check(real_at(out, at++) == value(r, i), "wrong block in the uneven all_gather");
+      },
+      env);
+}
+
 TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
-  // 2 "hosts" x 3 ranks and 3 x 2, hosts interleaved (rank % hosts), so
-  // host order and rank order differ: every rank's block must still land at
-  // its group rank's place, for even blocks, uneven ones (some empty), the
-  // list form and in place; in one chunk and in 4 KiB chunks (up to 196 of
-  // them, blocks ending in different chunks), pipelined.
-  on_six_ranks_across_hosts("shm_hier_gather", "4096", [&](ProcessGroup& pg, int rank) {
-    const int n = 6;
-    auto value = [](int r, int64_t i) { return double(r * 1000 + i % 997); };
-    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100'003}}) {
-      Tensor in = make_tensor(DType::kInt64, count, [&](int64_t i) { return value(rank, i); });
-      Tensor out = make_tensor(DType::kInt64, count * n, [](int64_t) { return -1.0; });
-      pg.all_gather_into_tensor(out, in)->wait();
-      for (int r = 0; r < n; ++r)
-        for (int64_t i = 0; i < count; ++i)
-          check(real_at(out, r * count + i) == value(r, i), "wrong block in all_gather_into_tensor");
-      // The list form.
-      std::vector<Tensor> list;
-      for (int r = 0; r < n; ++r)
-        list.push_back(make_tensor(DType::kInt64, count, [](int64_t) { return -1.0; }));
-      pg.all_gather(list, in)->wait();
-      for (int r = 0; r < n; ++r)
-        for (int64_t i = 0; i < count; ++i)
-          check(real_at(list[static_cast<size_t>(r)], i) == value(r, i), "wrong block in the list form");
-      // In place: this rank's block already sits in the output.
-      Tensor whole = make_tensor(DType::kInt64, count * n, [&](int64_t i) {
-        return i / count == rank ? value(rank, i % count) : -1.0;
-      });
-      Tensor slot = whole.narrow(rank * count, count);
-      pg.all_gather_into_tensor(whole, slot)->wait();
-      for (int r = 0; r < n; ++r)
-        for (int64_t i = 0; i < count; ++i)
-          check(real_at(whole, r * count + i) == value(r, i), "wrong block in place");
-    }
-    // Uneven: rank r gives (r * 3) % 5 thousand floats: 0, 3, 1, 4, 2, 0
-    // thousand (two empty), so with 4 KiB chunks the blocks end in
-    // different chunks and some ranks cross nothing in the last ones.
-    std::vector<int64_t> sizes;
-    int64_t total = 0;
-    for (int r = 0; r < n; ++r) total += sizes.emplace_back((r * 3) % 5 * 1000);
-    Tensor in = make_tensor(DType::kFloat32, sizes[static_cast<size_t>(rank)],
-                            [&](int64_t i) { return value(rank, i); });
-    Tensor out = make_tensor(DType::kFloat32, total, [](int64_t) { return -1.0; });
-    pg.all_gather_into_tensor_uneven(out, in, sizes)->wait();
-    int64_t at = 0;
-    for (int r = 0; r < n; ++r)
-      for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
-        check(real_at(out, at++) == value(r, i), "wrong block in the uneven all_gather");
-  });
+  // The shared-memory stage's rounds through the buffers (ranks outnumber
+  // cores here) ...
+  check_hierarchical_all_gather({});
+  // ... its ring of slots ...
+  check_hierarchical_all_gather({{"TDIST_SHM_SINGLE_COPY", "0"}, {"TDIST_SHM_RING_BYTES", "1"}});
+  // ... and single copy, each piece read from its owner's memory.
+  check_hierarchical_all_gather({{"TDIST_SHM_SINGLE_COPY_MIN_BYTES", "1"}});
 }
 
 TEST(Shm, ReduceScatterAcrossHostsRunsHierarchicallyWithExactResults) {

@@ -45,6 +45,16 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
                              const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                 const std::vector<size_t>& bytes);
+/// A place in an all_gather's output: `bytes` bytes at `data`.
+struct OutputSegment {
+  void* data;
+  size_t bytes;
+};
+/// all_gather whose rank r's block fills blocks[r]'s segments one after
+/// another (its size is theirs in all), written where they lie: no copy
+/// out of one buffer afterwards.
+void all_gather_segments(const CallContext& ctx, ShmGroup& group, const void* in,
+                         const std::vector<std::vector<OutputSegment>>& blocks);
 void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
             const std::vector<size_t>& bytes, int root);
 void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,

@@ -477,6 +477,12 @@ void SlotRing::read(int r, size_t j, uint8_t* dst, size_t n, bool streaming) {
   handoff_.read(round_of(j), dst, await(r, j), n, streaming);
 }
 
+void SlotRing::read_with(int r, size_t j, size_t n,
+                         tdist::detail::FunctionRef<void(const uint8_t* src)> copy) {
+  const uint8_t* src = await(r, j);
+  handoff_.read_with(round_of(j), n, [&] { copy(src); });
+}
+
 size_t section_bytes(const ShmGroup& group, int parts, size_t element_bytes) {
   size_t unit = 64 * element_bytes / std::__gcd(size_t{64}, element_bytes);
   size_t bytes = group.buffer_bytes() / static_cast<size_t>(parts) / unit * unit;

@@ -243,6 +243,9 @@ class SlotRing {
   /// A reader: copies writer r's chunk j (`n` bytes) to `dst`, with
   /// streaming stores if `streaming`, timing it if it is a probe.
   void read(int r, size_t j, uint8_t* dst, size_t n, bool streaming);
+  /// A reader: `copy(src)` takes writer r's chunk j (`n` bytes) from its
+  /// slot, timed if it is a probe.
+  void read_with(int r, size_t j, size_t n, tdist::detail::FunctionRef<void(const uint8_t* src)> copy);
   /// Every rank, once done with every chunk it writes or reads.
   void finish() { call_.group.publish_arrive(end_); }
 

@@ -299,41 +299,46 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
 // each host boundary once -- the (H - 1) / H of the output an all_gather
 // must move off a host -- where a flat ring over all ranks crosses at every
 // edge that joins two hosts. Then the host's ranks share what they received
-// in shared memory, and each copies every block to its group rank's place
-// in the output. Chunk c crosses on the helper thread while the caller
-// shares and places chunk c - 1; at most two chunks are in flight, so their
-// regions alternate between two halves of a scratch small enough to be
-// recycled from call to call.
+// in shared memory, each writing every block straight to its group rank's
+// place in the output (all_gather_segments). Sharing into one buffer and
+// copying out of it into rank order took 15-17% longer at 2 hosts x 2
+// ranks and 35% longer at 2 x 4 (16 and 64 MiB over 5 Gbit/s, 2026-11-27,
+// two alternating runs of three each). Chunk c crosses
+// on the helper thread while the caller shares chunk c - 1; at most two
+// chunks are in flight, so what crossed alternates between two halves of a
+// scratch small enough to be recycled from call to call.
 void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport::Transport& local_ranks,
                              transport::Transport& cross_ranks, tdist::detail::WorkerThread& cross_worker,
                              size_t chunk_bytes, const std::vector<std::vector<int>>& by_host, const void* in,
                              void* out, const std::vector<size_t>& bytes) {
   const auto mine = static_cast<size_t>(local.rank());
   const BlockChunks chunks(bytes, chunk_bytes, by_host);
-  auto scratch = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * chunks.widest);
-  auto region_of = [&](size_t c) { return scratch.get() + (c % 2) * chunks.widest; };
+  size_t widest_mine = 0;  // this local index's largest chunk, on every host
+  for (const auto& per_index : chunks.per_index) widest_mine = std::max(widest_mine, per_index[mine]);
+  auto scratch = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * widest_mine);
+  auto region_of = [&](size_t c) { return scratch.get() + (c % 2) * widest_mine; };
   const CallContext in_host = on(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
   auto across = [&](size_t c) {
-    // Lands straight in this rank's part of the chunk's region.
     const size_t own = bytes[static_cast<size_t>(ctx.rank())];
-    algorithms::all_gather(between, source + std::min(c * chunks.step, own),
-                           region_of(c) + chunks.before_index(c, mine), chunks.across_hosts(c, mine));
+    algorithms::all_gather(between, source + std::min(c * chunks.step, own), region_of(c),
+                           chunks.across_hosts(c, mine));
   };
-  auto share_and_place = [&](size_t c) {
-    all_gather(in_host, local, region_of(c) + chunks.before_index(c, mine), region_of(c),
-               chunks.per_index[c]);  // in place
-    const uint8_t* from = region_of(c);
-    chunks.for_each_in_index_order([&](size_t, int r) {
+  // Local index j's block of chunk c is its ranks' parts, host by host:
+  // each goes to its rank's place in the output.
+  std::vector<std::vector<OutputSegment>> places(by_host[0].size());
+  auto share = [&](size_t c) {
+    for (auto& segments : places) segments.clear();
+    chunks.for_each_in_index_order([&](size_t j, int r) {
       const size_t n = chunks.part(r, c);
-      if (n > 0) std::memcpy(target + chunks.offset[static_cast<size_t>(r)] + c * chunks.step, from, n);
-      from += n;
+      if (n > 0) places[j].push_back({target + chunks.offset[static_cast<size_t>(r)] + c * chunks.step, n});
     });
+    all_gather_segments(in_host, local, region_of(c), places);
   };
   pipeline(
-      between, local, cross_worker, chunks.count, across, [](size_t) {}, share_and_place);
+      between, local, cross_worker, chunks.count, across, [](size_t) {}, share);
 }
 
 // reduce_scatter across hosts: inside each host a shared-memory

@@ -148,14 +148,56 @@ void push_to_root(Call& call, const void* in, uint8_t* output, const std::vector
   call.group.publish_reduced(k);
 }
 
+// Where all_gather and gather put rank r's block: at offsets[r] in one
+// output buffer, or (all_gather_segments) in pieces, each where it lies.
+class BlockOutput {
+ public:
+  BlockOutput(uint8_t* output, const std::vector<size_t>& offsets) : output_(output), offsets_(&offsets) {}
+  explicit BlockOutput(const std::vector<std::vector<OutputSegment>>& segments) : segments_(&segments) {}
+
+  // The output buffer (nullptr for segments).
+  uint8_t* buffer() const { return output_; }
+  // Calls place(dst, from, n) for every piece of bytes [begin, begin +
+  // length) of block r: n bytes, `from` bytes past begin, go to dst.
+  template <typename Fn>
+  void each(int r, size_t begin, size_t length, Fn&& place) const {
+    if (length == 0) return;
+    const auto block = static_cast<size_t>(r);
+    if (segments_ == nullptr) {
+      place(output_ + (*offsets_)[block] + begin, size_t{0}, length);
+      return;
+    }
+    const size_t end = begin + length;
+    size_t at = 0;  // bytes of the block before this segment
+    for (const OutputSegment& segment : (*segments_)[block]) {
+      const size_t from = std::max(at, begin);
+      const size_t to = std::min(at + segment.bytes, end);
+      if (from < to) place(static_cast<uint8_t*>(segment.data) + (from - at), from - begin, to - from);
+      at += segment.bytes;
+      if (at >= end) break;
+    }
+  }
+
+ private:
+  uint8_t* output_ = nullptr;
+  const std::vector<size_t>* offsets_ = nullptr;
+  const std::vector<std::vector<OutputSegment>>* segments_ = nullptr;
+};
+
+// Copies bytes [begin, begin + n) of block r from src to their places.
+void copy_block(const BlockOutput& out, int r, size_t begin, const uint8_t* src, size_t n, bool streaming) {
+  out.each(r, begin, n,
+           [&](uint8_t* dst, size_t from, size_t len) { copy_out(dst, src + from, len, streaming); });
+}
+
 // all_gather and gather through a SlotRing: each rank copies chunk j of its
 // block into its slot and, if it reads, its own chunk j into its output
 // while the chunk is still in its cache (every input is read from memory
 // once, not twice: at 2 ranks a quarter less memory traffic than copying
 // the whole block out first), then every other rank's chunk j. gather's
 // root writes no slot.
-void ring_gather(Call& call, const uint8_t* input, uint8_t* output, const std::vector<size_t>& bytes,
-                 const std::vector<size_t>& offsets, int root, bool streaming) {
+void ring_gather(Call& call, const uint8_t* input, const BlockOutput& output,
+                 const std::vector<size_t>& bytes, int root, bool streaming) {
   const int p = call.size();
   const int me = call.rank();
   const auto m = static_cast<size_t>(me);
@@ -167,12 +209,14 @@ void ring_gather(Call& call, const uint8_t* input, uint8_t* output, const std::v
       ring.fill(j, input + mine.begin, mine.length);
       if (root >= 0) continue;
     }
-    copy_out(output + offsets[m] + mine.begin, input + mine.begin, mine.length, streaming);
+    copy_block(output, me, mine.begin, input + mine.begin, mine.length, streaming);
     for (int step = 1; step < p; ++step) {
       const int r = (me + step) % p;
       Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, j);
       if (theirs.length == 0) continue;
-      ring.read(r, j, output + offsets[static_cast<size_t>(r)] + theirs.begin, theirs.length, streaming);
+      ring.read_with(r, j, theirs.length, [&](const uint8_t* src) {
+        copy_block(output, r, theirs.begin, src, theirs.length, streaming);
+      });
     }
     ring.release(j);
   }
@@ -181,11 +225,11 @@ void ring_gather(Call& call, const uint8_t* input, uint8_t* output, const std::v
 
 // all_gather and gather: every rank publishes piece i of its block each
 // round; readers (everyone, or only root) copy all pieces out.
-void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
+void gather_impl(Call& call, const void* in, const BlockOutput& output, const std::vector<size_t>& bytes,
+                 int root) {
   const int p = call.size();
   const int me = call.rank();
-  const auto offsets = offsets_of(bytes);
-  auto* output = static_cast<uint8_t*>(out);
+  const auto* input = static_cast<const uint8_t*>(in);
   const bool reader = root < 0 || root == me;
   const bool streaming = total(bytes) >= tdist::detail::streaming_threshold();
   const size_t max_block = largest(bytes);
@@ -193,11 +237,10 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   const bool push = direct && root >= 0;
   // (Pushing, the root copies its own block while the others write theirs.)
   if (p > 1 && !direct && max_block >= ring_threshold(call.group, true))
-    return ring_gather(call, static_cast<const uint8_t*>(in), output, bytes, offsets, root, streaming);
-  if (reader && !push)
-    copy_out(output + offsets[static_cast<size_t>(me)], in, bytes[static_cast<size_t>(me)], streaming);
+    return ring_gather(call, input, output, bytes, root, streaming);
+  if (reader && !push) copy_block(output, me, 0, input, bytes[static_cast<size_t>(me)], streaming);
   if (p == 1 || max_block == 0) return;
-  if (push) return push_to_root(call, in, output, bytes, offsets, root);
+  if (push) return push_to_root(call, in, output.buffer(), bytes, offsets_of(bytes), root);
   if (direct) {
     const uint64_t k = call.begin_round();
     // Readers copy every block straight from its owner's input; an owner
@@ -209,8 +252,9 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
         int r = (me + step) % p;
         if (bytes[static_cast<size_t>(r)] == 0) continue;
         call.wait_arrive(r, k);
-        call.read_from(r, output + offsets[static_cast<size_t>(r)], call.address_of(r, k),
-                       bytes[static_cast<size_t>(r)]);
+        const auto* theirs = static_cast<const uint8_t*>(call.address_of(r, k));
+        output.each(r, 0, bytes[static_cast<size_t>(r)],
+                    [&](uint8_t* dst, size_t from, size_t n) { call.read_from(r, dst, theirs + from, n); });
       }
     }
     call.group.publish_reduced(k);
@@ -227,7 +271,7 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
   for (size_t i = 0; i < rounds; ++i) {
     uint64_t k = call.begin_round();
     Piece mine = piece_of(bytes[static_cast<size_t>(me)], piece, i);
-    handoff.fill(k, slot(call, me, k, payload), static_cast<const uint8_t*>(in) + mine.begin, mine.length);
+    handoff.fill(k, slot(call, me, k, payload), input + mine.begin, mine.length);
     call.group.publish_arrive(k);
     if (!reader) continue;
     for (int step = 1; step < p; ++step) {
@@ -235,8 +279,9 @@ void gather_impl(Call& call, const void* in, void* out, const std::vector<size_t
       Piece theirs = piece_of(bytes[static_cast<size_t>(r)], piece, i);
       if (theirs.length == 0) continue;
       call.wait_arrive(r, k);
-      handoff.read(k, output + offsets[static_cast<size_t>(r)] + theirs.begin, slot(call, r, k, payload),
-                   theirs.length, streaming);
+      const uint8_t* src = slot(call, r, k, payload);
+      handoff.read_with(k, theirs.length,
+                        [&] { copy_block(output, r, theirs.begin, src, theirs.length, streaming); });
     }
   }
 }
@@ -347,12 +392,27 @@ void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbyte
 
 void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                 const std::vector<size_t>& bytes) {
-  run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, out, bytes, -1); });
+  const auto offsets = offsets_of(bytes);
+  run_guarded(ctx, group, [&](Call call) {
+    gather_impl(call, in, BlockOutput(static_cast<uint8_t*>(out), offsets), bytes, -1);
+  });
+}
+
+void all_gather_segments(const CallContext& ctx, ShmGroup& group, const void* in,
+                         const std::vector<std::vector<OutputSegment>>& blocks) {
+  std::vector<size_t> bytes(blocks.size(), 0);
+  for (size_t r = 0; r < blocks.size(); ++r) {
+    for (const OutputSegment& segment : blocks[r]) bytes[r] += segment.bytes;
+  }
+  run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, BlockOutput(blocks), bytes, -1); });
 }
 
 void gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
             const std::vector<size_t>& bytes, int root) {
-  run_guarded(ctx, group, [&](Call call) { gather_impl(call, in, out, bytes, root); });
+  const auto offsets = offsets_of(bytes);
+  run_guarded(ctx, group, [&](Call call) {
+    gather_impl(call, in, BlockOutput(static_cast<uint8_t*>(out), offsets), bytes, root);
+  });
 }
 
 void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
