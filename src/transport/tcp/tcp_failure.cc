@@ -54,10 +54,11 @@ void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool 
     }
   }
   // Receives naming this peer can never complete. Any-source receives still
-  // can, from others, unless the peer crashed: then the job is broken and
-  // waiting on would only end at the timeout.
+  // can, from others, unless the peer crashed and that breaks the group:
+  // then waiting on would only end at the timeout.
+  const bool breaks = crashed && crash_breaks_group_;
   for (auto it = posted_.begin(); it != posted_.end();) {
-    if (it->src == pair.peer || (crashed && it->src == kAnySource)) {
+    if (it->src == pair.peer || (breaks && it->src == kAnySource)) {
       failed(it->request, error);
       it = posted_.erase(it);
     } else {
@@ -70,8 +71,13 @@ void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool 
   // and future operations now, naming it, instead of letting ranks that were
   // waiting on someone else find out at the timeout.
   closed_cv_.notify_all();
-  if (crashed && !aborted_) broken_by_crash_ = true;
-  if (crashed) break_locked(error);
+  if (breaks && !aborted_) broken_by_crash_ = true;
+  if (breaks) break_locked(error);
+}
+
+void TcpTransport::set_crash_breaks_group(bool breaks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  crash_breaks_group_ = breaks;
 }
 
 void TcpTransport::break_locked(std::exception_ptr error) {

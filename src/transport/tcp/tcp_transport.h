@@ -63,6 +63,10 @@ struct TcpOptions {
   /// nullopt: auth::token_from_env() (TDIST_AUTH_TOKEN, else
   /// TDIST_AUTH_TOKEN_FILE); an empty string: none.
   std::optional<std::string> token;
+  /// A peer that dies breaks the whole group (every pending and later
+  /// operation fails, naming it), as collectives need. false: only what
+  /// involves that peer fails, and the others go on talking (RPC).
+  bool crash_breaks_group = true;
 };
 
 /// Measured on loopback, 2 ranks on 2 cores, 2026-11-23: a 64 MiB
@@ -257,6 +261,8 @@ class TcpTransport final : public Transport {
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
   std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override;
+  /// TcpOptions::crash_breaks_group; set before any operation.
+  void set_crash_breaks_group(bool breaks);
 
  private:
   // Completions found under the lock are queued and delivered by flush()
@@ -338,6 +344,7 @@ class TcpTransport final : public Transport {
   std::vector<Completion> completions_;
   bool sweeping_ = false;              // close_pair is reading the other connections
   bool broken_by_crash_ = false;       // a peer died without saying goodbye
+  bool crash_breaks_group_ = true;     // TcpOptions::crash_breaks_group
   std::condition_variable closed_cv_;  // a pair closed
   // The thread holding the driver role, if any. Written under mutex_;
   // atomic so that a thread can see without the lock that it is not the

@@ -1,0 +1,66 @@
+#include "rpc/rpc_pool.h"
+
+#include <algorithm>
+
+namespace tdist::rpc::detail {
+
+ServingPool::ServingPool(int threads, int max_queued)
+    : max_threads_(static_cast<size_t>(std::max(1, threads))),
+      max_queued_(static_cast<size_t>(std::max(0, max_queued))) {}
+
+ServingPool::~ServingPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+bool ServingPool::try_post(std::function<void()> task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Queued tasks each take an idle thread first; beyond those, a new thread
+  // while there may be more, then the queue's room.
+  const size_t waiting = queue_.size();
+  if (waiting >= idle_ && threads_.size() < max_threads_) {
+    threads_.emplace_back([this] { run(); });
+    ++idle_;
+  } else if (waiting >= idle_ + max_queued_) {
+    return false;
+  }
+  queue_.push_back(std::move(task));
+  lock.unlock();
+  work_cv_.notify_one();
+  return true;
+}
+
+void ServingPool::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to run
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    --idle_;
+    ++running_;
+    lock.unlock();
+    task();
+    task = nullptr;  // what it holds goes before the pool counts it done
+    lock.lock();
+    --running_;
+    ++idle_;
+    if (running_ == 0 && queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+void ServingPool::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_cv_.wait(lock, [&] { return running_ == 0 && queue_.empty(); });
+}
+
+size_t ServingPool::outstanding() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return running_ + queue_.size();
+}
+
+}  // namespace tdist::rpc::detail

@@ -1,0 +1,186 @@
+#include "rpc/rpc_wire.h"
+
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "tdist/errors.h"
+
+namespace tdist::rpc::wire {
+namespace {
+
+// A tensor of more dimensions than this is refused (torch allows 64).
+constexpr uint32_t kMaxDims = 64;
+
+class Writer {
+ public:
+  explicit Writer(Kind kind) { put(static_cast<uint8_t>(kind)); }
+  template <typename T>
+  void put(T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    out_.insert(out_.end(), p, p + sizeof(T));
+  }
+  void put_bytes(const void* data, size_t n) {
+    put(static_cast<uint64_t>(n));
+    const auto* p = static_cast<const uint8_t*>(data);
+    out_.insert(out_.end(), p, p + n);
+  }
+  void put_string(const std::string& s) { put_bytes(s.data(), s.size()); }
+  void put_tensors(const std::vector<TensorMeta>& tensors) {
+    put(static_cast<uint32_t>(tensors.size()));
+    for (const TensorMeta& t : tensors) {
+      put(static_cast<uint8_t>(t.dtype));
+      put(static_cast<uint32_t>(t.shape.size()));
+      for (int64_t d : t.shape) put(d);
+    }
+  }
+  std::vector<uint8_t> take() { return std::move(out_); }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& bytes, Kind expected) : bytes_(bytes) {
+    if (get<uint8_t>() != static_cast<uint8_t>(expected)) fail("not a " + std::string(name(expected)));
+  }
+  template <typename T>
+  T get() {
+    need(sizeof(T), "a field");
+    T value;
+    std::memcpy(&value, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  std::vector<uint8_t> get_bytes() {
+    const auto n = get<uint64_t>();
+    need(n, "a byte string");
+    std::vector<uint8_t> out(bytes_.begin() + static_cast<std::ptrdiff_t>(at_),
+                             bytes_.begin() + static_cast<std::ptrdiff_t>(at_ + n));
+    at_ += n;
+    return out;
+  }
+  std::string get_string() {
+    std::vector<uint8_t> b = get_bytes();
+    return {b.begin(), b.end()};
+  }
+  std::vector<TensorMeta> get_tensors() {
+    const auto count = get<uint32_t>();
+    // Each tensor takes at least 5 bytes: a count beyond that is garbage.
+    need(static_cast<uint64_t>(count) * 5, "the tensors' descriptions");
+    std::vector<TensorMeta> tensors(count);
+    for (TensorMeta& t : tensors) {
+      const auto dtype = get<uint8_t>();
+      if (dtype >= kAllDTypes.size()) fail("dtype " + std::to_string(dtype) + " is unknown");
+      t.dtype = static_cast<DType>(dtype);
+      const auto dims = get<uint32_t>();
+      if (dims > kMaxDims)
+        fail(std::to_string(dims) + " dimensions (at most " + std::to_string(kMaxDims) + ")");
+      t.shape.resize(dims);
+      for (int64_t& d : t.shape) {
+        d = get<int64_t>();
+        if (d < 0) fail("a negative dimension " + std::to_string(d));
+      }
+      (void)t.nbytes();  // refuses a size that overflows
+    }
+    return tensors;
+  }
+  void finish() const {
+    if (at_ != bytes_.size()) fail(std::to_string(bytes_.size() - at_) + " bytes after the end");
+  }
+
+ private:
+  static const char* name(Kind kind) { return kind == Kind::kRequest ? "request" : "response"; }
+  void need(uint64_t n, const char* what) const {
+    if (n > bytes_.size() - at_) {
+      fail(std::string(what) + " of " + std::to_string(n) + " bytes at offset " + std::to_string(at_) +
+           " runs past the end (" + std::to_string(bytes_.size()) + " bytes)");
+    }
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw DistBackendError("rpc: malformed message header: " + why);
+  }
+
+  const std::vector<uint8_t>& bytes_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+size_t TensorMeta::nbytes() const {
+  size_t n = element_size(dtype);
+  for (int64_t d : shape) {
+    const auto dim = static_cast<size_t>(d);
+    if (dim != 0 && n > std::numeric_limits<size_t>::max() / dim) {
+      throw DistBackendError("rpc: malformed message header: a tensor's size overflows");
+    }
+    n *= dim;
+  }
+  return n;
+}
+
+std::vector<uint8_t> encode(const Request& request) {
+  Writer w(Kind::kRequest);
+  w.put(request.id);
+  w.put(request.timeout_us);
+  w.put_string(request.function);
+  w.put_bytes(request.payload.data(), request.payload.size());
+  w.put_tensors(request.tensors);
+  return w.take();
+}
+
+std::vector<uint8_t> encode(const Response& response) {
+  Writer w(Kind::kResponse);
+  w.put(response.id);
+  w.put(static_cast<uint8_t>(response.ok ? 1 : 0));
+  if (!response.ok) {
+    w.put_string(response.error_type);
+    w.put_string(response.error_message);
+    w.put_string(response.error_traceback);
+  }
+  w.put_bytes(response.payload.data(), response.payload.size());
+  w.put_tensors(response.tensors);
+  return w.take();
+}
+
+Kind kind_of(const std::vector<uint8_t>& bytes) {
+  if (!bytes.empty() && (bytes[0] == static_cast<uint8_t>(Kind::kRequest) ||
+                         bytes[0] == static_cast<uint8_t>(Kind::kResponse))) {
+    return static_cast<Kind>(bytes[0]);
+  }
+  throw DistBackendError("rpc: malformed message header: neither a request nor a response");
+}
+
+Request decode_request(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes, Kind::kRequest);
+  Request request;
+  request.id = r.get<uint64_t>();
+  request.timeout_us = r.get<int64_t>();
+  request.function = r.get_string();
+  request.payload = r.get_bytes();
+  request.tensors = r.get_tensors();
+  r.finish();
+  return request;
+}
+
+Response decode_response(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes, Kind::kResponse);
+  Response response;
+  response.id = r.get<uint64_t>();
+  const auto ok = r.get<uint8_t>();
+  if (ok > 1) throw DistBackendError("rpc: malformed message header: status " + std::to_string(ok));
+  response.ok = ok == 1;
+  if (!response.ok) {
+    response.error_type = r.get_string();
+    response.error_message = r.get_string();
+    response.error_traceback = r.get_string();
+  }
+  response.payload = r.get_bytes();
+  response.tensors = r.get_tensors();
+  r.finish();
+  return response;
+}
+
+}  // namespace tdist::rpc::wire

@@ -1,0 +1,432 @@
+// RPC between workers (include/tdist/rpc.h), as threads and as forked
+// processes: calls by name with bytes and tensors, both ways at once among
+// 1 to 8 workers; remote errors, unknown functions, timeouts and nested
+// deadlines; a busy worker's refusal; a killed worker named by its callers;
+// graceful and immediate shutdown.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "multirank.h"
+#include "tdist/rpc.h"
+
+namespace tdist::rpc {
+namespace {
+
+using testing::Mode;
+using testing::run_with_store;
+using namespace std::chrono_literals;
+
+std::shared_ptr<Store> borrow(Store& store) {
+  return {&store, [](Store*) {}};
+}
+
+std::string worker(int rank) {
+  return "worker" + std::to_string(rank);
+}
+
+std::vector<uint8_t> bytes_of(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+std::string text_of(const std::vector<uint8_t>& bytes) {
+  return {bytes.begin(), bytes.end()};
+}
+
+// How long test.nested's own call took to time out (-1: it did not).
+std::atomic<int64_t> g_nested_failed_after_ms{-1};
+
+// The functions of these tests, registered once per process (forked
+// workers inherit them).
+void register_test_functions() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Echoes its payload with the serving worker's and the caller's names,
+    // and returns each tensor plus one (float64) or doubled (int32).
+    register_function("test.echo", [](const Message& args, const CallInfo& call) {
+      Message out;
+      out.payload = bytes_of(text_of(args.payload) + " from " + call.caller.name);
+      for (const Tensor& t : args.tensors) {
+        Tensor r = t.clone();
+        if (t.dtype() == DType::kFloat64) {
+          for (int64_t i = 0; i < t.numel(); ++i) static_cast<double*>(r.data())[i] += 1.0;
+        } else if (t.dtype() == DType::kInt32) {
+          for (int64_t i = 0; i < t.numel(); ++i) static_cast<int32_t*>(r.data())[i] *= 2;
+        }
+        out.tensors.push_back(r);
+      }
+      return out;
+    });
+    register_function("test.raise", [](const Message&, const CallInfo&) -> Message {
+      throw std::out_of_range("index 7 is past the end");
+    });
+    register_function("test.raise_remote", [](const Message&, const CallInfo&) -> Message {
+      throw RemoteException("ValueError", "bad value", "Traceback (most recent call last):\n  line 1\n");
+    });
+    // Sleeps as many milliseconds as its payload says, in slices, until its
+    // deadline passes or the time is up; answers what it saw.
+    register_function("test.sleep", [](const Message& args, const CallInfo& call) {
+      const auto ms = std::stoi(text_of(args.payload));
+      const auto until = Clock::now() + std::chrono::milliseconds(ms);
+      while (Clock::now() < until) std::this_thread::sleep_for(5ms);
+      return Message{bytes_of("slept"), {}};
+    });
+    // Calls test.sleep (3 s) on the worker its payload names, with no
+    // timeout of its own: the nested call inherits what is left of this
+    // one's deadline. Records how long it took to fail.
+    register_function("test.nested", [](const Message& args, const CallInfo& call) {
+      const auto start = Clock::now();
+      try {
+        call.agent->call_sync(text_of(args.payload), "test.sleep", Message{bytes_of("3000"), {}});
+      } catch (const DistTimeoutError&) {
+        g_nested_failed_after_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      }
+      return Message{};
+    });
+  });
+}
+
+// Starts an agent per rank, runs body, shuts down gracefully.
+std::string with_agents(Mode mode, int n, const std::function<void(Agent&, int)>& body,
+                        const AgentOptions& options = {}) {
+  register_test_functions();
+  return run_with_store(mode, n, [&](Store& store, int rank) -> testing::KeepAlive {
+    auto agent = Agent::start(worker(rank), rank, n, borrow(store), options);
+    body(*agent, rank);
+    agent->shutdown(true);
+    return nullptr;
+  });
+}
+
+class RpcModes : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(RpcModes, EveryWorkerCallsEveryOtherWithBytesAndTensors) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(std::to_string(n) + " workers");
+    EXPECT_EQ(
+        with_agents(GetParam(), n,
+                    [&](Agent& agent, int rank) {
+                      // Every size class: none, one, odd, large.
+                      std::vector<Future> futures;
+                      for (int to = 0; to < n; ++to) {
+                        for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{300'001}}) {
+                          Tensor f = Tensor::zeros(DType::kFloat64, {count});
+                          for (int64_t i = 0; i < count; ++i) {
+                            static_cast<double*>(f.data())[i] = double(int64_t{rank} * 1000 + i % 97);
+                          }
+                          Tensor k = Tensor::zeros(DType::kInt32, {2, 3});
+                          for (int i = 0; i < 6; ++i) static_cast<int32_t*>(k.data())[i] = rank + i;
+                          futures.push_back(
+                              agent.call_async(worker(to), "test.echo",
+                                               Message{bytes_of("hi " + std::to_string(count)), {f, k}}));
+                        }
+                      }
+                      size_t at = 0;
+                      for (int to = 0; to < n; ++to) {
+                        for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{300'001}}) {
+                          Message m = futures[at++].wait();
+                          if (text_of(m.payload) != "hi " + std::to_string(count) + " from " + worker(rank)) {
+                            throw std::runtime_error("wrong payload: " + text_of(m.payload));
+                          }
+                          if (m.tensors.size() != 2 || m.tensors[0].numel() != count ||
+                              m.tensors[1].shape() != std::vector<int64_t>{2, 3}) {
+                            throw std::runtime_error("wrong tensors back");
+                          }
+                          for (int64_t i = 0; i < count; ++i) {
+                            if (static_cast<double*>(m.tensors[0].data())[i] !=
+                                double(int64_t{rank} * 1000 + i % 97) + 1) {
+                              throw std::runtime_error("wrong float64 element " + std::to_string(i));
+                            }
+                          }
+                          for (int i = 0; i < 6; ++i) {
+                            if (static_cast<int32_t*>(m.tensors[1].data())[i] != 2 * (rank + i)) {
+                              throw std::runtime_error("wrong int32 element");
+                            }
+                          }
+                        }
+                      }
+                    }),
+        "");
+  }
+}
+
+TEST_P(RpcModes, RemoteErrorsComeBackWithTypeMessageAndWorker) {
+  EXPECT_EQ(with_agents(
+                GetParam(), 2,
+                [&](Agent& agent, int rank) {
+                  const std::string peer = worker(1 - rank);
+                  try {
+                    agent.call_sync(peer, "test.raise", {});
+                    throw std::runtime_error("no error came back");
+                  } catch (const RpcError& e) {
+                    if (e.worker() != peer || e.type() != "std::out_of_range" ||
+                        e.message() != "index 7 is past the end" ||
+                        std::string(e.what()).find("'test.raise' on worker '" + peer +
+                                                   "' raised std::out_of_range: index 7 is past the end") ==
+                            std::string::npos) {
+                      throw std::runtime_error(std::string("wrong error: ") + e.what());
+                    }
+                  }
+                  try {
+                    agent.call_sync(peer, "test.raise_remote", {});
+                    throw std::runtime_error("no error came back");
+                  } catch (const RpcError& e) {
+                    if (e.type() != "ValueError" ||
+                        e.remote_traceback().find("line 1") == std::string::npos ||
+                        std::string(e.what()).find("remote traceback (worker '" + peer + "')") ==
+                            std::string::npos) {
+                      throw std::runtime_error(std::string("wrong error: ") + e.what());
+                    }
+                  }
+                  try {
+                    agent.call_sync(peer, "test.no_such_function", {});
+                    throw std::runtime_error("no error came back");
+                  } catch (const RpcError& e) {
+                    if (std::string(e.what()).find("no function named 'test.no_such_function' is registered "
+                                                   "on worker '" +
+                                                   peer + "'") == std::string::npos) {
+                      throw std::runtime_error(std::string("wrong error: ") + e.what());
+                    }
+                  }
+                  try {
+                    agent.call_sync("nobody", "test.echo", {});
+                    throw std::runtime_error("an unknown worker was accepted");
+                  } catch (const DistInvalidArgument& e) {
+                    if (std::string(e.what()).find("no worker is named 'nobody'; the workers are 'worker0' "
+                                                   "(0) 'worker1' (1)") == std::string::npos) {
+                      throw std::runtime_error(std::string("wrong error: ") + e.what());
+                    }
+                  }
+                }),
+            "");
+}
+
+TEST_P(RpcModes, ACallPastItsDeadlineFailsNamingTheCalleeAndTheFunction) {
+  EXPECT_EQ(with_agents(
+                GetParam(), 2,
+                [&](Agent& agent, int rank) {
+                  if (rank != 0) return;
+                  try {
+                    agent.call_sync("worker1", "test.sleep", Message{bytes_of("2000"), {}}, 100ms);
+                    throw std::runtime_error("the call did not time out");
+                  } catch (const DistTimeoutError& e) {
+                    if (std::string(e.what()).find("call of 'test.sleep' on worker 'worker1' from 'worker0' "
+                                                   "timed out after 100 ms") == std::string::npos) {
+                      throw std::runtime_error(std::string("wrong error: ") + e.what());
+                    }
+                  }
+                  // The worker still answers the next call.
+                  if (text_of(agent.call_sync("worker1", "test.echo", Message{bytes_of("x"), {}}).payload) !=
+                      "x from worker0") {
+                    throw std::runtime_error("no answer after a timeout");
+                  }
+                }),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Rpc, RpcModes, ::testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& param_info) {
+                           return std::string(testing::mode_name(param_info.param));
+                         });
+
+TEST(Rpc, ANestedCallInheritsWhatIsLeftOfItsCallersDeadline) {
+  // worker0 calls test.nested on worker1 with 300 ms; worker1's own call to
+  // worker0's test.sleep (3 s, no timeout given) must give up with it, not
+  // after the default 60 s.
+  g_nested_failed_after_ms = -1;
+  EXPECT_EQ(
+      with_agents(Mode::kThreads, 2,
+                  [&](Agent& agent, int rank) {
+                    if (rank != 0) return;
+                    try {
+                      agent.call_sync("worker1", "test.nested", Message{bytes_of("worker0"), {}}, 300ms);
+                      throw std::runtime_error("the outer call did not time out");
+                    } catch (const DistTimeoutError&) {
+                    }
+                  }),
+      "");
+  // Graceful shutdown waited for worker1's handler, so it has recorded.
+  EXPECT_GE(g_nested_failed_after_ms.load(), 0);
+  EXPECT_LT(g_nested_failed_after_ms.load(), 2000);
+}
+
+TEST(Rpc, WorkerInfosNameEveryWorker) {
+  EXPECT_EQ(
+      with_agents(Mode::kThreads, 3,
+                  [&](Agent& agent, int rank) {
+                    if (agent.current_worker_info().name != worker(rank) ||
+                        agent.current_worker_info().id != rank) {
+                      throw std::runtime_error("wrong current worker");
+                    }
+                    auto all = agent.all_worker_infos();
+                    for (int r = 0; r < 3; ++r) {
+                      if (all[static_cast<size_t>(r)].name != worker(r) ||
+                          agent.worker_info(worker(r)).id != r || agent.worker_info(r).name != worker(r) ||
+                          all[static_cast<size_t>(r)].port == 0 || all[static_cast<size_t>(r)].ip.empty()) {
+                        throw std::runtime_error("wrong info for worker " + std::to_string(r));
+                      }
+                    }
+                  }),
+      "");
+}
+
+TEST(Rpc, TwoWorkersWithOneNameAreRefusedOnBoth) {
+  register_test_functions();
+  std::string failures = run_with_store(Mode::kThreads, 2, [&](Store& store, int rank) -> testing::KeepAlive {
+    try {
+      Agent::start("same", rank, 2, borrow(store));
+    } catch (const DistInvalidArgument& e) {
+      if (std::string(e.what()).find("workers 0 and 1 are both named 'same'") == std::string::npos) throw;
+      return nullptr;
+    }
+    throw std::runtime_error("a duplicate name was accepted");
+  });
+  EXPECT_EQ(failures, "");
+}
+
+TEST(Rpc, FuturesChainWithThenAndReportDone) {
+  EXPECT_EQ(with_agents(
+                Mode::kThreads, 2,
+                [&](Agent& agent, int rank) {
+                  Future f = agent.call_async(worker(1 - rank), "test.echo", Message{bytes_of("a"), {}});
+                  Future g = f.then([](const Future& done) {
+                    Message m = done.wait();
+                    m.payload.push_back('!');
+                    return m;
+                  });
+                  if (text_of(g.wait().payload) != "a from " + worker(rank) + "!" || !f.done() || !g.done()) {
+                    throw std::runtime_error("wrong chained result");
+                  }
+                  // An exception in the callback fails the chained future.
+                  Future h = f.then([](const Future&) -> Message { throw std::logic_error("no"); });
+                  try {
+                    h.wait();
+                    throw std::runtime_error("the callback's error was lost");
+                  } catch (const std::logic_error&) {
+                  }
+                  // A future made by hand.
+                  Future mine;
+                  if (mine.done()) throw std::runtime_error("a fresh future is done");
+                  mine.set_result(Message{bytes_of("z"), {}});
+                  if (text_of(mine.wait().payload) != "z") throw std::runtime_error("wrong set_result");
+                }),
+            "");
+}
+
+TEST(Rpc, AFullWorkerRefusesCallsInsteadOfQueueingWithoutBound) {
+  // One serving thread, no queue: while it sleeps, a second call is
+  // refused at once with an error saying why.
+  AgentOptions options;
+  options.num_worker_threads = 1;
+  options.max_queued_requests = 0;
+  EXPECT_EQ(with_agents(
+                Mode::kThreads, 2,
+                [&](Agent& agent, int rank) {
+                  if (rank != 0) return;
+                  Future slow = agent.call_async("worker1", "test.sleep", Message{bytes_of("500"), {}});
+                  // The sleeper occupies the only thread once it runs; a call
+                  // that finds it so is refused (several tries: the first may
+                  // arrive before the sleeper is running).
+                  bool refused = false;
+                  for (int i = 0; i < 50 && !refused; ++i) {
+                    try {
+                      agent.call_sync("worker1", "test.echo", Message{bytes_of("x"), {}});
+                    } catch (const RpcError& e) {
+                      refused = std::string(e.what()).find(
+                                    "worker 'worker1' is busy: all 1 serving threads are running "
+                                    "and 0 requests wait; 'test.echo' was refused") != std::string::npos;
+                      if (!refused) throw;
+                    }
+                  }
+                  if (!refused) throw std::runtime_error("no call was refused");
+                  if (text_of(slow.wait().payload) != "slept")
+                    throw std::runtime_error("the slow call failed");
+                },
+                options),
+            "");
+}
+
+TEST(Rpc, AKilledWorkerFailsTheCallsWaitingOnItAndTheOthersShutDown) {
+  // Worker 2 dies (SIGKILL) while serving worker 0's call; worker 0's call
+  // fails naming it, workers 0 and 1 still call each other and shut down
+  // gracefully without it.
+  register_test_functions();
+  register_function("test.die", [](const Message&, const CallInfo&) -> Message {
+    kill(getpid(), SIGKILL);
+    return {};
+  });
+  std::string failures = run_with_store(
+      Mode::kProcesses, 3,
+      [&](Store& store, int rank) -> testing::KeepAlive {
+        auto agent = Agent::start(worker(rank), rank, 3, borrow(store));
+        if (rank == 2) {
+          // Waits to be killed by the call it serves.
+          std::this_thread::sleep_for(60s);
+          return nullptr;
+        }
+        if (rank == 0) {
+          try {
+            agent->call_sync("worker2", "test.die", {}, 20s);
+            throw std::runtime_error("the dead worker's call did not fail");
+          } catch (const DistNetworkError& e) {
+            if (std::string(e.what()).find("on worker 'worker2' from 'worker0' failed") ==
+                std::string::npos) {
+              throw std::runtime_error(std::string("wrong error: ") + e.what());
+            }
+          }
+        }
+        if (text_of(
+                agent->call_sync(worker(1 - rank), "test.echo", Message{bytes_of("still"), {}}).payload) !=
+            "still from " + worker(rank)) {
+          throw std::runtime_error("the survivors cannot call each other");
+        }
+        agent->shutdown(true);
+        std::_Exit(0);  // the harness's exit barrier would wait for the dead worker
+      },
+      60s);
+  // Worker 2 died by SIGKILL, as meant; the others exited cleanly.
+  EXPECT_NE(failures.find("rank 2"), std::string::npos) << failures;
+  EXPECT_EQ(failures.find("rank 0"), std::string::npos) << failures;
+  EXPECT_EQ(failures.find("rank 1"), std::string::npos) << failures;
+  unregister_function("test.die");
+}
+
+TEST(Rpc, AnImmediateShutdownFailsOutstandingCalls) {
+  EXPECT_EQ(
+      run_with_store(Mode::kThreads, 2,
+                     [&](Store& store, int rank) -> testing::KeepAlive {
+                       register_test_functions();
+                       auto agent = Agent::start(worker(rank), rank, 2, borrow(store));
+                       if (rank == 0) {
+                         Future f = agent->call_async("worker1", "test.sleep", Message{bytes_of("1000"), {}});
+                         agent->shutdown(false);
+                         try {
+                           f.wait();
+                           throw std::runtime_error("an outstanding call survived shutdown");
+                         } catch (const DistError& e) {
+                           if (std::string(e.what()).find("worker 'worker0' shut down (not gracefully)") ==
+                               std::string::npos) {
+                             throw std::runtime_error(std::string("wrong error: ") + e.what());
+                           }
+                         }
+                         try {
+                           agent->call_async("worker1", "test.echo", {});
+                           throw std::runtime_error("a call after shutdown was accepted");
+                         } catch (const DistError&) {
+                         }
+                       }
+                       return std::shared_ptr<void>(agent);
+                     }),
+      "");
+}
+
+}  // namespace
+}  // namespace tdist::rpc
