@@ -148,6 +148,10 @@ struct AgentOptions {
   /// Bound on init (the rendezvous of every worker) and on each phase of a
   /// graceful shutdown.
   std::chrono::milliseconds init_timeout{std::chrono::minutes(5)};
+  /// A host every worker can reach (the store's): the address this worker
+  /// advertises is the one that reaches it (TcpOptions::reach_host). Empty:
+  /// TDIST_SOCKET_IFNAME's, else loopback.
+  std::string reach_host;
 };
 
 class Agent {

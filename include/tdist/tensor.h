@@ -47,6 +47,9 @@ class Tensor {
   /// Raises DistInvalidArgument for a negative dimension, a null or misaligned
   /// pointer, or a size that overflows.
   static Tensor wrap(void* data, DType dtype, std::vector<int64_t> shape);
+  /// Wraps `data` as wrap() does, keeping `owner` (whatever owns the
+  /// memory) alive as long as this tensor or a copy of it lives.
+  static Tensor wrap(void* data, DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner);
 
   /// Wraps a span as a one-dimensional tensor, without copying.
   template <ElementType T>

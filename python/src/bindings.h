@@ -26,6 +26,7 @@ void bind_objects(py::module_& m);
 void bind_trace(py::module_& m);
 void bind_debug(py::module_& m);
 void bind_mesh(py::module_& m);
+void bind_rpc(py::module_& m);
 
 /// Whether an operation writes into a tensor argument. Read-only NumPy arrays
 /// are accepted only where nothing is written.

@@ -16,6 +16,7 @@ PYBIND11_MODULE(_C, m) {
   tp::bind_trace(m);
   tp::bind_debug(m);
   tp::bind_mesh(m);
+  tp::bind_rpc(m);
 #ifdef TDIST_VERSION
   m.attr("__version__") = TDIST_VERSION;
 #endif

@@ -92,6 +92,12 @@ Tensor Tensor::wrap(void* data, DType dtype, std::vector<int64_t> shape) {
   return Tensor(nullptr, data, dtype, std::move(shape), numel);
 }
 
+Tensor Tensor::wrap(void* data, DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner) {
+  Tensor t = wrap(data, dtype, std::move(shape));
+  t.storage_ = std::move(owner);
+  return t;
+}
+
 Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
   const int64_t numel = checked_numel("Tensor::empty", dtype, shape);
   const size_t nbytes = static_cast<size_t>(numel) * tdist::element_size(dtype);

@@ -96,6 +96,7 @@ class AgentImpl final : public Agent {
     store_->set("name/" + std::to_string(rank), name);
     transport::TcpOptions tcp;
     tcp.timeout = options.init_timeout;
+    tcp.reach_host = options.reach_host;
     tcp.crash_breaks_group = false;  // one worker's death fails only the calls involving it
     transport_ = transport::connect_tcp(*store_, rank, world_size, tcp);
     infos_.resize(static_cast<size_t>(world_size));

@@ -1,0 +1,187 @@
+// tdist._C's RPC layer (include/tdist/rpc.h) for tdist.rpc: the agent, its
+// futures, and the one C++ function through which every Python call runs
+// ("tdist.python"): it hands the pickled call and its tensors to the Python
+// handler tdist.rpc installs, and the handler's answer (or the exception it
+// describes) back to the caller.
+
+#include <pybind11/chrono.h>
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "bindings.h"
+#include "tdist/rendezvous.h"
+#include "tdist/rpc.h"
+#include "tdist/tcp_store.h"
+
+namespace tdist::python {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+// The Python handler: handler(payload: bytes, tensors: list[Tensor],
+// caller: str) -> (ok: bool, payload or (type, message, traceback), tensors).
+std::mutex handler_mutex;
+py::object* handler = nullptr;  // leaked on purpose: it may be called while the interpreter exits
+
+// A tensor of a Python array or torch tensor, keeping the object alive as
+// long as the tensor lives (it may outlive the call: until sent).
+Tensor owned_tensor(py::handle obj, const char* op, const char* arg) {
+  Tensor view = to_tensor(obj, op, arg, Access::kRead);
+  auto* keep = new py::object(py::reinterpret_borrow<py::object>(obj));
+  std::shared_ptr<void> owner(keep, [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+  return Tensor::wrap(view.data(), view.dtype(), view.shape(), std::move(owner));
+}
+
+std::vector<Tensor> owned_tensors(const py::list& list, const char* op) {
+  std::vector<Tensor> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string arg = "tensors[" + std::to_string(i) + "]";
+    out.push_back(owned_tensor(list[i], op, arg.c_str()));
+  }
+  return out;
+}
+
+py::tuple to_python(const rpc::Message& m) {
+  py::list tensors;
+  for (const Tensor& t : m.tensors) tensors.append(py::cast(t));
+  return py::make_tuple(from_bytes(m.payload), tensors);
+}
+
+rpc::Message serve_python(const rpc::Message& args, const rpc::CallInfo& call) {
+  py::gil_scoped_acquire gil;
+  py::object fn;
+  {
+    std::lock_guard<std::mutex> lock(handler_mutex);
+    if (handler == nullptr) throw rpc::RemoteException("RuntimeError", "tdist.rpc is not initialized here");
+    fn = *handler;
+  }
+  py::list tensors;
+  for (const Tensor& t : args.tensors) tensors.append(py::cast(t));
+  py::tuple answer = fn(from_bytes(args.payload), tensors, call.caller.name);
+  if (!answer[0].cast<bool>()) {
+    auto what = answer[1].cast<py::tuple>();
+    throw rpc::RemoteException(what[0].cast<std::string>(), what[1].cast<std::string>(),
+                               what[2].cast<std::string>());
+  }
+  rpc::Message out;
+  out.payload = to_bytes(answer[1], "rpc");
+  out.tensors = owned_tensors(answer[2].cast<py::list>(), "rpc result");
+  return out;
+}
+
+py::dict info_dict(const rpc::WorkerInfo& w) {
+  py::dict d;
+  d["name"] = w.name;
+  d["id"] = w.id;
+  d["ip"] = w.ip;
+  d["port"] = w.port;
+  return d;
+}
+
+}  // namespace
+
+void bind_rpc(py::module_& m) {
+  static std::once_flag registered;
+  std::call_once(registered, [] { rpc::register_function("tdist.python", serve_python); });
+
+  m.def(
+      "rpc_set_handler",
+      [](py::object fn) {
+        std::lock_guard<std::mutex> lock(handler_mutex);
+        if (handler == nullptr) handler = new py::object();
+        *handler = std::move(fn);
+      },
+      py::arg("handler"), "Installs the function every incoming Python call runs through (tdist.rpc does).");
+
+  py::class_<rpc::Future>(m, "RpcFuture")
+      .def(
+          "wait",
+          [](const rpc::Future& f) {
+            rpc::Message result;
+            {
+              py::gil_scoped_release release;
+              result = f.wait();
+            }
+            return to_python(result);
+          },
+          "(payload, tensors) of the answer; raises the call's error.")
+      .def("done", &rpc::Future::done)
+      .def(
+          "add_done_callback",
+          [](const rpc::Future& f, py::function callback) {
+            auto* keep = new py::object(std::move(callback));
+            std::shared_ptr<py::object> cb(keep, [](py::object* p) {
+              py::gil_scoped_acquire gil;
+              delete p;
+            });
+            f.then([cb](const rpc::Future&) {
+              py::gil_scoped_acquire gil;
+              try {
+                (*cb)();
+              } catch (py::error_already_set& e) {
+                e.discard_as_unraisable("tdist.rpc: a done-callback");
+              }
+              return rpc::Message{};
+            });
+          },
+          py::arg("callback"),
+          "Runs callback() once the answer is there, on the thread that completes the call.");
+
+  py::class_<rpc::Agent, std::shared_ptr<rpc::Agent>>(m, "RpcAgent")
+      .def_static(
+          "start",
+          [](const std::string& name, int rank, int world_size, const std::string& init_method,
+             const std::shared_ptr<Store>& store, Millis rpc_timeout, int num_worker_threads, int max_queued,
+             Millis init_timeout) {
+            py::gil_scoped_release release;
+            rpc::AgentOptions options;
+            options.rpc_timeout = rpc_timeout;
+            options.num_worker_threads = num_worker_threads;
+            options.max_queued_requests = max_queued;
+            options.init_timeout = init_timeout;
+            RendezvousResult r = store ? rendezvous(store, rank, world_size)
+                                       : rendezvous(init_method.empty() ? "env://" : init_method, rank,
+                                                    world_size, init_timeout);
+            if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) options.reach_host = tcp->host();
+            return rpc::Agent::start(name, r.rank, r.world_size, r.store, options);
+          },
+          py::arg("name"), py::arg("rank"), py::arg("world_size"), py::arg("init_method"),
+          py::arg("store").none(true), py::arg("rpc_timeout"), py::arg("num_worker_threads"),
+          py::arg("max_queued_requests"), py::arg("init_timeout"))
+      .def(
+          "call_async",
+          [](rpc::Agent& agent, const std::string& to, const std::string& function, const py::bytes& payload,
+             const py::list& tensors, Millis timeout) {
+            rpc::Message args{to_bytes(payload, "rpc"), owned_tensors(tensors, "rpc")};
+            py::gil_scoped_release release;
+            return agent.call_async(to, function, std::move(args), timeout);
+          },
+          py::arg("to"), py::arg("function"), py::arg("payload"), py::arg("tensors"), py::arg("timeout"))
+      .def(
+          "shutdown",
+          [](rpc::Agent& agent, bool graceful) {
+            py::gil_scoped_release release;
+            agent.shutdown(graceful);
+          },
+          py::arg("graceful"))
+      .def("current_worker_info", [](const rpc::Agent& a) { return info_dict(a.current_worker_info()); })
+      .def("worker_info_by_name",
+           [](const rpc::Agent& a, const std::string& n) { return info_dict(a.worker_info(n)); })
+      .def("worker_info_by_id", [](const rpc::Agent& a, int id) { return info_dict(a.worker_info(id)); })
+      .def("all_worker_infos",
+           [](const rpc::Agent& a) {
+             py::list out;
+             for (const auto& w : a.all_worker_infos()) out.append(info_dict(w));
+             return out;
+           })
+      .def("pending_calls", &rpc::Agent::pending_calls);
+}
+
+}  // namespace tdist::python
