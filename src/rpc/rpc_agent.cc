@@ -99,6 +99,7 @@ class AgentImpl final : public Agent {
     tcp.reach_host = options.reach_host;
     tcp.crash_breaks_group = false;  // one worker's death fails only the calls involving it
     transport_ = transport::connect_tcp(*store_, rank, world_size, tcp);
+    net_ = transport_.get();
     infos_.resize(static_cast<size_t>(world_size));
     for (int r = 0; r < world_size; ++r) {
       WorkerInfo& info = infos_[static_cast<size_t>(r)];
@@ -127,7 +128,7 @@ class AgentImpl final : public Agent {
     Clock::time_point deadline = now + (timeout > milliseconds::zero() ? timeout : options_.rpc_timeout);
     if (t_serving_deadline != nullptr) deadline = std::min(deadline, *t_serving_deadline);
     auto state = std::make_shared<detail::FutureState>();
-    state->completer = transport_.get();
+    state->completer = net_;
     Future future(state);
     if (deadline <= now) {
       state->complete({}, std::make_exception_ptr(timeout_error(callee, function, now, now)));
@@ -281,7 +282,7 @@ class AgentImpl final : public Agent {
   void receive(uint64_t tag) {
     while (true) {
       auto bytes = std::make_shared<std::vector<uint8_t>>();
-      auto request = transport_->irecv_bytes(transport::kAnySource, tag, bytes);
+      auto request = net_->irecv_bytes(transport::kAnySource, tag, bytes);
       if (!request->done()) {
         request->on_complete([this, tag, bytes](transport::Request& r) {
           if (dispatch(tag, r, *bytes)) receive(tag);
@@ -327,7 +328,7 @@ class AgentImpl final : public Agent {
     countdown->done = std::move(done);
     for (Tensor& t : *tensors) {
       if (t.nbytes() == 0) continue;
-      transport_->irecv(source, tag, t.data(), t.nbytes())
+      net_->irecv(source, tag, t.data(), t.nbytes())
           ->on_complete([countdown, tensors](transport::Request& r) {
             std::exception_ptr error;
             {
@@ -414,10 +415,10 @@ class AgentImpl final : public Agent {
     auto keep = std::make_shared<std::vector<Tensor>>(std::move(tensors));
     // A caller that died or gave up misses its answer; nothing else to do.
     auto hold = [header, keep](transport::Request&) {};
-    transport_->isend(to, wire::kResponseTag, header->data(), header->size())->on_complete(hold);
+    net_->isend(to, wire::kResponseTag, header->data(), header->size())->on_complete(hold);
     for (const Tensor& t : *keep) {
       if (t.nbytes() > 0)
-        transport_->isend(to, wire::data_tag(response.id, true), t.data(), t.nbytes())->on_complete(hold);
+        net_->isend(to, wire::data_tag(response.id, true), t.data(), t.nbytes())->on_complete(hold);
     }
   }
 
@@ -494,7 +495,7 @@ class AgentImpl final : public Agent {
         std::exception_ptr error;
         if (p.deadline <= now) {
           error = std::make_exception_ptr(timeout_error(p.callee, p.function, p.start, p.deadline));
-        } else if (transport_->peer_failed(p.callee)) {
+        } else if (net_->peer_failed(p.callee)) {
           error = std::make_exception_ptr(
               DistNetworkError("rpc: call of '" + p.function + "' on worker '" + name_of(p.callee) +
                                "' from '" + me().name + "' failed: worker '" + name_of(p.callee) +
@@ -543,7 +544,7 @@ class AgentImpl final : public Agent {
           std::remove_if(missing.begin(), missing.end(),
                          [&](int r) {
                            if (store_->check({round + "/" + std::to_string(r)})) return true;
-                           if (r != rank_ && transport_->peer_failed(r)) {
+                           if (r != rank_ && net_->peer_failed(r)) {
                              dead.push_back("'" + name_of(r) + "' (rank " + std::to_string(r) + ")");
                              return true;
                            }
@@ -576,7 +577,12 @@ class AgentImpl final : public Agent {
   const int rank_;
   const AgentOptions options_;
   std::shared_ptr<Store> store_;
-  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;  // owns it; reset under use_mutex_ at shutdown
+  // The same transport as a pointer that never changes, for the loop
+  // thread's callbacks (they end inside the transport's destructor), the
+  // serving pool and the watchdog (both joined before it goes): they must
+  // not read transport_ while shutdown resets it.
+  transport::Transport* net_ = nullptr;
   std::vector<WorkerInfo> infos_;
   std::map<std::string, int> by_name_;
   std::unique_ptr<detail::ServingPool> pool_;
