@@ -166,8 +166,11 @@ class Agent {
 
   /// Calls `function` on worker `to` (a name). timeout: zero means the
   /// agent's default, shortened to what a call being served has left.
+  /// `label` names the call in errors and pending_calls() instead of
+  /// `function` (tdist.rpc: the Python function behind "tdist.python").
   virtual Future call_async(const std::string& to, const std::string& function, Message args,
-                            std::chrono::milliseconds timeout = std::chrono::milliseconds::zero()) = 0;
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+                            const std::string& label = {}) = 0;
   Message call_sync(const std::string& to, const std::string& function, Message args,
                     std::chrono::milliseconds timeout = std::chrono::milliseconds::zero()) {
     return call_async(to, function, std::move(args), timeout).wait();
@@ -175,8 +178,10 @@ class Agent {
 
   /// graceful: waits until every worker has called shutdown and no call of
   /// any worker is outstanding, then closes the connections; workers that
-  /// died meanwhile are named in a warning and not waited for. Otherwise
-  /// fails every outstanding call and closes at once. Idempotent.
+  /// died meanwhile are named in a warning and not waited for; each wait is
+  /// bounded by init_timeout (DistTimeoutError). Otherwise fails this
+  /// worker's outstanding calls, drops requests not yet started, waits only
+  /// for functions already running, and closes. Idempotent.
   virtual void shutdown(bool graceful = true) = 0;
 
   virtual const WorkerInfo& current_worker_info() const = 0;

@@ -150,7 +150,19 @@ void bind_rpc(py::module_& m) {
                                        : rendezvous(init_method.empty() ? "env://" : init_method, rank,
                                                     world_size, init_timeout);
             if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) options.reach_host = tcp->host();
-            return rpc::Agent::start(name, r.rank, r.world_size, r.store, options);
+            std::shared_ptr<rpc::Agent> agent =
+                rpc::Agent::start(name, r.rank, r.world_size, r.store, options);
+            // Destroying an agent joins threads that may wait for the GIL
+            // (serving a Python call, a done-callback): Python drops its last
+            // reference holding the GIL, so the deleter lets go of it first.
+            return std::shared_ptr<rpc::Agent>(agent.get(), [agent](rpc::Agent*) mutable {
+              if (PyGILState_Check() != 0) {
+                py::gil_scoped_release release;
+                agent.reset();
+              } else {
+                agent.reset();
+              }
+            });
           },
           py::arg("name"), py::arg("rank"), py::arg("world_size"), py::arg("init_method"),
           py::arg("store").none(true), py::arg("rpc_timeout"), py::arg("num_worker_threads"),
@@ -158,12 +170,13 @@ void bind_rpc(py::module_& m) {
       .def(
           "call_async",
           [](rpc::Agent& agent, const std::string& to, const std::string& function, const py::bytes& payload,
-             const py::list& tensors, Millis timeout) {
+             const py::list& tensors, Millis timeout, const std::string& label) {
             rpc::Message args{to_bytes(payload, "rpc"), owned_tensors(tensors, "rpc")};
             py::gil_scoped_release release;
-            return agent.call_async(to, function, std::move(args), timeout);
+            return agent.call_async(to, function, std::move(args), timeout, label);
           },
-          py::arg("to"), py::arg("function"), py::arg("payload"), py::arg("tensors"), py::arg("timeout"))
+          py::arg("to"), py::arg("function"), py::arg("payload"), py::arg("tensors"), py::arg("timeout"),
+          py::arg("label") = "")
       .def(
           "shutdown",
           [](rpc::Agent& agent, bool graceful) {

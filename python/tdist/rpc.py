@@ -17,6 +17,7 @@ again in the caller, as the same type where it can be rebuilt, with the
 worker and the remote traceback in its message.
 """
 
+import atexit
 import io
 import pickle
 import sys
@@ -332,13 +333,16 @@ class _CallFuture(Future):
         self._settle(value, error)
 
     def wait(self):
-        # The answer is decoded on the caller's thread if it is the first to
-        # ask (no hand-off), else by whoever completed it.
+        # The answer is decoded by the done-callback, on the thread that
+        # completes the call; this waits for the C++ future first (without
+        # the GIL), and raises what it raises unless the call is done: a
+        # wait inside a callback on the completing thread would block it.
         if not self.done():
             try:
-                self._cpp.wait()  # releases the GIL while it waits
+                self._cpp.wait()
             except BaseException:
-                pass  # the callback has the error too
+                if not self._cpp.done():
+                    raise
         return super().wait()
 
 
@@ -390,6 +394,17 @@ def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=N
         int(getattr(opts, "max_queued_requests", DEFAULT_MAX_QUEUED_REQUESTS)),
         timedelta(seconds=init_timeout))
     _state.options = opts
+    atexit.register(_shutdown_at_exit)
+
+
+def _shutdown_at_exit():
+    # A program that ends without shutdown() (an exception, say) closes at
+    # once rather than leave the agent to the interpreter's teardown.
+    if _state.agent is not None:
+        try:
+            shutdown(graceful=False)
+        except Exception:
+            pass
 
 
 def _worker_name(to):
@@ -416,7 +431,8 @@ def rpc_async(to, func, args=None, kwargs=None, timeout=-1.0):
     if not callable(func):
         raise TypeError(f"func must be callable, not {type(func).__name__}")
     payload, tensors = _dumps((func, tuple(args or ()), dict(kwargs or {})))
-    return _CallFuture(_agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout)))
+    return _CallFuture(_agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout),
+                                           _qualname(func)))
 
 
 def rpc_sync(to, func, args=None, kwargs=None, timeout=-1.0):
@@ -424,7 +440,8 @@ def rpc_sync(to, func, args=None, kwargs=None, timeout=-1.0):
     if not callable(func):
         raise TypeError(f"func must be callable, not {type(func).__name__}")
     payload, tensors = _dumps((func, tuple(args or ()), dict(kwargs or {})))
-    answer, received = _agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout)).wait()
+    answer, received = _agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout),
+                                           _qualname(func)).wait()
     return _result(answer, received)
 
 

@@ -117,12 +117,13 @@ class AgentImpl final : public Agent {
 
   ~AgentImpl() override { shutdown(false); }
 
-  Future call_async(const std::string& to, const std::string& function, Message args,
-                    milliseconds timeout) override {
+  Future call_async(const std::string& to, const std::string& function, Message args, milliseconds timeout,
+                    const std::string& label) override {
     const int callee = worker_info(to).id;
+    const std::string& shown = label.empty() ? function : label;
     if (closed_.load()) {
-      throw DistError("rpc: worker '" + me().name + "' has shut down; it cannot call '" + function +
-                      "' on '" + to + "'");
+      throw DistError("rpc: worker '" + me().name + "' has shut down; it cannot call '" + shown + "' on '" +
+                      to + "'");
     }
     const Clock::time_point now = Clock::now();
     Clock::time_point deadline = now + (timeout > milliseconds::zero() ? timeout : options_.rpc_timeout);
@@ -131,13 +132,22 @@ class AgentImpl final : public Agent {
     state->completer = net_;
     Future future(state);
     if (deadline <= now) {
-      state->complete({}, std::make_exception_ptr(timeout_error(callee, function, now, now)));
+      state->complete({}, std::make_exception_ptr(timeout_error(callee, shown, now, now)));
+      return future;
+    }
+    // Held from the pending entry to the sends: shutdown either sees this
+    // call as pending or finds the agent closed here.
+    std::shared_lock<std::shared_mutex> use(use_mutex_);
+    if (!transport_ || closed_.load()) {
+      state->complete({}, std::make_exception_ptr(DistError("rpc: worker '" + me().name +
+                                                            "' has shut down; it cannot call '" + shown +
+                                                            "' on '" + to + "'")));
       return future;
     }
     const uint64_t id = next_id_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      pending_[id] = Pending{callee, function, now, deadline, state};
+      pending_[id] = Pending{callee, shown, now, deadline, state};
     }
     watch_cv_.notify_all();
     wire::Request request;
@@ -151,11 +161,6 @@ class AgentImpl final : public Agent {
     auto on_sent = [this, id, header, tensors](transport::Request& r) {
       if (auto error = r.error()) fail(id, error);
     };
-    std::shared_lock<std::shared_mutex> use(use_mutex_);
-    if (!transport_) {
-      fail(id, std::make_exception_ptr(DistError("rpc: worker '" + me().name + "' has shut down")));
-      return future;
-    }
     transport_->isend(callee, wire::kRequestTag, header->data(), header->size())->on_complete(on_sent);
     for (const Tensor& t : *tensors) {
       if (t.nbytes() > 0) {
@@ -185,7 +190,14 @@ class AgentImpl final : public Agent {
       std::lock_guard<std::mutex> lock(serving_mutex_);
       serving_ = false;  // the loop thread queues nothing more
     }
-    pool_.reset();  // runs what was queued and joins
+    if (!graceful) {
+      // At once: requests not started are dropped (their callers learn of
+      // it when this worker's connections close), this worker's own calls
+      // fail now; functions already running are waited for.
+      pool_->drop_queued();
+      fail_all(error);
+    }
+    pool_.reset();  // joins
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
@@ -201,6 +213,7 @@ class AgentImpl final : public Agent {
       closing_.store(true);
       transport_.reset();
     }
+    fail_all(error);  // a call that raced with the first fail_all
     if (problem) std::rethrow_exception(problem);
   }
 
@@ -289,13 +302,21 @@ class AgentImpl final : public Agent {
         });
         return;
       }
-      if (!dispatch(tag, *request, *bytes)) return;
+      // A receive that fails at once: the transport takes no more (closed).
+      if (request->error() || !dispatch(tag, *request, *bytes)) return;
     }
   }
 
   // Hands a received header on; false if the receive failed (shutdown).
   bool dispatch(uint64_t tag, transport::Request& r, const std::vector<uint8_t>& bytes) {
-    if (r.error() || closing_.load()) return false;
+    if (closing_.load()) return false;
+    if (r.error()) {
+      // A worker died while its header was on the way: that header is lost,
+      // the calls it concerns fail by the watchdog; the others go on.
+      TDIST_LOG(WARNING) << "rpc: worker '" << me().name
+                         << "' lost a message header: " << exception_text(r.error());
+      return true;
+    }
     const int source = r.source();
     try {
       if (tag == wire::kRequestTag) {
@@ -482,6 +503,9 @@ class AgentImpl final : public Agent {
 
   // Fails calls whose deadline passed, and calls to workers that died.
   void watch() {
+    // Futures failed here run their callbacks on this thread: one that waits
+    // for another call must raise, not block every timeout.
+    tdist::detail::CompletionThreadScope scope(net_);
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       Clock::time_point wake = Clock::now() + kWatchdogPeriod;
@@ -524,12 +548,31 @@ class AgentImpl final : public Agent {
   // cannot cut one off. Workers that died are named and not waited for.
   void quiesce() {
     arrive_and_wait("shutdown/1");
+    const Clock::time_point deadline = Clock::now() + options_.init_timeout;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      idle_cv_.wait(lock, [&] { return pending_.empty(); });
+      if (!idle_cv_.wait_until(lock, deadline, [&] { return pending_.empty(); })) {
+        lock.unlock();
+        std::string calls;
+        for (const std::string& line : pending_calls()) calls += "\n  " + line;
+        throw DistTimeoutError("rpc: graceful shutdown of worker '" + me().name + "' timed out after " +
+                               ms_text(options_.init_timeout) +
+                               " waiting for its calls to be answered:" + calls);
+      }
     }
-    pool_->wait_idle();
+    if (!pool_->wait_idle_until(deadline)) {
+      throw DistTimeoutError("rpc: graceful shutdown of worker '" + me().name + "' timed out after " +
+                             ms_text(options_.init_timeout) +
+                             " waiting for the functions it serves to return");
+    }
     arrive_and_wait("shutdown/2");
+    // Round 3: rank 0, which hosts the store under env:// and tcp://, leaves
+    // last, so that no worker loses the store while it still reads round 2.
+    if (rank_ == 0) {
+      arrive_and_wait("shutdown/3");
+    } else {
+      store_->set("shutdown/3/" + std::to_string(rank_), "1");
+    }
   }
 
   void arrive_and_wait(const std::string& round) {

@@ -53,9 +53,19 @@ void ServingPool::run() {
   }
 }
 
-void ServingPool::wait_idle() {
+bool ServingPool::wait_idle_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_cv_.wait(lock, [&] { return running_ == 0 && queue_.empty(); });
+  return idle_cv_.wait_until(lock, deadline, [&] { return running_ == 0 && queue_.empty(); });
+}
+
+size_t ServingPool::drop_queued() {
+  std::deque<std::function<void()>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(queue_);
+    if (running_ == 0) idle_cv_.notify_all();
+  }
+  return dropped.size();  // destroyed here, outside the lock
 }
 
 size_t ServingPool::outstanding() const {

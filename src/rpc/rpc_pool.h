@@ -6,6 +6,7 @@
 // queue full is refused (try_post returns false) rather than queued without
 // bound: its caller gets an error saying so at once.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -26,8 +27,10 @@ class ServingPool {
 
   /// Queues `task` (which must not throw); false if it was refused.
   bool try_post(std::function<void()> task);
-  /// Waits until no task is queued or running.
-  void wait_idle();
+  /// Waits until no task is queued or running; false if `deadline` came first.
+  bool wait_idle_until(std::chrono::steady_clock::time_point deadline);
+  /// Drops the tasks not started yet; how many there were.
+  size_t drop_queued();
   /// Tasks queued or running.
   size_t outstanding() const;
 

@@ -154,7 +154,8 @@ def test_a_call_past_its_timeout_fails_naming_the_callee():
         _init(rank, n)
         if rank == 0:
             started = time.monotonic()
-            with pytest.raises(tdist_errors().DistTimeoutError, match="on worker 'worker1' from 'worker0' timed out"):
+            with pytest.raises(tdist_errors().DistTimeoutError,
+                               match="call of 'sleep_then' on worker 'worker1' from 'worker0' timed out"):
                 rpc.rpc_sync("worker1", sleep_then, args=(3, "late"), timeout=0.2)
             assert time.monotonic() - started < 2.5
             # timeout=-1: the default from init_rpc; the call completes.

@@ -70,8 +70,8 @@ void register_test_functions() {
     register_function("test.raise_remote", [](const Message&, const CallInfo&) -> Message {
       throw RemoteException("ValueError", "bad value", "Traceback (most recent call last):\n  line 1\n");
     });
-    // Sleeps as many milliseconds as its payload says, in slices, until its
-    // deadline passes or the time is up; answers what it saw.
+    // Sleeps as many milliseconds as its payload says, whatever its
+    // deadline (a function that overruns the call), then answers.
     register_function("test.sleep", [](const Message& args, const CallInfo& call) {
       const auto ms = std::stoi(text_of(args.payload));
       const auto until = Clock::now() + std::chrono::milliseconds(ms);

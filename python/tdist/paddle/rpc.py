@@ -7,7 +7,8 @@
     rpc.shutdown()
 
 rank, world_size and master_endpoint default to PADDLE_TRAINER_ID,
-PADDLE_TRAINERS_NUM and PADDLE_MASTER_ENDPOINT, as in paddle. Workers are
+PADDLE_TRAINERS_NUM and PADDLE_MASTER_ENDPOINT, as in paddle, and a
+timeout of 0 or less (the default, -1) means none. Workers are
 WorkerInfo(name, rank, ip, port); rpc_async returns a future whose wait()
 gives the result.
 """
@@ -70,12 +71,17 @@ def init_rpc(name, rank=None, world_size=None, master_endpoint=None):
     _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
 
 
+def _timeout(timeout):
+    # paddle: a timeout of 0 or less means none.
+    return 0 if timeout is None or timeout <= 0 else timeout
+
+
 def rpc_sync(to, fn, args=None, kwargs=None, timeout=_DEFAULT_RPC_TIMEOUT):
-    return _rpc.rpc_sync(to, fn, args=args, kwargs=kwargs, timeout=timeout)
+    return _rpc.rpc_sync(to, fn, args=args, kwargs=kwargs, timeout=_timeout(timeout))
 
 
 def rpc_async(to, fn, args=None, kwargs=None, timeout=_DEFAULT_RPC_TIMEOUT):
-    return _rpc.rpc_async(to, fn, args=args, kwargs=kwargs, timeout=timeout)
+    return _rpc.rpc_async(to, fn, args=args, kwargs=kwargs, timeout=_timeout(timeout))
 
 
 def shutdown():
