@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -271,3 +273,21 @@ def test_a_killed_worker_fails_its_callers_and_the_others_shut_down():
         assert status == "ok"
         assert "on worker 'worker2' from 'worker0' failed" in message, message
         assert seconds < 10, seconds
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "examples",
+                       "parameter_server.py")
+
+
+@pytest.mark.parametrize("nprocs", [2, 5])
+def test_the_parameter_server_example_trains_and_its_check_can_fail(nprocs):
+    def run(*extra):
+        return subprocess.run([sys.executable, "-m", "tdist.run", "--standalone", "--nproc-per-node", str(nprocs),
+                               EXAMPLE, "--check", *extra], capture_output=True, text=True, timeout=120)
+
+    done = run("--steps", "150")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{150 * (nprocs - 1)} gradients from {nprocs - 1} trainers" in done.stdout, done.stdout
+    # Two steps cannot reach w*: the check must say so.
+    short = run("--steps", "2")
+    assert short.returncode != 0 and "check failed" in short.stdout + short.stderr, short.stdout + short.stderr
