@@ -103,6 +103,26 @@ struct Call {
 /// copy into a large output, or a chunk handed to readers on other cores.
 void copy_out(void* dst, const void* src, size_t n, bool streaming);
 
+/// For a block laid out as `segments` one after another (the segmented
+/// reduce_scatter input and all_gather output), calls fn(segment, offset,
+/// from, n) for every piece of its units [begin, begin + length): n units
+/// at `offset` units into `segment`, `from` units past begin.
+/// `size_of(segment)` gives a segment's units.
+template <typename Segment, typename SizeOf, typename Fn>
+void for_each_piece(const std::vector<Segment>& segments, SizeOf size_of, size_t begin, size_t length,
+                    Fn&& fn) {
+  const size_t end = begin + length;
+  size_t at = 0;  // units of the block before this segment
+  for (const Segment& segment : segments) {
+    if (at >= end) break;
+    const size_t size = size_of(segment);
+    const size_t from = std::max(at, begin);
+    const size_t to = std::min(at + size, end);
+    if (from < to) fn(segment, from - at, from - begin, to - from);
+    at += size;
+  }
+}
+
 /// How a writer stores a chunk (a ring's slot, a round's piece, a
 /// reduction's contribution) for readers on other cores. On the
 /// Zen 4 VM the two vCPUs are at times two threads of one core, at times

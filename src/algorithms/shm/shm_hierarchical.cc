@@ -229,6 +229,17 @@ struct BlockChunks {
     for (const auto& host : by_host) parts.push_back(part(host[j], c));
     return parts;
   }
+  // Chunk c's part of every group rank's block, where it lies at `base`
+  // (blocks of `unit`-byte units): out[j] lists local index j's parts, host
+  // by host -- the block local rank j takes in the shared-memory stage.
+  template <typename Segment, typename Byte>
+  void segments_of(size_t c, Byte* base, size_t unit, std::vector<std::vector<Segment>>& out) const {
+    for (auto& block : out) block.clear();
+    for_each_in_index_order([&](size_t j, int r) {
+      const size_t n = part(r, c);
+      if (n > 0) out[j].push_back({base + (offset[static_cast<size_t>(r)] + c * step) * unit, n});
+    });
+  }
   // Calls fn(j, r) for every group rank r in local-index-then-host order.
   template <typename Fn>
   void for_each_in_index_order(Fn&& fn) const {
@@ -326,15 +337,11 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
     algorithms::all_gather(between, source + std::min(c * chunks.step, own), region_of(c),
                            chunks.across_hosts(c, mine));
   };
-  // Local index j's block of chunk c is its ranks' parts, host by host:
-  // each goes to its rank's place in the output.
+  // Each part of local index j's block of chunk c goes to its rank's place
+  // in the output.
   std::vector<std::vector<OutputSegment>> places(by_host[0].size());
   auto share = [&](size_t c) {
-    for (auto& segments : places) segments.clear();
-    chunks.for_each_in_index_order([&](size_t j, int r) {
-      const size_t n = chunks.part(r, c);
-      if (n > 0) places[j].push_back({target + chunks.offset[static_cast<size_t>(r)] + c * chunks.step, n});
-    });
+    chunks.segments_of(c, target, 1, places);
     all_gather_segments(in_host, local, region_of(c), places);
   };
   pipeline(
@@ -369,14 +376,8 @@ void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transp
   auto* target = static_cast<uint8_t*>(out);
   std::vector<std::vector<InputSegment>> blocks(by_host[0].size());
   auto reduce_inside = [&](size_t c) {
-    // Local index j's block of the chunk: the chunk's part of every block
-    // of local index j, host by host, read where it lies in the input.
-    for (auto& block : blocks) block.clear();
-    chunks.for_each_in_index_order([&](size_t j, int r) {
-      const size_t n = chunks.part(r, c);
-      if (n > 0)
-        blocks[j].push_back({source + (chunks.offset[static_cast<size_t>(r)] + c * chunks.step) * eb, n});
-    });
+    // Local index j's block of the chunk, read where it lies in the input.
+    chunks.segments_of(c, source, eb, blocks);
     reduce_scatter_segments(in_host, local, blocks, piece_of(c), chunks.per_index[c], dtype,
                             op_inside_host(op));
   };

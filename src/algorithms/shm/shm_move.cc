@@ -167,15 +167,10 @@ class BlockOutput {
       place(output_ + (*offsets_)[block] + begin, size_t{0}, length);
       return;
     }
-    const size_t end = begin + length;
-    size_t at = 0;  // bytes of the block before this segment
-    for (const OutputSegment& segment : (*segments_)[block]) {
-      const size_t from = std::max(at, begin);
-      const size_t to = std::min(at + segment.bytes, end);
-      if (from < to) place(static_cast<uint8_t*>(segment.data) + (from - at), from - begin, to - from);
-      at += segment.bytes;
-      if (at >= end) break;
-    }
+    for_each_piece((*segments_)[block], [](const OutputSegment& s) { return s.bytes; }, begin, length,
+                   [&](const OutputSegment& s, size_t offset, size_t from, size_t n) {
+                     place(static_cast<uint8_t*>(s.data) + offset, from, n);
+                   });
   }
 
  private:

@@ -356,18 +356,11 @@ class BlockSource {
       contribute(dst, input_ + (offsets_[j] + begin) * eb_, length, dtype, op, streaming);
       return;
     }
-    for (const InputSegment& segment : (*segments_)[j]) {
-      if (length == 0) return;
-      if (begin >= segment.count) {
-        begin -= segment.count;
-        continue;
-      }
-      const size_t n = std::min(length, segment.count - begin);
-      contribute(dst, static_cast<const uint8_t*>(segment.data) + begin * eb_, n, dtype, op, streaming);
-      dst += n * eb_;
-      length -= n;
-      begin = 0;
-    }
+    for_each_piece((*segments_)[j], [](const InputSegment& s) { return s.count; }, begin, length,
+                   [&](const InputSegment& s, size_t offset, size_t from, size_t n) {
+                     contribute(dst + from * eb_, static_cast<const uint8_t*>(s.data) + offset * eb_, n,
+                                dtype, op, streaming);
+                   });
   }
 
  private:

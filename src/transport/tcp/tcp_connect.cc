@@ -274,10 +274,8 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     next = (next + 1) % listeners.size();
   }
   desk.close_all("every rank of the group is already connected");
-  auto transport =
-      std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses), interfaces);
-  transport->set_crash_breaks_group(options.crash_breaks_group);
-  return transport;
+  return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses), interfaces,
+                                        options.crash_breaks_group);
 }
 
 }  // namespace tdist::transport

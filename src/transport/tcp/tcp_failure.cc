@@ -75,11 +75,6 @@ void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool 
   if (breaks) break_locked(error);
 }
 
-void TcpTransport::set_crash_breaks_group(bool breaks) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  crash_breaks_group_ = breaks;
-}
-
 void TcpTransport::break_locked(std::exception_ptr error) {
   if (!aborted_) aborted_ = error;
   error = aborted_;

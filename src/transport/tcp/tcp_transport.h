@@ -237,8 +237,10 @@ class TcpTransport final : public Transport {
   /// sockets[peer]: the connections to `peer` (the first carries headers);
   /// interfaces[peer]: how many interfaces the accepting rank of the pair
   /// listens on (tcp::stripe_min_bytes); empty: one each.
+  /// crash_breaks_group: TcpOptions::crash_breaks_group.
   TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
-               std::vector<std::string> addresses, const std::vector<size_t>& interfaces = {});
+               std::vector<std::string> addresses, const std::vector<size_t>& interfaces = {},
+               bool crash_breaks_group = true);
   ~TcpTransport() override;
 
   int rank() const override { return rank_; }
@@ -261,8 +263,6 @@ class TcpTransport final : public Transport {
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
   std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override;
-  /// TcpOptions::crash_breaks_group; set before any operation.
-  void set_crash_breaks_group(bool breaks);
 
  private:
   // Completions found under the lock are queued and delivered by flush()
@@ -344,7 +344,7 @@ class TcpTransport final : public Transport {
   std::vector<Completion> completions_;
   bool sweeping_ = false;              // close_pair is reading the other connections
   bool broken_by_crash_ = false;       // a peer died without saying goodbye
-  bool crash_breaks_group_ = true;     // TcpOptions::crash_breaks_group
+  const bool crash_breaks_group_;      // TcpOptions::crash_breaks_group
   std::condition_variable closed_cv_;  // a pair closed
   // The thread holding the driver role, if any. Written under mutex_;
   // atomic so that a thread can see without the lock that it is not the
