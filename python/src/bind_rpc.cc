@@ -26,16 +26,21 @@ using Millis = std::chrono::milliseconds;
 std::mutex handler_mutex;
 py::object* handler = nullptr;  // leaked on purpose: it may be called while the interpreter exits
 
+// A reference to `obj` that C++ may drop on any thread: the last owner
+// takes the GIL to release it.
+std::shared_ptr<py::object> shared_object(py::object obj) {
+  return {new py::object(std::move(obj)), [](py::object* p) {
+            py::gil_scoped_acquire gil;
+            delete p;
+          }};
+}
+
 // A tensor of a Python array or torch tensor, keeping the object alive as
 // long as the tensor lives (it may outlive the call: until sent).
 Tensor owned_tensor(py::handle obj, const char* op, const char* arg) {
   Tensor view = to_tensor(obj, op, arg, Access::kRead);
-  auto* keep = new py::object(py::reinterpret_borrow<py::object>(obj));
-  std::shared_ptr<void> owner(keep, [](void* p) {
-    py::gil_scoped_acquire gil;
-    delete static_cast<py::object*>(p);
-  });
-  return Tensor::wrap(view.data(), view.dtype(), view.shape(), std::move(owner));
+  return Tensor::wrap(view.data(), view.dtype(), view.shape(),
+                      shared_object(py::reinterpret_borrow<py::object>(obj)));
 }
 
 std::vector<Tensor> owned_tensors(const py::list& list, const char* op) {
@@ -116,11 +121,7 @@ void bind_rpc(py::module_& m) {
       .def(
           "add_done_callback",
           [](const rpc::Future& f, py::function callback) {
-            auto* keep = new py::object(std::move(callback));
-            std::shared_ptr<py::object> cb(keep, [](py::object* p) {
-              py::gil_scoped_acquire gil;
-              delete p;
-            });
+            std::shared_ptr<py::object> cb = shared_object(std::move(callback));
             f.then([cb](const rpc::Future&) {
               py::gil_scoped_acquire gil;
               try {
@@ -138,17 +139,15 @@ void bind_rpc(py::module_& m) {
       .def_static(
           "start",
           [](const std::string& name, int rank, int world_size, const std::string& init_method,
-             const std::shared_ptr<Store>& store, Millis rpc_timeout, int num_worker_threads, int max_queued,
-             Millis init_timeout) {
+             Millis rpc_timeout, int num_worker_threads, int max_queued, Millis init_timeout) {
             py::gil_scoped_release release;
             rpc::AgentOptions options;
             options.rpc_timeout = rpc_timeout;
             options.num_worker_threads = num_worker_threads;
             options.max_queued_requests = max_queued;
             options.init_timeout = init_timeout;
-            RendezvousResult r = store ? rendezvous(store, rank, world_size)
-                                       : rendezvous(init_method.empty() ? "env://" : init_method, rank,
-                                                    world_size, init_timeout);
+            RendezvousResult r =
+                rendezvous(init_method.empty() ? "env://" : init_method, rank, world_size, init_timeout);
             if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) options.reach_host = tcp->host();
             std::shared_ptr<rpc::Agent> agent =
                 rpc::Agent::start(name, r.rank, r.world_size, r.store, options);
@@ -157,7 +156,7 @@ void bind_rpc(py::module_& m) {
             // reference holding the GIL, so the deleter lets go of it first.
             return std::shared_ptr<rpc::Agent>(agent.get(), [agent](rpc::Agent*) mutable {
               if (PyGILState_Check() != 0) {
-                py::gil_scoped_release release;
+                py::gil_scoped_release without_gil;
                 agent.reset();
               } else {
                 agent.reset();
@@ -165,8 +164,8 @@ void bind_rpc(py::module_& m) {
             });
           },
           py::arg("name"), py::arg("rank"), py::arg("world_size"), py::arg("init_method"),
-          py::arg("store").none(true), py::arg("rpc_timeout"), py::arg("num_worker_threads"),
-          py::arg("max_queued_requests"), py::arg("init_timeout"))
+          py::arg("rpc_timeout"), py::arg("num_worker_threads"), py::arg("max_queued_requests"),
+          py::arg("init_timeout"))
       .def(
           "call_async",
           [](rpc::Agent& agent, const std::string& to, const std::string& function, const py::bytes& payload,

@@ -105,17 +105,17 @@ class RemoteError(RuntimeError):
 
 # --- pickling with tensors on the side ---------------------------------------
 
-_NUMPY_KINDS = {"b", "u", "i", "f", "c"}
+# NumPy dtypes that are tdist dtypes; arrays of others are pickled whole.
+_NUMPY_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
+                 "complex128"}
 
 
 def _sendable_numpy(obj):
     numpy = sys.modules.get("numpy")
     if numpy is None or type(obj) is not numpy.ndarray:
         return None
-    if obj.dtype.kind not in _NUMPY_KINDS or obj.dtype.byteorder == ">" or obj.dtype.itemsize > 16:
+    if obj.dtype.name not in _NUMPY_DTYPES or not obj.dtype.isnative:
         return None
-    if obj.dtype == numpy.uint16 or obj.dtype == numpy.uint32 or obj.dtype == numpy.uint64:
-        return None  # no such tdist dtypes
     return obj if obj.flags.c_contiguous else numpy.ascontiguousarray(obj)
 
 
@@ -350,7 +350,6 @@ class _CallFuture(Future):
 
 class _State:
     agent = None
-    options = None
 
 
 _state = _State()
@@ -384,19 +383,17 @@ def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=N
     opts = rpc_backend_options or RpcBackendOptions()
     rpc_timeout = _seconds(opts.rpc_timeout, "rpc_timeout")
     init_timeout = _seconds(getattr(opts, "init_timeout", DEFAULT_INIT_TIMEOUT_SEC), "init_timeout")
-    store = getattr(opts, "store", None)
     _C.rpc_set_handler(_serve)
     _state.agent = _C.RpcAgent.start(
         name, -1 if rank is None else rank, -1 if world_size is None else world_size,
-        "" if store is not None else (getattr(opts, "init_method", None) or "env://"), store,
+        getattr(opts, "init_method", None) or "env://",
         timedelta(seconds=rpc_timeout if rpc_timeout and rpc_timeout > 0 else _NO_TIMEOUT_MS / 1000),
         int(getattr(opts, "num_worker_threads", DEFAULT_NUM_WORKER_THREADS)),
         int(getattr(opts, "max_queued_requests", DEFAULT_MAX_QUEUED_REQUESTS)),
         timedelta(seconds=init_timeout))
-    _state.options = opts
-    atexit.register(_shutdown_at_exit)
 
 
+@atexit.register
 def _shutdown_at_exit():
     # A program that ends without shutdown() (an exception, say) closes at
     # once rather than leave the agent to the interpreter's teardown.

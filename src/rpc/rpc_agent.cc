@@ -39,6 +39,20 @@ using std::chrono::milliseconds;
 // inherit what is left of it.
 thread_local const Clock::time_point* t_serving_deadline = nullptr;
 
+// Sets t_serving_deadline while a function runs.
+class ServingDeadline {
+ public:
+  explicit ServingDeadline(const Clock::time_point& deadline) : outer_(t_serving_deadline) {
+    t_serving_deadline = &deadline;
+  }
+  ~ServingDeadline() { t_serving_deadline = outer_; }
+  ServingDeadline(const ServingDeadline&) = delete;
+  ServingDeadline& operator=(const ServingDeadline&) = delete;
+
+ private:
+  const Clock::time_point* outer_;
+};
+
 // How often the watchdog looks for callees that died, when no deadline is
 // nearer: a caller learns of a dead callee within this.
 constexpr milliseconds kWatchdogPeriod{100};
@@ -121,7 +135,10 @@ class AgentImpl final : public Agent {
                     const std::string& label) override {
     const int callee = worker_info(to).id;
     const std::string& shown = label.empty() ? function : label;
-    if (closed_.load()) {
+    // Held from the check to the sends: shutdown either finds this call
+    // pending or this finds the agent closed.
+    std::shared_lock<std::shared_mutex> use(use_mutex_);
+    if (!transport_ || closed_.load()) {
       throw DistError("rpc: worker '" + me().name + "' has shut down; it cannot call '" + shown + "' on '" +
                       to + "'");
     }
@@ -133,15 +150,6 @@ class AgentImpl final : public Agent {
     Future future(state);
     if (deadline <= now) {
       state->complete({}, std::make_exception_ptr(timeout_error(callee, shown, now, now)));
-      return future;
-    }
-    // Held from the pending entry to the sends: shutdown either sees this
-    // call as pending or finds the agent closed here.
-    std::shared_lock<std::shared_mutex> use(use_mutex_);
-    if (!transport_ || closed_.load()) {
-      state->complete({}, std::make_exception_ptr(DistError("rpc: worker '" + me().name +
-                                                            "' has shut down; it cannot call '" + shown +
-                                                            "' on '" + to + "'")));
       return future;
     }
     const uint64_t id = next_id_.fetch_add(1);
@@ -204,7 +212,6 @@ class AgentImpl final : public Agent {
     }
     watch_cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
-    fail_all(error);
     {
       // Not aborted: that would break the other workers' transports too.
       // Destroyed, it says goodbye to every peer (their calls to this
@@ -213,7 +220,7 @@ class AgentImpl final : public Agent {
       closing_.store(true);
       transport_.reset();
     }
-    fail_all(error);  // a call that raced with the first fail_all
+    fail_all(error);  // what is left, including a call that raced with closed_
     if (problem) std::rethrow_exception(problem);
   }
 
@@ -398,21 +405,16 @@ class AgentImpl final : public Agent {
     if (Clock::now() >= deadline) return;  // the caller has given up already
     CallInfo info{infos_[static_cast<size_t>(source)], request.function, deadline, this};
     Message result;
-    const Clock::time_point* outer = t_serving_deadline;
-    t_serving_deadline = &deadline;
     try {
+      ServingDeadline serving(deadline);
       result = (*fn)(Message{request.payload, std::move(tensors)}, info);
     } catch (const RemoteException& e) {
-      t_serving_deadline = outer;
       return answer_error(source, request.id, e.type(), e.what(), e.traceback());
     } catch (const std::exception& e) {
-      t_serving_deadline = outer;
       return answer_error(source, request.id, type_name(e), e.what(), "");
     } catch (...) {
-      t_serving_deadline = outer;
       return answer_error(source, request.id, "unknown", "a non-standard exception", "");
     }
-    t_serving_deadline = outer;
     wire::Response response;
     response.id = request.id;
     response.payload = std::move(result.payload);
