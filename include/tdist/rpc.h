@@ -152,6 +152,12 @@ struct AgentOptions {
   /// advertises is the one that reaches it (TcpOptions::reach_host). Empty:
   /// TDIST_SOCKET_IFNAME's, else loopback.
   std::string reach_host;
+  /// Tensors of at least this many bytes going to a worker of this host
+  /// that may read this process's memory are offered for it to copy
+  /// directly (one copy instead of two through sockets); 0: never.
+  /// TDIST_RPC_DIRECT_MIN_BYTES replaces it, TDIST_SHM_SINGLE_COPY=0 turns
+  /// it off.
+  size_t direct_read_min_bytes = size_t{64} << 10;
 };
 
 class Agent {

@@ -26,13 +26,57 @@ using Millis = std::chrono::milliseconds;
 std::mutex handler_mutex;
 py::object* handler = nullptr;  // leaked on purpose: it may be called while the interpreter exits
 
-// A reference to `obj` that C++ may drop on any thread: the last owner
-// takes the GIL to release it.
+// Python objects C++ let go of on a thread without the GIL (the transport's
+// loop thread, once a send is done). Taking the GIL there would stall the
+// loop behind whatever Python code runs (up to the interpreter's 5 ms switch
+// interval, every message), so they wait here and go the next time a thread
+// holding the GIL passes (release_dropped), at the latest at the interpreter's
+// next pending-call check, which the first one dropped schedules.
+std::mutex dropped_mutex;
+std::vector<py::object*>* dropped = nullptr;  // leaked on purpose, as `handler`
+bool drop_scheduled = false;
+
+// Needs the GIL.
+void release_dropped() {
+  std::vector<py::object*> batch;
+  {
+    std::lock_guard<std::mutex> lock(dropped_mutex);
+    drop_scheduled = false;
+    if (dropped == nullptr || dropped->empty()) return;
+    batch.swap(*dropped);
+  }
+  for (py::object* p : batch) delete p;
+}
+
+int release_dropped_pending(void* /*unused*/) {
+  release_dropped();
+  return 0;
+}
+
+void drop(py::object* p) {
+  if (PyGILState_Check() != 0) {
+    delete p;
+    return;
+  }
+  bool schedule = false;
+  {
+    std::lock_guard<std::mutex> lock(dropped_mutex);
+    if (dropped == nullptr) dropped = new std::vector<py::object*>();
+    dropped->push_back(p);
+    schedule = !drop_scheduled;
+    drop_scheduled = true;
+  }
+  // Safe without the GIL (Python 3.11's C API docs); a full queue just
+  // leaves the objects to the next thread that passes with the GIL.
+  if (schedule && Py_IsInitialized() != 0 && Py_AddPendingCall(release_dropped_pending, nullptr) != 0) {
+    std::lock_guard<std::mutex> lock(dropped_mutex);
+    drop_scheduled = false;
+  }
+}
+
+// A reference to `obj` that C++ may drop on any thread.
 std::shared_ptr<py::object> shared_object(py::object obj) {
-  return {new py::object(std::move(obj)), [](py::object* p) {
-            py::gil_scoped_acquire gil;
-            delete p;
-          }};
+  return {new py::object(std::move(obj)), drop};
 }
 
 // A tensor of a Python array or torch tensor, keeping the object alive as
@@ -61,6 +105,14 @@ py::tuple to_python(const rpc::Message& m) {
 
 rpc::Message serve_python(const rpc::Message& args, const rpc::CallInfo& call) {
   py::gil_scoped_acquire gil;
+  // A serving thread keeps its Python thread state from call to call
+  // instead of making a new one each time (it goes with the interpreter).
+  thread_local bool kept = false;
+  if (!kept) {
+    gil.inc_ref();
+    kept = true;
+  }
+  release_dropped();
   py::object fn;
   {
     std::lock_guard<std::mutex> lock(handler_mutex);
@@ -114,6 +166,7 @@ void bind_rpc(py::module_& m) {
               py::gil_scoped_release release;
               result = f.wait();
             }
+            release_dropped();
             return to_python(result);
           },
           "(payload, tensors) of the answer; raises the call's error.")
@@ -170,6 +223,7 @@ void bind_rpc(py::module_& m) {
           "call_async",
           [](rpc::Agent& agent, const std::string& to, const std::string& function, const py::bytes& payload,
              const py::list& tensors, Millis timeout, const std::string& label) {
+            release_dropped();
             rpc::Message args{to_bytes(payload, "rpc"), owned_tensors(tensors, "rpc")};
             py::gil_scoped_release release;
             return agent.call_async(to, function, std::move(args), timeout, label);

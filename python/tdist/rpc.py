@@ -119,9 +119,15 @@ def _sendable_numpy(obj):
     return obj if obj.flags.c_contiguous else numpy.ascontiguousarray(obj)
 
 
+_TORCH_DTYPES = []  # filled on first use: tdist does not import torch itself
+
+
 def _torch_dtypes(torch):
-    return {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-            torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128}
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.append(frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                                        torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                        torch.complex64, torch.complex128}))
+    return _TORCH_DTYPES[0]
 
 
 def _sendable_torch(obj):
@@ -138,12 +144,18 @@ def _sendable_torch(obj):
     return t.contiguous()
 
 
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set,
+                          frozenset, type, type(len), type(_sendable_torch)})
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, buffer):
         super().__init__(buffer, protocol=pickle.HIGHEST_PROTOCOL)
         self.tensors = []
 
     def persistent_id(self, obj):
+        if type(obj) in _PLAIN_TYPES:  # the pickler asks for every object: most are not tensors
+            return None
         for kind, convert in (("numpy", _sendable_numpy), ("torch", _sendable_torch)):
             t = convert(obj)
             if t is not None:

@@ -1,15 +1,17 @@
 // The RPC agent (include/tdist/rpc.h, docs/rpc.md): one TCP transport among
 // the workers, whose event-loop thread receives every request and response
 // header (any-source receives on two tags, reposted as each completes) and
-// then each tensor straight into the buffer allocated for it; a serving pool
-// runs the functions; a watchdog thread fails calls whose deadline passed or
-// whose callee died.
+// then each tensor straight into the buffer allocated for it -- or, from a
+// worker of this host, copies it out of that worker's memory (rpc_direct.h);
+// a serving pool runs the functions; a watchdog thread fails calls whose
+// deadline passed or whose callee died.
 
 #include <cxxabi.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -19,6 +21,8 @@
 #include "common/completion_thread.h"
 #include "common/error_text.h"
 #include "common/socket.h"
+#include "rpc/rpc_buffers.h"
+#include "rpc/rpc_direct.h"
 #include "rpc/rpc_future.h"
 #include "rpc/rpc_pool.h"
 #include "rpc/rpc_registry.h"
@@ -77,15 +81,11 @@ std::string ms_text(Clock::duration d) {
 std::vector<Tensor> allocate(const std::vector<wire::TensorMeta>& metas) {
   std::vector<Tensor> tensors;
   tensors.reserve(metas.size());
-  for (const auto& m : metas) tensors.push_back(Tensor::empty(m.dtype, m.shape));
+  for (const auto& m : metas) {
+    tensors.push_back(detail::receive_buffer(m.dtype, m.shape, m.nbytes()));
+    if (m.bytes && !m.bytes->empty()) std::memcpy(tensors.back().data(), m.bytes->data(), m.bytes->size());
+  }
   return tensors;
-}
-
-std::vector<wire::TensorMeta> metas_of(const std::vector<Tensor>& tensors) {
-  std::vector<wire::TensorMeta> metas;
-  metas.reserve(tensors.size());
-  for (const Tensor& t : tensors) metas.push_back({t.dtype(), t.shape()});
-  return metas;
 }
 
 // A call this worker made that has no answer yet.
@@ -96,6 +96,15 @@ struct Pending {
   Clock::time_point deadline;
   std::shared_ptr<detail::FutureState> state;
 };
+
+// A tensor offered to a peer for a direct read, kept until it has read it.
+struct Offer {
+  Tensor tensor;
+  detail::Hold hold;
+};
+
+// Whose offers: the peer, the call and whether they are its answer's.
+using OfferKey = std::tuple<int, uint64_t, bool>;
 
 class AgentImpl final : public Agent {
  public:
@@ -108,6 +117,11 @@ class AgentImpl final : public Agent {
                                 std::to_string(world_size) + " workers");
     }
     store_->set("name/" + std::to_string(rank), name);
+    direct_min_bytes_ = detail::direct_min_bytes(options.direct_read_min_bytes);
+    // Every worker says whether it takes part, so that none waits for a
+    // card that never comes when their settings differ.
+    store_->set("direct/card/" + std::to_string(rank),
+                direct_min_bytes_ > 0 ? detail::direct_probe_card() : "");
     transport::TcpOptions tcp;
     tcp.timeout = options.init_timeout;
     tcp.reach_host = options.reach_host;
@@ -123,9 +137,11 @@ class AgentImpl final : public Agent {
     }
     check_names_unique();
     for (const WorkerInfo& info : infos_) by_name_[info.name] = info.id;
+    if (world_size > 1) probe_direct_reads();
     pool_ = std::make_unique<detail::ServingPool>(options.num_worker_threads, options.max_queued_requests);
     receive(wire::kRequestTag);
     receive(wire::kResponseTag);
+    receive(wire::kReleaseTag);
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -163,15 +179,16 @@ class AgentImpl final : public Agent {
     request.timeout_us = duration_cast<microseconds>(deadline - now).count();
     request.function = function;
     request.payload = std::move(args.payload);
-    request.tensors = metas_of(args.tensors);
+    request.tensors = describe(callee, id, false, args.tensors);
     auto header = std::make_shared<std::vector<uint8_t>>(wire::encode(request));
     auto tensors = std::make_shared<std::vector<Tensor>>(std::move(args.tensors));
     auto on_sent = [this, id, header, tensors](transport::Request& r) {
       if (auto error = r.error()) fail(id, error);
     };
     transport_->isend(callee, wire::kRequestTag, header->data(), header->size())->on_complete(on_sent);
-    for (const Tensor& t : *tensors) {
-      if (t.nbytes() > 0) {
+    for (size_t i = 0; i < tensors->size(); ++i) {
+      const Tensor& t = (*tensors)[i];
+      if (t.nbytes() > 0 && !request.tensors[i].direct && !request.tensors[i].bytes) {
         transport_->isend(callee, wire::data_tag(id, false), t.data(), t.nbytes())->on_complete(on_sent);
       }
     }
@@ -221,6 +238,7 @@ class AgentImpl final : public Agent {
       transport_.reset();
     }
     fail_all(error);  // what is left, including a call that raced with closed_
+    drop_offers([](const OfferKey&) { return true; });
     if (problem) std::rethrow_exception(problem);
   }
 
@@ -328,8 +346,13 @@ class AgentImpl final : public Agent {
     try {
       if (tag == wire::kRequestTag) {
         on_request(source, wire::decode_request(bytes));
-      } else {
+      } else if (tag == wire::kResponseTag) {
         on_response(source, wire::decode_response(bytes));
+      } else {
+        const wire::Release release = wire::decode_release(bytes);
+        drop_offers([&](const OfferKey& key) {
+          return key == OfferKey{source, release.id, release.response};
+        });
       }
     } catch (const std::exception& e) {
       TDIST_LOG(WARNING) << "rpc: worker '" << me().name << "' dropped a message from worker '"
@@ -338,9 +361,11 @@ class AgentImpl final : public Agent {
     return true;
   }
 
-  // Receives the tensors of a header from `source` on `tag` into `tensors`,
-  // then runs done(error) once (error: the first receive that failed).
-  void receive_tensors(int source, uint64_t tag, const std::shared_ptr<std::vector<Tensor>>& tensors,
+  // Receives the tensors of a header from `source` on `tag` into `tensors`
+  // (those `metas` does not offer for a direct read), then runs done(error)
+  // once (error: the first receive that failed).
+  void receive_tensors(int source, uint64_t tag, const std::vector<wire::TensorMeta>& metas,
+                       const std::shared_ptr<std::vector<Tensor>>& tensors,
                        std::function<void(std::exception_ptr)> done) {
     struct Countdown {
       std::mutex mutex;
@@ -348,14 +373,18 @@ class AgentImpl final : public Agent {
       std::exception_ptr error;
       std::function<void(std::exception_ptr)> done;
     };
+    auto by_bytes = [&](size_t i) {
+      return (*tensors)[i].nbytes() > 0 && !metas[i].direct && !metas[i].bytes;
+    };
     size_t count = 0;
-    for (const Tensor& t : *tensors) count += t.nbytes() > 0 ? 1 : 0;
+    for (size_t i = 0; i < tensors->size(); ++i) count += by_bytes(i) ? 1 : 0;
     if (count == 0) return done(nullptr);
     auto countdown = std::make_shared<Countdown>();
     countdown->left = count;
     countdown->done = std::move(done);
-    for (Tensor& t : *tensors) {
-      if (t.nbytes() == 0) continue;
+    for (size_t i = 0; i < tensors->size(); ++i) {
+      if (!by_bytes(i)) continue;
+      Tensor& t = (*tensors)[i];
       net_->irecv(source, tag, t.data(), t.nbytes())
           ->on_complete([countdown, tensors](transport::Request& r) {
             std::exception_ptr error;
@@ -374,28 +403,41 @@ class AgentImpl final : public Agent {
     auto args = std::make_shared<std::vector<Tensor>>(allocate(request.tensors));
     const Clock::time_point deadline = Clock::now() + microseconds(request.timeout_us);
     auto call = std::make_shared<wire::Request>(std::move(request));
-    receive_tensors(source, wire::data_tag(call->id, false), args,
+    receive_tensors(source, wire::data_tag(call->id, false), call->tensors, args,
                     [this, source, call, args, deadline](const std::exception_ptr& error) {
-                      if (error) return;  // the caller is gone: nobody to answer
-                      std::lock_guard<std::mutex> lock(serving_mutex_);
-                      if (!serving_) return;  // shutting down
-                      const bool queued = pool_->try_post([this, source, call, args, deadline] {
-                        serve(source, *call, std::move(*args), deadline);
-                      });
-                      if (!queued) {
-                        answer_error(source, call->id, "tdist.rpc.Busy",
-                                     "worker '" + me().name + "' is busy: all " +
-                                         std::to_string(options_.num_worker_threads) +
-                                         " serving threads are running and " +
-                                         std::to_string(options_.max_queued_requests) + " requests wait; '" +
-                                         call->function + "' was refused",
-                                     "");
+                      bool queued = false;
+                      if (!error) {
+                        std::lock_guard<std::mutex> lock(serving_mutex_);
+                        if (!serving_) return;  // shutting down: this worker's goodbye tells the caller
+                        queued = pool_->try_post([this, source, call, args, deadline] {
+                          serve(source, *call, std::move(*args), deadline);
+                        });
                       }
+                      if (queued) return;
+                      release_offers(source, call->id, false, call->tensors);  // never to be read
+                      if (error) return;  // the caller is gone: nobody to answer
+                      answer_error(source, call->id, "tdist.rpc.Busy",
+                                   "worker '" + me().name + "' is busy: all " +
+                                       std::to_string(options_.num_worker_threads) +
+                                       " serving threads are running and " +
+                                       std::to_string(options_.max_queued_requests) + " requests wait; '" +
+                                       call->function + "' was refused",
+                                   "");
                     });
   }
 
   void serve(int source, const wire::Request& request, std::vector<Tensor> tensors,
              Clock::time_point deadline) {
+    try {
+      read_direct(source, request.tensors, tensors);
+    } catch (const std::exception& e) {
+      release_offers(source, request.id, false, request.tensors);
+      return answer_error(source, request.id, "tdist.rpc.TransferError",
+                          "worker '" + me().name + "' could not take the arguments of '" + request.function +
+                              "': " + e.what(),
+                          "");
+    }
+    release_offers(source, request.id, false, request.tensors);
     auto fn = detail::find_function(request.function);
     if (!fn) {
       return answer_error(
@@ -418,7 +460,6 @@ class AgentImpl final : public Agent {
     wire::Response response;
     response.id = request.id;
     response.payload = std::move(result.payload);
-    response.tensors = metas_of(result.tensors);
     answer(source, response, std::move(result.tensors));
   }
 
@@ -433,14 +474,16 @@ class AgentImpl final : public Agent {
     answer(to, response, {});
   }
 
-  void answer(int to, const wire::Response& response, std::vector<Tensor> tensors) {
+  void answer(int to, wire::Response& response, std::vector<Tensor> tensors) {
+    response.tensors = describe(to, response.id, true, tensors);
     auto header = std::make_shared<std::vector<uint8_t>>(wire::encode(response));
     auto keep = std::make_shared<std::vector<Tensor>>(std::move(tensors));
     // A caller that died or gave up misses its answer; nothing else to do.
     auto hold = [header, keep](transport::Request&) {};
     net_->isend(to, wire::kResponseTag, header->data(), header->size())->on_complete(hold);
-    for (const Tensor& t : *keep) {
-      if (t.nbytes() > 0)
+    for (size_t i = 0; i < keep->size(); ++i) {
+      const Tensor& t = (*keep)[i];
+      if (t.nbytes() > 0 && !response.tensors[i].direct && !response.tensors[i].bytes)
         net_->isend(to, wire::data_tag(response.id, true), t.data(), t.nbytes())->on_complete(hold);
     }
   }
@@ -448,29 +491,140 @@ class AgentImpl final : public Agent {
   void on_response(int source, wire::Response response) {
     auto tensors = std::make_shared<std::vector<Tensor>>(allocate(response.tensors));
     auto body = std::make_shared<wire::Response>(std::move(response));
-    receive_tensors(source, wire::data_tag(body->id, true), tensors,
-                    [this, source, body, tensors](const std::exception_ptr& error) {
-                      if (error) return fail(body->id, error);
-                      std::optional<Pending> p = take(body->id);
-                      if (!p) return;  // it timed out meanwhile
-                      if (p->callee != source) {
-                        TDIST_LOG(WARNING) << "rpc: worker '" << name_of(source) << "' answered call "
-                                           << body->id << " made to worker '" << name_of(p->callee) << "'";
-                      }
-                      if (body->ok) {
-                        p->state->complete(Message{std::move(body->payload), std::move(*tensors)}, nullptr);
-                        return;
-                      }
-                      std::string what = "rpc: '" + p->function + "' on worker '" + name_of(source) +
-                                         "' raised " + body->error_type + ": " + body->error_message;
-                      if (!body->error_traceback.empty()) {
-                        what += "\nremote traceback (worker '" + name_of(source) + "'):\n" +
-                                body->error_traceback;
-                      }
-                      p->state->complete(
-                          {}, std::make_exception_ptr(RpcError(what, name_of(source), body->error_type,
-                                                               body->error_message, body->error_traceback)));
-                    });
+    receive_tensors(
+        source, wire::data_tag(body->id, true), body->tensors, tensors,
+        [this, source, body, tensors](const std::exception_ptr& error) {
+          // The callee has read what this worker offered with the call
+          // (before it answered): those tensors may go.
+          drop_offers([&](const OfferKey& key) { return key == OfferKey{source, body->id, false}; });
+          if (error) {
+            release_offers(source, body->id, true, body->tensors);
+            return fail(body->id, error);
+          }
+          std::optional<Pending> p = take(body->id);
+          std::exception_ptr read_error;
+          if (p) {
+            try {
+              read_direct(source, body->tensors, *tensors);
+            } catch (const std::exception& e) {
+              read_error = std::make_exception_ptr(DistNetworkError(
+                  "rpc: call of '" + p->function + "' on worker '" + name_of(source) + "' from '" +
+                  me().name + "' failed: its answer could not be taken: " + e.what()));
+            }
+          }
+          release_offers(source, body->id, true, body->tensors);
+          if (!p) return;  // it timed out meanwhile
+          if (p->callee != source) {
+            TDIST_LOG(WARNING) << "rpc: worker '" << name_of(source) << "' answered call " << body->id
+                               << " made to worker '" << name_of(p->callee) << "'";
+          }
+          if (read_error) {
+            p->state->complete({}, read_error);
+            return;
+          }
+          if (body->ok) {
+            p->state->complete(Message{std::move(body->payload), std::move(*tensors)}, nullptr);
+            return;
+          }
+          std::string what = "rpc: '" + p->function + "' on worker '" + name_of(source) + "' raised " +
+                             body->error_type + ": " + body->error_message;
+          if (!body->error_traceback.empty()) {
+            what += "\nremote traceback (worker '" + name_of(source) + "'):\n" + body->error_traceback;
+          }
+          p->state->complete({},
+                             std::make_exception_ptr(RpcError(what, name_of(source), body->error_type,
+                                                              body->error_message, body->error_traceback)));
+        });
+  }
+
+  // --- direct reads between workers of one host (rpc_direct.h) -------------
+
+  // Every worker probes which others it can read and publishes the answer;
+  // this worker offers tensors to those that can read it.
+  void probe_direct_reads() {
+    const int world = static_cast<int>(infos_.size());
+    std::string readable(static_cast<size_t>(world), '0');
+    pids_.assign(static_cast<size_t>(world), 0);
+    for (int r = 0; r < world; ++r) {
+      if (r == rank_) continue;
+      const std::string card = to_string(store_->get("direct/card/" + std::to_string(r)));
+      pids_[static_cast<size_t>(r)] = detail::card_pid(card);
+      if (direct_min_bytes_ > 0 && detail::can_read_directly(card)) readable[static_cast<size_t>(r)] = '1';
+    }
+    store_->set("direct/readable/" + std::to_string(rank_), readable);
+    offer_to_.assign(static_cast<size_t>(world), false);
+    if (direct_min_bytes_ == 0) return;
+    for (int r = 0; r < world; ++r) {
+      if (r == rank_) continue;
+      const std::string theirs = to_string(store_->get("direct/readable/" + std::to_string(r)));
+      offer_to_[static_cast<size_t>(r)] = theirs.size() == static_cast<size_t>(world) && theirs[rank_] == '1';
+    }
+  }
+
+  // The descriptions of `tensors` going to `peer` with call `id`: those
+  // the peer can read directly are offered (and kept until it has).
+  std::vector<wire::TensorMeta> describe(int peer, uint64_t id, bool response,
+                                         const std::vector<Tensor>& tensors) {
+    std::vector<wire::TensorMeta> metas;
+    metas.reserve(tensors.size());
+    std::vector<Offer> offers;
+    const bool may_offer = !offer_to_.empty() && offer_to_[static_cast<size_t>(peer)];
+    for (const Tensor& t : tensors) {
+      wire::TensorMeta m{t.dtype(), t.shape(), std::nullopt, std::nullopt};
+      if (t.nbytes() <= wire::kInlineMaxBytes) {
+        const auto* p = static_cast<const uint8_t*>(t.data());
+        m.bytes.emplace(p, p + t.nbytes());
+      } else if (may_offer && t.nbytes() >= direct_min_bytes_) {
+        if (auto hold = detail::acquire_hold()) {
+          m.direct = wire::DirectSource{reinterpret_cast<uint64_t>(t.data()),
+                                        reinterpret_cast<uint64_t>(hold->word), hold->token};
+          offers.push_back(Offer{t, *hold});
+        }
+      }
+      metas.push_back(std::move(m));
+    }
+    if (!offers.empty()) {
+      std::lock_guard<std::mutex> lock(offers_mutex_);
+      offers_[OfferKey{peer, id, response}] = std::move(offers);
+    }
+    return metas;
+  }
+
+  // Copies the tensors `metas` offers for a direct read out of `source`.
+  void read_direct(int source, const std::vector<wire::TensorMeta>& metas, std::vector<Tensor>& tensors) {
+    for (size_t i = 0; i < metas.size(); ++i) {
+      if (!metas[i].direct || tensors[i].nbytes() == 0) continue;
+      const wire::DirectSource& d = *metas[i].direct;
+      detail::read_offer(pids_[static_cast<size_t>(source)], name_of(source), tensors[i].data(),
+                         tensors[i].nbytes(), d.address, d.hold_word, d.token);
+    }
+  }
+
+  // Tells `source` this worker is done with what it offered for call `id`.
+  void release_offers(int source, uint64_t id, bool response, const std::vector<wire::TensorMeta>& metas) {
+    if (std::none_of(metas.begin(), metas.end(),
+                     [](const wire::TensorMeta& m) { return m.direct.has_value(); }))
+      return;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(wire::encode(wire::Release{id, response}));
+    net_->isend(source, wire::kReleaseTag, bytes->data(), bytes->size())
+        ->on_complete([bytes](transport::Request&) {});
+  }
+
+  // Lets go of the offers `which` picks.
+  void drop_offers(const std::function<bool(const OfferKey&)>& which) {
+    std::vector<Offer> dropped;
+    {
+      std::lock_guard<std::mutex> lock(offers_mutex_);
+      for (auto it = offers_.begin(); it != offers_.end();) {
+        if (!which(it->first)) {
+          ++it;
+          continue;
+        }
+        for (Offer& o : it->second) dropped.push_back(std::move(o));
+        it = offers_.erase(it);
+      }
+    }
+    for (const Offer& o : dropped) detail::release_hold(o.hold);  // before the tensors go
   }
 
   // --- pending calls -------------------------------------------------------
@@ -537,6 +691,8 @@ class AgentImpl final : public Agent {
       if (pending_.empty()) idle_cv_.notify_all();
       lock.unlock();
       for (auto& [p, error] : failed) p.state->complete({}, error);
+      // What a dead worker was offered, it will never read.
+      drop_offers([this](const OfferKey& key) { return net_->peer_failed(std::get<0>(key)); });
       lock.lock();
     }
   }
@@ -630,6 +786,13 @@ class AgentImpl final : public Agent {
   transport::Transport* net_ = nullptr;
   std::vector<WorkerInfo> infos_;
   std::map<std::string, int> by_name_;
+  // Direct reads: the workers' processes, and whom this worker offers
+  // tensors to (empty: nobody).
+  size_t direct_min_bytes_ = 0;  // 0: no direct reads
+  std::vector<pid_t> pids_;
+  std::vector<bool> offer_to_;
+  std::mutex offers_mutex_;
+  std::map<OfferKey, std::vector<Offer>> offers_;
   std::unique_ptr<detail::ServingPool> pool_;
   std::mutex serving_mutex_;
   bool serving_ = true;

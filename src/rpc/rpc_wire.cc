@@ -33,6 +33,14 @@ class Writer {
       put(static_cast<uint8_t>(t.dtype));
       put(static_cast<uint32_t>(t.shape.size()));
       for (int64_t d : t.shape) put(d);
+      put(static_cast<uint8_t>(t.direct ? 1 : t.bytes ? 2 : 0));
+      if (t.direct) {
+        put(t.direct->address);
+        put(t.direct->hold_word);
+        put(t.direct->token);
+      } else if (t.bytes) {
+        put_bytes(t.bytes->data(), t.bytes->size());
+      }
     }
   }
   std::vector<uint8_t> take() { return std::move(out_); }
@@ -68,8 +76,8 @@ class Reader {
   }
   std::vector<TensorMeta> get_tensors() {
     const auto count = get<uint32_t>();
-    // Each tensor takes at least 5 bytes: a count beyond that is garbage.
-    need(static_cast<uint64_t>(count) * 5, "the tensors' descriptions");
+    // Each tensor takes at least 6 bytes: a count beyond that is garbage.
+    need(static_cast<uint64_t>(count) * 6, "the tensors' descriptions");
     std::vector<TensorMeta> tensors(count);
     for (TensorMeta& t : tensors) {
       const auto dtype = get<uint8_t>();
@@ -84,6 +92,23 @@ class Reader {
         if (d < 0) fail("a negative dimension " + std::to_string(d));
       }
       (void)t.nbytes();  // refuses a size that overflows
+      const auto where = get<uint8_t>();
+      if (where > 2) fail("tensor placement " + std::to_string(where));
+      if (where == 2) {
+        t.bytes = get_bytes();
+        if (t.bytes->size() != t.nbytes()) {
+          fail("a tensor of " + std::to_string(t.nbytes()) + " bytes carries " +
+               std::to_string(t.bytes->size()));
+        }
+      }
+      if (where == 1) {
+        DirectSource source;
+        source.address = get<uint64_t>();
+        source.hold_word = get<uint64_t>();
+        source.token = get<uint64_t>();
+        if (source.hold_word == 0 || source.token == 0) fail("a direct read without a hold");
+        t.direct = source;
+      }
     }
     return tensors;
   }
@@ -92,7 +117,17 @@ class Reader {
   }
 
  private:
-  static const char* name(Kind kind) { return kind == Kind::kRequest ? "request" : "response"; }
+  static const char* name(Kind kind) {
+    switch (kind) {
+      case Kind::kRequest:
+        return "request";
+      case Kind::kResponse:
+        return "response";
+      case Kind::kRelease:
+        return "release";
+    }
+    return "message";
+  }
   void need(uint64_t n, const char* what) const {
     if (n > bytes_.size() - at_) {
       fail(std::string(what) + " of " + std::to_string(n) + " bytes at offset " + std::to_string(at_) +
@@ -145,12 +180,19 @@ std::vector<uint8_t> encode(const Response& response) {
   return w.take();
 }
 
+std::vector<uint8_t> encode(const Release& release) {
+  Writer w(Kind::kRelease);
+  w.put(release.id);
+  w.put(static_cast<uint8_t>(release.response ? 1 : 0));
+  return w.take();
+}
+
 Kind kind_of(const std::vector<uint8_t>& bytes) {
-  if (!bytes.empty() && (bytes[0] == static_cast<uint8_t>(Kind::kRequest) ||
-                         bytes[0] == static_cast<uint8_t>(Kind::kResponse))) {
+  if (!bytes.empty() && bytes[0] >= static_cast<uint8_t>(Kind::kRequest) &&
+      bytes[0] <= static_cast<uint8_t>(Kind::kRelease)) {
     return static_cast<Kind>(bytes[0]);
   }
-  throw DistBackendError("rpc: malformed message header: neither a request nor a response");
+  throw DistBackendError("rpc: malformed message header: not a request, response or release");
 }
 
 Request decode_request(const std::vector<uint8_t>& bytes) {
@@ -181,6 +223,18 @@ Response decode_response(const std::vector<uint8_t>& bytes) {
   response.tensors = r.get_tensors();
   r.finish();
   return response;
+}
+
+Release decode_release(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes, Kind::kRelease);
+  Release release;
+  release.id = r.get<uint64_t>();
+  const auto response = r.get<uint8_t>();
+  if (response > 1)
+    throw DistBackendError("rpc: malformed message header: direction " + std::to_string(response));
+  release.response = response == 1;
+  r.finish();
+  return release;
 }
 
 }  // namespace tdist::rpc::wire

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "multirank.h"
+#include "rpc/rpc_buffers.h"
+#include "rpc/rpc_direct.h"
 #include "tdist/rpc.h"
 
 namespace tdist::rpc {
@@ -106,7 +108,125 @@ std::string with_agents(Mode mode, int n, const std::function<void(Agent&, int)>
   });
 }
 
+// Every worker of the store's `n` gets here before any goes on.
+void barrier(Store& store, const std::string& name, int rank, int n) {
+  store.set(name + "/" + std::to_string(rank), "1");
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back(name + "/" + std::to_string(r));
+  store.wait(keys);
+}
+
+// A float64 tensor whose elements say who sent it.
+Tensor numbered(int64_t count, int rank) {
+  Tensor f = Tensor::zeros(DType::kFloat64, {count});
+  for (int64_t i = 0; i < count; ++i)
+    static_cast<double*>(f.data())[i] = double(int64_t{rank} * 1000 + i % 97);
+  return f;
+}
+
+bool numbered_plus_one(const Tensor& t, int64_t count, int rank) {
+  if (t.numel() != count || t.dtype() != DType::kFloat64) return false;
+  for (int64_t i = 0; i < count; ++i) {
+    if (static_cast<const double*>(t.data())[i] != double(int64_t{rank} * 1000 + i % 97) + 1) return false;
+  }
+  return true;
+}
+
 class RpcModes : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(RpcModes, TensorsArriveWhicheverWayTheyTravelAndOffersAreLetGo) {
+  // In the header (at most 4 KiB), as bytes after it, or offered for a
+  // direct read (same host): direct reads off, from 5,000 bytes, and from
+  // the default 64 KiB. Every offer is let go of once read: after a round
+  // of calls without tensors, which each worker sends behind its releases,
+  // no hold word is in use.
+  register_test_functions();
+  for (size_t min_bytes : {size_t{0}, size_t{5000}, size_t{64} << 10}) {
+    SCOPED_TRACE("direct reads from " + std::to_string(min_bytes) + " bytes");
+    AgentOptions options;
+    options.direct_read_min_bytes = min_bytes;
+    const int n = 3;
+    EXPECT_EQ(
+        run_with_store(GetParam(), n,
+                       [&](Store& store, int rank) -> testing::KeepAlive {
+                         auto agent = Agent::start(worker(rank), rank, n, borrow(store), options);
+                         const std::vector<int64_t> counts{0, 1, 511, 512, 625, 8191, 8192, 300'001};
+                         std::vector<Future> futures;
+                         for (int to = 0; to < n; ++to) {
+                           for (int64_t count : counts) {
+                             futures.push_back(agent->call_async(
+                                 worker(to), "test.echo", Message{bytes_of("n"), {numbered(count, rank)}}));
+                           }
+                         }
+                         for (size_t i = 0; i < futures.size(); ++i) {
+                           const int64_t count = counts[i % counts.size()];
+                           Message m = futures[i].wait();
+                           if (m.tensors.size() != 1 || !numbered_plus_one(m.tensors[0], count, rank)) {
+                             throw std::runtime_error("wrong tensor back for " + std::to_string(count) +
+                                                      " elements");
+                           }
+                         }
+                         barrier(store, "calls", rank, n);
+                         for (int to = 0; to < n; ++to) agent->call_sync(worker(to), "test.echo", {});
+                         barrier(store, "empty calls", rank, n);
+                         if (detail::holds_in_use() != 0) {
+                           throw std::runtime_error(std::to_string(detail::holds_in_use()) +
+                                                    " offers were never let go of");
+                         }
+                         agent->shutdown(true);
+                         return nullptr;
+                       }),
+        "");
+  }
+}
+
+TEST(Rpc, LargeReceiveBuffersAreReusedAndSmallOnesAreNot) {
+  // (40 MiB: a size no other test of this process leaves in the cache.)
+  const size_t before = detail::cached_buffer_bytes();
+  void* first = nullptr;
+  {
+    Tensor t = detail::receive_buffer(DType::kFloat32, {10 << 20}, size_t{40} << 20);
+    first = t.data();
+    ASSERT_EQ(t.nbytes(), size_t{40} << 20);
+  }
+  EXPECT_EQ(detail::cached_buffer_bytes(), before + (size_t{40} << 20));
+  // A tensor of about that size takes that block; one of less than half
+  // of it does not (it would pin four times its own size).
+  Tensor again = detail::receive_buffer(DType::kInt8, {int64_t{30} << 20}, size_t{30} << 20);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(detail::cached_buffer_bytes(), before);
+  Tensor small = detail::receive_buffer(DType::kInt8, {4096}, 4096);
+  EXPECT_NE(small.data(), first);
+}
+
+TEST(Rpc, AReaderRefusesATensorItsSenderLetGoOf) {
+  // The offer's bytes are still there (this process's own memory), but the
+  // hold word says the sender let go: the read must not be used.
+  std::vector<double> data(1000, 3.5);
+  std::vector<double> into(1000, 0.0);
+  auto hold = detail::acquire_hold();
+  ASSERT_TRUE(hold.has_value());
+  const auto address = reinterpret_cast<uint64_t>(data.data());
+  const auto word = reinterpret_cast<uint64_t>(hold->word);
+  detail::read_offer(getpid(), "self", into.data(), 8000, address, word, hold->token);
+  EXPECT_EQ(into, data);
+  detail::release_hold(*hold);
+  try {
+    detail::read_offer(getpid(), "self", into.data(), 8000, address, word, hold->token);
+    FAIL() << "a released offer was read";
+  } catch (const DistBackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("worker 'self' let go of a tensor of 8000 bytes"), std::string::npos)
+        << e.what();
+  }
+  // A token from an earlier offer of the same word is refused too.
+  auto again = detail::acquire_hold();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->token, hold->token);
+  EXPECT_THROW(detail::read_offer(getpid(), "self", into.data(), 8000, address,
+                                  reinterpret_cast<uint64_t>(again->word), hold->token),
+               DistBackendError);
+  detail::release_hold(*again);
+}
 
 TEST_P(RpcModes, EveryWorkerCallsEveryOtherWithBytesAndTensors) {
   for (int n : {1, 2, 3, 5, 8}) {

@@ -81,7 +81,8 @@ TEST(RpcWire, ForeignOrDamagedHeadersAreRefused) {
   Request bad_dtype = sample_request();
   auto bytes = encode(bad_dtype);
   // The first tensor's dtype byte sits right after the tensor count.
-  const size_t tensors_at = bytes.size() - (1 + 4 + 2 * 8) - (1 + 4) - (1 + 4 + 8) - 4;
+  // (Each: dtype, dimension count, dimensions, placement.)
+  const size_t tensors_at = bytes.size() - (1 + 4 + 2 * 8 + 1) - (1 + 4 + 1) - (1 + 4 + 8 + 1) - 4;
   bytes[tensors_at + 4] = 200;
   try {
     decode_request(bytes);
@@ -98,6 +99,51 @@ TEST(RpcWire, ForeignOrDamagedHeadersAreRefused) {
   Request negative = sample_request();
   negative.tensors = {{DType::kFloat32, {-1}}};
   EXPECT_THROW(decode_request(encode(negative)), DistBackendError);
+}
+
+TEST(RpcWire, SmallTensorsRideInTheHeaderAndLargeOnesMayBeOfferedForADirectRead) {
+  Response r;
+  r.id = 11;
+  r.tensors = {{DType::kInt16, {3}, std::nullopt, std::vector<uint8_t>{1, 0, 2, 0, 3, 0}},
+               {DType::kFloat32, {1 << 20}, DirectSource{0x7f0000001000, 0x7f0000002000, 42}, std::nullopt},
+               {DType::kFloat32, {5}}};
+  const Response back = decode_response(encode(r));
+  ASSERT_EQ(back.tensors.size(), 3u);
+  ASSERT_TRUE(back.tensors[0].bytes.has_value());
+  EXPECT_EQ(*back.tensors[0].bytes, *r.tensors[0].bytes);
+  EXPECT_FALSE(back.tensors[0].direct.has_value());
+  ASSERT_TRUE(back.tensors[1].direct.has_value());
+  EXPECT_EQ(back.tensors[1].direct->address, 0x7f0000001000u);
+  EXPECT_EQ(back.tensors[1].direct->hold_word, 0x7f0000002000u);
+  EXPECT_EQ(back.tensors[1].direct->token, 42u);
+  EXPECT_FALSE(back.tensors[1].bytes.has_value());
+  EXPECT_FALSE(back.tensors[2].bytes.has_value() || back.tensors[2].direct.has_value());
+
+  // Bytes that do not match the tensor's size, a direct read without a
+  // hold word, an unknown placement: refused.
+  Response short_bytes = r;
+  short_bytes.tensors[0].bytes->pop_back();
+  EXPECT_THROW(decode_response(encode(short_bytes)), DistBackendError);
+  Response no_hold = r;
+  no_hold.tensors[1].direct->hold_word = 0;
+  EXPECT_THROW(decode_response(encode(no_hold)), DistBackendError);
+  Response plain;
+  plain.tensors = {{DType::kFloat32, {5}}};
+  auto bytes = encode(plain);
+  bytes.back() = 3;  // the placement is the last byte
+  EXPECT_THROW(decode_response(bytes), DistBackendError);
+}
+
+TEST(RpcWire, AReleaseComesBackAsItWent) {
+  const auto bytes = encode(Release{77, true});
+  EXPECT_EQ(kind_of(bytes), Kind::kRelease);
+  const Release back = decode_release(bytes);
+  EXPECT_EQ(back.id, 77u);
+  EXPECT_TRUE(back.response);
+  EXPECT_THROW(decode_release(encode(sample_request())), DistBackendError);
+  auto damaged = bytes;
+  damaged.back() = 2;
+  EXPECT_THROW(decode_release(damaged), DistBackendError);
 }
 
 TEST(RpcWire, DataTagsOfCallsNeverCollideWithHeaders) {
