@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -19,7 +20,9 @@
 #include <thread>
 
 #include "common/completion_thread.h"
+#include "common/env.h"
 #include "common/error_text.h"
+#include "common/signal_dump.h"
 #include "common/socket.h"
 #include "rpc/rpc_buffers.h"
 #include "rpc/rpc_direct.h"
@@ -63,6 +66,8 @@ constexpr milliseconds kWatchdogPeriod{100};
 // Slices in which a graceful shutdown waits for the store, looking for
 // workers that died in between.
 constexpr milliseconds kShutdownSlice{200};
+// Timeouts dump the pending calls at most this often (a burst of them dumps once).
+constexpr milliseconds kDumpInterval{1000};
 
 // "std::out_of_range" for an exception of that type.
 std::string type_name(const std::exception& e) {
@@ -143,6 +148,9 @@ class AgentImpl final : public Agent {
     receive(wire::kResponseTag);
     receive(wire::kReleaseTag);
     watchdog_ = std::thread([this] { watch(); });
+    if (auto dir = env_string("TDIST_TRACE_DIR"); dir && !dir->empty()) {
+      signal_dump_ = tdist::detail::add_sigusr1_dump([this] { dump_pending("SIGUSR1", {}); });
+    }
   }
 
   ~AgentImpl() override { shutdown(false); }
@@ -199,6 +207,7 @@ class AgentImpl final : public Agent {
     std::lock_guard<std::mutex> once(shutdown_mutex_);
     if (shut_down_) return;
     shut_down_ = true;
+    if (signal_dump_ != 0) tdist::detail::remove_sigusr1_dump(signal_dump_);
     std::exception_ptr problem;
     if (graceful) {
       try {
@@ -263,16 +272,41 @@ class AgentImpl final : public Agent {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<std::string> lines;
     const Clock::time_point now = Clock::now();
-    for (const auto& [id, p] : pending_) {
-      lines.push_back("call " + std::to_string(id) + ": '" + me().name + "' -> '" + name_of(p.callee) + "' " +
-                      p.function + ", waiting " + ms_text(now - p.start) + ", deadline in " +
-                      ms_text(p.deadline - now));
-    }
+    for (const auto& [id, p] : pending_)
+      lines.push_back(describe_call(id, p, now, "deadline in " + ms_text(p.deadline - now)));
     return lines;
   }
 
  private:
   const WorkerInfo& me() const { return infos_[static_cast<size_t>(rank_)]; }
+
+  std::string describe_call(uint64_t id, const Pending& p, Clock::time_point now,
+                            const std::string& state) const {
+    return "call " + std::to_string(id) + ": '" + me().name + "' -> '" + name_of(p.callee) + "' " +
+           p.function + ", waiting " + ms_text(now - p.start) + ", " + state;
+  }
+
+  // The flight recorder's counterpart for calls: every call this worker
+  // waits for, to the log and, with TDIST_TRACE_DIR set, to
+  // rpc<rank>.txt there; `also` are calls that just failed.
+  void dump_pending(const std::string& reason, const std::vector<std::string>& also) const noexcept {
+    try {
+      std::vector<std::string> lines = also;
+      for (std::string& line : pending_calls()) lines.push_back(std::move(line));
+      std::string text = "rpc: worker '" + me().name + "' (rank " + std::to_string(rank_) + "), " + reason +
+                         ": " + std::to_string(lines.size()) + " call(s) without an answer";
+      for (const std::string& line : lines) text += "\n  " + line;
+      TDIST_LOG(WARNING) << text;
+      if (auto dir = env_string("TDIST_TRACE_DIR"); dir && !dir->empty()) {
+        const std::string path = *dir + "/rpc" + std::to_string(rank_) + ".txt";
+        std::ofstream out(path, std::ios::app);
+        out << text << "\n";
+        if (!out) TDIST_LOG(WARNING) << "rpc: could not write " << path;
+      }
+    } catch (const std::exception& e) {
+      TDIST_LOG(WARNING) << "rpc: dumping the pending calls failed: " << e.what();
+    }
+  }
   const std::string& name_of(int id) const { return infos_[static_cast<size_t>(id)].name; }
 
   std::string names() const {
@@ -670,11 +704,13 @@ class AgentImpl final : public Agent {
       if (stopping_) break;
       const Clock::time_point now = Clock::now();
       std::vector<std::pair<Pending, std::exception_ptr>> failed;
+      std::vector<std::string> timed_out;
       for (auto it = pending_.begin(); it != pending_.end();) {
         const Pending& p = it->second;
         std::exception_ptr error;
         if (p.deadline <= now) {
           error = std::make_exception_ptr(timeout_error(p.callee, p.function, p.start, p.deadline));
+          timed_out.push_back(describe_call(it->first, p, now, "timed out"));
         } else if (net_->peer_failed(p.callee)) {
           error = std::make_exception_ptr(
               DistNetworkError("rpc: call of '" + p.function + "' on worker '" + name_of(p.callee) +
@@ -690,6 +726,10 @@ class AgentImpl final : public Agent {
       }
       if (pending_.empty()) idle_cv_.notify_all();
       lock.unlock();
+      if (!timed_out.empty() && now - last_dump_ >= kDumpInterval) {
+        last_dump_ = now;
+        dump_pending("a call timed out", timed_out);
+      }
       for (auto& [p, error] : failed) p.state->complete({}, error);
       // What a dead worker was offered, it will never read.
       drop_offers([this](const OfferKey& key) { return net_->peer_failed(std::get<0>(key)); });
@@ -807,6 +847,8 @@ class AgentImpl final : public Agent {
   std::map<uint64_t, Pending> pending_;
   bool stopping_ = false;
   std::thread watchdog_;
+  Clock::time_point last_dump_{};  // the watchdog's last dump of pending calls
+  uint64_t signal_dump_ = 0;       // its SIGUSR1 registration (0: none)
   std::atomic<uint64_t> next_id_{0};
   std::atomic<bool> closed_{false};
 

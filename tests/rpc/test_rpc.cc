@@ -6,12 +6,16 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -517,6 +521,63 @@ TEST(Rpc, AKilledWorkerFailsTheCallsWaitingOnItAndTheOthersShutDown) {
   EXPECT_EQ(failures.find("rank 0"), std::string::npos) << failures;
   EXPECT_EQ(failures.find("rank 1"), std::string::npos) << failures;
   unregister_function("test.die");
+}
+
+// The text of `path` once it holds `needle`, waiting up to 20 s for a
+// dump written by another thread; what it holds then if never.
+std::string file_once_it_holds(const std::string& path, const std::string& needle) {
+  const auto until = Clock::now() + 20s;
+  std::string text;
+  while (Clock::now() < until) {
+    std::ifstream in(path);
+    std::stringstream all;
+    all << in.rdbuf();
+    text = all.str();
+    if (text.find(needle) != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return text;
+}
+
+TEST(Rpc, PendingCallsAreDumpedOnATimeoutAndOnSigusr1) {
+  register_test_functions();
+  const std::string dir = testing::temp_path("rpc-dump");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  EXPECT_EQ(
+      run_with_store(
+          Mode::kProcesses, 2,
+          [&](Store& store, int rank) -> testing::KeepAlive {
+            setenv("TDIST_TRACE_DIR", dir.c_str(), 1);
+            auto agent = Agent::start(worker(rank), rank, 2, borrow(store));
+            if (rank == 0) {
+              const std::string path = dir + "/rpc0.txt";
+              Future slow = agent->call_async("worker1", "test.sleep", Message{bytes_of("1500"), {}});
+              try {
+                agent->call_sync("worker1", "test.sleep", Message{bytes_of("1000"), {}}, 100ms);
+                throw std::runtime_error("the call did not time out");
+              } catch (const DistTimeoutError&) {
+              }
+              std::string text = file_once_it_holds(path, "call(s) without an answer");
+              for (const char* expected : {"worker 'worker0' (rank 0), a call timed out: 2 call(s)",
+                                           "'worker0' -> 'worker1' test.sleep", "timed out", "deadline in"}) {
+                if (text.find(expected) == std::string::npos) {
+                  throw std::runtime_error("the timeout's dump lacks \"" + std::string(expected) +
+                                           "\": " + text);
+                }
+              }
+              raise(SIGUSR1);
+              text = file_once_it_holds(path, "SIGUSR1");
+              if (text.find(
+                      "(rank 0), SIGUSR1: 1 call(s) without an answer\n  call 0: 'worker0' -> 'worker1' "
+                      "test.sleep") == std::string::npos) {
+                throw std::runtime_error("no SIGUSR1 dump of the slow call: " + text);
+              }
+              slow.wait();
+            }
+            agent->shutdown(true);
+            return nullptr;
+          }),
+      "");
 }
 
 TEST(Rpc, AnImmediateShutdownFailsOutstandingCalls) {

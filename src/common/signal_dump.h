@@ -1,0 +1,23 @@
+#pragma once
+
+// What SIGUSR1 runs: the flight recorder's dump, each RPC agent's list of
+// pending calls (docs/debugging.md). A signal handler may not allocate or
+// lock, so it only writes a byte to a pipe; a thread of its own waits on the
+// pipe and runs every dump registered in this process. The handler then
+// passes the signal on to whatever handler was installed before (another
+// copy of tdist in the process, such as the torch plugin's, or the
+// program's). Installed with the first dump, once per process; a forked
+// child gets its own thread when it registers, and never runs dumps its
+// parent registered.
+
+#include <cstdint>
+#include <functional>
+
+namespace tdist::detail {
+
+/// Runs `dump` (on the signal thread; it must not throw) at every SIGUSR1
+/// until remove_sigusr1_dump(id).
+uint64_t add_sigusr1_dump(std::function<void()> dump);
+void remove_sigusr1_dump(uint64_t id);
+
+}  // namespace tdist::detail
