@@ -98,6 +98,19 @@ def test_every_worker_calls_every_other_with_arrays_and_tensors(nprocs):
     assert run_ranks(body, nprocs, init=False) == [True] * nprocs
 
 
+def test_sixty_four_workers_start_call_each_other_and_shut_down():
+    # torch's RPC fails to start beyond a few dozen workers.
+    def body(rank, n):
+        _init(rank, n, num_worker_threads=2)
+        futures = [rpc.rpc_async(to, add, args=(numpy.full(5, float(rank)), to)) for to in range(n)]
+        for to, f in enumerate(futures):
+            numpy.testing.assert_array_equal(f.wait(), numpy.full(5, float(rank + to)))
+        rpc.shutdown()
+        return rank
+
+    assert run_ranks(body, 64, init=False) == list(range(64))
+
+
 def test_torch_functions_and_builtins_run_remotely():
     def body(rank, n):
         _init(rank, n)

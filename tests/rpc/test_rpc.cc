@@ -580,6 +580,39 @@ TEST(Rpc, PendingCallsAreDumpedOnATimeoutAndOnSigusr1) {
       "");
 }
 
+TEST(Rpc, SixtyFourWorkersStartCallEachOtherAndShutDown) {
+  // torch's RPC (TensorPipe) fails to start beyond a few dozen workers.
+  // Here 64 processes on this machine each call every worker (itself
+  // included) with a tensor and check the answers, then shut down
+  // gracefully.
+  register_test_functions();
+  const int n = 64;
+  AgentOptions options;
+  options.num_worker_threads = 2;  // 64 processes on a few cores: threads cost more than they bring
+  EXPECT_EQ(run_with_store(
+                Mode::kProcesses, n,
+                [&](Store& store, int rank) -> testing::KeepAlive {
+                  auto agent = Agent::start(worker(rank), rank, n, borrow(store), options);
+                  std::vector<Future> futures;
+                  futures.reserve(n);
+                  for (int to = 0; to < n; ++to) {
+                    futures.push_back(agent->call_async(
+                        worker(to), "test.echo", Message{bytes_of(std::to_string(to)), {numbered(9, rank)}}));
+                  }
+                  for (int to = 0; to < n; ++to) {
+                    Message m = futures[static_cast<size_t>(to)].wait();
+                    if (text_of(m.payload) != std::to_string(to) + " from " + worker(rank) ||
+                        m.tensors.size() != 1 || !numbered_plus_one(m.tensors[0], 9, rank)) {
+                      throw std::runtime_error("wrong answer from " + worker(to));
+                    }
+                  }
+                  agent->shutdown(true);
+                  return nullptr;
+                },
+                120s, 120s),
+            "");
+}
+
 TEST(Rpc, AnImmediateShutdownFailsOutstandingCalls) {
   EXPECT_EQ(
       run_with_store(Mode::kThreads, 2,
