@@ -21,14 +21,15 @@ import atexit
 import io
 import pickle
 import sys
-import threading
 import traceback
 from datetime import timedelta
 
 from tdist import _C
+from tdist._work import Future  # the one Future of tdist: calls' and collectives' compose
 
 __all__ = [
     "Future",
+    "RRef",
     "RemoteError",
     "RpcBackendOptions",
     "TensorPipeRpcBackendOptions",
@@ -38,6 +39,7 @@ __all__ = [
     "init_rpc",
     "is_available",
     "pending_calls",
+    "remote",
     "rpc_async",
     "rpc_sync",
     "shutdown",
@@ -184,7 +186,12 @@ class _Unpickler(pickle.Unpickler):
 def _dumps(obj):
     buffer = io.BytesIO()
     p = _Pickler(buffer)
-    p.dump(obj)
+    outer = getattr(_rref._pickling, "active", False)
+    _rref._pickling.active = True  # RRefs in it register a fork for the receiver
+    try:
+        p.dump(obj)
+    finally:
+        _rref._pickling.active = outer
     return buffer.getvalue(), p.tensors
 
 
@@ -245,7 +252,7 @@ def _serve(payload, tensors, caller):
     function = "a function"
     try:
         fn, args, kwargs = _loads(payload, tensors)
-        function = _qualname(fn)
+        function = _label(fn, args)
         result = fn(*args, **(kwargs or {}))
     except BaseException as e:  # everything goes back to the caller
         return (True, _failure(e, function), [])
@@ -266,68 +273,6 @@ def _result(payload, tensors):
 
 # --- futures -----------------------------------------------------------------
 
-class Future:
-    """torch.futures.Future's interface: wait(), value(), done(), then(),
-    add_done_callback(), set_result(), set_exception()."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._done = False
-        self._value = None
-        self._error = None
-        self._callbacks = []
-
-    def done(self):
-        with self._cond:
-            return self._done
-
-    def wait(self):
-        with self._cond:
-            self._cond.wait_for(lambda: self._done)
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    def value(self):
-        return self.wait()
-
-    def _settle(self, value, error):
-        with self._cond:
-            if self._done:
-                raise RuntimeError("this Future is already completed")
-            self._done, self._value, self._error = True, value, error
-            callbacks, self._callbacks = self._callbacks, []
-            self._cond.notify_all()
-        for cb in callbacks:
-            cb(self)
-
-    def set_result(self, result):
-        self._settle(result, None)
-
-    def set_exception(self, error):
-        self._settle(None, error)
-
-    def add_done_callback(self, callback):
-        with self._cond:
-            if not self._done:
-                self._callbacks.append(callback)
-                return
-        callback(self)
-
-    def then(self, callback):
-        """A Future of callback(self), run once this one is done."""
-        nxt = Future()
-
-        def run(done):
-            try:
-                nxt.set_result(callback(done))
-            except BaseException as e:
-                nxt.set_exception(e)
-
-        self.add_done_callback(run)
-        return nxt
-
-
 class _CallFuture(Future):
     """The future of one call: completed from the C++ future's callback."""
 
@@ -342,7 +287,7 @@ class _CallFuture(Future):
             value, error = _result(payload, tensors), None
         except BaseException as e:
             value, error = None, e
-        self._settle(value, error)
+        self._finish(value, error)
 
     def wait(self):
         # The answer is decoded by the done-callback, on the thread that
@@ -362,6 +307,7 @@ class _CallFuture(Future):
 
 class _State:
     agent = None
+    rpc_timeout_s = DEFAULT_RPC_TIMEOUT_SEC  # init_rpc's default (0: none)
 
 
 _state = _State()
@@ -396,6 +342,7 @@ def init_rpc(name, backend=None, rank=-1, world_size=None, rpc_backend_options=N
     rpc_timeout = _seconds(opts.rpc_timeout, "rpc_timeout")
     init_timeout = _seconds(getattr(opts, "init_timeout", DEFAULT_INIT_TIMEOUT_SEC), "init_timeout")
     _C.rpc_set_handler(_serve)
+    _state.rpc_timeout_s = rpc_timeout if rpc_timeout is not None else DEFAULT_RPC_TIMEOUT_SEC
     _state.agent = _C.RpcAgent.start(
         name, -1 if rank is None else rank, -1 if world_size is None else world_size,
         getattr(opts, "init_method", None) or "env://",
@@ -426,6 +373,10 @@ def _worker_name(to):
     raise TypeError(f"to: a worker name, id or WorkerInfo, not {type(to).__name__}")
 
 
+def _default_timeout_s():
+    return _state.rpc_timeout_s
+
+
 def _timeout(timeout):
     seconds = _seconds(timeout, "timeout")
     if seconds is None or seconds == -1:
@@ -435,22 +386,31 @@ def _timeout(timeout):
     return timedelta(milliseconds=max(1, round(seconds * 1000)))
 
 
+def _label(fn, args):
+    """How errors and pending_calls() name a call of fn: its name, or what
+    fn._tdist_label(*args) says (remote() names the function it runs)."""
+    label = getattr(fn, "_tdist_label", None)
+    return label(*args) if label is not None else _qualname(fn)
+
+
 def rpc_async(to, func, args=None, kwargs=None, timeout=-1.0):
     """Calls func(*args, **kwargs) on worker `to`; returns a Future of its result."""
     if not callable(func):
         raise TypeError(f"func must be callable, not {type(func).__name__}")
-    payload, tensors = _dumps((func, tuple(args or ()), dict(kwargs or {})))
+    args = tuple(args or ())
+    payload, tensors = _dumps((func, args, dict(kwargs or {})))
     return _CallFuture(_agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout),
-                                           _qualname(func)))
+                                           _label(func, args)))
 
 
 def rpc_sync(to, func, args=None, kwargs=None, timeout=-1.0):
     """Calls func(*args, **kwargs) on worker `to` and returns its result."""
     if not callable(func):
         raise TypeError(f"func must be callable, not {type(func).__name__}")
-    payload, tensors = _dumps((func, tuple(args or ()), dict(kwargs or {})))
+    args = tuple(args or ())
+    payload, tensors = _dumps((func, args, dict(kwargs or {})))
     answer, received = _agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout),
-                                           _qualname(func)).wait()
+                                           _label(func, args)).wait()
     return _result(answer, received)
 
 
@@ -466,6 +426,7 @@ def shutdown(graceful=True, timeout=0):
         agent.shutdown(graceful)
     finally:
         _state.agent = None
+        _rref._owned.clear()  # what RRefs of any worker named here is gone
 
 
 def _info(d):
@@ -485,3 +446,7 @@ def get_all_worker_infos():
 def pending_calls():
     """This worker's calls that have no answer yet: caller, callee, function, age."""
     return list(_agent().pending_calls())
+
+
+from tdist import _rref  # noqa: E402 - it builds on what is above
+from tdist._rref import RRef, remote  # noqa: E402,F401

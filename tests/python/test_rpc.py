@@ -63,6 +63,24 @@ def name_of_this_worker():
     return rpc.get_worker_info().name
 
 
+def arange(n):
+    return numpy.arange(n, dtype=numpy.float64)
+
+
+def sum_of(rref):
+    return float(rref.to_here().sum())
+
+
+def values_kept(at_most=None):
+    from tdist import _rref
+
+    return _rref._owned_count(at_most, timeout=20)
+
+
+def own_a_value(n):
+    return rpc.RRef(numpy.full(n, 7.0))
+
+
 def kill_this_worker():
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -109,6 +127,86 @@ def test_sixty_four_workers_start_call_each_other_and_shut_down():
         return rank
 
     assert run_ranks(body, 64, init=False) == list(range(64))
+
+
+def test_remote_references_fetch_pass_on_and_free_their_values():
+    def body(rank, n):
+        _init(rank, n)
+        if rank == 0:
+            r = rpc.remote("worker1", arange, args=(10,))
+            assert not r.is_owner() and r.owner() == rpc.get_worker_info("worker1")
+            assert r.owner_name() == "worker1"
+            numpy.testing.assert_array_equal(r.to_here(), numpy.arange(10.0))
+            assert r.confirmed_by_owner()
+            assert r.rpc_sync().sum() == 45.0
+            assert r.rpc_async().max().wait() == 9.0
+            # Passed on: worker 2 fetches it from worker 1 itself.
+            assert rpc.rpc_sync("worker2", sum_of, args=(r,)) == 45.0
+            with pytest.raises(RuntimeError, match="local_value\\(\\) is for its owner, worker 'worker1'"):
+                r.local_value()
+            with pytest.raises(RuntimeError, match="can only be pickled by tdist.rpc"):
+                pickle.dumps(r)
+            assert rpc.rpc_sync("worker1", values_kept) == 1
+            # The owner hands out a reference to a value of its own.
+            mine = rpc.rpc_sync("worker1", own_a_value, args=(3,))
+            numpy.testing.assert_array_equal(mine.to_here(), numpy.full(3, 7.0))
+            assert rpc.rpc_sync("worker1", values_kept) == 2
+            del r, mine
+            import gc
+
+            gc.collect()
+            # Every fork is gone (worker 2's went when its call returned): the owner lets go.
+            assert rpc.rpc_sync("worker1", values_kept, args=(0,)) == 0
+            # A function that raises: to_here raises it, naming remote() and the worker.
+            failing = rpc.remote("worker2", fail_with_value_error, args=("no value",))
+            with pytest.raises(ValueError, match="no value") as info:
+                failing.to_here()
+            assert "remote(fail_with_value_error) on worker 'worker2'" in str(info.value)
+            # A reference to a local value.
+            local = rpc.RRef(numpy.ones(2))
+            assert local.is_owner()
+            numpy.testing.assert_array_equal(local.local_value(), numpy.ones(2))
+            numpy.testing.assert_array_equal(local.to_here(), numpy.ones(2))
+            # remote() to itself.
+            me = rpc.remote("worker0", arange, args=(4,))
+            numpy.testing.assert_array_equal(me.local_value(), numpy.arange(4.0))
+            del me
+            assert values_kept(1) == 1  # `local` is left
+        rpc.shutdown()
+        return True
+
+    assert run_ranks(body, 3, init=False) == [True] * 3
+
+
+def test_futures_of_calls_and_collectives_are_one_type_and_combine():
+    import tdist
+    from tdist.futures import collect_all, wait_all
+
+    port = free_port()
+
+    def body(rank, n):
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=n,
+                     rpc_backend_options=rpc.RpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}"))
+        t = torch.full((3,), float(rank + 1))
+        call = rpc.rpc_async(f"worker{(rank + 1) % n}", add, args=(t, 10))
+        reduced = tdist.all_reduce(t, async_op=True).get_future()
+        assert isinstance(call, tdist.Future) and isinstance(reduced, tdist.Future)
+        doubled = call.then(lambda f: f.value() * 2)
+        values = wait_all([doubled, reduced])
+        assert torch.equal(values[0], torch.full((3,), 2.0 * (rank + 11)))
+        assert torch.equal(values[1][0], torch.full((3,), float(sum(range(1, n + 1)))))
+        both = collect_all([rpc.rpc_async(f"worker{(rank + 1) % n}", fail_with_value_error, args=("x",)),
+                            rpc.rpc_async(f"worker{(rank + 1) % n}", add, args=(1, 2))]).wait()
+        with pytest.raises(ValueError):
+            both[0].wait()
+        assert both[1].wait() == 3
+        with pytest.raises(ValueError):
+            wait_all(both)
+        assert collect_all([]).wait() == []
+        rpc.shutdown()
+        return True
+
+    assert run_ranks(body, 3) == [True] * 3
 
 
 def test_torch_functions_and_builtins_run_remotely():
