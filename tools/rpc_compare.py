@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Measures tdist.rpc against torch.distributed.rpc (TensorPipe) on this
-machine, side by side: 2 workers on one host, worker 0 calling
+machine, side by side: 2 workers on one host (or, with --hosts 2, one in
+each of two hosts played by network namespaces, tools/testbed.py, with
+--link shaping the link; needs root), worker 0 calling
 rpc_sync(worker1, torch.add, args=(t, 1)) on float32 tensors of 4 B, 1 MiB
 and 64 MiB (the round trip: the tensor there and the sum back), and the
 throughput of many rpc_async calls of 4 B in flight at once. The two
@@ -9,6 +11,7 @@ over rounds. Prints a markdown table and, with --jsonl, one JSON line per
 figure. docs/rpc.md shows the current table.
 
     /usr/bin/python3 tools/rpc_compare.py --rounds 3
+    sudo /usr/bin/python3 tools/rpc_compare.py --rounds 3 --hosts 2 [--link 5gbit]
 """
 
 import argparse
@@ -17,6 +20,7 @@ import multiprocessing
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
 
@@ -34,17 +38,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(lib, rank, port, queue, sizes):
+def worker(lib, rank, port, queue, sizes, master="127.0.0.1"):
     import torch
 
     if lib == "tdist":
         import tdist.rpc as rpc
 
-        options = rpc.RpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}")
+        options = rpc.RpcBackendOptions(init_method=f"tcp://{master}:{port}")
     else:
         import torch.distributed.rpc as rpc
 
-        options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}")
+        options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{master}:{port}")
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=options)
     if rank == 0:
         results = {}
@@ -68,6 +72,33 @@ def worker(lib, rank, port, queue, sizes):
         results["async_calls_per_s"] = ASYNC_CALLS / (time.perf_counter() - start)
         queue.put(results)
     rpc.shutdown()
+
+
+class _Printer:
+    """A queue whose put() prints the result as JSON (a worker in a host)."""
+
+    @staticmethod
+    def put(results):
+        print("RESULT " + json.dumps(results), flush=True)
+
+
+def run_on_testbed(bed, lib, sizes, timeout):
+    port = 29700
+    env = {"TP_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    procs = [bed.popen(i, [sys.executable, os.path.abspath(__file__), "--worker", lib, str(i), bed.addr(0), str(port),
+                           ",".join(sizes)], env=bed.env_for(i, {**os.environ, **env}), stdout=subprocess.PIPE,
+                       text=True) for i in range(2)]
+    try:
+        out, _ = procs[0].communicate(timeout=timeout)
+        procs[1].wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{lib}: worker 0 gave no result (exit {procs[0].returncode})")
 
 
 def run(lib, sizes, timeout):
@@ -94,15 +125,36 @@ def main():
     parser.add_argument("--no-torch", action="store_true", help="tdist only")
     parser.add_argument("--jsonl", help="also write every figure here")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--hosts", type=int, choices=(1, 2), default=1,
+                        help="2: the workers in two hosts played by network namespaces (root)")
+    parser.add_argument("--link", help="with --hosts 2: shape the link to this rate (5gbit, 1gbit, ...)")
+    parser.add_argument("--worker", nargs=5, metavar=("LIB", "RANK", "MASTER", "PORT", "SIZES"),
+                        help=argparse.SUPPRESS)  # one worker, in a testbed host
     args = parser.parse_args()
+    if args.worker:
+        lib, rank, master, port, sizes = args.worker
+        worker(lib, int(rank), int(port), _Printer, sizes.split(","), master)
+        return
     sizes = args.sizes.split(",")
     libs = ["tdist"] + ([] if args.no_torch else ["torch"])
     runs = {lib: [] for lib in libs}
-    for _ in range(args.rounds):
-        for lib in libs:
-            runs[lib].append(run(lib, sizes, args.timeout))
+    if args.hosts == 2:
+        sys.path.insert(0, HERE)
+        import testbed
+
+        bed = testbed.Testbed(2, rate=testbed.parse_rate(args.link) if args.link else None)
+        with bed:
+            for _ in range(args.rounds):
+                for lib in libs:
+                    runs[lib].append(run_on_testbed(bed, lib, sizes, args.timeout))
+        where = "2 workers on two namespace hosts" + (f" ({args.link} link)" if args.link else " (unshaped veth)")
+    else:
+        for _ in range(args.rounds):
+            for lib in libs:
+                runs[lib].append(run(lib, sizes, args.timeout))
+        where = "2 workers on one host"
     median = {lib: {k: statistics.median(r[k] for r in runs[lib]) for k in runs[lib][0]} for lib in libs}
-    print(f"2 workers on one host, median of {args.rounds} round(s); rpc_sync(torch.add) round trip in us, "
+    print(f"{where}, median of {args.rounds} round(s); rpc_sync(torch.add) round trip in us, "
           "async: calls per second with all in flight\n")
     print("| what | tdist | torch RPC | tdist vs torch |")
     print("| --- | ---: | ---: | ---: |")
@@ -118,7 +170,8 @@ def main():
             ratio = f"{theirs / ours:.1f}x"
         label = key if key == "async_calls_per_s" else f"rpc_sync {key}"
         print(f"| {label} | {ours:.1f} | {'-' if theirs is None else f'{theirs:.1f}'} | {ratio} |")
-        rows.append({"what": key, "tdist": ours, "torch": theirs, "rounds": args.rounds})
+        rows.append({"what": key, "tdist": ours, "torch": theirs, "rounds": args.rounds, "hosts": args.hosts,
+                     "link": args.link})
     if args.jsonl:
         with open(args.jsonl, "w") as f:
             for row in rows:

@@ -97,11 +97,15 @@ std::vector<Tensor> owned_tensors(const py::list& list, const char* op) {
   return out;
 }
 
-py::tuple to_python(const rpc::Message& m) {
-  py::list tensors;
-  for (const Tensor& t : m.tensors) tensors.append(py::cast(t));
-  return py::make_tuple(from_bytes(m.payload), tensors);
+// The tensors of a message as NumPy arrays of their buffers (tdist.rpc's
+// unpickler makes torch tensors of them where the sender had those).
+py::list arrays_of(const std::vector<Tensor>& tensors) {
+  py::list arrays;
+  for (const Tensor& t : tensors) arrays.append(numpy_owning(t));
+  return arrays;
 }
+
+py::tuple to_python(const rpc::Message& m) { return py::make_tuple(from_bytes(m.payload), arrays_of(m.tensors)); }
 
 rpc::Message serve_python(const rpc::Message& args, const rpc::CallInfo& call) {
   py::gil_scoped_acquire gil;
@@ -119,9 +123,7 @@ rpc::Message serve_python(const rpc::Message& args, const rpc::CallInfo& call) {
     if (handler == nullptr) throw rpc::RemoteException("RuntimeError", "tdist.rpc is not initialized here");
     fn = *handler;
   }
-  py::list tensors;
-  for (const Tensor& t : args.tensors) tensors.append(py::cast(t));
-  py::tuple answer = fn(from_bytes(args.payload), tensors, call.caller.name);
+  py::tuple answer = fn(from_bytes(args.payload), arrays_of(args.tensors), call.caller.name);
   if (!answer[0].cast<bool>()) {
     auto what = answer[1].cast<py::tuple>();
     throw rpc::RemoteException(what[0].cast<std::string>(), what[1].cast<std::string>(),

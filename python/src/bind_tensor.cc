@@ -175,6 +175,23 @@ py::bytes from_bytes(const Bytes& bytes) {
   return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+py::object numpy_view(const Tensor& t, py::handle base) {
+  // NumPy dtypes by tdist dtype, made once: building one from its name
+  // costs microseconds, and RPC makes arrays at every call. Never freed
+  // (they may outlive the interpreter's teardown of this module).
+  static auto* dtypes = new std::vector<py::object>(kAllDTypes.size());
+  py::object& dt = (*dtypes)[static_cast<size_t>(t.dtype())];
+  if (!dt) dt = py::dtype(t.dtype() == DType::kBFloat16 ? "uint16" : dtype_name(t.dtype()));
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  return py::array(py::reinterpret_borrow<py::dtype>(dt), shape, {}, t.data(), base);
+}
+
+py::object numpy_owning(const Tensor& t) {
+  auto* copy = new Tensor(t);
+  py::capsule owner(copy, [](void* p) { delete static_cast<Tensor*>(p); });
+  return numpy_view(*copy, owner);
+}
+
 void bind_tensor(py::module_& m) {
   // A view of a tensor an operation works on, as a backend written in Python
   // receives it. numpy() shares the memory (bfloat16 shows as uint16 bits).
@@ -188,14 +205,8 @@ void bind_tensor(py::module_& m) {
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); })
       .def(
           "numpy",
-          [](py::object self) {
-            const auto& t = self.cast<const Tensor&>();
-            std::string name = t.dtype() == DType::kBFloat16 ? "uint16" : dtype_name(t.dtype());
-            py::dtype dt(name);
-            std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-            // Keep `self` (and so the wrapped memory's owner) alive through the array's base.
-            return py::array(dt, shape, {}, t.data(), self);
-          },
+          // Keep `self` (and so the wrapped memory's owner) alive through the array's base.
+          [](py::object self) { return numpy_view(self.cast<const Tensor&>(), self); },
           "A NumPy array sharing this tensor's memory (bfloat16 as uint16 bit patterns).")
       .def("__repr__", [](const Tensor& t) { return "tdist.Tensor(" + t.describe() + ")"; });
 

@@ -51,4 +51,10 @@ py::object exception_object(std::exception_ptr error);
 Bytes to_bytes(py::handle obj, const char* op);
 py::bytes from_bytes(const Bytes& bytes);
 
+/// A NumPy array of `t`'s memory (bfloat16 as uint16 bit patterns) whose
+/// base is `base`: whatever keeps the memory alive.
+py::object numpy_view(const Tensor& t, py::handle base);
+/// The same, its base owning a copy of `t` (and so its memory).
+py::object numpy_owning(const Tensor& t);
+
 }  // namespace tdist::python

@@ -112,13 +112,16 @@ _NUMPY_DTYPES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", 
                  "complex128"}
 
 
+# What travels beside the pickle is always a C-contiguous NumPy array (the
+# C++ side takes those fastest); the persistent id says what to rebuild.
+
 def _sendable_numpy(obj):
     numpy = sys.modules.get("numpy")
     if numpy is None or type(obj) is not numpy.ndarray:
         return None
     if obj.dtype.name not in _NUMPY_DTYPES or not obj.dtype.isnative:
         return None
-    return obj if obj.flags.c_contiguous else numpy.ascontiguousarray(obj)
+    return obj if obj.flags.c_contiguous else numpy.ascontiguousarray(obj), obj.dtype.name
 
 
 _TORCH_DTYPES = []  # filled on first use: tdist does not import torch itself
@@ -138,12 +141,17 @@ def _sendable_torch(obj):
         return None
     if obj.device.type != "cpu" or obj.layout != torch.strided or obj.dtype not in _torch_dtypes(torch):
         return None
-    t = obj.detach()
+    dtype = obj.dtype
+    t = obj.detach() if obj.requires_grad else obj
     if t.is_conj():
         t = t.resolve_conj()
     if t.is_neg():
         t = t.resolve_neg()
-    return t.contiguous()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if dtype == torch.bfloat16:  # NumPy has no bfloat16: its bits, as int16
+        t = t.view(torch.int16)
+    return t.numpy(), str(dtype)  # shares the tensor's memory and keeps it alive
 
 
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set,
@@ -159,10 +167,11 @@ class _Pickler(pickle.Pickler):
         if type(obj) in _PLAIN_TYPES:  # the pickler asks for every object: most are not tensors
             return None
         for kind, convert in (("numpy", _sendable_numpy), ("torch", _sendable_torch)):
-            t = convert(obj)
-            if t is not None:
-                self.tensors.append(t)
-                return (kind, len(self.tensors) - 1, str(t.dtype))
+            sendable = convert(obj)
+            if sendable is not None:
+                array, dtype = sendable
+                self.tensors.append(array)
+                return (kind, len(self.tensors) - 1, dtype)
         return None
 
 
@@ -173,7 +182,7 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         kind, index, dtype = pid
-        array = self.tensors[index].numpy()  # shares the received buffer
+        array = self.tensors[index]  # a NumPy array of the received buffer
         if kind == "numpy":
             return array
         import torch

@@ -29,6 +29,7 @@
 #include "rpc/rpc_future.h"
 #include "rpc/rpc_pool.h"
 #include "rpc/rpc_registry.h"
+#include "rpc/rpc_spin.h"
 #include "rpc/rpc_wire.h"
 #include "tdist/logging.h"
 #include "tdist/rpc.h"
@@ -131,6 +132,7 @@ class AgentImpl final : public Agent {
     tcp.timeout = options.init_timeout;
     tcp.reach_host = options.reach_host;
     tcp.crash_breaks_group = false;  // one worker's death fails only the calls involving it
+    tcp.loop_spin = detail::spin_budget();
     transport_ = transport::connect_tcp(*store_, rank, world_size, tcp);
     net_ = transport_.get();
     infos_.resize(static_cast<size_t>(world_size));
@@ -177,11 +179,15 @@ class AgentImpl final : public Agent {
       return future;
     }
     const uint64_t id = next_id_.fetch_add(1);
+    bool sooner = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_[id] = Pending{callee, shown, now, deadline, state};
+      sooner = deadline < watch_wake_;
     }
-    watch_cv_.notify_all();
+    // Only a deadline before the watchdog's next wake-up needs it now; a
+    // wake-up per call would cost two context switches.
+    if (sooner) watch_cv_.notify_all();
     wire::Request request;
     request.id = id;
     request.timeout_us = duration_cast<microseconds>(deadline - now).count();
@@ -700,7 +706,9 @@ class AgentImpl final : public Agent {
     while (!stopping_) {
       Clock::time_point wake = Clock::now() + kWatchdogPeriod;
       for (const auto& [id, p] : pending_) wake = std::min(wake, p.deadline);
+      watch_wake_ = wake;
       watch_cv_.wait_until(lock, wake);
+      watch_wake_ = Clock::time_point::min();  // awake: nobody needs to wake it
       if (stopping_) break;
       const Clock::time_point now = Clock::now();
       std::vector<std::pair<Pending, std::exception_ptr>> failed;
@@ -843,6 +851,7 @@ class AgentImpl final : public Agent {
 
   mutable std::mutex mutex_;
   std::condition_variable watch_cv_;
+  Clock::time_point watch_wake_ = Clock::time_point::min();  // when the sleeping watchdog wakes
   std::condition_variable idle_cv_;
   std::map<uint64_t, Pending> pending_;
   bool stopping_ = false;

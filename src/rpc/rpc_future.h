@@ -2,6 +2,7 @@
 
 // The state a Future's copies share (include/tdist/rpc.h).
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -16,6 +17,7 @@ struct FutureState {
   std::mutex mutex;
   std::condition_variable cv;
   bool done = false;
+  std::atomic<bool> settled{false};  // `done`, readable without the mutex (wait() polls it)
   Message result;
   std::exception_ptr error;
   std::vector<std::function<void()>> callbacks;

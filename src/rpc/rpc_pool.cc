@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "rpc/rpc_spin.h"
+
 namespace tdist::rpc::detail {
 
 ServingPool::ServingPool(int threads, int max_queued)
@@ -29,18 +31,33 @@ bool ServingPool::try_post(std::function<void()> task) {
     return false;
   }
   queue_.push_back(std::move(task));
+  queued_.store(queue_.size(), std::memory_order_release);
+  // The polling thread will see it; it takes the mutex before it sleeps,
+  // so it cannot miss it either.
+  const bool wake = !spinner_;
   lock.unlock();
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return true;
 }
 
 void ServingPool::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
+    const auto idle_since = std::chrono::steady_clock::now();
+    const bool waits = queue_.empty() && !stopping_;
+    if (waits && !spinner_ && gauge_.worth_polling(spin_budget())) {
+      spinner_ = true;
+      lock.unlock();
+      spin_until([&] { return queued_.load(std::memory_order_acquire) > 0; }, spin_budget());
+      lock.lock();
+      spinner_ = false;
+    }
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (waits) gauge_.record(std::chrono::steady_clock::now() - idle_since);
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
     --idle_;
     ++running_;
     lock.unlock();
@@ -63,6 +80,7 @@ size_t ServingPool::drop_queued() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     dropped.swap(queue_);
+    queued_.store(0, std::memory_order_release);
     if (running_ == 0) idle_cv_.notify_all();
   }
   return dropped.size();  // destroyed here, outside the lock

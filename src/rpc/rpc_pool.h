@@ -4,8 +4,11 @@
 // started as requests need them, and a queue of at most `max_queued`
 // requests waiting for one. A request that finds every thread busy and the
 // queue full is refused (try_post returns false) rather than queued without
-// bound: its caller gets an error saying so at once.
+// bound: its caller gets an error saying so at once. One idle thread at a
+// time polls for new work before it sleeps (rpc_spin.h), so that a request
+// following its predecessor closely needs no wake-up.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -14,6 +17,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "rpc/rpc_spin.h"
 
 namespace tdist::rpc::detail {
 
@@ -46,6 +51,9 @@ class ServingPool {
   size_t idle_ = 0;     // threads waiting for work
   size_t running_ = 0;  // tasks running
   bool stopping_ = false;
+  bool spinner_ = false;           // an idle thread polls queued_: posting needs no notify
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the mutex
+  SpinGauge gauge_;                // how long idle threads have lately waited for work
   std::vector<std::thread> threads_;
 };
 

@@ -275,7 +275,7 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
   }
   desk.close_all("every rank of the group is already connected");
   return std::make_unique<TcpTransport>(rank, size, std::move(sockets), std::move(addresses), interfaces,
-                                        options.crash_breaks_group);
+                                        options.crash_breaks_group, options.loop_spin);
 }
 
 }  // namespace tdist::transport

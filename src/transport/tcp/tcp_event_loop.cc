@@ -5,13 +5,13 @@
 #include "transport/tcp/tcp_transport_internal.h"
 #include "transport/tcp/tcp_wire.h"
 
-#include <sched.h>
 #include <sys/epoll.h>
 
 #include <cerrno>
 
 #include "common/completion_thread.h"
 #include "common/error_text.h"
+#include "common/spin_wait.h"
 #include "tdist/logging.h"
 
 namespace tdist::transport {
@@ -50,7 +50,15 @@ void TcpTransport::loop() {
         if (pair.peer != rank_) update_polling(pair);
       }
     }
-    int n = epoll_wait(epoll_fd_, events, 64, -1);
+    int n = 0;
+    const auto idle_since = Clock::now();
+    if (loop_gauge_.worth_polling(loop_spin_)) {
+      // Polls first (TcpOptions::loop_spin) while messages have lately come
+      // soon; everything that wakes the blocking wait shows up here too.
+      detail::spin_until([&] { return (n = epoll_wait(epoll_fd_, events, 64, 0)) != 0; }, loop_spin_);
+    }
+    if (n == 0) n = epoll_wait(epoll_fd_, events, 64, -1);
+    if (loop_spin_.count() > 0) loop_gauge_.record(Clock::now() - idle_since);
     if (n < 0) {
       if (errno == EINTR) continue;
       TDIST_LOG(ERROR) << "tcp transport: epoll_wait: " << errno_text(errno);

@@ -32,8 +32,12 @@ size_t tcp::stripe_min_bytes(size_t interfaces) {
 
 TcpTransport::TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
                            std::vector<std::string> addresses, const std::vector<size_t>& interfaces,
-                           bool crash_breaks_group)
-    : rank_(rank), size_(size), pairs_(static_cast<size_t>(size)), crash_breaks_group_(crash_breaks_group) {
+                           bool crash_breaks_group, std::chrono::microseconds loop_spin)
+    : rank_(rank),
+      size_(size),
+      pairs_(static_cast<size_t>(size)),
+      crash_breaks_group_(crash_breaks_group),
+      loop_spin_(loop_spin) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   driver_wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -35,6 +35,7 @@
 
 #include "common/scratch.h"
 #include "common/socket.h"
+#include "common/spin_wait.h"
 #include "tdist/store.h"
 #include "transport/transport.h"
 
@@ -67,6 +68,11 @@ struct TcpOptions {
   /// operation fails, naming it), as collectives need. false: only what
   /// involves that peer fails, and the others go on talking (RPC).
   bool crash_breaks_group = true;
+  /// How long the event-loop thread polls its sockets without sleeping
+  /// before it waits in epoll: 0 for groups (their callers drive the
+  /// sockets themselves while they wait), more for RPC, whose every
+  /// message the loop thread takes (src/rpc/rpc_spin.h).
+  std::chrono::microseconds loop_spin{0};
 };
 
 /// Measured on loopback, 2 ranks on 2 cores, 2026-11-23: a 64 MiB
@@ -237,10 +243,10 @@ class TcpTransport final : public Transport {
   /// sockets[peer]: the connections to `peer` (the first carries headers);
   /// interfaces[peer]: how many interfaces the accepting rank of the pair
   /// listens on (tcp::stripe_min_bytes); empty: one each.
-  /// crash_breaks_group: TcpOptions::crash_breaks_group.
+  /// crash_breaks_group, loop_spin: TcpOptions's.
   TcpTransport(int rank, int size, std::vector<std::vector<Socket>> sockets,
                std::vector<std::string> addresses, const std::vector<size_t>& interfaces = {},
-               bool crash_breaks_group = true);
+               bool crash_breaks_group = true, std::chrono::microseconds loop_spin = {});
   ~TcpTransport() override;
 
   int rank() const override { return rank_; }
@@ -342,10 +348,12 @@ class TcpTransport final : public Transport {
   std::list<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
   std::vector<Completion> completions_;
-  bool sweeping_ = false;              // close_pair is reading the other connections
-  bool broken_by_crash_ = false;       // a peer died without saying goodbye
-  const bool crash_breaks_group_;      // TcpOptions::crash_breaks_group
-  std::condition_variable closed_cv_;  // a pair closed
+  bool sweeping_ = false;                      // close_pair is reading the other connections
+  bool broken_by_crash_ = false;               // a peer died without saying goodbye
+  const bool crash_breaks_group_;              // TcpOptions::crash_breaks_group
+  const std::chrono::microseconds loop_spin_;  // TcpOptions::loop_spin
+  detail::SpinGauge loop_gauge_;               // how long the loop has lately waited for events
+  std::condition_variable closed_cv_;          // a pair closed
   // The thread holding the driver role, if any. Written under mutex_;
   // atomic so that a thread can see without the lock that it is not the
   // driver (only a thread itself makes it its own id).
