@@ -206,7 +206,7 @@ void bind_tensor(py::module_& m) {
       .def(
           "numpy",
           // Keep `self` (and so the wrapped memory's owner) alive through the array's base.
-          [](py::object self) { return numpy_view(self.cast<const Tensor&>(), self); },
+          [](const py::object& self) { return numpy_view(self.cast<const Tensor&>(), self); },
           "A NumPy array sharing this tensor's memory (bfloat16 as uint16 bit patterns).")
       .def("__repr__", [](const Tensor& t) { return "tdist.Tensor(" + t.describe() + ")"; });
 
