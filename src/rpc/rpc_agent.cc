@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -305,6 +306,8 @@ class AgentImpl final : public Agent {
       TDIST_LOG(WARNING) << text;
       if (auto dir = env_string("TDIST_TRACE_DIR"); dir && !dir->empty()) {
         const std::string path = *dir + "/rpc" + std::to_string(rank_) + ".txt";
+        std::error_code ignored;  // a directory that cannot be made fails the write, reported below
+        std::filesystem::create_directories(*dir, ignored);
         std::ofstream out(path, std::ios::app);
         out << text << "\n";
         if (!out) TDIST_LOG(WARNING) << "rpc: could not write " << path;
@@ -413,29 +416,29 @@ class AgentImpl final : public Agent {
       std::exception_ptr error;
       std::function<void(std::exception_ptr)> done;
     };
-    auto by_bytes = [&](size_t i) {
-      return (*tensors)[i].nbytes() > 0 && !metas[i].direct && !metas[i].bytes;
-    };
-    size_t count = 0;
-    for (size_t i = 0; i < tensors->size(); ++i) count += by_bytes(i) ? 1 : 0;
-    if (count == 0) return done(nullptr);
-    auto countdown = std::make_shared<Countdown>();
-    countdown->left = count;
-    countdown->done = std::move(done);
+    // Where each receive goes, taken before the first is posted: once the
+    // last one completes (possibly at once), `done` may hand the tensors on
+    // to another thread, which may move them.
+    std::vector<std::pair<void*, size_t>> targets;
     for (size_t i = 0; i < tensors->size(); ++i) {
-      if (!by_bytes(i)) continue;
       Tensor& t = (*tensors)[i];
-      net_->irecv(source, tag, t.data(), t.nbytes())
-          ->on_complete([countdown, tensors](transport::Request& r) {
-            std::exception_ptr error;
-            {
-              std::lock_guard<std::mutex> lock(countdown->mutex);
-              if (r.error() && !countdown->error) countdown->error = r.error();
-              if (--countdown->left > 0) return;
-              error = countdown->error;
-            }
-            countdown->done(error);
-          });
+      if (t.nbytes() > 0 && !metas[i].direct && !metas[i].bytes) targets.emplace_back(t.data(), t.nbytes());
+    }
+    if (targets.empty()) return done(nullptr);
+    auto countdown = std::make_shared<Countdown>();
+    countdown->left = targets.size();
+    countdown->done = std::move(done);
+    for (const auto& [data, nbytes] : targets) {
+      net_->irecv(source, tag, data, nbytes)->on_complete([countdown, tensors](transport::Request& r) {
+        std::exception_ptr error;
+        {
+          std::lock_guard<std::mutex> lock(countdown->mutex);
+          if (r.error() && !countdown->error) countdown->error = r.error();
+          if (--countdown->left > 0) return;
+          error = countdown->error;
+        }
+        countdown->done(error);
+      });
     }
   }
 
