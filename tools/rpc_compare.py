@@ -48,7 +48,11 @@ def worker(lib, rank, port, queue, sizes, master="127.0.0.1"):
     else:
         import torch.distributed.rpc as rpc
 
-        options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{master}:{port}")
+        # Across namespace hosts TensorPipe would still find the other
+        # process on this kernel and move tensors by cross-memory attach
+        # around the link; held to TCP, it crosses the link as tdist does.
+        across = {"_transports": ["uv"], "_channels": ["basic"]} if os.environ.get("TESTBED_HOST") else {}
+        options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{master}:{port}", **across)
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=options)
     if rank == 0:
         results = {}
