@@ -113,7 +113,17 @@ def run(lib, sizes, timeout):
     for p in procs:
         p.start()
     try:
-        result = queue.get(timeout=timeout)
+        # A worker that dies (an import error, a crash) ends the wait at once.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                result = queue.get(timeout=1)
+                break
+            except Exception:  # queue.Empty
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead or not any(p.is_alive() for p in procs) or time.monotonic() > deadline:
+                    raise RuntimeError(f"{lib}: the workers ended without a result (exit codes "
+                                       f"{[p.exitcode for p in procs]})")
     finally:
         for p in procs:
             p.join(30)

@@ -101,6 +101,14 @@ class RemoteException : public std::runtime_error {
   std::string type_, traceback_;
 };
 
+/// A copy of `t`, in a buffer the RPC layer may take from the cache it
+/// keeps of large receive buffers. The tensors of a call (and of a
+/// function's result) are read after call_async (or the function) has
+/// returned, until the call completes: a caller that changes a tensor
+/// before then sends snapshot(t) instead. tdist.rpc does so for
+/// rpc_async's arguments and for every result.
+Tensor snapshot(const Tensor& t);
+
 /// Registers `fn` under `name` in this process, for every agent in it
 /// (`register` is a C++ keyword). Raises DistInvalidArgument if the name is
 /// empty or taken.

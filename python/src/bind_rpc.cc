@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "bindings.h"
+#include "rpc/rpc_wire.h"
 #include "tdist/rendezvous.h"
 #include "tdist/rpc.h"
 #include "tdist/tcp_store.h"
@@ -87,12 +88,17 @@ Tensor owned_tensor(py::handle obj, const char* op, const char* arg) {
                       shared_object(py::reinterpret_borrow<py::object>(obj)));
 }
 
-std::vector<Tensor> owned_tensors(const py::list& list, const char* op) {
+// The tensors of `list`. snapshot: copies of those the agent would read
+// later (larger than what travels inside a header), so that a caller that
+// changes them after the call sends what they held at the call.
+std::vector<Tensor> owned_tensors(const py::list& list, const char* op, bool snapshot) {
   std::vector<Tensor> out;
   out.reserve(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
     std::string arg = "tensors[" + std::to_string(i) + "]";
-    out.push_back(owned_tensor(list[i], op, arg.c_str()));
+    Tensor t = owned_tensor(list[i], op, arg.c_str());
+    // (A tensor that travels inside its header is copied there at once.)
+    out.push_back(snapshot && t.nbytes() > rpc::wire::kInlineMaxBytes ? rpc::snapshot(t) : std::move(t));
   }
   return out;
 }
@@ -131,7 +137,9 @@ rpc::Message serve_python(const rpc::Message& args, const rpc::CallInfo& call) {
   }
   rpc::Message out;
   out.payload = to_bytes(answer[1], "rpc");
-  out.tensors = owned_tensors(answer[2].cast<py::list>(), "rpc result");
+  // A result may be state the function keeps and changes later (a server's
+  // weights): it goes as it was when the function returned, as in torch.
+  out.tensors = owned_tensors(answer[2].cast<py::list>(), "rpc result", true);
   return out;
 }
 
@@ -224,14 +232,14 @@ void bind_rpc(py::module_& m) {
       .def(
           "call_async",
           [](rpc::Agent& agent, const std::string& to, const std::string& function, const py::bytes& payload,
-             const py::list& tensors, Millis timeout, const std::string& label) {
+             const py::list& tensors, Millis timeout, const std::string& label, bool snapshot) {
             release_dropped();
-            rpc::Message args{to_bytes(payload, "rpc"), owned_tensors(tensors, "rpc")};
+            rpc::Message args{to_bytes(payload, "rpc"), owned_tensors(tensors, "rpc", snapshot)};
             py::gil_scoped_release release;
             return agent.call_async(to, function, std::move(args), timeout, label);
           },
           py::arg("to"), py::arg("function"), py::arg("payload"), py::arg("tensors"), py::arg("timeout"),
-          py::arg("label") = "")
+          py::arg("label") = "", py::arg("snapshot") = true)
       .def(
           "shutdown",
           [](rpc::Agent& agent, bool graceful) {

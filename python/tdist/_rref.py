@@ -23,9 +23,10 @@ Slots on the owner are made by whichever message about an id comes first:
 a fetch or add_fork served before the create (the serving pool may run
 them in any order) waits on the same slot.
 
-Not covered: forks held by a worker that dies stay registered, and a fork
-whose call failed on the way is never deleted; the owner lets go of every
-value when it shuts down.
+Forks registered for a call that is never sent (its pickling or sending
+failed) are deleted again. Not covered: forks held by a worker that dies
+stay registered, and so does a fork whose call failed on the way; the owner
+lets go of every value when it shuts down.
 """
 
 import itertools
@@ -79,6 +80,16 @@ class _Owned:
             if not slot.forks and slot.ready.is_set():
                 del self.slots[rref_id]
                 self.changed.notify_all()
+
+    def existing(self, rref_id):
+        """The slot of a value some worker still holds; raises if there is none
+        (its last fork was deleted, or it never existed)."""
+        with self.lock:
+            slot = self.slots.get(rref_id)
+        if slot is None:
+            raise RuntimeError(f"RRef {rref_id}: worker '{_rpc.get_worker_info().name}' keeps no value for it "
+                               "(every reference to it was deleted)")
+        return slot
 
     def count(self, at_most=None, timeout=None):
         """How many values this worker keeps, once that is at most `at_most`
@@ -141,11 +152,11 @@ def _delete_fork(rref_id, fork):
 
 
 def _fetch(rref_id, timeout):
-    return _wait_ready(_owned.slot(rref_id), rref_id, timeout)
+    return _wait_ready(_owned.existing(rref_id), rref_id, timeout)
 
 
 def _call_method(rref_id, timeout, name, args, kwargs):
-    value = _wait_ready(_owned.slot(rref_id), rref_id, timeout)
+    value = _wait_ready(_owned.existing(rref_id), rref_id, timeout)
     return getattr(value, name)(*args, **kwargs)
 
 
@@ -201,14 +212,16 @@ class RRef:
         if not self.is_owner():
             raise RuntimeError(f"RRef {self._id}: local_value() is for its owner, worker '{self.owner_name()}', "
                                f"not this worker ('{_rpc.get_worker_info().name}'); use to_here()")
-        return _wait_ready(_owned.slot(self._id), self._id, _timeout_s(-1))
+        if self._created is not None:
+            self._created.wait()  # remote() to this worker: the creation first
+        return _wait_ready(_owned.existing(self._id), self._id, _timeout_s(-1))
 
     def to_here(self, timeout=-1.0):
         """The value, copied from the owner (waits for its creation)."""
         if self._created is not None:
             self._created.wait()  # the creation's own error first
         if self.is_owner():
-            return _wait_ready(_owned.slot(self._id), self._id, _timeout_s(timeout))
+            return _wait_ready(_owned.existing(self._id), self._id, _timeout_s(timeout))
         return _rpc.rpc_sync(self._owner, _fetch, args=(self._id, _timeout_s(timeout)), timeout=timeout)
 
     def rpc_sync(self, timeout=-1.0):
@@ -226,6 +239,7 @@ class RRef:
             _owned.add_fork(self._id, fork)
         else:
             _rpc.rpc_sync(self._owner, _add_fork, args=(self._id, fork))
+        _pickling.forks.append((self._owner, self._id, fork))  # deleted again if the call is not sent
         return (_rebuild, (self._owner, self._id, fork))
 
     def __del__(self):
@@ -237,13 +251,7 @@ class RRef:
             return
 
         def delete(_=None):
-            try:
-                if owner == _me():
-                    _owned.delete_fork(rref_id, fork)
-                else:
-                    _rpc.rpc_async(owner, _delete_fork, args=(rref_id, fork))
-            except Exception:  # shut down meanwhile: nothing to tell
-                pass
+            _delete(owner, rref_id, fork)
 
         # Never before the owner has the fork: after the creation's answer.
         if created is not None and not created.done():
@@ -253,6 +261,23 @@ class RRef:
 
     def __repr__(self):
         return f"RRef(owner={self._owner}, id={self._id}, fork={self._fork})"
+
+
+def _delete(owner, rref_id, fork):
+    """Tells the owner a fork is gone (never raises: best effort)."""
+    try:
+        if owner == _me():
+            _owned.delete_fork(rref_id, fork)
+        else:
+            _rpc.rpc_async(owner, _delete_fork, args=(rref_id, fork))
+    except Exception:  # shut down meanwhile: nothing to tell
+        pass
+
+
+def _abandon(forks):
+    """Deletes forks registered for a call that was never sent."""
+    for owner, rref_id, fork in forks:
+        _delete(owner, rref_id, fork)
 
 
 def _rebuild(owner, rref_id, fork):
@@ -267,8 +292,13 @@ class _Proxy:
         rref, call, timeout = self._rref, self._call, self._timeout
 
         def method(*args, **kwargs):
-            return call(rref._owner, _call_method, args=(rref._id, _timeout_s(timeout), name, args, kwargs),  # noqa: SLF001
-                        timeout=timeout)
+            result = call(rref._owner, _call_method, args=(rref._id, _timeout_s(timeout), name, args, kwargs),  # noqa: SLF001
+                          timeout=timeout)
+            if isinstance(result, _rpc.Future):
+                # The RRef lives until the call is served: its deletion could
+                # otherwise reach the owner first.
+                result.add_done_callback(lambda _, keep=rref: None)
+            return result
 
         return method
 

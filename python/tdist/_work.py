@@ -6,7 +6,9 @@ it and to the handle. Each handle holds its arrays, and every pending handle
 is kept in ``_pending`` until its operation has completed.
 """
 
+import sys
 import threading
+import traceback
 
 from tdist import _C
 
@@ -142,7 +144,11 @@ class Future:
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
-            callback()
+            # One callback's exception must not keep the others from running.
+            try:
+                callback()
+            except BaseException:  # noqa: BLE001 - reported, as torch reports a callback's error
+                sys.stderr.write("tdist: a Future's done-callback raised:\n" + traceback.format_exc())
 
     def add_done_callback(self, callback):
         """Calls ``callback(self)`` once completed (at once if it already is).

@@ -195,13 +195,32 @@ class _Unpickler(pickle.Unpickler):
 def _dumps(obj):
     buffer = io.BytesIO()
     p = _Pickler(buffer)
-    outer = getattr(_rref._pickling, "active", False)
+    outer = getattr(_rref._pickling, "active", False), getattr(_rref._pickling, "forks", None)
     _rref._pickling.active = True  # RRefs in it register a fork for the receiver
+    _rref._pickling.forks = forks = []
     try:
         p.dump(obj)
+    except BaseException:
+        _rref._abandon(forks)
+        raise
     finally:
-        _rref._pickling.active = outer
-    return buffer.getvalue(), p.tensors
+        _rref._pickling.active, _rref._pickling.forks = outer
+    return buffer.getvalue(), p.tensors, forks
+
+
+def _send(to, func, args, kwargs, timeout, snapshot):
+    """Pickles and sends a call; the C++ future of its answer. RRefs in it
+    that got a fork for the callee lose it again if the call is not sent."""
+    if not callable(func):
+        raise TypeError(f"func must be callable, not {type(func).__name__}")
+    name, agent, wait = _worker_name(to), _agent(), _timeout(timeout)
+    args = tuple(args or ())
+    payload, tensors, forks = _dumps((func, args, dict(kwargs or {})))
+    try:
+        return agent.call_async(name, _FUNCTION, payload, tensors, wait, _label(func, args), snapshot)
+    except BaseException:
+        _rref._abandon(forks)
+        raise
 
 
 def _loads(payload, tensors):
@@ -266,7 +285,7 @@ def _serve(payload, tensors, caller):
     except BaseException as e:  # everything goes back to the caller
         return (True, _failure(e, function), [])
     try:
-        data, out = _dumps(result)
+        data, out, _ = _dumps(result)  # (RRefs in it: their forks go with the answer)
     except Exception as e:
         error = TypeError(f"the result of {function} could not be pickled: {type(e).__name__}: {e}")
         return (True, _failure(error, function), [])
@@ -403,23 +422,15 @@ def _label(fn, args):
 
 
 def rpc_async(to, func, args=None, kwargs=None, timeout=-1.0):
-    """Calls func(*args, **kwargs) on worker `to`; returns a Future of its result."""
-    if not callable(func):
-        raise TypeError(f"func must be callable, not {type(func).__name__}")
-    args = tuple(args or ())
-    payload, tensors = _dumps((func, args, dict(kwargs or {})))
-    return _CallFuture(_agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout),
-                                           _label(func, args)))
+    """Calls func(*args, **kwargs) on worker `to`; returns a Future of its result.
+    Tensors in the arguments go as they are now, whatever happens to them later."""
+    return _CallFuture(_send(to, func, args, kwargs, timeout, True))
 
 
 def rpc_sync(to, func, args=None, kwargs=None, timeout=-1.0):
     """Calls func(*args, **kwargs) on worker `to` and returns its result."""
-    if not callable(func):
-        raise TypeError(f"func must be callable, not {type(func).__name__}")
-    args = tuple(args or ())
-    payload, tensors = _dumps((func, args, dict(kwargs or {})))
-    answer, received = _agent().call_async(_worker_name(to), _FUNCTION, payload, tensors, _timeout(timeout),
-                                           _label(func, args)).wait()
+    # No snapshot of the arguments: this thread waits until the callee has them.
+    answer, received = _send(to, func, args, kwargs, timeout, False).wait()
     return _result(answer, received)
 
 

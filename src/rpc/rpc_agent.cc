@@ -471,6 +471,14 @@ class AgentImpl final : public Agent {
 
   void serve(int source, const wire::Request& request, std::vector<Tensor> tensors,
              Clock::time_point deadline) {
+    auto fn = detail::find_function(request.function);
+    if (!fn || Clock::now() >= deadline) release_offers(source, request.id, false, request.tensors);
+    if (!fn) {
+      return answer_error(
+          source, request.id, "tdist.rpc.UnknownFunction",
+          "no function named '" + request.function + "' is registered on worker '" + me().name + "'", "");
+    }
+    if (Clock::now() >= deadline) return;  // the caller has given up already
     try {
       read_direct(source, request.tensors, tensors);
     } catch (const std::exception& e) {
@@ -481,13 +489,6 @@ class AgentImpl final : public Agent {
                           "");
     }
     release_offers(source, request.id, false, request.tensors);
-    auto fn = detail::find_function(request.function);
-    if (!fn) {
-      return answer_error(
-          source, request.id, "tdist.rpc.UnknownFunction",
-          "no function named '" + request.function + "' is registered on worker '" + me().name + "'", "");
-    }
-    if (Clock::now() >= deadline) return;  // the caller has given up already
     CallInfo info{infos_[static_cast<size_t>(source)], request.function, deadline, this};
     Message result;
     try {
@@ -544,26 +545,29 @@ class AgentImpl final : public Agent {
             release_offers(source, body->id, true, body->tensors);
             return fail(body->id, error);
           }
-          std::optional<Pending> p = take(body->id);
-          std::exception_ptr read_error;
-          if (p) {
+          // Read while the call is still pending: a graceful shutdown waits
+          // for pending calls, so the callee keeps its offer until then.
+          std::string read_error;
+          if (is_pending(body->id)) {
             try {
               read_direct(source, body->tensors, *tensors);
             } catch (const std::exception& e) {
-              read_error = std::make_exception_ptr(DistNetworkError(
-                  "rpc: call of '" + p->function + "' on worker '" + name_of(source) + "' from '" +
-                  me().name + "' failed: its answer could not be taken: " + e.what()));
+              read_error = e.what();
             }
           }
           release_offers(source, body->id, true, body->tensors);
+          std::optional<Pending> p = take(body->id);
           if (!p) return;  // it timed out meanwhile
+          if (!read_error.empty()) {
+            p->state->complete(
+                {}, std::make_exception_ptr(DistNetworkError(
+                        "rpc: call of '" + p->function + "' on worker '" + name_of(source) + "' from '" +
+                        me().name + "' failed: its answer could not be taken: " + read_error)));
+            return;
+          }
           if (p->callee != source) {
             TDIST_LOG(WARNING) << "rpc: worker '" << name_of(source) << "' answered call " << body->id
                                << " made to worker '" << name_of(p->callee) << "'";
-          }
-          if (read_error) {
-            p->state->complete({}, read_error);
-            return;
           }
           if (body->ok) {
             p->state->complete(Message{std::move(body->payload), std::move(*tensors)}, nullptr);
@@ -671,6 +675,11 @@ class AgentImpl final : public Agent {
   }
 
   // --- pending calls -------------------------------------------------------
+
+  bool is_pending(uint64_t id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_.count(id) != 0;
+  }
 
   std::optional<Pending> take(uint64_t id) {
     std::lock_guard<std::mutex> lock(mutex_);

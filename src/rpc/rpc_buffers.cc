@@ -1,11 +1,13 @@
 #include "rpc/rpc_buffers.h"
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 
 #include "common/env.h"
+#include "tdist/rpc.h"
 
 namespace tdist::rpc::detail {
 namespace {
@@ -82,3 +84,13 @@ size_t cached_buffer_bytes() {
 }
 
 }  // namespace tdist::rpc::detail
+
+namespace tdist::rpc {
+
+Tensor snapshot(const Tensor& t) {
+  Tensor copy = detail::receive_buffer(t.dtype(), t.shape(), t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(copy.data(), t.data(), t.nbytes());
+  return copy;
+}
+
+}  // namespace tdist::rpc

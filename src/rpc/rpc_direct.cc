@@ -3,6 +3,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -127,25 +128,30 @@ pid_t card_pid(const std::string& text) {
 }
 
 void read_offer(pid_t pid, const std::string& peer, void* local, size_t n, uint64_t address,
-                uint64_t hold_word, uint64_t token) {
-  iovec here[2] = {{local, n}, {nullptr, 0}};
-  iovec there{reinterpret_cast<void*>(address), n};
-  const ssize_t got = process_vm_readv(pid, &here[0], 1, &there, 1, 0);
-  if (got != static_cast<ssize_t>(n)) {
-    const int err = errno;
-    if (got < 0 && err == ESRCH) {
-      throw DistNetworkError("rpc: worker '" + peer + "' (process " + std::to_string(pid) +
-                             ") is gone; its tensor of " + std::to_string(n) + " bytes could not be read");
+                uint64_t hold_word, uint64_t token, size_t max_piece) {
+  // The kernel moves at most about 2 GiB per call: larger tensors go in
+  // pieces, all before the hold word is read.
+  for (size_t at = 0; at < n;) {
+    const size_t piece = std::min(n - at, max_piece);
+    iovec here{static_cast<uint8_t*>(local) + at, piece};
+    iovec there{reinterpret_cast<void*>(address + at), piece};
+    const ssize_t got = process_vm_readv(pid, &here, 1, &there, 1, 0);
+    if (got != static_cast<ssize_t>(piece)) {
+      const int err = errno;
+      if (got < 0 && err == ESRCH) {
+        throw DistNetworkError("rpc: worker '" + peer + "' (process " + std::to_string(pid) +
+                               ") is gone; its tensor of " + std::to_string(n) + " bytes could not be read");
+      }
+      throw DistBackendError("rpc: reading a tensor of " + std::to_string(n) + " bytes from worker '" + peer +
+                             "' (process " + std::to_string(pid) + ") failed at byte " + std::to_string(at) +
+                             ": " + (got < 0 ? errno_text(err) : std::to_string(got) + " bytes came"));
     }
-    throw DistBackendError("rpc: reading a tensor of " + std::to_string(n) + " bytes from worker '" + peer +
-                           "' (process " + std::to_string(pid) +
-                           ") failed: " + (got < 0 ? errno_text(err) : std::to_string(got) + " bytes came"));
+    at += piece;
   }
   uint64_t held = 0;
-  here[1] = {&held, sizeof(held)};
+  iovec mine{&held, sizeof(held)};
   iovec word{reinterpret_cast<void*>(hold_word), sizeof(held)};
-  if (process_vm_readv(pid, &here[1], 1, &word, 1, 0) != static_cast<ssize_t>(sizeof(held)) ||
-      held != token) {
+  if (process_vm_readv(pid, &mine, 1, &word, 1, 0) != static_cast<ssize_t>(sizeof(held)) || held != token) {
     throw DistBackendError("rpc: worker '" + peer + "' let go of a tensor of " + std::to_string(n) +
                            " bytes while this worker read it (it shut down or gave up on the call); "
                            "what was read is not used");

@@ -32,9 +32,10 @@ bool ServingPool::try_post(std::function<void()> task) {
   }
   queue_.push_back(std::move(task));
   queued_.store(queue_.size(), std::memory_order_release);
-  // The polling thread will see it; it takes the mutex before it sleeps,
-  // so it cannot miss it either.
-  const bool wake = !spinner_;
+  // The polling thread will see it (it takes the mutex before it sleeps,
+  // so it cannot miss it either) -- but takes only one: a second request
+  // posted while it polls wakes a sleeper.
+  const bool wake = !spinner_ || queue_.size() > 1;
   lock.unlock();
   if (wake) work_cv_.notify_one();
   return true;
@@ -58,6 +59,7 @@ void ServingPool::run() {
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
     queued_.store(queue_.size(), std::memory_order_release);
+    if (!queue_.empty()) work_cv_.notify_one();  // more than this thread takes (see try_post)
     --idle_;
     ++running_;
     lock.unlock();

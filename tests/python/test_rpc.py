@@ -18,6 +18,7 @@ import numpy
 import pytest
 
 import tdist.rpc as rpc
+from tdist import _C
 from harness import run_ranks
 from launcher_env import free_port
 
@@ -75,6 +76,18 @@ def values_kept(at_most=None):
     from tdist import _rref
 
     return _rref._owned_count(at_most, timeout=20)
+
+
+class Box:
+    def __init__(self):
+        self.value = 41
+
+    def get(self):
+        return self.value + 1
+
+
+def total(a):
+    return float(a.sum())
 
 
 def own_a_value(n):
@@ -172,10 +185,66 @@ def test_remote_references_fetch_pass_on_and_free_their_values():
             numpy.testing.assert_array_equal(me.local_value(), numpy.arange(4.0))
             del me
             assert values_kept(1) == 1  # `local` is left
+            # A proxy call keeps its RRef alive until it is served, even when
+            # the RRef itself is dropped at once.
+            assert rpc.RRef(Box()).rpc_async().get().wait() == 42
+            assert rpc.remote("worker1", Box).rpc_async().get().wait() == 42
+            # An RRef in a call that cannot be sent: its new fork is deleted again.
+            held = rpc.remote("worker1", arange, args=(3,))
+            held.to_here()
+            before = rpc.rpc_sync("worker1", values_kept)
+            import threading
+
+            with pytest.raises(TypeError):
+                rpc.rpc_sync("worker2", sum_of, args=(held, threading.Lock()))
+            with pytest.raises(_C.DistInvalidArgument):
+                rpc.rpc_sync("nobody", sum_of, args=(held,))
+            del held
+            gc.collect()
+            assert rpc.rpc_sync("worker1", values_kept, args=(before - 1,)) == before - 1
         rpc.shutdown()
         return True
 
     assert run_ranks(body, 3, init=False) == [True] * 3
+
+
+def test_async_arguments_go_as_they_were_and_shutdown_waits_for_a_large_answer():
+    def body(rank, n):
+        _init(rank, n)
+        if rank == 0:
+            # rpc_async's arguments are taken as they are at the call, in the
+            # header (small), over TCP or for a direct read (large).
+            for size in (3, 5000, 1 << 20):
+                a = numpy.ones(size)
+                futures = [rpc.rpc_async("worker1", total, args=(a,)) for _ in range(4)]
+                a[:] = 0
+                assert [f.wait() for f in futures] == [float(size)] * 4
+            # An answer of 64 MiB still being copied when shutdown() is called.
+            fut = rpc.rpc_async("worker1", arange, args=(1 << 23,))
+            rpc.shutdown()
+            got = fut.wait()
+            assert got.shape == (1 << 23,) and got[-1] == (1 << 23) - 1 and got[12345] == 12345
+            return True
+        rpc.shutdown()
+        return True
+
+    assert run_ranks(body, 2, init=False) == [True] * 2
+
+
+def test_one_raising_callback_does_not_stop_the_others(capfd):
+    import tdist
+
+    f = tdist.Future()
+    ran = []
+
+    def bad(_):
+        raise ValueError("bad callback")
+
+    f.add_done_callback(bad)
+    f.add_done_callback(lambda fut: ran.append(fut.value()))
+    f.set_result(7)
+    assert ran == [7]
+    assert "bad callback" in capfd.readouterr().err
 
 
 def test_futures_of_calls_and_collectives_are_one_type_and_combine():

@@ -214,6 +214,10 @@ TEST(Rpc, AReaderRefusesATensorItsSenderLetGoOf) {
   const auto word = reinterpret_cast<uint64_t>(hold->word);
   detail::read_offer(getpid(), "self", into.data(), 8000, address, word, hold->token);
   EXPECT_EQ(into, data);
+  // In pieces (the kernel moves under 2 GiB per call): 3000 + 3000 + 2000.
+  for (size_t i = 0; i < 1000; ++i) data[i] = double(i);
+  detail::read_offer(getpid(), "self", into.data(), 8000, address, word, hold->token, 3000);
+  EXPECT_EQ(into, data);
   detail::release_hold(*hold);
   try {
     detail::read_offer(getpid(), "self", into.data(), 8000, address, word, hold->token);
@@ -611,6 +615,52 @@ TEST(Rpc, SixtyFourWorkersStartCallEachOtherAndShutDown) {
                 },
                 120s, 120s),
             "");
+}
+
+TEST(Rpc, ACallThatWaitsForTheNextIsNotLeftBehindIt) {
+  // Two requests posted back to back while one idle serving thread polls
+  // for work: the second must wake another thread, since the first waits
+  // for it. Many rounds, to meet the moment the poller is between polls.
+  static std::mutex mutex;
+  static std::condition_variable cv;
+  static int flags = 0;
+  register_function("test.wait_for_flag", [](const Message& args, const CallInfo&) {
+    const int round = std::stoi(text_of(args.payload));
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool seen = cv.wait_for(lock, 10s, [&] { return flags >= round; });
+    return Message{bytes_of(seen ? "seen" : "never"), {}};
+  });
+  register_function("test.set_flag", [](const Message& args, const CallInfo&) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      flags = std::stoi(text_of(args.payload));
+    }
+    cv.notify_all();
+    return Message{};
+  });
+  EXPECT_EQ(run_with_store(
+                Mode::kThreads, 2,
+                [&](Store& store, int rank) -> testing::KeepAlive {
+                  register_test_functions();
+                  auto agent = Agent::start(worker(rank), rank, 2, borrow(store));
+                  if (rank == 0) {
+                    for (int round = 1; round <= 200; ++round) {
+                      const std::string r = std::to_string(round);
+                      Future waits = agent->call_async("worker1", "test.wait_for_flag", {bytes_of(r), {}});
+                      Future sets = agent->call_async("worker1", "test.set_flag", {bytes_of(r), {}});
+                      sets.wait();
+                      if (text_of(waits.wait().payload) != "seen") {
+                        throw std::runtime_error("round " + r + ": the waiting call never saw the flag");
+                      }
+                    }
+                  }
+                  agent->shutdown(true);
+                  return nullptr;
+                },
+                120s),
+            "");
+  unregister_function("test.wait_for_flag");
+  unregister_function("test.set_flag");
 }
 
 TEST(Rpc, AnImmediateShutdownFailsOutstandingCalls) {
