@@ -111,7 +111,9 @@ py::list arrays_of(const std::vector<Tensor>& tensors) {
   return arrays;
 }
 
-py::tuple to_python(const rpc::Message& m) { return py::make_tuple(from_bytes(m.payload), arrays_of(m.tensors)); }
+py::tuple to_python(const rpc::Message& m) {
+  return py::make_tuple(from_bytes(m.payload), arrays_of(m.tensors));
+}
 
 rpc::Message serve_python(const rpc::Message& args, const rpc::CallInfo& call) {
   py::gil_scoped_acquire gil;
