@@ -151,12 +151,19 @@ def _delete_fork(rref_id, fork):
     _owned.delete_fork(rref_id, fork)
 
 
+def _slot_for(rref_id, unconfirmed):
+    # A call from the creator whose creation was not answered yet may be
+    # served before the creation: it waits on the slot (making it). Any
+    # other caller holds a fork the owner knows of, so the slot must exist.
+    return _owned.slot(rref_id) if unconfirmed else _owned.existing(rref_id)
+
+
 def _fetch(rref_id, timeout):
     return _wait_ready(_owned.existing(rref_id), rref_id, timeout)
 
 
-def _call_method(rref_id, timeout, name, args, kwargs):
-    value = _wait_ready(_owned.existing(rref_id), rref_id, timeout)
+def _call_method(rref_id, timeout, unconfirmed, name, args, kwargs):
+    value = _wait_ready(_slot_for(rref_id, unconfirmed), rref_id, timeout)
     return getattr(value, name)(*args, **kwargs)
 
 
@@ -292,8 +299,9 @@ class _Proxy:
         rref, call, timeout = self._rref, self._call, self._timeout
 
         def method(*args, **kwargs):
-            result = call(rref._owner, _call_method, args=(rref._id, _timeout_s(timeout), name, args, kwargs),  # noqa: SLF001
-                          timeout=timeout)
+            unconfirmed = not rref.confirmed_by_owner()
+            result = call(rref._owner, _call_method,  # noqa: SLF001
+                          args=(rref._id, _timeout_s(timeout), unconfirmed, name, args, kwargs), timeout=timeout)
             if isinstance(result, _rpc.Future):
                 # The RRef lives until the call is served: its deletion could
                 # otherwise reach the owner first.
