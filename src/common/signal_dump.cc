@@ -1,6 +1,7 @@
 #include "common/signal_dump.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -69,9 +71,20 @@ void run_dumps(int read_fd) {
   }
 }
 
+// In a child forked while another thread held a lock of these (a dump
+// running, a registration), that thread is not there to release it: the
+// child starts with fresh ones. Its parent's dumps never run there anyway.
+void reset_locks_in_child() {
+  Dumps& d = dumps();
+  new (&d.mutex) std::mutex();    // NOLINT(cppcoreguidelines-owning-memory): reinitialised in place
+  new (&d.running) std::mutex();  // NOLINT(cppcoreguidelines-owning-memory)
+}
+
 }  // namespace
 
 uint64_t add_sigusr1_dump(std::function<void()> dump) {
+  static const bool reset_registered = pthread_atfork(nullptr, nullptr, reset_locks_in_child) == 0;
+  (void)reset_registered;
   Dumps& d = dumps();
   std::lock_guard<std::mutex> lock(d.mutex);
   const pid_t me = getpid();
