@@ -66,10 +66,7 @@ class _Owned:
 
     def add_fork(self, rref_id, fork):
         with self.lock:
-            slot = self.slots.get(rref_id)
-            if slot is None:
-                slot = self.slots[rref_id] = _Slot()
-            slot.forks.add(fork)
+            self.slot(rref_id).forks.add(fork)
 
     def delete_fork(self, rref_id, fork):
         with self.lock:
@@ -106,7 +103,9 @@ class _Owned:
 
 _owned = _Owned()
 _numbers = itertools.count(1)
-_pickling = threading.local()  # set while tdist.rpc pickles a call or a result
+# While tdist.rpc pickles a call or a result, `forks` lists the forks its
+# RRefs registered (None otherwise: an RRef may not be pickled then).
+_pickling = threading.local()
 
 
 def _me():
@@ -190,7 +189,7 @@ class RRef:
         self._fork = self._id
         self._created = None  # a Future of the creation (remote() only)
         _owned.add_fork(self._id, self._fork)
-        slot = _owned.slot(self._id)
+        slot = _owned.existing(self._id)
         slot.value = value
         slot.ready.set()
 
@@ -239,14 +238,15 @@ class RRef:
         return _Proxy(self, _rpc.rpc_async, timeout)
 
     def __reduce__(self):
-        if not getattr(_pickling, "active", False):
+        forks = getattr(_pickling, "forks", None)
+        if forks is None:
             raise RuntimeError("an RRef can only be pickled by tdist.rpc, as an argument or result of a call")
         fork = _new_id()
         if self.is_owner():
             _owned.add_fork(self._id, fork)
         else:
             _rpc.rpc_sync(self._owner, _add_fork, args=(self._id, fork))
-        _pickling.forks.append((self._owner, self._id, fork))  # deleted again if the call is not sent
+        forks.append((self._owner, self._id, fork))  # deleted again if the call is not sent
         return (_rebuild, (self._owner, self._id, fork))
 
     def __del__(self):

@@ -195,16 +195,15 @@ class _Unpickler(pickle.Unpickler):
 def _dumps(obj):
     buffer = io.BytesIO()
     p = _Pickler(buffer)
-    outer = getattr(_rref._pickling, "active", False), getattr(_rref._pickling, "forks", None)
-    _rref._pickling.active = True  # RRefs in it register a fork for the receiver
-    _rref._pickling.forks = forks = []
+    outer = getattr(_rref._pickling, "forks", None)
+    _rref._pickling.forks = forks = []  # RRefs in it register a fork for the receiver
     try:
         p.dump(obj)
     except BaseException:
         _rref._abandon(forks)
         raise
     finally:
-        _rref._pickling.active, _rref._pickling.forks = outer
+        _rref._pickling.forks = outer
     return buffer.getvalue(), p.tensors, forks
 
 
@@ -446,7 +445,7 @@ def shutdown(graceful=True, timeout=0):
         agent.shutdown(graceful)
     finally:
         _state.agent = None
-        _rref._owned.clear()  # what RRefs of any worker named here is gone
+        _rref._owned.clear()  # the values this worker kept for RRefs go with the agent
 
 
 def _info(d):

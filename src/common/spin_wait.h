@@ -14,8 +14,6 @@ namespace tdist::detail {
 
 /// Polls `ready` until it holds (true) or `budget` has passed (false),
 /// yielding the core between polls.
-/// Polls `ready` until it holds (true) or `budget` has passed (false),
-/// yielding the core between polls.
 template <typename Ready>
 bool spin_until(Ready ready, std::chrono::microseconds budget) {
   if (budget.count() <= 0) return ready();

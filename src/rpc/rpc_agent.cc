@@ -287,6 +287,8 @@ class AgentImpl final : public Agent {
  private:
   const WorkerInfo& me() const { return infos_[static_cast<size_t>(rank_)]; }
 
+  const std::string& name_of(int id) const { return infos_[static_cast<size_t>(id)].name; }
+
   std::string describe_call(uint64_t id, const Pending& p, Clock::time_point now,
                             const std::string& state) const {
     return "call " + std::to_string(id) + ": '" + me().name + "' -> '" + name_of(p.callee) + "' " +
@@ -316,7 +318,6 @@ class AgentImpl final : public Agent {
       TDIST_LOG(WARNING) << "rpc: dumping the pending calls failed: " << e.what();
     }
   }
-  const std::string& name_of(int id) const { return infos_[static_cast<size_t>(id)].name; }
 
   std::string names() const {
     std::string text = "the workers are";
@@ -393,9 +394,7 @@ class AgentImpl final : public Agent {
         on_response(source, wire::decode_response(bytes));
       } else {
         const wire::Release release = wire::decode_release(bytes);
-        drop_offers([&](const OfferKey& key) {
-          return key == OfferKey{source, release.id, release.response};
-        });
+        drop_offer(OfferKey{source, release.id, release.response});
       }
     } catch (const std::exception& e) {
       TDIST_LOG(WARNING) << "rpc: worker '" << me().name << "' dropped a message from worker '"
@@ -472,23 +471,28 @@ class AgentImpl final : public Agent {
   void serve(int source, const wire::Request& request, std::vector<Tensor> tensors,
              Clock::time_point deadline) {
     auto fn = detail::find_function(request.function);
-    if (!fn || Clock::now() >= deadline) release_offers(source, request.id, false, request.tensors);
-    if (!fn) {
-      return answer_error(
-          source, request.id, "tdist.rpc.UnknownFunction",
-          "no function named '" + request.function + "' is registered on worker '" + me().name + "'", "");
+    if (!fn || Clock::now() >= deadline) {
+      release_offers(source, request.id, false, request.tensors);  // never to be read
+      if (!fn) {
+        return answer_error(
+            source, request.id, "tdist.rpc.UnknownFunction",
+            "no function named '" + request.function + "' is registered on worker '" + me().name + "'", "");
+      }
+      return;  // the caller has given up already
     }
-    if (Clock::now() >= deadline) return;  // the caller has given up already
+    std::string read_error;
     try {
       read_direct(source, request.tensors, tensors);
     } catch (const std::exception& e) {
-      release_offers(source, request.id, false, request.tensors);
-      return answer_error(source, request.id, "tdist.rpc.TransferError",
-                          "worker '" + me().name + "' could not take the arguments of '" + request.function +
-                              "': " + e.what(),
-                          "");
+      read_error = e.what();
     }
     release_offers(source, request.id, false, request.tensors);
+    if (!read_error.empty()) {
+      return answer_error(source, request.id, "tdist.rpc.TransferError",
+                          "worker '" + me().name + "' could not take the arguments of '" + request.function +
+                              "': " + read_error,
+                          "");
+    }
     CallInfo info{infos_[static_cast<size_t>(source)], request.function, deadline, this};
     Message result;
     try {
@@ -540,7 +544,7 @@ class AgentImpl final : public Agent {
         [this, source, body, tensors](const std::exception_ptr& error) {
           // The callee has read what this worker offered with the call
           // (before it answered): those tensors may go.
-          drop_offers([&](const OfferKey& key) { return key == OfferKey{source, body->id, false}; });
+          drop_offer(OfferKey{source, body->id, false});
           if (error) {
             release_offers(source, body->id, true, body->tensors);
             return fail(body->id, error);
@@ -657,7 +661,20 @@ class AgentImpl final : public Agent {
         ->on_complete([bytes](transport::Request&) {});
   }
 
-  // Lets go of the offers `which` picks.
+  // Lets go of the offers of one call's request or answer.
+  void drop_offer(const OfferKey& key) {
+    std::vector<Offer> dropped;
+    {
+      std::lock_guard<std::mutex> lock(offers_mutex_);
+      auto it = offers_.find(key);
+      if (it == offers_.end()) return;
+      dropped = std::move(it->second);
+      offers_.erase(it);
+    }
+    for (const Offer& o : dropped) detail::release_hold(o.hold);  // before the tensors go
+  }
+
+  // Lets go of the offers `which` picks (a dead peer's, or all at shutdown).
   void drop_offers(const std::function<bool(const OfferKey&)>& which) {
     std::vector<Offer> dropped;
     {

@@ -12,6 +12,9 @@ namespace {
 // A tensor of more dimensions than this is refused (torch allows 64).
 constexpr uint32_t kMaxDims = 64;
 
+// Where a tensor's bytes are (TensorMeta): the byte after its shape.
+enum class Placement : uint8_t { kFollows = 0, kDirect = 1, kInline = 2 };
+
 class Writer {
  public:
   explicit Writer(Kind kind) { put(static_cast<uint8_t>(kind)); }
@@ -33,7 +36,7 @@ class Writer {
       put(static_cast<uint8_t>(t.dtype));
       put(static_cast<uint32_t>(t.shape.size()));
       for (int64_t d : t.shape) put(d);
-      put(static_cast<uint8_t>(t.direct ? 1 : t.bytes ? 2 : 0));
+      put(t.direct ? Placement::kDirect : t.bytes ? Placement::kInline : Placement::kFollows);
       if (t.direct) {
         put(t.direct->address);
         put(t.direct->hold_word);
@@ -70,6 +73,12 @@ class Reader {
     at_ += n;
     return out;
   }
+  // A byte that must be 0 or 1; `what` names it in the error.
+  bool get_flag(const char* what) {
+    const auto v = get<uint8_t>();
+    if (v > 1) fail(std::string(what) + " " + std::to_string(v));
+    return v == 1;
+  }
   std::string get_string() {
     std::vector<uint8_t> b = get_bytes();
     return {b.begin(), b.end()};
@@ -93,15 +102,15 @@ class Reader {
       }
       (void)t.nbytes();  // refuses a size that overflows
       const auto where = get<uint8_t>();
-      if (where > 2) fail("tensor placement " + std::to_string(where));
-      if (where == 2) {
+      if (where > static_cast<uint8_t>(Placement::kInline)) fail("tensor placement " + std::to_string(where));
+      if (where == static_cast<uint8_t>(Placement::kInline)) {
         t.bytes = get_bytes();
         if (t.bytes->size() != t.nbytes()) {
           fail("a tensor of " + std::to_string(t.nbytes()) + " bytes carries " +
                std::to_string(t.bytes->size()));
         }
       }
-      if (where == 1) {
+      if (where == static_cast<uint8_t>(Placement::kDirect)) {
         DirectSource source;
         source.address = get<uint64_t>();
         source.hold_word = get<uint64_t>();
@@ -211,9 +220,7 @@ Response decode_response(const std::vector<uint8_t>& bytes) {
   Reader r(bytes, Kind::kResponse);
   Response response;
   response.id = r.get<uint64_t>();
-  const auto ok = r.get<uint8_t>();
-  if (ok > 1) throw DistBackendError("rpc: malformed message header: status " + std::to_string(ok));
-  response.ok = ok == 1;
+  response.ok = r.get_flag("status");
   if (!response.ok) {
     response.error_type = r.get_string();
     response.error_message = r.get_string();
@@ -229,10 +236,7 @@ Release decode_release(const std::vector<uint8_t>& bytes) {
   Reader r(bytes, Kind::kRelease);
   Release release;
   release.id = r.get<uint64_t>();
-  const auto response = r.get<uint8_t>();
-  if (response > 1)
-    throw DistBackendError("rpc: malformed message header: direction " + std::to_string(response));
-  release.response = response == 1;
+  release.response = r.get_flag("direction");
   r.finish();
   return release;
 }
