@@ -57,9 +57,11 @@ void init_process_group(const InitProcessGroupOptions& options = {});
 /// init_process_group. Raises DistError when there is nothing to destroy:
 /// the default group before init_process_group or twice, another group
 /// twice (torch 1.13 raises AssertionError and RuntimeError("Invalid process
-/// group specified") there). No other thread may be inside a call on the
-/// default group meanwhile: collectives read it without a lock or a
-/// reference count, for speed.
+/// group specified") there). Other threads may be inside calls on the
+/// destroyed groups meanwhile: a group with a call in progress or an
+/// operation queued is aborted (ProcessGroup::abort), so those calls raise
+/// DistBackendError naming destroy_process_group, and the default group is
+/// freed only once every call on it has returned.
 void destroy_process_group(const Group& group = nullptr);
 bool is_initialized();
 /// This process's rank in `group`; -1 if it is not a member.

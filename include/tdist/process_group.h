@@ -52,6 +52,15 @@ class ProcessGroup {
   /// the functional API then refuses every call on it.
   bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }
   void mark_destroyed() { destroyed_.store(true, std::memory_order_release); }
+  /// Calls of the functional API (distributed.h) running on this group now,
+  /// blocked ones included: destroy_process_group() aborts a group that has
+  /// any, so that they raise instead of waiting on a group nobody will use.
+  int calls_in_progress() const { return calls_in_progress_.load(std::memory_order_acquire); }
+  void enter_call() { calls_in_progress_.fetch_add(1, std::memory_order_acq_rel); }
+  void leave_call() { calls_in_progress_.fetch_sub(1, std::memory_order_acq_rel); }
+  /// True when no operation of the group is queued or running (async ones
+  /// included). Backends without a queue are always idle.
+  virtual bool idle() const { return true; }
   /// How many collectives this group has started (point-to-point operations
   /// are not counted): the sequence number the next collective will carry,
   /// alike on every rank that made the same calls. 0 for backends that do
@@ -118,6 +127,7 @@ class ProcessGroup {
   int size_;
   ProcessGroupOptions options_;
   std::atomic<bool> destroyed_{false};
+  std::atomic<int> calls_in_progress_{0};
 };
 
 using Group = std::shared_ptr<ProcessGroup>;

@@ -94,7 +94,8 @@ class Work {
   /// Blocks until finished and rethrows its error. With a timeout, raises
   /// DistTimeoutError naming the op if it is still running then (the
   /// operation itself keeps its own deadline, the group's timeout).
-  /// Returns true, as the spec's Work.wait does.
+  /// Returns true, as the spec's Work.wait does. A timeout of 0 means none
+  /// (torch's kNoTimeout); a negative one raises DistInvalidArgument.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
   /// A future completed with the op's output tensors.
   std::shared_ptr<Future> get_future() const { return future_; }

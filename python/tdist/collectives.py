@@ -12,21 +12,26 @@ two differ (same-kind casts only), and accepts whole tensors in
 ``all_to_all`` (as ``all_to_all_single``); torch.distributed rejects both.
 """
 
+import numbers
+from datetime import timedelta
+
 from tdist import _C, _detail, _work
 from tdist._detail import rows, same, same_list, value
 from tdist._tensors import adopt_dtype, adopt_dtype_list, common_output, is_tensor
-from tdist.distributed_c10d import NOT_MEMBER, ReduceOp, get_rank, resolve_group
+from tdist.distributed_c10d import NOT_MEMBER, ReduceOp, get_rank, peer_rank, resolve_group
 
 
 def _splits(sizes):
     return [] if sizes is None else [int(s) for s in sizes]
 
 
-def broadcast(tensor, src, group=None, async_op=False):
-    """Copies `tensor` of global rank `src` into `tensor` on every rank of the group."""
+def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    """Copies `tensor` of global rank `src` (or group rank `group_src`) into
+    `tensor` on every rank of the group."""
     g = resolve_group(group, "broadcast")
     if g is NOT_MEMBER:
         return None
+    src = peer_rank("broadcast", g, src, group_src, "src")
     if _detail.enabled():
         _detail.check(g, "broadcast", [same("tensor", tensor), value("src", src)])
     return _work.wrap(_C.broadcast(tensor, src, g, async_op), "broadcast", (tensor,), [tensor])
@@ -42,12 +47,13 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     return _work.wrap(_C.all_reduce(tensor, op, g, async_op), "all_reduce", (tensor,), [tensor])
 
 
-def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
+def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduces `tensor` across the group with `op` into `tensor` of global rank
-    `dst`; the other ranks' tensors are left unchanged."""
+    `dst` (or group rank `group_dst`); the other ranks' tensors are left unchanged."""
     g = resolve_group(group, "reduce")
     if g is NOT_MEMBER:
         return None
+    dst = peer_rank("reduce", g, dst, group_dst, "dst")
     if _detail.enabled():
         _detail.check(g, "reduce", [same("tensor", tensor), value("dst", dst), value("op", op)])
     return _work.wrap(_C.reduce(tensor, dst, op, g, async_op), "reduce", (tensor,), [tensor])
@@ -96,13 +102,14 @@ def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=
     return _work.wrap(work, "all_gather_into_tensor_uneven", (output, input), [output])
 
 
-def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """Gathers every rank's `tensor` into `gather_list` of global rank `dst`
-    (one tensor per group rank). `gather_list` must be None (or empty) on the
-    other ranks."""
+    (or group rank `group_dst`; neither: global rank 0), one tensor per group
+    rank. `gather_list` must be None (or empty) on the other ranks."""
     g = resolve_group(group, "gather")
     if g is NOT_MEMBER:
         return None
+    dst = peer_rank("gather", g, dst, group_dst, "dst", default=0)
     if isinstance(gather_list, (list, tuple)) and gather_list and get_rank() == dst:
         tensor = adopt_dtype(tensor, common_output(gather_list), "gather", "tensor")
     if _detail.enabled():  # gather_list is dst's alone
@@ -112,12 +119,14 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     return _work.wrap(work, "gather", (tensor, gather_list), [] if gather_list is None else [gather_list])
 
 
-def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
-    """Sends ``scatter_list[r]`` of global rank `src` to group rank r's
-    `tensor`. `scatter_list` must be None (or empty) on the other ranks."""
+def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    """Sends ``scatter_list[r]`` of global rank `src` (or group rank
+    `group_src`; neither: global rank 0) to group rank r's `tensor`.
+    `scatter_list` must be None (or empty) on the other ranks."""
     g = resolve_group(group, "scatter")
     if g is NOT_MEMBER:
         return None
+    src = peer_rank("scatter", g, src, group_src, "src", default=0)
     scatter_list = adopt_dtype_list(scatter_list, tensor, "scatter", "scatter_list")
     if _detail.enabled():  # scatter_list is src's alone
         _detail.check(g, "scatter",
@@ -209,14 +218,26 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     return _work.wrap(work, "all_to_all_single", (output, input), [output])
 
 
-def barrier(group=None, async_op=False, device_ids=None):
+def barrier(group=None, async_op=False, device_ids=None, timeout=None):
     """Blocks until every rank of the group has entered the barrier.
-    `device_ids` is accepted for compatibility and ignored (CPU only)."""
+    `device_ids` (None or a list of ints, as torch takes) is accepted for
+    compatibility and ignored (CPU only); anything else is a TypeError.
+    `timeout` (a positive ``timedelta``) bounds the wait of a blocking
+    barrier: DistTimeoutError if the others have not all arrived by then
+    (the barrier itself keeps the group's deadline)."""
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+        raise ValueError(f"barrier: timeout must be a positive datetime.timedelta, not {timeout!r}")
+    if device_ids is not None and not (isinstance(device_ids, (list, tuple))
+                                       and all(isinstance(d, numbers.Integral) for d in device_ids)):
+        raise TypeError(f"barrier: device_ids must be None or a list of ints, not {device_ids!r}")
     g = resolve_group(group, "barrier")
     if g is NOT_MEMBER:
         return None
     if _detail.enabled():
         _detail.check(g, "barrier", [])
+    if timeout is not None and not async_op:
+        _work.wrap(_C.barrier(g, True), "barrier").wait(timeout)
+        return None
     return _work.wrap(_C.barrier(g, async_op), "barrier")
 
 

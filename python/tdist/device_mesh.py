@@ -16,15 +16,32 @@ relative to its other groups, as with new_group.
 Only the "cpu" device type exists (tdist runs on CPUs).
 """
 
+import threading
+
 from tdist import _C
 from tdist._C import DistInvalidArgument
 from tdist import distributed_c10d as _c10d
 
-__all__ = ["DeviceMesh", "init_device_mesh"]
+__all__ = ["DeviceMesh", "current_mesh", "init_device_mesh"]
 
 # Groups already made for a member list, shared by every mesh (and sub-mesh)
 # of this process: the same ranks along a dimension are the same group.
 _GROUPS = {}
+# The meshes entered with ``with mesh:``, innermost last, per thread (as
+# torch keeps them).
+_MESHES = threading.local()
+
+
+def _mesh_stack():
+    if not hasattr(_MESHES, "stack"):
+        _MESHES.stack = []
+    return _MESHES.stack
+
+
+def current_mesh():
+    """This thread's innermost mesh entered with ``with mesh:``; None outside every block."""
+    stack = _mesh_stack()
+    return stack[-1] if stack else None
 
 
 def _forget_groups():
@@ -81,9 +98,10 @@ class DeviceMesh:
         mesh_dim_names: optional names, one per dimension.
     """
 
-    def __init__(self, device_type, mesh, *, mesh_dim_names=None, _layout=None):
+    def __init__(self, device_type, mesh, *, mesh_dim_names=None, _init_process_groups=True, _layout=None):
         self.device_type = _check_device_type(device_type)
-        if _layout is None and not _c10d.is_initialized() and type(self) is DeviceMesh:
+        if (_init_process_groups and _layout is None and not _c10d.is_initialized()
+                and type(self) is DeviceMesh):
             _c10d.init_process_group()  # as torch's DeviceMesh does (env://)
         if _layout is None:
             shape, ranks = _flatten(mesh)
@@ -96,6 +114,17 @@ class DeviceMesh:
         if world is not None and any(r >= world for r in _layout.ranks):
             raise DistInvalidArgument(f"DeviceMesh: {_layout} names ranks beyond the world size {world}")
         self._rank = _c10d.get_rank() if _c10d.is_initialized() else None
+
+    # ---- the current mesh (``with mesh:``) ----
+    def __enter__(self):
+        """Makes this mesh the current one (``current_mesh()``) inside the
+        block: DTensor calls given no device_mesh use it, as in torch."""
+        _mesh_stack().append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _mesh_stack().pop()
+        return False
 
     # ---- shape ----
     @property

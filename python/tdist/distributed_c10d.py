@@ -5,6 +5,7 @@
 """
 
 import numbers
+import operator
 import os
 import warnings
 from datetime import timedelta
@@ -198,7 +199,7 @@ def _check_launcher_agrees(rank, world_size):
 
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
-                       group_name="", pg_options=None, device_id=None):
+                       group_name="", pg_options=None, device_id=None, _ranks=None):
     """Initializes the default process group (torch.distributed.init_process_group).
 
     Args:
@@ -213,7 +214,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
             taken from the environment for env://.
         store: an explicit ``Store`` shared by all ranks.
         group_name: accepted for compatibility (unused).
-        pg_options, device_id: accepted for compatibility; must be None.
+        pg_options, device_id: accepted for compatibility; must be None
+            (device_id may name the CPU).
+        _ranks: torch 2's private argument; must be None.
 
     Raises DistError if already initialized, DistInvalidArgument for bad
     arguments, DistStoreError/DistTimeoutError if the rendezvous fails.
@@ -222,6 +225,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         raise DistInvalidArgument("init_process_group: pg_options are not supported by tdist")
     if device_id is not None and str(device_id) != "cpu":
         raise DistInvalidArgument(f"init_process_group: device_id={device_id!r}; tdist runs on CPUs")
+    if _ranks is not None:
+        raise DistInvalidArgument("init_process_group: _ranks (torch's private argument) is not supported by tdist")
     if store is not None and init_method is not None:
         raise DistInvalidArgument("init_process_group: init_method and store are mutually exclusive")
     if store is None and init_method in (None, "env://"):
@@ -353,25 +358,64 @@ def get_comm_name(group=None):
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
-              group_desc=None):
+              group_desc=None, device_id=None, sort_ranks=True):
     """Creates a group of the given global ranks (all when None).
 
     Every rank of the default group must call it, in the same order, unless
     `use_local_synchronization` is True (then only members need to). Group
-    ranks follow ascending global rank. Returns the group on members and
+    ranks follow ascending global rank (``sort_ranks=False`` is accepted
+    only for ranks already in that order). Returns the group on members and
     ``GroupMember.NON_GROUP_MEMBER`` elsewhere. `timeout` defaults to the
-    default group's; `backend` to the default group's.
+    default group's; `backend` to the default group's. `device_id` may only
+    name the CPU.
     """
     if pg_options is not None:
         raise DistInvalidArgument("new_group: pg_options are not supported by tdist")
+    if device_id is not None and str(device_id) != "cpu":
+        raise DistInvalidArgument(f"new_group: device_id={device_id!r}; tdist runs on CPUs")
+    if not sort_ranks and ranks is not None and list(ranks) != sorted(ranks):
+        raise DistInvalidArgument(f"new_group: sort_ranks=False with ranks {list(ranks)} out of order; tdist "
+                                  "numbers group ranks in ascending global rank")
     timeout = _check_timeout("new_group", timeout)
-    ranks = [] if ranks is None else [int(r) for r in ranks]
+    if ranks is not None:
+        ranks = _rank_list("new_group", ranks)
+        if not ranks:
+            return GroupMember.NON_GROUP_MEMBER  # as torch: a group of no ranks has no member
+    ranks = [] if ranks is None else ranks
     if use_local_synchronization and ranks and _C.get_rank(None) not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     g = _C.new_group(ranks, timeout, _backend_to_create(backend, "new_group"), use_local_synchronization)
     g = g if _C.is_member(g) else GroupMember.NON_GROUP_MEMBER
     _detail.on_new_group(g, ranks, timeout, use_local_synchronization)  # TDIST_DEBUG=DETAIL's twin
     return g
+
+
+def peer_rank(op, group, rank, group_rank, name, default=None):
+    """The global rank a call names, given torch 2's pair of arguments: a
+    global rank (`src`, `dst`) or a rank in `group` (`group_src`,
+    `group_dst`), at most one of them. Neither: `default` (global rank 0 for
+    gather, scatter and the object collectives, as torch), else ValueError."""
+    if group_rank is not None:
+        if rank is not None:
+            raise ValueError(f"{op}: give {name} or group_{name}, not both (got {name}={rank}, "
+                             f"group_{name}={group_rank})")
+        return _C.get_global_rank(group, operator.index(group_rank))
+    if rank is None:
+        if default is not None:
+            return default
+        raise ValueError(f"{op}: give {name} (a global rank) or group_{name} (a rank in the group)")
+    return rank
+
+
+def _rank_list(op, ranks):
+    """`ranks` as a list of ints; TypeError for a string (whose characters
+    are not ranks) or for entries that are not integers."""
+    if isinstance(ranks, (str, bytes)):
+        raise TypeError(f"{op}: ranks must be a list of ints, not {type(ranks).__name__} {ranks!r}")
+    try:
+        return [operator.index(r) for r in ranks]
+    except TypeError:
+        raise TypeError(f"{op}: ranks must be a list of ints, got {ranks!r}") from None
 
 
 def get_group_rank(group, global_rank):

@@ -10,20 +10,22 @@ import pickle
 
 from tdist import _C, _detail
 from tdist._C import DistInvalidArgument
-from tdist.distributed_c10d import NOT_MEMBER, get_rank, get_world_size, resolve_group
+from tdist.distributed_c10d import NOT_MEMBER, get_rank, get_world_size, peer_rank, resolve_group
 
 
 def _dumps(obj):
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def broadcast_object_list(object_list, src=0, group=None, device=None):
+def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
     """Replaces the objects of `object_list` on every rank with those of
-    global rank `src`. Every rank passes a list of the same length (the
-    entries on other ranks are placeholders, e.g. None). `device` is ignored."""
+    global rank `src` (or group rank `group_src`; neither: global rank 0).
+    Every rank passes a list of the same length (the entries on other ranks
+    are placeholders, e.g. None). `device` is ignored."""
     g = resolve_group(group, "broadcast_object_list")
     if g is NOT_MEMBER:
         return
+    src = peer_rank("broadcast_object_list", g, src, group_src, "src", default=0)
     if _detail.enabled():
         _detail.check(g, "broadcast_object_list", [_detail.value("len(object_list)", len(object_list)),
                                                    _detail.value("src", src)])
@@ -53,12 +55,14 @@ def all_gather_object(object_list, obj, group=None):
         object_list[i] = pickle.loads(data)
 
 
-def gather_object(obj, object_gather_list=None, dst=0, group=None):
+def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
     """Gathers every rank's `obj` into `object_gather_list` of global rank
-    `dst` (one entry per group rank); the other ranks pass None."""
+    `dst` (or group rank `group_dst`; neither: global rank 0), one entry per
+    group rank; the other ranks pass None."""
     g = resolve_group(group, "gather_object")
     if g is NOT_MEMBER:
         return
+    dst = peer_rank("gather_object", g, dst, group_dst, "dst", default=0)
     is_dst = get_rank() == dst
     if is_dst and object_gather_list is None:
         raise DistInvalidArgument(f"gather_object: object_gather_list is required on dst {dst}")
@@ -75,13 +79,16 @@ def gather_object(obj, object_gather_list=None, dst=0, group=None):
             object_gather_list[i] = pickle.loads(data)
 
 
-def scatter_object_list(scatter_object_output_list, scatter_object_input_list, src=0, group=None):
-    """Sends ``scatter_object_input_list[r]`` of global rank `src` to group rank
-    r, which finds it in ``scatter_object_output_list[0]``. The input list is
-    only read on `src` (one object per group rank)."""
+def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
+                        group_src=None):
+    """Sends ``scatter_object_input_list[r]`` of global rank `src` (or group
+    rank `group_src`; neither: global rank 0) to group rank r, which finds it
+    in ``scatter_object_output_list[0]``. The input list is only read on
+    `src` (one object per group rank)."""
     g = resolve_group(group, "scatter_object_list")
     if g is NOT_MEMBER:
         return
+    src = peer_rank("scatter_object_list", g, src, group_src, "src", default=0)
     if not isinstance(scatter_object_output_list, list) or len(scatter_object_output_list) < 1:
         raise DistInvalidArgument("scatter_object_list: scatter_object_output_list must be a list with at "
                                   "least one entry")

@@ -1,16 +1,18 @@
 """Point-to-point communication: send, recv, isend, irecv, P2POp and
 batch_isend_irecv. Ranks (dst, src, peer) are global ranks, as in torch.
 
-Messages match by (source, tag) in the order they were sent; the byte sizes
-of a send and its receive must be equal (raw bytes travel, so the receiving
-tensor should have the sender's dtype and element count).
+Messages match by (source, tag) in the order they were sent. Each carries
+its dtype and element count: the receiving tensor must have the sender's
+(its shape may differ), or the receive raises DistBackendError naming both
+sides and leaves the tensor as it was (docs/errors.md says when the sender
+learns of it).
 """
 
 import numbers
 
 from tdist import _C, _work
 from tdist._C import DistInvalidArgument
-from tdist.distributed_c10d import NOT_MEMBER, resolve_group
+from tdist.distributed_c10d import NOT_MEMBER, peer_rank, resolve_group
 
 _MAX_TAG = 2**31 - 1
 
@@ -30,8 +32,9 @@ def _check_tag(op, tag):
     return int(tag)
 
 
-def send(tensor, dst, group=None, tag=0):
-    """Sends `tensor` to global rank `dst` and returns once it is sent.
+def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """Sends `tensor` to global rank `dst` (or group rank `group_dst`) and
+    returns once it is sent.
 
     Does nothing on a rank outside `group`. Raises DistInvalidArgument if
     `dst` is this rank or not in the group.
@@ -39,47 +42,55 @@ def send(tensor, dst, group=None, tag=0):
     tag = _check_tag("send", tag)
     g = resolve_group(group, "send")
     if g is not NOT_MEMBER:
-        _C.send(tensor, dst, g, tag)
+        _C.send(tensor, peer_rank("send", g, dst, group_dst, "dst"), g, tag)
 
 
-def recv(tensor, src=None, group=None, tag=0):
-    """Receives into `tensor` from global rank `src` (None: any rank) and
-    returns the sender's global rank (-1 on a rank outside `group`).
+def recv(tensor, src=None, group=None, tag=0, group_src=None):
+    """Receives into `tensor` from global rank `src` (or group rank
+    `group_src`; neither: any rank) and returns the sender's global rank (-1
+    on a rank outside `group`).
 
-    Raises DistInvalidArgument if the message's size differs from the
-    tensor's.
+    Raises DistBackendError if the message's dtype or element count differs
+    from the tensor's, DistInvalidArgument if `src` is this rank.
     """
     tag = _check_tag("recv", tag)
     g = resolve_group(group, "recv")
     if g is NOT_MEMBER:
         return -1
+    if group_src is not None:
+        src = peer_rank("recv", g, src, group_src, "src")
     return _C.recv(tensor, src, g, tag)
 
 
-def isend(tensor, dst, group=None, tag=0):
-    """Starts sending `tensor` to `dst`; returns a Work (None outside `group`).
-    `tensor` is kept alive until the send completes; do not modify it before."""
-    return _start_send(_C.isend, tensor, dst, group, _check_tag("isend", tag))
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """Starts sending `tensor` to global rank `dst` (or group rank
+    `group_dst`); returns a Work (None outside `group`). `tensor` is kept
+    alive until the send completes; do not modify it before."""
+    return _start_send(_C.isend, tensor, dst, group, _check_tag("isend", tag), group_dst)
 
 
-def irecv(tensor, src=None, group=None, tag=0):
-    """Starts receiving into `tensor` from `src` (None: any rank); returns a
-    Work (None outside `group`) whose ``source_rank()`` names the sender."""
-    return _start_recv(_C.irecv, tensor, src, group, _check_tag("irecv", tag))
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    """Starts receiving into `tensor` from global rank `src` (or group rank
+    `group_src`; neither: any rank); returns a Work (None outside `group`)
+    whose ``source_rank()`` names the sender."""
+    return _start_recv(_C.irecv, tensor, src, group, _check_tag("irecv", tag), group_src)
 
 
-def _start_send(post, tensor, dst, group, tag):
+def _start_send(post, tensor, dst, group, tag, group_dst=None):
     g = resolve_group(group, "isend")
     if g is NOT_MEMBER:
         return None
+    dst = peer_rank("isend", g, dst, group_dst, "dst")
     return _work.wrap(post(tensor, dst, g, tag), "isend", (tensor,), [tensor])
 
 
-def _start_recv(post, tensor, src, group, tag):
+def _start_recv(post, tensor, src, group, tag, group_src=None):
     """The Work of a posted receive; it keeps its group to name the sender."""
     g = resolve_group(group, "irecv")
     if g is NOT_MEMBER:
         return None
+    if group_src is not None:
+        src = peer_rank("irecv", g, src, group_src, "src")
     work = _work.wrap(post(tensor, src, g, tag), "irecv", (tensor,), [tensor])
     if work is not None:
         work._group = g

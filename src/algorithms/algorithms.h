@@ -106,6 +106,16 @@ struct CallContext {
     return transport.irecv(from, tag, data, nbytes, sig);
   }
   int size() const { return transport.size(); }
+  /// "all_reduce (call #7 in this group)" for messages; "connect (the
+  /// start-up barrier)" for the barrier that ends a group's connect.
+  std::string label() const {
+    if (seq == kStartupSeq) return std::string(op) + " (the start-up barrier)";
+    return std::string(op) + " (call #" + std::to_string(seq) + " in this group)";
+  }
+  /// The sequence number of the barrier that ends a group's connect: one
+  /// no call reaches (tags keep 39 bits of it), so that the group's calls
+  /// still count from 0 and none can take its messages.
+  static constexpr uint64_t kStartupSeq = (uint64_t{1} << 39) - 1;
   /// The tag of step `step` of this call. Collective tags have the top bit
   /// clear; point-to-point tags (the process group's) have it set.
   uint64_t tag(uint32_t step = 0) const {

@@ -39,7 +39,7 @@ std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr
       first = false;
     }
   }
-  return std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): Timed out after " +
+  return ctx.label() + ": Timed out after " +
          std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
 }
 
@@ -146,8 +146,7 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
   } catch (...) {
     // The transport's error names the peer; the call's context names the op.
     std::exception_ptr error =
-        with_context(std::current_exception(),
-                     std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): ");
+        with_context(std::current_exception(), ctx.label() + ": ");
     detail::abort_call(ctx, error);
     std::rethrow_exception(error);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -58,9 +59,14 @@ State& state() {
 
 // state().world.get(), for the collectives to read without the lock (set
 // and cleared under it; a constant-initialized global, so reading it needs
-// no guard either). The default group must not be destroyed while another
-// thread is inside a call on it (distributed.h).
+// no guard either). g_world_calls counts the calls that may be using it:
+// destroy_process_group() clears g_world, then waits for the count to drop
+// to 0 before it frees the group, so nothing is freed under a call.
 constinit std::atomic<ProcessGroup*> g_world{nullptr};
+constinit std::atomic<int64_t> g_world_calls{0};
+// destroy_process_group() waits here for g_world_calls to drop to 0.
+std::mutex g_world_drain_mutex;
+std::condition_variable g_world_drained;
 
 Group world_or_throw() {
   std::lock_guard<std::mutex> lock(state().mutex);
@@ -84,16 +90,76 @@ Group resolve(const Group& group, const char* op) {
   return group;
 }
 
-// resolve() for the collectives: no lock and no reference count on their
-// path (an 8 B collective takes a few hundred nanoseconds in all).
-ProcessGroup& group_or_world(const Group& group, const char* op) {
-  if (group) {
-    if (group->destroyed()) throw_destroyed(op);
-    return *group;
+// resolve() for the collectives, held for the whole call: no lock and no
+// reference count on their path (an 8 B collective takes a few hundred
+// nanoseconds in all), only two counters. The group's counter lets
+// destroy_process_group() see the call (and abort the group to end it); for
+// the default group, read through g_world, g_world_calls keeps it alive.
+class GroupCall {
+ public:
+  GroupCall(const Group& group, const char* op) {
+    if (group) {
+      if (group->destroyed()) throw_destroyed(op);
+      group_ = group.get();  // the caller's handle keeps it alive
+    } else {
+      // Counted before g_world is read, so that a destroy that cleared it
+      // after this read waits for the call (both sequentially consistent).
+      g_world_calls.fetch_add(1);
+      group_ = g_world.load();
+      if (group_ == nullptr) {
+        leave_world();
+        world_or_throw();  // raises
+      }
+      world_ = true;
+    }
+    group_->enter_call();
   }
-  ProcessGroup* world = g_world.load(std::memory_order_acquire);
-  if (world == nullptr) return *world_or_throw();  // raises
-  return *world;
+  ~GroupCall() {
+    group_->leave_call();
+    if (world_) leave_world();
+  }
+  GroupCall(const GroupCall&) = delete;
+  GroupCall& operator=(const GroupCall&) = delete;
+  ProcessGroup& operator*() const { return *group_; }
+
+ private:
+  static void leave_world() {
+    if (g_world_calls.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(g_world_drain_mutex);
+      g_world_drained.notify_all();
+    }
+  }
+  ProcessGroup* group_ = nullptr;
+  bool world_ = false;
+};
+
+// Ends what a destroyed group is doing: a group with a call in progress or
+// an operation queued is aborted, so that those calls raise (naming the
+// destroy) instead of waiting for peers. Idle groups are left alone: their
+// peers may still be finishing the last call they shared.
+void stop_calls(ProcessGroup& group, int global_rank) {
+  if (group.rank() < 0 || (group.calls_in_progress() == 0 && group.idle())) return;
+  try {
+    group.abort("destroy_process_group() was called on rank " + std::to_string(global_rank) +
+                " while the group had a call in progress");
+  } catch (const DistError& error) {  // a backend that cannot abort
+    TDIST_LOG(WARNING) << "destroy_process_group: could not abort a group with calls in progress: "
+                       << error.what();
+  }
+}
+
+// Waits for the calls that read the default group through g_world to
+// return (destroy has cleared g_world and aborted the group). A call that
+// does not return within `limit` (it waits in code that no abort reaches)
+// keeps the group alive for good instead: a leak, never a use after free.
+void free_world_after_calls(Group world, std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(g_world_drain_mutex);
+  if (g_world_drained.wait_for(lock, limit, [] { return g_world_calls.load() == 0; })) return;
+  TDIST_LOG(WARNING) << "destroy_process_group: a call on the default group did not return within "
+                     << limit.count() << " ms of the destroy; the group is kept, not freed";
+  // Never destroyed (not even at exit, where the call may still run).
+  static auto* kept = new std::vector<Group>;  // guarded by g_world_drain_mutex
+  kept->push_back(std::move(world));
 }
 
 // User tags of point-to-point operations: 0..2^31-1, as torch's Gloo
@@ -220,7 +286,7 @@ void init_process_group(const InitProcessGroupOptions& options) {
 }
 
 void destroy_process_group(const Group& group) {
-  std::lock_guard<std::mutex> lock(state().mutex);
+  std::unique_lock<std::mutex> lock(state().mutex);
   if (group && group != state().world) {
     // One group: no call may use it any more; its last handle frees it.
     if (group->destroyed()) {
@@ -229,6 +295,9 @@ void destroy_process_group(const Group& group) {
     }
     group->mark_destroyed();
     std::erase_if(state().groups, [&](const std::weak_ptr<ProcessGroup>& g) { return g.lock() == group; });
+    const int global_rank = state().world ? state().world->rank() : -1;
+    lock.unlock();
+    stop_calls(*group, global_rank);
     return;
   }
   if (!state().world) {
@@ -236,19 +305,30 @@ void destroy_process_group(const Group& group) {
         "destroy_process_group: the default process group is not initialized (destroy_process_group() "
         "was called before init_process_group(), or twice)");
   }
-  if (state().world->rank() >= 0) {
-    detail::write_job_trace(*state().store, state().world->rank(), state().world->size(),
-                            state().world->timeout());
+  const int global_rank = state().world->rank();
+  if (global_rank >= 0) {
+    detail::write_job_trace(*state().store, global_rank, state().world->size(), state().world->timeout());
   }
   // The default group and every group made since: handles kept of them
   // fail from now on instead of running.
+  std::vector<Group> destroyed;
   for (const auto& weak : state().groups) {
-    if (auto g = weak.lock()) g->mark_destroyed();
+    if (auto g = weak.lock()) {
+      g->mark_destroyed();
+      destroyed.push_back(std::move(g));
+    }
   }
   state().groups.clear();
-  g_world.store(nullptr, std::memory_order_release);
+  g_world.store(nullptr);
+  Group world = std::move(state().world);
   state().world.reset();
   state().store.reset();
+  lock.unlock();
+  // Outside the lock: the calls that end now may need it to raise.
+  for (const auto& g : destroyed) stop_calls(*g, global_rank);
+  destroyed.clear();
+  const auto limit = std::min(world->timeout(), std::chrono::milliseconds(30000));
+  free_world_after_calls(std::move(world), limit);
 }
 
 bool is_initialized() {
@@ -464,21 +544,24 @@ std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
 // ---- Collectives ----
 
 WorkPtr broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "broadcast");
+  const GroupCall call(group, "broadcast");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.broadcast(tensor, to_group_rank(g, src, "broadcast", "src")), async_op);
 }
 
 WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "all_reduce");
+  const GroupCall call(group, "all_reduce");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_reduce(tensor, op), async_op);
 }
 
 WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "reduce");
+  const GroupCall call(group, "reduce");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce(tensor, to_group_rank(g, dst, "reduce", "dst"), op), async_op);
@@ -486,7 +569,8 @@ WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& g
 
 WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group,
                    bool async_op) {
-  ProcessGroup& g = group_or_world(group, "all_gather");
+  const GroupCall call(group, "all_gather");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather(tensor_list, tensor), async_op);
@@ -494,7 +578,8 @@ WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor,
 
 WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor, const Group& group,
                                bool async_op) {
-  ProcessGroup& g = group_or_world(group, "all_gather_into_tensor");
+  const GroupCall call(group, "all_gather_into_tensor");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather_into_tensor(output_tensor, input_tensor), async_op);
@@ -503,7 +588,8 @@ WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_
 WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
                                       const std::vector<int64_t>& output_split_sizes, const Group& group,
                                       bool async_op) {
-  ProcessGroup& g = group_or_world(group, "all_gather_into_tensor_uneven");
+  const GroupCall call(group, "all_gather_into_tensor_uneven");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_gather_into_tensor_uneven(output, input, output_split_sizes), async_op);
@@ -511,7 +597,8 @@ WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
 
 WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int dst, const Group& group,
                bool async_op) {
-  ProcessGroup& g = group_or_world(group, "gather");
+  const GroupCall call(group, "gather");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.gather(gather_list, tensor, to_group_rank(g, dst, "gather", "dst")), async_op);
@@ -519,7 +606,8 @@ WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int
 
 WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, int src, const Group& group,
                 bool async_op) {
-  ProcessGroup& g = group_or_world(group, "scatter");
+  const GroupCall call(group, "scatter");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.scatter(tensor, scatter_list, to_group_rank(g, src, "scatter", "src")), async_op);
@@ -527,7 +615,8 @@ WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, i
 
 WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list, const ReduceOp& op,
                        const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "reduce_scatter");
+  const GroupCall call(group, "reduce_scatter");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter(output, input_list, op), async_op);
@@ -535,7 +624,8 @@ WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_li
 
 WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op,
                               const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "reduce_scatter_tensor");
+  const GroupCall call(group, "reduce_scatter_tensor");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter_tensor(output, input, op), async_op);
@@ -544,7 +634,8 @@ WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const R
 WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
                                      const std::vector<int64_t>& input_split_sizes, const ReduceOp& op,
                                      const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "reduce_scatter_tensor_uneven");
+  const GroupCall call(group, "reduce_scatter_tensor_uneven");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.reduce_scatter_tensor_uneven(output, input, input_split_sizes, op), async_op);
@@ -552,7 +643,8 @@ WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
 
 WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
                    const std::vector<Tensor>& input_tensor_list, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "all_to_all");
+  const GroupCall call(group, "all_to_all");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_to_all(output_tensor_list, input_tensor_list), async_op);
@@ -561,14 +653,16 @@ WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
 WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
                           const std::vector<int64_t>& output_split_sizes,
                           const std::vector<int64_t>& input_split_sizes, const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "all_to_all_single");
+  const GroupCall call(group, "all_to_all_single");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.all_to_all_single(output, input, output_split_sizes, input_split_sizes), async_op);
 }
 
 WorkPtr barrier(const Group& group, bool async_op) {
-  ProcessGroup& g = group_or_world(group, "barrier");
+  const GroupCall call(group, "barrier");
+  ProcessGroup& g = *call;
   if (g.rank() < 0) return nullptr;
   detail::BlockingCallScope blocking(&g, !async_op);
   return finish(g.barrier(), async_op);

@@ -281,9 +281,29 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   check_calls_ = !env_bool("TDIST_TESTONLY_UNCHECKED_CALLS").value_or(false);
   record_calls_ = recorder_.enabled() && !env_bool("TDIST_TESTONLY_UNRECORDED_CALLS").value_or(false);
   forced_algos_ = forced_algorithms();
-  connect_generation();
+  // Before the connect, whose last step is the barrier after which rank 0
+  // may leave (connect_generation).
   comm_name_ = agree_on_comm_name(*store, rank);
+  connect_generation();
   worker_ = std::thread([this] { run(); });
+}
+
+void ProcessGroupTdist::startup_barrier() {
+  algo::CallContext ctx{.transport = *transport_, .op = "connect", .seq = algo::CallContext::kStartupSeq};
+  ctx.timeout = options().timeout;
+  ctx.deadline = algo::Clock::now() + ctx.timeout;
+  try {
+    algo::barrier(ctx);
+  } catch (const DistError&) {
+    // Crashes do not break the transport yet and nothing here aborts it: a
+    // broken transport means a peer's abort notice, and a peer that could
+    // abort the group had passed this barrier, so every rank had reached
+    // it. The group is made; its first call raises that abort.
+    if (!transport_->broken()) throw;
+  }
+  // From now on a peer that goes without a goodbye has crashed: every call
+  // fails at once, naming it.
+  transport_->set_crash_breaks_group(true);
 }
 
 void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
@@ -291,6 +311,11 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
   transport::TcpOptions tcp;
   tcp.timeout = options().timeout;
   tcp.reach_host = options().master_host;
+  // Until the start-up barrier has passed, a peer that closes its
+  // connections may just have finished its own connect and exited (a job
+  // that starts and ends at once): only what involves it fails, not the
+  // group (startup_barrier turns crashes back into group failures).
+  tcp.crash_breaks_group = false;
   // Made aside, without links_mutex_ (the rendezvous may take the group's
   // timeout, and an abort must not wait for it), then put in place under it.
   auto transport = transport::connect_tcp(*store, rank(), size(), tcp);
@@ -326,6 +351,7 @@ void ProcessGroupTdist::connect_generation() {
   }
   try {
     connect(std::make_shared<PrefixStore>(generation_prefix(generation), store_));
+    startup_barrier();
   } catch (const DistError&) {
     // Ranks at other generations wait for each other in vain: say who.
     const std::string others = other_generations();
@@ -654,6 +680,12 @@ WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig, st
   return work;
 }
 
+bool ProcessGroupTdist::idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const WorkPtr latest = latest_work_.lock();  // held by its task while it runs
+  return queue_.empty() && (!latest || latest->is_completed());
+}
+
 void ProcessGroupTdist::run() {
   for (;;) {
     Task task;
@@ -664,6 +696,7 @@ void ProcessGroupTdist::run() {
       if (queue_.empty() || inline_running()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      latest_work_ = task.work;
     }
     // Numbered when it runs: operations run one at a time in call order, so
     // the numbers follow the order in which they run on every rank.
@@ -1268,6 +1301,12 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
+  if (src == rank()) {
+    // Nothing could ever arrive: fail now, as torch does, instead of waiting
+    // out the group's timeout.
+    throw DistInvalidArgument("recv: src " + std::to_string(src) +
+                              " is this rank; a rank cannot receive from itself");
+  }
   transport::Transport& transport = p2p_transport("recv", tag);
   auto work = std::make_shared<Work>("recv", std::vector<Tensor>{tensor}, &transport);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));

@@ -44,6 +44,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
   bool hierarchical() const { return domains_.local != nullptr; }
   uint64_t sequence_number() const override { return next_seq_.load(std::memory_order_relaxed); }
+  /// Nothing queued, and the worker's latest operation (if any) finished.
+  bool idle() const override;
   /// Group rank 0's "<host>-<pid>-<n>" (n counts that process's groups),
   /// handed to the others through the store at creation.
   std::string comm_name() const override { return comm_name_; }
@@ -112,6 +114,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// with the same rank and store) thus both land on count + 1 of the rank
   /// that died. A failed connect names the ranks at other generations.
   void connect_generation();
+  /// Returns once every rank of the group has made the last store read of
+  /// its creation: the store's host (rank 0 of a job, which may exit as
+  /// soon as its own init returns) then never goes while a peer still
+  /// reads from it. A barrier over TCP, outside the calls' sequence.
+  void startup_barrier();
   /// "rank 2 is at generation 1, ..." for the members whose count differs
   /// from this rank's; empty if none does (or the store is gone).
   std::string other_generations() const;
@@ -320,6 +327,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   std::condition_variable idle_cv_;
   std::atomic<int> idle_waiters_{0};
   std::deque<Task> queue_;
+  // The work of the operation the worker took last (guarded by mutex_), for
+  // idle(): the worker still holds the group a moment after finishing it.
+  // Weak: it must not keep the work's tensors alive.
+  std::weak_ptr<Work> latest_work_;
   bool stopping_ = false;
   // Bit 0: an inline call runs; above: 2 x (tasks queued or on the worker).
   // An inline call claims the group by moving it from 0 to 1, so it runs

@@ -120,6 +120,12 @@ std::exception_ptr Work::exception() const {
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) {
+    throw DistInvalidArgument(op_ + ": Work.wait: the timeout is " + std::to_string(timeout.count()) +
+                              " ms; it must not be negative");
+  }
+  // 0 is torch's kNoTimeout: wait for as long as the operation runs.
+  if (timeout.count() == 0) timeout = std::chrono::milliseconds::max();
   if (!future_->wait_for(timeout, op_)) {
     throw DistTimeoutError(op_ + ": Work.wait: Timed out after " + std::to_string(timeout.count()) +
                            " ms; the operation is still running");

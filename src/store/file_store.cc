@@ -258,6 +258,7 @@ bool FileStore::check(const std::vector<std::string>& keys) {
 }
 
 void FileStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  check_wait_timeout("FileStore", timeout);
   state_->wait_keys(path_, keys, timeout, "wait");
 }
 

@@ -60,6 +60,7 @@ bool HashStore::check(const std::vector<std::string>& keys) {
 }
 
 void HashStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  check_wait_timeout("HashStore", timeout);
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (!state_->changed.wait_for(lock, timeout, [&] { return state_->map.contains_all(keys); })) {
     throw DistStoreTimeoutError(

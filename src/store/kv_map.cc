@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "tdist/errors.h"
+
 namespace tdist {
 
 Bytes to_bytes(std::string_view text) {
@@ -100,6 +102,13 @@ std::string wait_timeout_message(const std::string& store_name, const std::strin
                     " (never set)";
   if (!where.empty()) msg += " " + where;
   return msg;
+}
+
+void check_wait_timeout(const std::string& store_name, Store::Duration timeout) {
+  if (timeout.count() < 0) {
+    throw DistInvalidArgument(store_name + " wait: the timeout is " + std::to_string(timeout.count()) +
+                              " ms; it must not be negative");
+  }
 }
 
 }  // namespace tdist

@@ -76,4 +76,8 @@ std::string wait_timeout_message(const std::string& store_name, const std::strin
                                  const std::vector<std::string>& missing, Store::Duration timeout,
                                  const std::string& where = "");
 
+/// Raises DistInvalidArgument for a negative wait() timeout, which would
+/// otherwise time out at once with a message about "-1000 ms".
+void check_wait_timeout(const std::string& store_name, Store::Duration timeout);
+
 }  // namespace tdist

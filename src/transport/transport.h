@@ -180,6 +180,13 @@ class Transport {
   /// Fails every pending and future request with `error` (e.g. the group was
   /// aborted or destroyed).
   virtual void abort(std::exception_ptr error) = 0;
+  /// Whether a peer that goes without a goodbye breaks every pending and
+  /// later operation (true) or only those involving it (false), for
+  /// transports that tell the two apart.
+  virtual void set_crash_breaks_group(bool breaks) { (void)breaks; }
+  /// True once every operation fails: abort() here, a peer's abort notice,
+  /// or a crash that breaks the group.
+  virtual bool broken() const { return false; }
   /// True if `peer` is known to be dead or disconnected.
   virtual bool peer_failed(int peer) const = 0;
   /// True if `peer` is known to have died: its connection broke without

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <sstream>
+#include <thread>
 
 #include "pg_harness.h"
 #include "tdist/distributed.h"
 #include "tdist/errors.h"
+#include "tdist/trace.h"
 
 namespace tdist::testing {
 namespace {
@@ -341,6 +343,73 @@ TEST(Functional, MisuseIsReportedClearly) {
           })),
       "");
 }
+
+}  // namespace
+}  // namespace tdist::testing
+
+namespace tdist::testing {
+namespace {
+
+// destroy_process_group() on another thread while the main thread waits in
+// an all_reduce that rank 1 never joins: the call raises, naming the destroy,
+// and nothing is freed under it (the sanitizer builds would see it), on
+// shared memory and over TCP, blocking and async.
+void destroy_midcall(const char* transport, bool async_op) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);  // rank 0 tells rank 1 when it is done
+  const int port = pick_free_port();
+  EXPECT_EQ(describe_failures(run_forked(
+                2,
+                [&](int rank) {
+                  setenv("MASTER_ADDR", "127.0.0.1", 1);
+                  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+                  setenv("RANK", std::to_string(rank).c_str(), 1);
+                  setenv("WORLD_SIZE", "2", 1);
+                  setenv("TDIST_TRANSPORT", transport, 1);
+                  init_process_group({.timeout = 60s});
+                  if (rank == 1) {
+                    char done = 0;
+                    check(read(pipe_fds[0], &done, 1) == 1, "rank 0 never said it was done");
+                    destroy_process_group();
+                    return;
+                  }
+                  std::thread destroyer([] {
+                    // The flight recorder says when the call has started.
+                    for (;;) {
+                      const std::string calls = trace_json();
+                      // (trace_json indents: a space follows each colon)
+                      if (calls.find("\"state\": \"started\"") != std::string::npos &&
+                          calls.find("\"count\": 1048576") != std::string::npos) {
+                        break;
+                      }
+                      std::this_thread::yield();
+                    }
+                    destroy_process_group();
+                  });
+                  std::string message;
+                  try {
+                    Tensor t = Tensor::zeros(DType::kFloat32, {1 << 20});
+                    if (WorkPtr w = all_reduce(t, ReduceOp::SUM, nullptr, async_op)) w->wait();
+                  } catch (const DistBackendError& e) {
+                    message = e.what();
+                  }
+                  destroyer.join();
+                  const char done = 1;
+                  check(write(pipe_fds[1], &done, 1) == 1, "cannot tell rank 1");
+                  check(message.find("destroy_process_group() was called on rank 0") != std::string::npos,
+                        "the blocked call did not raise naming the destroy: '" + message + "'");
+                  check(!is_initialized(), "the default group survived its destroy");
+                },
+                90s)),
+            "");
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+}
+
+TEST(Functional, DestroyFromAnotherThreadEndsABlockingCallOnSharedMemory) { destroy_midcall("auto", false); }
+TEST(Functional, DestroyFromAnotherThreadEndsABlockingCallOverTcp) { destroy_midcall("tcp", false); }
+TEST(Functional, DestroyFromAnotherThreadEndsAnAsyncCallOnSharedMemory) { destroy_midcall("auto", true); }
+TEST(Functional, DestroyFromAnotherThreadEndsAnAsyncCallOverTcp) { destroy_midcall("tcp", true); }
 
 }  // namespace
 }  // namespace tdist::testing

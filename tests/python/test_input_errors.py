@@ -196,3 +196,49 @@ def _timeouts(rank, world):
 
 def test_a_timeout_that_is_not_positive_is_refused():
     run_ranks(_timeouts, 1, init=False)
+
+
+# ---- fault trials, round three: input that was accepted ----
+
+
+def _odd_inputs(rank, world):
+    # new_group: a string is not a list of ranks; no ranks make no members.
+    with pytest.raises(TypeError, match="new_group: ranks must be a list of ints, not str '01'"):
+        dist.new_group("01")
+    with pytest.raises(TypeError, match="new_group: ranks must be a list of ints"):
+        dist.new_group([0, "1"])
+    assert dist.new_group([]) == dist.GroupMember.NON_GROUP_MEMBER
+    with pytest.raises(TypeError, match="barrier: device_ids must be None or a list of ints, not 'x'"):
+        dist.barrier(device_ids="x")
+    dist.barrier(device_ids=[0])  # torch's form: accepted, ignored on CPU
+    # Work.wait: 0 is torch's kNoTimeout (no timeout), negative is refused.
+    t = np.full(5, rank + 1, np.float32)
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait(timeout=timedelta(0)) is True
+    assert t.tolist() == [world * (world + 1) / 2] * 5
+    work = dist.all_reduce(t, async_op=True)
+    with pytest.raises(dist.DistInvalidArgument, match="Work.wait: the timeout is -1000 ms; it must not be negative"):
+        work.wait(timeout=timedelta(seconds=-1))
+    work.wait()
+    # In place at world size 1 (input is output's only block): torch's
+    # in-place form, done; at larger sizes the same tensor overlaps.
+    x = np.arange(4, dtype=np.float32)
+    if world == 1:
+        dist.all_gather_into_tensor(x, x)
+        assert x.tolist() == [0, 1, 2, 3]
+    return True
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_inputs_that_were_accepted_get_torchs_behaviour_or_a_clear_error(world):
+    assert run_ranks(_odd_inputs, world) == [True] * world
+
+
+@pytest.mark.parametrize("make", [lambda d: dist.HashStore(), lambda d: dist.FileStore(os.path.join(d, "f"), 1)],
+                         ids=["HashStore", "FileStore"])
+def test_a_store_wait_with_a_negative_timeout_is_refused(make, tmp_path):
+    store = make(str(tmp_path))
+    with pytest.raises(dist.DistInvalidArgument, match="wait: the timeout is -5 ms; it must not be negative"):
+        store.wait(["k"], timedelta(milliseconds=-5))
+    store.set("k", b"v")
+    store.wait(["k"], timedelta(0))  # present: returns at once

@@ -8,6 +8,7 @@ import operator
 from tdist import _C
 from tdist import collectives as _coll
 from tdist._C import DistInvalidArgument
+from tdist.device_mesh import current_mesh
 from tdist._tensors import dtype_name, is_tensor, is_torch_tensor
 from tdist.tensor import _local, _ops, _redistribute
 from tdist.tensor.placement_types import Placement, Replicate, Shard
@@ -44,8 +45,11 @@ def _check_placements(op, mesh, placements, tensor_ndim, like=None):
 
 
 def _default_mesh(op, device_mesh):
+    """`device_mesh`, else the mesh of the innermost ``with mesh:`` block."""
     if device_mesh is None:
-        raise DistInvalidArgument(f"{op}: a device_mesh is needed (tdist keeps no current mesh)")
+        device_mesh = current_mesh()
+    if device_mesh is None:
+        raise DistInvalidArgument(f"{op}: a device_mesh is needed: pass one, or call inside ``with mesh:``")
     return device_mesh
 
 

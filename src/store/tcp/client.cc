@@ -381,6 +381,7 @@ bool TCPStoreClient::check(const std::vector<std::string>& keys, Duration timeou
 }
 
 void TCPStoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
+  check_wait_timeout("TCPStore", timeout);
   Request r;
   r.command = Command::kWait;
   r.keys = keys;

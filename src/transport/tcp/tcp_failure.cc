@@ -75,6 +75,28 @@ void TcpTransport::close_pair(Pair& pair, const std::exception_ptr& error, bool 
   if (breaks) break_locked(error);
 }
 
+void TcpTransport::set_crash_breaks_group(bool breaks) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    crash_breaks_group_ = breaks;
+    if (breaks && !aborted_) {
+      for (const auto& pair : pairs_) {
+        if (pair.closed && pair.crashed) {
+          broken_by_crash_ = true;
+          break_locked(pair.error);
+          break;
+        }
+      }
+    }
+  }
+  flush();
+}
+
+bool TcpTransport::broken() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_ != nullptr;
+}
+
 void TcpTransport::break_locked(std::exception_ptr error) {
   if (!aborted_) aborted_ = error;
   error = aborted_;

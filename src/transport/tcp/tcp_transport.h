@@ -265,6 +265,9 @@ class TcpTransport final : public Transport {
   void begin_call() override;
   void end_call() override;
   void abort(std::exception_ptr error) override;
+  /// Turned on, a peer that crashed meanwhile breaks the group at once.
+  void set_crash_breaks_group(bool breaks) override;
+  bool broken() const override;
   bool peer_failed(int peer) const override;
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
@@ -350,7 +353,7 @@ class TcpTransport final : public Transport {
   std::vector<Completion> completions_;
   bool sweeping_ = false;                      // close_pair is reading the other connections
   bool broken_by_crash_ = false;               // a peer died without saying goodbye
-  const bool crash_breaks_group_;              // TcpOptions::crash_breaks_group
+  bool crash_breaks_group_;                    // TcpOptions::crash_breaks_group; guarded by mutex_
   const std::chrono::microseconds loop_spin_;  // TcpOptions::loop_spin
   detail::SpinGauge loop_gauge_;               // how long the loop has lately waited for events
   std::condition_variable closed_cv_;          // a pair closed

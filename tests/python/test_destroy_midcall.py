@@ -1,0 +1,95 @@
+"""destroy_process_group() from another thread while a call of the group
+is in progress: the call raises a DistBackendError that names the destroy,
+nothing is freed under it (the process goes on and can start a new group),
+on shared memory and over TCP, for blocking and async calls. And a receive
+from the receiver's own rank fails at once instead of waiting forever."""
+
+import os
+import tempfile
+import threading
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+import tdist as dist
+from harness import run_ranks
+from tdist.trace import trace_entries
+
+TRANSPORTS = [{}, {"TDIST_TRANSPORT": "tcp"}]
+
+
+def _in_progress(op):
+    """True once this process's flight recorder holds `op` as started."""
+    for doc in trace_entries():
+        for entry in doc.get("entries", []):
+            if entry.get("op") == op and entry.get("state") == "started":
+                return True
+    return False
+
+
+def _destroy_when_started(op, done, errors):
+    # Waits for the main thread's call to be inside the group (its flight
+    # recorder entry says so), then destroys every group.
+    try:
+        while not done.is_set() and not _in_progress(op):
+            done.wait(0.005)  # polls the recorder; the deadline is the harness's
+        dist.destroy_process_group()
+    except BaseException as error:  # the main thread reports it
+        errors.append(error)
+
+
+def _destroy_midcall(rank, world, sync_dir, async_op):
+    dist.init_process_group("tdist", timeout=timedelta(seconds=60))
+    oob = dist.FileStore(os.path.join(sync_dir, "oob"), world)
+    if rank != 0:
+        # Stays alive (and out of the call) until rank 0 has its result.
+        oob.wait(["rank0_done"], timedelta(seconds=60))
+        dist.destroy_process_group()
+        return None
+    done = threading.Event()
+    errors = []
+    destroyer = threading.Thread(target=_destroy_when_started, args=("all_reduce", done, errors))
+    destroyer.start()
+    tensor = np.ones(1 << 20, np.float32)
+    try:
+        with pytest.raises(dist.DistBackendError) as info:
+            work = dist.all_reduce(tensor, async_op=async_op)
+            if async_op:
+                work.wait()
+    finally:
+        done.set()
+        destroyer.join()
+        oob.set("rank0_done", b"1")
+    assert not errors, errors
+    # Nothing of the destroyed group is used any more: calls raise plainly.
+    with pytest.raises(dist.DistError, match="not been initialized"):
+        dist.all_reduce(np.ones(1, np.float32))
+    return str(info.value)
+
+
+@pytest.mark.parametrize("env", TRANSPORTS, ids=["shm", "tcp"])
+@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+def test_destroy_from_another_thread_ends_the_call_with_an_error_naming_it(env, async_op):
+    with tempfile.TemporaryDirectory() as sync_dir:
+        message = run_ranks(_destroy_midcall, 2, sync_dir, async_op, init=False, env=env)[0]
+    assert "destroy_process_group() was called on rank 0" in message, message
+    # Rank 1 is alive and never joined: it is not blamed.
+    assert "rank 1 died" not in message and "crashed" not in message, message
+
+
+def _recv_from_self(rank, world):
+    messages = []
+    buf = np.zeros(4, np.float32)
+    for call in (lambda: dist.recv(buf, src=rank), lambda: dist.irecv(buf, src=rank)):
+        with pytest.raises(dist.DistInvalidArgument) as info:
+            call()
+        messages.append(str(info.value))
+    return messages
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_receive_from_the_own_rank_is_refused_at_once(world):
+    for rank, messages in enumerate(run_ranks(_recv_from_self, world)):
+        for message in messages:
+            assert f"src {rank} is this rank; a rank cannot receive from itself" in message, message

@@ -1,0 +1,84 @@
+"""A job that starts and ends at once: every rank calls init_process_group
+and exits right away, rank 0 (the store's host) included. No rank may fail
+because rank 0's store went while it still read its start-up keys. Run
+TDIST_STARTUP_RUNS times (default 200) at 4 ranks, through the Python
+package and through the torch plugin."""
+
+import atexit
+import importlib
+import multiprocessing
+import os
+import tempfile
+import traceback
+
+import pytest
+
+import tdist
+from tdist._spawn import free_port
+
+RUNS = int(os.environ.get("TDIST_STARTUP_RUNS", "200"))
+WORLD = 4
+
+
+def _init_and_exit(path, rank, port, out_dir):
+    try:
+        if path == "python":
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                              WORLD_SIZE=str(WORLD))
+            tdist.init_process_group("tdist")
+        else:
+            import torch.distributed as td
+
+            importlib.import_module("tdist.torch")  # registers "tdist"
+            td.init_process_group("tdist", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    except BaseException:
+        with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+            f.write(traceback.format_exc())
+        os._exit(1)
+    if path == "torch":
+        # What the interpreter's exit would run of the plugin's (its leave
+        # protocol; a forked child skips exit handlers). Only that: the
+        # others are pytest's, whose temporary folders they delete.
+        backend = importlib.import_module("tdist.torch.backend")
+        if not backend._LEAVING:
+            os._exit(3)  # the plugin registered no leave protocol
+        atexit.unregister(backend._leave)
+        backend._leave()
+    os._exit(0)  # at once: no destroy, no interpreter shutdown to slow rank 0 down
+
+
+def _run_many(path):
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    for run in range(RUNS):
+        port = free_port()
+        with tempfile.TemporaryDirectory(prefix="tdist_startup_") as out_dir:
+            procs = [ctx.Process(target=_init_and_exit, args=(path, r, port, out_dir)) for r in range(WORLD)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(60)
+            hung = [r for r, p in enumerate(procs) if p.is_alive()]
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+            codes = [p.exitcode for p in procs]
+            if hung or any(codes):
+                errors = [open(os.path.join(out_dir, name)).read() for name in sorted(os.listdir(out_dir))]
+                failures.append((run, codes, hung, errors[:1]))
+    assert not failures, f"{len(failures)} of {RUNS} runs failed (run, exit codes, ranks still running " \
+        f"after 60 s, first error): {failures[:3]}"
+
+
+def test_init_then_exit_never_fails_python_package():
+    _run_many("python")
+
+
+def test_init_then_exit_never_fails_torch_plugin():
+    pytest.importorskip("torch")
+    try:
+        importlib.import_module("tdist.torch")
+    except ImportError as error:
+        pytest.skip(f"the torch plugin is not built: {error}")
+    _run_many("torch")
