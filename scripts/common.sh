@@ -5,17 +5,23 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 # Debian packages the build and the tests need; keep the README in step.
-# The first line is the C++ core; the second the Python package and its
-# tests; the third the PyTorch plugin (each optional layer is skipped by
-# CMake when its packages are missing, see README); the fourth what the
-# tests of other launchers and of several hosts use (mpirun; a private
-# Slurm cluster with munge for srun; ip and tc for tools/testbed.py;
-# matplotlib for tools/multihost_compare.py's chart), without which those
-# tests skip and say why.
+# The first line is the C++ core; the second what the Python side needs of
+# Debian (its headers, venv and pip; the Python packages themselves, torch
+# included, come from the package index: python/requirements-dev.txt); the
+# third what the tests of other launchers and of several hosts use (mpirun;
+# a private Slurm cluster with munge for srun; ip and tc for
+# tools/testbed.py), without which those tests skip and say why.
 PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libssl-dev
-  python3-dev pybind11-dev python3-numpy python3-pytest
-  python3-torch libtorch-dev
-  openmpi-bin slurmd slurmctld slurm-client munge iproute2 python3-matplotlib)
+  python3-dev python3-venv python3-pip
+  openmpi-bin slurmd slurmctld slurm-client munge iproute2)
+
+# The interpreter the Python package and the torch plugin are built for and
+# tested with: a virtual environment (TDIST_VENV, default .venv in the
+# clone) made from Python 3.11 (python3 if that is 3.11, else python3.11),
+# with python/requirements-dev.txt installed. torch 2.13.0's CPU build for
+# Python 3.11 is what pip installs there.
+VENV=${TDIST_VENV:-$ROOT/.venv}
+PYTHON=$VENV/bin/python
 
 install_packages() {
   local missing=()
@@ -30,9 +36,35 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+setup_python() {
+  local base=""
+  for candidate in python3 python3.11; do
+    if command -v "$candidate" >/dev/null &&
+      [ "$("$candidate" -c 'import sys; print(sys.version_info[:2] == (3, 11))')" = True ]; then
+      base=$(command -v "$candidate")
+      break
+    fi
+  done
+  if [ -z "$base" ]; then
+    echo "tdist: Python 3.11 not found (python3 or python3.11); torch 2.13.0's CPU build is for 3.11" >&2
+    return 1
+  fi
+  if [ ! -x "$PYTHON" ]; then
+    echo "tdist: making the virtual environment $VENV from $base" >&2
+    "$base" -m venv "$VENV" >&2
+  fi
+  local req=$ROOT/python/requirements-dev.txt stamp=$VENV/.tdist-requirements
+  if ! cmp -s "$req" "$stamp"; then
+    echo "tdist: installing python/requirements-dev.txt into $VENV" >&2
+    "$PYTHON" -m pip install -q --disable-pip-version-check -r "$req" >&2
+    cp "$req" "$stamp"
+  fi
+}
+
 configure_and_build() {
   local extra=()
   [ -n "${TDIST_SANITIZE:-}" ] && extra+=("-DTDIST_SANITIZE=$TDIST_SANITIZE")
+  [ -x "$PYTHON" ] && extra+=("-DTDIST_PYTHON_EXECUTABLE=$PYTHON")
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "${extra[@]}" >/dev/null
   cmake --build "$BUILD_DIR" -j "$(nproc)"
 }

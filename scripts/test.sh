@@ -3,6 +3,7 @@
 # the whole test suite with ctest (every test has a deadline).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
+setup_python
 configure_and_build
 cd "$BUILD_DIR"
 # ThreadSanitizer: known false positives (tests/tsan.supp says why).

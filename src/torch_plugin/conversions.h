@@ -72,7 +72,7 @@ decltype(auto) translate_errors(F&& body) {
 // ---- Definitions (inline: see the file comment) ----
 
 inline void fail(const std::string& message) {
-  throw c10::Error(message, "");
+  throw c10::Error(message);
 }
 
 inline DType to_tdist_dtype(at::ScalarType type, const char* op) {
@@ -210,20 +210,16 @@ inline ReduceOp to_tdist_op(const c10d::ReduceOp& op, const char* op_name) {
     case c10d::ReduceOp::BXOR:
       return ReduceOp::BXOR;
     case c10d::ReduceOp::PREMUL_SUM: {
-      // torch keeps the factor in a type-erased supplement (a double, or one
-      // scalar tensor per input tensor).
-      auto* premul = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      // torch keeps the factor in a type-erased supplement (a double, or a
+      // scalar tensor).
+      auto* premul = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
       if (premul == nullptr) {
         fail(std::string(op_name) +
              ": ReduceOp.PREMUL_SUM came without its factor; create it with "
              "torch.distributed._make_nccl_premul_sum(factor)");
       }
-      if (premul->tensor_factors.empty()) return ReduceOp::premul_sum(premul->double_factor);
-      if (premul->tensor_factors.size() != 1 || premul->tensor_factors[0].numel() != 1) {
-        fail(std::string(op_name) + ": PREMUL_SUM needs one scalar factor, got " +
-             std::to_string(premul->tensor_factors.size()) + " factor tensors");
-      }
-      return ReduceOp::premul_sum(premul->tensor_factors[0].item<double>());
+      if (!premul->tensor_factor.defined()) return ReduceOp::premul_sum(premul->double_factor);
+      return ReduceOp::premul_sum(premul->tensor_factor.item<double>());
     }
     default:
       fail(std::string(op_name) + ": unknown reduce op " + std::to_string(static_cast<int>(op.op_)));
@@ -236,11 +232,26 @@ inline std::exception_ptr to_torch_error(std::exception_ptr error) {
     std::rethrow_exception(error);
   } catch (const c10::Error&) {
     return error;
+  } catch (const tdist::DistStoreError& e) {
+    // torch's own classes, which reach Python as torch.distributed's
+    // DistStoreError, DistNetworkError, DistBackendError and DistError (all
+    // RuntimeErrors); tdist's messages already name the op, the ranks and
+    // the sizes.
+    return std::make_exception_ptr(c10::DistStoreError(e.what()));
+  } catch (const tdist::DistNetworkError& e) {
+    return std::make_exception_ptr(c10::DistNetworkError(e.what()));
+  } catch (const tdist::DistInvalidArgument& e) {
+    return std::make_exception_ptr(c10::Error(e.what()));  // RuntimeError, as torch's own checks
+  } catch (const tdist::DistBackendError& e) {
+    return std::make_exception_ptr(c10::DistBackendError(e.what()));
+  } catch (const tdist::DistTimeoutError& e) {
+    return std::make_exception_ptr(c10::DistBackendError(e.what()));  // as gloo's timeouts
+  } catch (const tdist::DistError& e) {
+    return std::make_exception_ptr(c10::DistError(e.what()));
   } catch (const std::exception& e) {
-    // tdist's messages already name the op, the ranks and the sizes.
-    return std::make_exception_ptr(c10::Error(e.what(), ""));
+    return std::make_exception_ptr(c10::Error(e.what()));
   } catch (...) {
-    return std::make_exception_ptr(c10::Error("tdist: an operation failed with an unknown exception", ""));
+    return std::make_exception_ptr(c10::Error("tdist: an operation failed with an unknown exception"));
   }
 }
 

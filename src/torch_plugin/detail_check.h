@@ -1,8 +1,8 @@
 #pragma once
 
-// The checks of TORCH_DISTRIBUTED_DEBUG=DETAIL (or TDIST_DEBUG=DETAIL) for
-// tdist groups. torch 1.13 wraps only gloo and nccl groups in its checking
-// ProcessGroupWrapper, so the plugin checks its own calls: before each
+// The checks of TDIST_DEBUG=DETAIL for tdist groups (under torch's own
+// TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the backend in its checking
+// wrapper instead). The plugin checks its own calls: before each
 // collective every rank describes its call (the op, the root, and for every
 // tensor argument, each entry of a list included, the dtype, device, layout
 // and shape), the ranks exchange the descriptions, and if they disagree
@@ -313,8 +313,7 @@ inline std::string mismatch_report(const std::vector<Call>& calls, int me, const
   if (why.empty()) return why;
   std::string out =
       calls[static_cast<size_t>(me)].op +
-      ": Detected mismatch between collectives on ranks (a check of TORCH_DISTRIBUTED_DEBUG=DETAIL "
-      "or TDIST_DEBUG=DETAIL): " +
+      ": Detected mismatch between collectives on ranks (a check of TDIST_DEBUG=DETAIL): " +
       why + ". Each rank's call:";
   // Ranks that passed alike share a line.
   std::vector<bool> done(calls.size(), false);

@@ -161,7 +161,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTdist::sparse_allreduce(at::Tensor& t
         [this, order, work, tensor, input, meta, metas](Future& done) -> std::vector<Tensor> {
           if (!order->resume([&] { sparse_second_stage(work, tensor, input, metas, done); })) {
             work->complete(std::make_exception_ptr(
-                c10::Error(work->op() + ": the process group was destroyed during a sparse all_reduce", "")));
+                c10::Error(work->op() + ": the process group was destroyed during a sparse all_reduce")));
           }
           return {};
         });

@@ -1,5 +1,5 @@
 // tdist.torch._plugin: the Python face of ProcessGroupTdist. The class is
-// registered as a subclass of torch's own c10d ProcessGroup binding, so the
+// registered as a subclass of torch's own c10d Backend binding, so the
 // object it creates is what torch.distributed's Backend.register_backend
 // expects a creator function to return. python/tdist/torch/ registers it.
 
@@ -19,7 +19,7 @@ namespace tdist::torch_plugin {
 // reference destroys the tdist group, which finishes outstanding work; that
 // can run future callbacks written in Python, which take the GIL, so the
 // reference is dropped with the GIL released. It is one intrusive_ptr, laid
-// out like torch's own holder of ProcessGroup, so torch's bindings can read it.
+// out like torch's own holder of Backend, so torch's bindings can read it.
 template <typename T>
 class GilFreeHolder {
  public:
@@ -51,14 +51,14 @@ using tdist::torch_plugin::GilFreeHolder;
 using tdist::torch_plugin::ProcessGroupTdist;
 
 PYBIND11_MODULE(_plugin, m) {
-  m.doc() = "The tdist backend of torch.distributed (a c10d ProcessGroup running on tdist).";
-  // Registers torch's ProcessGroup and Store classes, which the binding below
+  m.doc() = "The tdist backend of torch.distributed (a c10d Backend running on tdist).";
+  // Registers torch's Backend and Store classes, which the binding below
   // derives from and takes.
   py::module_::import("torch.distributed");
 
-  py::class_<ProcessGroupTdist, c10d::ProcessGroup, GilFreeHolder<ProcessGroupTdist>>(m, "ProcessGroupTdist",
-                                                                                      R"(
-A torch.distributed process group whose operations run on tdist (CPU tensors).
+  py::class_<ProcessGroupTdist, c10d::Backend, GilFreeHolder<ProcessGroupTdist>>(m, "ProcessGroupTdist",
+                                                                                 R"(
+A torch.distributed backend whose operations run on tdist (CPU tensors).
 
 torch.distributed creates it through the "tdist" backend that
 ``import tdist.torch`` registers; it can also be created directly from a
@@ -113,15 +113,10 @@ every rank has joined (or ``timeout`` passed).
           },
           py::arg("rankid"), py::arg("init_comm") = true,
           "torch_npu's spelling of get_comm_name (rankid picks a device there; tdist's groups have one "
-          "name per group).")
-      .def(
-          "_get_backend", [](py::object self, const py::object& /*device*/) { return self; },
-          py::arg("device"),
-          "This group: torch_npu reaches get_hccl_comm_name through ProcessGroup._get_backend(device); "
-          "in torch 1.13 the registered backend is the group itself.");
+          "name per group); torch_npu programs reach it as "
+          "ProcessGroup._get_backend(device).get_hccl_comm_name(rank).");
 
-  // For the tests: what a profiler observer sees of record_param_comms events
-  // (Debian's torch has no Kineto, whose traces would show them).
+  // For the tests: what a profiler observer sees of record_param_comms events.
   m.def("_start_param_comms_observer", &tdist::torch_plugin::ParamCommsObserver::start);
   m.def("_stop_param_comms_observer", [] {
     py::list out;

@@ -1,6 +1,5 @@
 #include "process_group_tdist.h"
 
-#include <torch/csrc/distributed/c10d/debug.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -38,11 +37,11 @@ at::ScalarType first_dtype(const std::vector<at::Tensor>& tensors) {
   return tensors.empty() || !tensors[0].defined() ? at::kByte : tensors[0].scalar_type();
 }
 
-// DETAIL checks: torch's debug level (TORCH_DISTRIBUTED_DEBUG, or
-// torch.distributed.set_debug_level) or TDIST_DEBUG=DETAIL, when the group
-// is created, as torch decides whether to wrap a gloo group.
+// tdist's DETAIL checks: TDIST_DEBUG=DETAIL when the group is created.
+// Under torch's own DETAIL level (TORCH_DISTRIBUTED_DEBUG, or
+// torch.distributed.set_debug_level) torch 2 wraps the backend in its
+// checking wrapper, as it wraps gloo's, and that wrapper does the checking.
 bool detail_checks_requested() {
-  if (c10d::debug_level() == c10d::DebugLevel::Detail) return true;
   // NOLINTNEXTLINE(concurrency-mt-unsafe): tdist never calls setenv
   const char* env = std::getenv("TDIST_DEBUG");
   if (env == nullptr) return false;
@@ -124,6 +123,20 @@ void check_coalesced_lists(const std::vector<std::vector<at::Tensor>>& outputs,
   }
 }
 
+// The (output, input) pairs of a *_tensor_coalesced call, as tdist tensors.
+std::vector<std::pair<Tensor, Tensor>> coalesced_pairs(const std::vector<at::Tensor>& outputs,
+                                                       const std::vector<at::Tensor>& inputs, const char* op) {
+  if (outputs.size() != inputs.size()) {
+    fail(std::string(op) + ": " + std::to_string(outputs.size()) + " outputs but " +
+         std::to_string(inputs.size()) + " inputs");
+  }
+  std::vector<std::pair<Tensor, Tensor>> pairs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    pairs.emplace_back(to_tdist(outputs[i], op, "output"), to_tdist(inputs[i], op, "input"));
+  }
+  return pairs;
+}
+
 // The host of the TCPStore behind `store` (through any PrefixStores), or
 // empty: torch hands backends its store wrapped in one PrefixStore per group.
 std::string tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
@@ -141,9 +154,10 @@ std::string tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
 ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                      std::chrono::milliseconds timeout, std::vector<int64_t> global_ranks,
                                      std::string group_name)
-    : c10d::ProcessGroup(rank, size),
+    : c10d::Backend(rank, size),
       timeout_(timeout),
       group_name_(std::move(group_name)),
+      global_ranks_(global_ranks),
       send_seq_(new std::atomic<uint32_t>[static_cast<size_t>(size > 0 ? size : 1)]()) {
   ProcessGroupOptions options;
   options.timeout = timeout;
@@ -168,13 +182,16 @@ ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& stor
   });
   issued_ = pg_->sequence_number();
   detail_ = detail_checks_requested();
-  init();
+}
+
+void ProcessGroupTdist::abort() {
+  translate_errors([&] { pg_->abort("ProcessGroup.abort() was called"); });
 }
 
 ProcessGroupTdist::~ProcessGroupTdist() {
   // Calls deferred behind a staged operation never reach tdist now.
   order_->close(std::make_exception_ptr(
-      c10::Error("tdist: the process group was destroyed before the operation was issued", "")));
+      c10::Error("tdist: the process group was destroyed before the operation was issued")));
 }
 
 c10::intrusive_ptr<WorkTdist> ProcessGroupTdist::make_work(c10d::OpType type, const char* op,
@@ -287,6 +304,47 @@ WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& in
     Tensor out = to_tdist(output, op, "output_tensor");
     Tensor in = to_tdist(input, op, "input_tensor");
     launch(work, [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); });
+    return work;
+  });
+}
+
+WorkHandle ProcessGroupTdist::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllgatherOptions&) {
+  // torch's functional collectives (_functional_collectives, which DTensor
+  // uses), _coalescing_manager and
+  // all_gather_into_tensor_coalesced: one all_gather_into_tensor per pair,
+  // issued back to back, one work for them all.
+  const char* op = "all_gather_into_tensor_coalesced";
+  return translate_errors([&]() -> WorkHandle {
+    auto pairs = coalesced_pairs(outputs, inputs, op);
+    if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
+    auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
+    auto work = make_work(c10d::OpType::COALESCED, op, outputs, inputs, inputs);
+    launch(work, [this, pairs] {
+      std::vector<WorkPtr> issued;
+      for (const auto& [out, in] : pairs) issued.push_back(pg_->all_gather_into_tensor(out, in));
+      return issued;
+    });
+    return work;
+  });
+}
+
+WorkHandle ProcessGroupTdist::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter_tensor_coalesced";
+  return translate_errors([&]() -> WorkHandle {
+    auto pairs = coalesced_pairs(outputs, inputs, op);
+    if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
+    auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
+    auto work = make_work(c10d::OpType::COALESCED, op, outputs, inputs, inputs);
+    ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
+    launch(work, [this, pairs, reduce] {
+      std::vector<WorkPtr> issued;
+      for (const auto& [out, in] : pairs) issued.push_back(pg_->reduce_scatter_tensor(out, in, reduce));
+      return issued;
+    });
     return work;
   });
 }

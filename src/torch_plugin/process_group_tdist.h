@@ -1,7 +1,7 @@
 #pragma once
 
-// ProcessGroupTdist: a c10d::ProcessGroup (the class torch.distributed calls
-// into) that runs every operation on a tdist process group. It rendezvouses
+// ProcessGroupTdist: a c10d::Backend (what torch 2's ProcessGroup dispatches
+// CPU tensors to) that runs every operation on a tdist process group. It rendezvouses
 // through the c10d store torch gives it, maps each c10d call onto tdist's
 // ProcessGroup (include/tdist/process_group.h) with the torch tensors' memory
 // wrapped in place, and returns WorkTdist handles.
@@ -15,10 +15,10 @@
 // Each call records one profiler event "tdist:<op>" (c10d::Work's
 // constructor, with the input tensors for record_shapes, async) and torch's
 // "record_param_comms" event with its arguments (profiling.h). Under
-// TORCH_DISTRIBUTED_DEBUG=DETAIL or TDIST_DEBUG=DETAIL every collective is
-// first checked across ranks (detail_check.h).
+// TDIST_DEBUG=DETAIL every collective is first checked across ranks
+// (detail_check.h).
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
@@ -45,7 +45,7 @@ inline std::string rank_name(const tdist::ProcessGroup& pg, int r) {
   return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
 }
 
-class ProcessGroupTdist final : public c10d::ProcessGroup {
+class ProcessGroupTdist final : public c10d::Backend {
  public:
   /// Creates tdist's process group over `store` (blocking until every rank
   /// has joined or `timeout` passed). `global_ranks` are the members' ranks in
@@ -83,6 +83,12 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
@@ -117,6 +123,9 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
   void reinit(bool rebuild_link);
   /// tdist::ProcessGroup::comm_name.
   std::string comm_name() const;
+  /// torch 2's ProcessGroup.abort(): aborts the tdist group, as NCCL's
+  /// aborts its communicator (docs/fault-tolerance.md).
+  void abort() override;
 
   // Point to point and the monitored barrier: p2p.cc.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) override;
@@ -147,7 +156,9 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
   void check_call(const detail_check::Call& call);
   /// The record_param_comms event's arguments, for the scope of the result.
   ParamCommsRecord record_comms(const CommsArgs& args) const {
-    return ParamCommsRecord(args, getRank(), getSize(), group_name_, issued_.load());
+    // The description torch sets on the group after creating it (group_desc).
+    return ParamCommsRecord(args, getRank(), getSize(), group_name_, getGroupDesc(), global_ranks_,
+                            issued_.load());
   }
   c10::intrusive_ptr<c10d::Work> sparse_allreduce(at::Tensor& tensor, const c10d::AllreduceOptions& opts);
   /// Issues the gathers of indices and values once every rank's description
@@ -159,6 +170,7 @@ class ProcessGroupTdist final : public c10d::ProcessGroup {
   Group pg_;
   std::chrono::milliseconds timeout_;
   std::string group_name_;
+  std::vector<int64_t> global_ranks_;
   bool detail_ = false;
   // Collectives issued on pg_ (only the plugin issues there): the sequence
   // number the next one will carry.

@@ -331,8 +331,9 @@ TEST(TdistrunOutput, LogDirGetsOneFilePerRankAndStreamTeeCopiesToConsole) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(TdistrunPython, PyProgramsRunUnderPython3) {
+TEST(TdistrunPython, PyProgramsRunUnderTdistPython) {
   if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "/usr/bin/python3 is missing";
+  // The interpreter TDIST_PYTHON names (else python3 in PATH) runs them.
   std::string script = temp_path("script") + ".py";
   {
     std::ofstream out(script);
@@ -340,7 +341,8 @@ TEST(TdistrunPython, PyProgramsRunUnderPython3) {
            "print('py rank=%s argv=%s exe=%s' % (os.environ['RANK'], ','.join(sys.argv[1:]), "
            "sys.executable))\n";
   }
-  ChildProcess p({kTdistrun, "--standalone", "--nproc-per-node", "2", script, "--foo"});
+  ChildProcess p({kTdistrun, "--standalone", "--nproc-per-node", "2", script, "--foo"},
+                 {"TDIST_PYTHON=/usr/bin/python3"});
   run_to_end(p);
   unlink(script.c_str());
   ASSERT_EQ(p.exit_code(), 0) << both(p);

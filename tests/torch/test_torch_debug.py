@@ -5,8 +5,9 @@
   DETAIL off by default;
 - torch_suite_sparse.py: sparse all_reduce (sums, order, errors, DDP with a
   sparse embedding);
-- torch_suite_detail.py: DETAIL checks, under TORCH_DISTRIBUTED_DEBUG=DETAIL
-  and under TDIST_DEBUG=DETAIL.
+- torch_suite_detail.py: tdist's DETAIL checks, under TDIST_DEBUG=DETAIL;
+- torch_suite_torch_detail.py: torch's own checking wrapper around tdist,
+  under TORCH_DISTRIBUTED_DEBUG=DETAIL.
 """
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 import torch_suite_detail
 import torch_suite_seq_profiler
 import torch_suite_sparse
+import torch_suite_torch_detail
 from torch_harness import check_all_ok, passed_checks, run_ranks
 
 
@@ -39,7 +41,7 @@ def test_sparse_all_reduce(world_size):
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_detail_checks_torch_debug(world_size):
-    _run(torch_suite_detail, world_size, {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    _run(torch_suite_torch_detail, world_size, {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
 
 
 def test_detail_checks_tdist_debug():

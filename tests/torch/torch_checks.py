@@ -87,11 +87,11 @@ def assert_equal(actual, expected, what):
             expected.dtype, tuple(expected.shape), expected.flatten()[:16].tolist()))
 
 
-def expect_error(fn, *fragments):
-    """Runs fn(); it must raise RuntimeError whose message contains every fragment."""
+def expect_error(fn, *fragments, errors=RuntimeError):
+    """Runs fn(); it must raise RuntimeError (or `errors`) whose message contains every fragment."""
     try:
         fn()
-    except RuntimeError as e:
+    except errors as e:
         message = str(e)
         for fragment in fragments:
             if fragment.lower() not in message.lower():

@@ -16,7 +16,7 @@ import tempfile
 from tdist._spawn import free_port  # below the ephemeral range; see its comment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one that sees torch
+PYTHON = sys.executable  # the interpreter the plugin is built for (TDIST_PYTHON_EXECUTABLE), which runs pytest
 DEADLINE_S = 150
 
 

@@ -1,5 +1,5 @@
-"""DETAIL checks of tdist groups (run by torch_worker.py under
-TORCH_DISTRIBUTED_DEBUG=DETAIL or TDIST_DEBUG=DETAIL).
+"""tdist's DETAIL checks of tdist groups (run by torch_worker.py under
+TDIST_DEBUG=DETAIL).
 
 Calls that tdist's own matching accepts (the same element count in another
 shape, list entries of other shapes) must now fail on every rank with the
@@ -13,6 +13,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+import tdist.torch
 
 from torch_checks import assert_equal, expect_error
 
@@ -30,7 +32,7 @@ def _still_works(ctx, group=None):
 
 
 def check_detail_is_on(ctx):
-    assert dist.group.WORLD.detail_checks
+    assert tdist.torch.backend_of().detail_checks
     # TDIST_DEBUG turns the checks on without torch's own debug level.
     if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF").upper() != "DETAIL":
         assert dist.get_debug_level() == dist.DebugLevel.OFF
@@ -87,9 +89,9 @@ def check_matching_calls_pass(ctx):
 def check_checks_cost_one_all_gather(ctx):
     # The documented price: each checked collective is preceded by one
     # all_gather of (length, hash), which the sequence number counts.
-    before = dist.group.WORLD._get_sequence_number_for_group()
+    before = tdist.torch.backend_of()._get_sequence_number_for_group()
     dist.all_reduce(torch.ones(2))
-    assert dist.group.WORLD._get_sequence_number_for_group() == before + 2
+    assert tdist.torch.backend_of()._get_sequence_number_for_group() == before + 2
 
 
 def check_same_numel_other_shape(ctx):
@@ -167,7 +169,7 @@ def check_subgroup_reports_global_ranks(ctx):
     ranks = [1, 2]
     group = dist.new_group(ranks, backend="tdist")
     if ctx.rank in ranks:
-        assert group.detail_checks
+        assert tdist.torch.backend_of(group).detail_checks
         shape = (2, 2) if ctx.rank == 1 else (4,)
         message = expect_error(lambda: dist.all_reduce(torch.ones(shape), group=group), HEADER)
         assert "\n  rank 0 (global rank 1): all_reduce(tensor=float32[2, 2])" in message, message

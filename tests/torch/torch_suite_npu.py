@@ -110,7 +110,6 @@ def check_comm_name_is_shared_stable_and_unique(ctx):
     assert len(set(world)) == 1 and world[0], world
     # torch_npu's spellings reach the same name.
     pg = dist.distributed_c10d._get_default_group()
-    assert pg.get_hccl_comm_name(ctx.rank) == world[0]
     assert pg._get_backend(torch.device("cpu")).get_hccl_comm_name(ctx.rank) == world[0]
     # A new group has its own name, alike on its members.
     sub = dist.new_group(ranks=list(ctx.ranks), backend="tdist")
@@ -132,7 +131,7 @@ def check_reinit_process_group_rebuilds_the_links(ctx):
         w.wait()
         assert_equal(p, torch.full((5,), float(sum(r + k for r in ctx.ranks))), "all_reduce issued before reinit")
     # The rebuilt group counts from 0 and moves data: collectives and messages.
-    assert dist.distributed_c10d._get_default_group()._get_sequence_number_for_group() == 0
+    assert npu_dist.backend_of()._get_sequence_number_for_group() == 0
     for count in (0, 1, 1001):
         t = make_input(ctx.rank, count, torch.int64)
         dist.all_reduce(t)
@@ -147,9 +146,9 @@ def check_reinit_process_group_rebuilds_the_links(ctx):
         assert_equal(got, torch.full((4,), prv, dtype=torch.int32), "ring after reinit")
     assert npu_dist.get_comm_name() == name, "reinit changed the comm name"
     # Keeping the links: a barrier, the counts go on.
-    before = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    before = npu_dist.backend_of()._get_sequence_number_for_group()
     npu_dist.reinit_process_group(rebuild_link=False)
-    assert dist.distributed_c10d._get_default_group()._get_sequence_number_for_group() == before + 1
+    assert npu_dist.backend_of()._get_sequence_number_for_group() == before + 1
     t = torch.ones(3)
     dist.all_reduce(t)
     assert_equal(t, torch.full((3,), float(ctx.world_size)), "all_reduce after reinit(rebuild_link=False)")

@@ -142,7 +142,9 @@ def check_batch_isend_irecv(ctx):
 def check_p2p_argument_errors(ctx):
     peer = (ctx.rank + 1) % ctx.world_size
     expect_error(lambda: dist.send(torch.ones(1), peer, tag=-1), "tag -1 is negative")
-    expect_error(lambda: dist.send(torch.ones(1), ctx.rank), "is this rank")
+    # torch 2 refuses a send to oneself before any backend sees it.
+    expect_error(lambda: dist.send(torch.ones(1), ctx.rank), "should not be the same as the rank",
+                 errors=ValueError)
     expect_error(lambda: dist.recv(torch.ones(1), ctx.world_size), "not a rank of the group")
 
 

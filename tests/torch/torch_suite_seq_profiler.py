@@ -14,6 +14,7 @@ import collections
 import torch
 import torch.distributed as dist
 
+import tdist.torch
 from tdist.torch import _plugin
 from torch_checks import assert_equal
 
@@ -116,8 +117,9 @@ def _every_op(ctx, group=None):
 
 
 def _seq(group=None):
-    g = dist.group.WORLD if group is None else group
-    return g._get_sequence_number_for_group()
+    # torch 2's ProcessGroup answers sequence numbers for its built-in
+    # backends only; a custom backend's own binding answers them.
+    return tdist.torch.backend_of(group)._get_sequence_number_for_group()
 
 
 def _agreed(ctx, number, group=None):
@@ -143,7 +145,7 @@ def check_sequence_numbers_count_collectives(ctx):
     assert _seq() == before + 4, (_seq(), before)
     # gloo's setter agrees on a number through the store; tdist's numbers
     # agree from the start, so it changes nothing (and works).
-    dist.group.WORLD._set_sequence_number_for_group()
+    tdist.torch.backend_of()._set_sequence_number_for_group()
     assert _seq() == before + 4
     numbers = _agreed(ctx, _seq())
     assert numbers == [before + 4] * ctx.world_size, numbers
@@ -254,19 +256,20 @@ def check_param_comms_arguments(ctx):
 def check_detail_checks_off_by_default(ctx):
     # Without DETAIL, tdist matches element counts only: the same count in
     # another shape passes (torch_suite_detail.py shows DETAIL catching it).
-    assert not dist.group.WORLD.detail_checks
+    assert not tdist.torch.backend_of().detail_checks
     shape = (2, 6) if ctx.rank == 0 else (6, 2)
     t = torch.ones(shape)
     dist.all_reduce(t)
     assert_equal(t, torch.full(shape, float(ctx.world_size)), "all_reduce of [2, 6] against [6, 2]")
-    # torch's own setter, before a group is created, turns them on for it.
+    # torch's own setter, before a group is created, makes torch wrap the
+    # group's backend in its checking wrapper (tdist's checks stay off).
     dist.set_debug_level(dist.DebugLevel.DETAIL)
     try:
         group = dist.new_group(list(range(ctx.world_size)), backend="tdist")
     finally:
         dist.set_debug_level(dist.DebugLevel.OFF)
-    assert group.detail_checks
-    assert not dist.new_group(list(range(ctx.world_size)), backend="tdist").detail_checks
+    assert hasattr(group._get_backend(torch.device("cpu")), "wrapped_pg")
+    assert not tdist.torch.backend_of(group).detail_checks
     dist.destroy_process_group(group)
 
 

@@ -55,7 +55,7 @@ def main():
     torch.set_num_threads(1)
     init(kind, rank, world_size, port, path)
     assert dist.get_backend() == "tdist", dist.get_backend()
-    assert isinstance(dist.group.WORLD, tdist.torch.ProcessGroupTdist), type(dist.group.WORLD)
+    assert isinstance(tdist.torch.backend_of(dist.group.WORLD), tdist.torch.ProcessGroupTdist), type(dist.group.WORLD)
     ctx = checks.Context(rank, world_size)
     for suite_name in suite_names:
         suite = __import__(suite_name)

@@ -41,22 +41,35 @@ std::string find_in_path(const std::string& name) {
 
 }  // namespace
 
+std::string python_interpreter() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): the launcher never calls setenv
+  if (const char* chosen = std::getenv("TDIST_PYTHON"); chosen != nullptr && *chosen != '\0') return chosen;
+  try {
+    return find_in_path("python3");
+  } catch (const DistInvalidArgument&) {
+    return {};
+  }
+}
+
 ResolvedCommand resolve_command(const LaunchOptions& options) {
   ResolvedCommand command;
   const std::string& program = options.command.front();
   bool python = options.module || (!options.no_python && ends_with(program, ".py"));
   if (python) {
-    if (!is_executable_file(kPython)) {
-      throw DistInvalidArgument(std::string("tdistrun: ") + kPython + " is needed to run '" + program +
-                                "' but is missing (use --no-python to execute the file directly)");
+    const std::string interpreter = python_interpreter();
+    if (interpreter.empty() || !is_executable_file(interpreter)) {
+      throw DistInvalidArgument("tdistrun: a Python interpreter is needed to run '" + program + "' but " +
+                                (interpreter.empty() ? std::string("python3 is not in PATH")
+                                                     : "TDIST_PYTHON=" + interpreter + " is not executable") +
+                                " (set TDIST_PYTHON, or use --no-python to execute the file directly)");
     }
     if (!options.module && access(program.c_str(), R_OK) != 0) {
       throw DistInvalidArgument("tdistrun: cannot read the script '" + program + "'");
     }
-    command.path = kPython;
+    command.path = interpreter;
     // -u: unbuffered, so each line reaches the launcher (and the failure
     // report) when it is printed, not when the buffer fills.
-    command.argv = {kPython, "-u"};
+    command.argv = {interpreter, "-u"};
     if (options.module) command.argv.emplace_back("-m");
     command.argv.push_back(program);
   } else {

@@ -9,8 +9,10 @@
 
 namespace tdist::launcher {
 
-/// The interpreter of .py programs.
-inline constexpr const char* kPython = "/usr/bin/python3";
+/// The interpreter of .py programs and --module: $TDIST_PYTHON if set,
+/// else python3 in PATH (so an activated virtual environment's own), as
+/// torchrun runs programs under its own interpreter. Empty if neither exists.
+std::string python_interpreter();
 
 /// The command every rank runs, before the per-rank --local-rank=N.
 struct ResolvedCommand {
@@ -22,7 +24,7 @@ struct ResolvedCommand {
 };
 
 /// Resolves options.command: a .py program (or --module) runs under
-/// /usr/bin/python3 -u; a name without '/' is looked up in PATH. Raises
+/// python_interpreter() -u; a name without '/' is looked up in PATH. Raises
 /// DistInvalidArgument saying what is missing or not executable.
 ResolvedCommand resolve_command(const LaunchOptions& options);
 

@@ -13,13 +13,14 @@ tdist::
     t = torch.ones(4)
     dist.all_reduce(t)
 
-The backend handles CPU tensors. It supports every collective, including
-those gloo lacks (reduce_scatter, reduce_scatter_tensor, list all_to_all,
-all_to_all_single with split sizes, ReduceOp.AVG and PREMUL_SUM), point to
-point with any-source receives, subgroups, async work with futures and
-DistributedDataParallel. docs/torch.md lists what works and what does not.
+The backend is a ``c10d::Backend`` of torch 2 for CPU tensors
+(``init_process_group("tdist")`` or ``"cpu:tdist"``). It supports every
+collective (PREMUL_SUM included, which gloo refuses) and torch_npu's uneven
+all-gather and reduce-scatter, point to point with any-source receives, subgroups, async work
+with futures, and torch's layers above the process group: DDP, DeviceMesh,
+DTensor, FSDP2, checkpointing. docs/torch.md lists what works and what does not.
 
-The import also relaxes three torch 1.13 argument checks for tdist groups
+The import also relaxes three of torch's argument checks for tdist groups
 only (see ``tdist.torch.compat``): tensors instead of lists in ``all_to_all``
 and mixed input/output dtypes in ``scatter``, ``reduce_scatter`` and
 ``all_to_all``, and lets ``monitored_barrier`` reach tdist groups. Other
@@ -56,6 +57,7 @@ from tdist.torch.npu import (  # noqa: E402
 
 BACKEND_NAME = _backend.BACKEND_NAME
 create_process_group = _backend.create_process_group
+backend_of = _backend.backend_of
 is_registered = _backend.is_registered
 
 
@@ -93,6 +95,6 @@ if not hasattr(_dist, "is_tdist_available"):
 # finalizes, or the process would abort at exit. Bounded: never a hang.
 _atexit.register(_drain_completions, _timedelta(seconds=10))
 
-__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "all_gather_into_tensor_uneven", "create_process_group",
+__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "all_gather_into_tensor_uneven", "backend_of", "create_process_group",
            "get_comm_name", "is_registered", "is_tdist_available", "reduce_scatter_tensor_uneven",
            "reinit_process_group"]

@@ -1,8 +1,11 @@
 """Registration of the "tdist" backend with torch.distributed."""
 
+import atexit
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from tdist.torch._plugin import ProcessGroupTdist
 
@@ -20,14 +23,60 @@ def create_process_group(backend_options, pg_options=None):
         raise ValueError(
             "tdist backend: pg_options are not supported (got %r); the only option is the timeout "
             "of init_process_group/new_group" % (pg_options,))
-    return ProcessGroupTdist(
-        backend_options.store,
-        backend_options.group_rank,
-        backend_options.group_size,
-        _as_timedelta(backend_options.timeout),
-        list(backend_options.global_ranks_in_group),
-        backend_options.group_id,
-    )
+    timeout = _as_timedelta(backend_options.timeout)
+    ranks = list(backend_options.global_ranks_in_group)
+    group = ProcessGroupTdist(backend_options.store, backend_options.group_rank, backend_options.group_size,
+                              timeout, ranks, backend_options.group_id)
+    if not ranks or ranks == list(range(backend_options.group_size)):  # the default group: [] in torch 1.13
+        _leave_at_exit(backend_options.store, backend_options.group_rank, backend_options.group_size, timeout)
+    return group
+
+
+_LEAVING = []  # (store, rank, size, timeout) of the job this process joined
+
+
+def _leave_at_exit(store, rank, size, timeout):
+    """The leave protocol of a job's processes, at interpreter exit.
+
+    Rank 0 hosts the store with env:// and tcp://, and torch's
+    init_process_group reads it after the backend is made (torch 1.13's
+    store-based barrier polls it every 10 ms): a rank 0 that exits at once
+    would take the store from ranks still polling. So every other rank says
+    it leaves, as its last use of the store, and rank 0 waits for them
+    before it exits (at most the group's timeout, and 60 s).
+    """
+    if _LEAVING:
+        return  # once per process: the first group of every rank
+    _LEAVING.append((store, rank, size, timeout))
+    atexit.register(_leave)
+
+
+def _leave():
+    store, rank, size, timeout = _LEAVING[0]
+    try:
+        if rank != 0:
+            store.set(f"tdist/left/{rank}", "1")
+        elif size > 1:
+            store.wait([f"tdist/left/{r}" for r in range(1, size)], min(timeout, timedelta(seconds=60)))
+    except Exception:  # noqa: BLE001 - a peer gone before us, or the store: nothing to wait for
+        pass
+
+
+def backend_of(group=None):
+    """The ProcessGroupTdist that runs `group`'s CPU tensors (a torch
+    ProcessGroup; None: the default group), or None if another backend does.
+    torch 2 keeps backends behind its ProcessGroup:
+    ``group._get_backend(torch.device("cpu"))``."""
+    pg = c10d._get_default_group() if group is None else group
+    if isinstance(pg, ProcessGroupTdist):
+        return pg
+    try:
+        backend = pg._get_backend(torch.device("cpu"))
+    except (RuntimeError, ValueError):
+        return None
+    # Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps it in its checking wrapper.
+    backend = getattr(backend, "wrapped_pg", backend)
+    return backend if isinstance(backend, ProcessGroupTdist) else None
 
 
 def _as_timedelta(timeout):
@@ -44,4 +93,4 @@ def is_registered():
 def register():
     """Registers "tdist" with torch.distributed (once; later calls do nothing)."""
     if not is_registered():
-        dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True)
+        dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True, devices=["cpu"])

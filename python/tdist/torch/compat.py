@@ -30,18 +30,16 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from tdist.torch.backend import BACKEND_NAME
+from tdist.torch.backend import backend_of
 
 _originals = {}
 
 
 def _is_tdist_group(group):
+    # backend_of, not get_backend: a "cpu:tdist" group's backend is named so.
     if not dist.is_initialized() or c10d._rank_not_in_group(group):
         return False
-    try:
-        return dist.get_backend(group) == BACKEND_NAME
-    except RuntimeError:
-        return False
+    return backend_of(group) is not None
 
 
 def _converted(tensors, dtype):

@@ -8,7 +8,7 @@ the same calls work on tdist groups (``import tdist.torch``, then use
 - ``all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None, async_op=False)``
 - ``reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=ReduceOp.SUM, group=None,
   async_op=False)``
-- ``get_comm_name(group=None)``; also ``group.get_hccl_comm_name(rank)`` and
+- ``get_comm_name(group=None)``; also
   ``group._get_backend(device).get_hccl_comm_name(rank)``, torch_npu's spelling
 - ``is_tdist_available()``, also as ``torch.distributed.is_tdist_available``
   (torch_npu adds ``is_hccl_available`` there)
@@ -19,7 +19,7 @@ docs/torch_npu.md lists each with how it behaves.
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from tdist.torch._plugin import ProcessGroupTdist
+from tdist.torch.backend import backend_of
 
 
 def is_tdist_available():
@@ -34,8 +34,8 @@ def _tdist_group(group, op):
         raise RuntimeError(f"{op}: the default process group is not initialized (call init_process_group first)")
     if c10d._rank_not_in_group(group):
         return None
-    pg = c10d._get_default_group() if group is None else group
-    if not isinstance(pg, ProcessGroupTdist):
+    pg = backend_of(group)
+    if pg is None:
         raise ValueError(f"{op}: the group runs on backend {dist.get_backend(group)!r}; "
                          "only groups of the 'tdist' backend have it")
     return pg
