@@ -14,3 +14,10 @@ def test_torch_npu_additions(world_size):
     check_all_ok(results)
     expected = {torch_suite_npu.__name__ + "." + n for n in vars(torch_suite_npu) if n.startswith("check_")}
     assert passed_checks(results) == expected
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_torch_npu_program_runs_with_its_import_and_device_name_changed(world_size):
+    results = run_ranks("npu_program.py", world_size)
+    check_all_ok(results)
+    assert all("NPU-OK" in r.stdout for r in results), [r.stdout for r in results]
