@@ -279,3 +279,32 @@ def check_object_collectives(ctx):
     received = [None]
     dist.scatter_object_list(received, [{"to": r} for r in ctx.ranks] if ctx.rank == 0 else None, src=0)
     assert received == [{"to": ctx.rank}], received
+
+
+def check_coalescing_manager(ctx):
+    # torch 2's _coalescing_manager turns the calls in its block into one
+    # allreduce_coalesced, allgather_into_tensor_coalesced or
+    # reduce_scatter_tensor_coalesced of the backend.
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    n = ctx.world_size
+    ts = [torch.full((3 + i,), float(ctx.rank + i)) for i in range(3)]
+    with _coalescing_manager():
+        for t in ts:
+            dist.all_reduce(t)
+    for i, t in enumerate(ts):
+        assert_equal(t, torch.full((3 + i,), float(sum(r + i for r in ctx.ranks))), "coalesced all_reduce %d" % i)
+    outs = [torch.empty(2 * n) for _ in range(2)]
+    with _coalescing_manager():
+        for k, out in enumerate(outs):
+            dist.all_gather_into_tensor(out, torch.full((2,), float(10 * ctx.rank + k)))
+    for k, out in enumerate(outs):
+        want = torch.tensor([float(10 * r + k) for r in ctx.ranks for _ in range(2)])
+        assert_equal(out, want, "coalesced all_gather_into_tensor %d" % k)
+    parts = [torch.empty(2) for _ in range(2)]
+    with _coalescing_manager():
+        for k, part in enumerate(parts):
+            dist.reduce_scatter_tensor(part, torch.arange(2 * n, dtype=torch.float32) + k)
+    for k, part in enumerate(parts):
+        want = (torch.arange(2 * ctx.rank, 2 * ctx.rank + 2, dtype=torch.float32) + k) * n
+        assert_equal(part, want, "coalesced reduce_scatter_tensor %d" % k)
