@@ -39,8 +39,7 @@ std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr
       first = false;
     }
   }
-  return ctx.label() + ": Timed out after " +
-         std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
+  return ctx.label() + ": Timed out after " + std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
 }
 
 }  // namespace
@@ -145,8 +144,7 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
     }
   } catch (...) {
     // The transport's error names the peer; the call's context names the op.
-    std::exception_ptr error =
-        with_context(std::current_exception(), ctx.label() + ": ");
+    std::exception_ptr error = with_context(std::current_exception(), ctx.label() + ": ");
     detail::abort_call(ctx, error);
     std::rethrow_exception(error);
   }

@@ -313,8 +313,8 @@ inline std::string mismatch_report(const std::vector<Call>& calls, int me, const
   if (why.empty()) return why;
   std::string out =
       calls[static_cast<size_t>(me)].op +
-      ": Detected mismatch between collectives on ranks (a check of TDIST_DEBUG=DETAIL): " +
-      why + ". Each rank's call:";
+      ": Detected mismatch between collectives on ranks (a check of TDIST_DEBUG=DETAIL): " + why +
+      ". Each rank's call:";
   // Ranks that passed alike share a line.
   std::vector<bool> done(calls.size(), false);
   for (size_t r = 0; r < calls.size(); ++r) {

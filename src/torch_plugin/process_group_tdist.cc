@@ -125,7 +125,8 @@ void check_coalesced_lists(const std::vector<std::vector<at::Tensor>>& outputs,
 
 // The (output, input) pairs of a *_tensor_coalesced call, as tdist tensors.
 std::vector<std::pair<Tensor, Tensor>> coalesced_pairs(const std::vector<at::Tensor>& outputs,
-                                                       const std::vector<at::Tensor>& inputs, const char* op) {
+                                                       const std::vector<at::Tensor>& inputs,
+                                                       const char* op) {
   if (outputs.size() != inputs.size()) {
     fail(std::string(op) + ": " + std::to_string(outputs.size()) + " outputs but " +
          std::to_string(inputs.size()) + " inputs");

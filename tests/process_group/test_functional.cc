@@ -406,10 +406,18 @@ void destroy_midcall(const char* transport, bool async_op) {
   close(pipe_fds[1]);
 }
 
-TEST(Functional, DestroyFromAnotherThreadEndsABlockingCallOnSharedMemory) { destroy_midcall("auto", false); }
-TEST(Functional, DestroyFromAnotherThreadEndsABlockingCallOverTcp) { destroy_midcall("tcp", false); }
-TEST(Functional, DestroyFromAnotherThreadEndsAnAsyncCallOnSharedMemory) { destroy_midcall("auto", true); }
-TEST(Functional, DestroyFromAnotherThreadEndsAnAsyncCallOverTcp) { destroy_midcall("tcp", true); }
+TEST(Functional, DestroyFromAnotherThreadEndsABlockingCallOnSharedMemory) {
+  destroy_midcall("auto", false);
+}
+TEST(Functional, DestroyFromAnotherThreadEndsABlockingCallOverTcp) {
+  destroy_midcall("tcp", false);
+}
+TEST(Functional, DestroyFromAnotherThreadEndsAnAsyncCallOnSharedMemory) {
+  destroy_midcall("auto", true);
+}
+TEST(Functional, DestroyFromAnotherThreadEndsAnAsyncCallOverTcp) {
+  destroy_midcall("tcp", true);
+}
 
 }  // namespace
 }  // namespace tdist::testing
