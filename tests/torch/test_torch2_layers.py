@@ -16,7 +16,7 @@ pytest.importorskip("torch.distributed.tensor")
 
 
 def _run(case, world_size):
-    results = run_ranks("torch2_layers.py", world_size, ["{ports}", case, "{tmp}"], ports=2)
+    results = run_ranks("torch2_layers.py", world_size, ["{ports}", case, "{tmp}"], ports=3)
     check_all_ok(results)
     return [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
 
@@ -74,3 +74,12 @@ def test_training_and_checkpoints_equal_gloo(case, world_size):
     if case == "fsdp2":
         losses = runs[0]["tdist"]["losses"]
         assert losses[-1] < losses[0], f"training did not lower the loss: {losses}"
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_tdists_own_dtensor_layer_gives_torchs_results(world_size):
+    # The same sharding program through torch's DTensor (on tdist and on
+    # gloo) and through tdist.tensor, tdist's own layer for NumPy and paddle.
+    for rank, run in enumerate(_run("own_layer", world_size)):
+        for backend in ("tdist", "gloo"):
+            assert all(run[backend].values()), f"rank {rank} on {backend}: {run[backend]}"

@@ -2,7 +2,7 @@
 then on "gloo" (a fresh default group each), printing one JSON line
 {"tdist": result, "gloo": result} for test_torch2_layers.py to compare.
 
-Usage: torch2_layers.py PORT_TDIST,PORT_GLOO CASE TMPDIR
+Usage: torch2_layers.py PORT_TDIST,PORT_GLOO,PORT_PACKAGE CASE TMPDIR
 
 Cases (each returns plain lists and numbers):
   mesh_dtensor  init_device_mesh, sub-mesh groups, distribute_tensor,
@@ -10,6 +10,8 @@ Cases (each returns plain lists and numbers):
   tp            parallelize_module with ColwiseParallel/RowwiseParallel on an MLP
   fsdp2         fully_shard training for several steps (losses, parameters)
   dcp           torch.distributed.checkpoint save and load of a sharded state dict
+  own_layer     the same sharding with torch's DTensor and with tdist's own
+                tdist.tensor (on the Python package's group): equal results
   ddp           DistributedDataParallel: static_graph, no_sync, unused
                 parameters, the fp16 compression hook
 """
@@ -189,13 +191,41 @@ def case_ddp(tmp):
     return out
 
 
-CASES = {"mesh_dtensor": case_mesh_dtensor, "tp": case_tp, "fsdp2": case_fsdp2, "dcp": case_dcp, "ddp": case_ddp}
+def case_own_layer(tmp):
+    import tdist
+    from tdist.device_mesh import init_device_mesh as own_mesh
+    from tdist.tensor import Replicate as OwnReplicate
+    from tdist.tensor import Shard as OwnShard
+    from tdist.tensor import distribute_tensor as own_distribute
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    if not tdist.is_initialized():
+        tdist.init_process_group("tdist", init_method=f"tcp://127.0.0.1:{PACKAGE_PORT}", rank=RANK, world_size=WORLD)
+    torch.manual_seed(0)
+    x = torch.randn(7, 5)  # uneven over 2 and 4 ranks on purpose
+    theirs = distribute_tensor(x, init_device_mesh("cpu", (WORLD,)), [Shard(0)])
+    ours = own_distribute(x, own_mesh("cpu", (WORLD,)), [OwnShard(0)])
+    out = {"same_local": torch.equal(theirs.to_local(), torch.as_tensor(ours.to_local()))}
+    theirs = theirs.redistribute(placements=[Shard(1)])
+    ours = ours.redistribute(placements=[OwnShard(1)])
+    out["same_after_redistribute"] = torch.equal(theirs.to_local(), torch.as_tensor(ours.to_local()))
+    out["same_full"] = torch.equal(theirs.redistribute(placements=[Replicate()]).to_local(),
+                                   torch.as_tensor(ours.redistribute(placements=[OwnReplicate()]).to_local()))
+    return out
+
+
+CASES = {"mesh_dtensor": case_mesh_dtensor, "tp": case_tp, "fsdp2": case_fsdp2, "dcp": case_dcp, "ddp": case_ddp,
+         "own_layer": case_own_layer}
+PACKAGE_PORT = 0
 
 
 def main():
+    global PACKAGE_PORT
     ports, case, tmp = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+    PACKAGE_PORT = int(ports[2])
     results = {}
-    for backend, port in zip(("tdist", "gloo"), ports):
+    for backend, port in zip(("tdist", "gloo"), ports[:2]):
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=RANK, world_size=WORLD,
                                 timeout=timedelta(seconds=60))
         results[backend] = CASES[case](tmp)
