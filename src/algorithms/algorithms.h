@@ -55,6 +55,8 @@ class CallNotes {
   /// rank and signature.
   virtual std::optional<std::pair<int, tdist::detail::CallSignature>> differing(
       const tdist::detail::CallSignature& mine) noexcept = 0;
+  /// The reason a rank left with failed() (the group's first), if any.
+  virtual std::optional<std::string> failure() noexcept { return std::nullopt; }
 };
 
 struct CallContext;
@@ -63,7 +65,9 @@ struct CallContext;
 /// failure checks of a shared-memory wait): past half its timeout (at most
 /// a second) it tells ctx.notes that it is in the call, and from then on
 /// compares, every 200 ms, the signatures that the others left there,
-/// raising DistBackendError on a mismatch.
+/// raising DistBackendError on a mismatch, or with the reason a peer left
+/// when it failed the group (a peer's abort notice may never be read by a
+/// rank that waits on shared memory).
 struct LongWait {
   bool noted = false;
   Clock::time_point next_compare{};

@@ -78,12 +78,15 @@ void LongWait::poll(const CallContext& ctx, int my_rank) {
     sig.seq = ctx.seq;
     ctx.notes->arrived(sig);
   }
-  if (ctx.sig.empty() || now < next_compare) return;
+  if (now < next_compare) return;
   next_compare = now + std::chrono::milliseconds(200);
-  if (const auto other = ctx.notes->differing(ctx.sig)) {
-    throw DistBackendError(tdist::detail::mismatch_message(
-        ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.rank(), other->second, other->first));
+  if (!ctx.sig.empty()) {
+    if (const auto other = ctx.notes->differing(ctx.sig)) {
+      throw DistBackendError(tdist::detail::mismatch_message(
+          ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.rank(), other->second, other->first));
+    }
   }
+  if (const auto reason = ctx.notes->failure()) throw DistBackendError(*reason);
 }
 
 namespace detail {

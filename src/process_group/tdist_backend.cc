@@ -199,7 +199,7 @@ class ProcessGroupTdist::Notes final : public algo::CallNotes {
     }
   }
   /// The reason a peer left with failed(), if any.
-  std::optional<std::string> failure() noexcept {
+  std::optional<std::string> failure() noexcept override {
     try {
       if (store_->check({kFailureKey})) return to_string(store_->get(kFailureKey));
     } catch (...) {
