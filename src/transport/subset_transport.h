@@ -59,6 +59,7 @@ class SubsetTransport final : public Transport {
   void end_call() override { parent_.end_call(); }
   void abort(std::exception_ptr error) override { parent_.abort(std::move(error)); }
   bool peer_failed(int peer) const override { return parent_.peer_failed(member(peer)); }
+  std::exception_ptr abort_reason() const override { return parent_.abort_reason(); }
 
  private:
   int member(int r) const {

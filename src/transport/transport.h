@@ -187,6 +187,10 @@ class Transport {
   /// True once every operation fails: abort() here, a peer's abort notice,
   /// or a crash that breaks the group.
   virtual bool broken() const { return false; }
+  /// Why every operation fails once broken(): this rank's abort, a peer's
+  /// abort notice (with that peer's reason), or the crash that broke the
+  /// group; null while usable.
+  virtual std::exception_ptr abort_reason() const { return nullptr; }
   /// True if `peer` is known to be dead or disconnected.
   virtual bool peer_failed(int peer) const = 0;
   /// True if `peer` is known to have died: its connection broke without

@@ -60,6 +60,10 @@ void Call::check_failures(int peer) const {
   for (int r = 0; r < size(); ++r) {
     if (r == rank() || (peer >= 0 && r != peer)) continue;
     if (ctx.transport.peer_failed(r)) {
+      // A live peer's connection counts as failed too once this rank's
+      // transport was aborted (a peer's abort notice, a crash that broke
+      // the group): that abort names the rank at the root of it.
+      if (auto why = ctx.transport.abort_reason()) std::rethrow_exception(why);
       throw DistNetworkError(std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) +
                              " in this group): rank " + std::to_string(group.group_rank(r)) +
                              " died or closed its connection");

@@ -97,6 +97,11 @@ bool TcpTransport::broken() const {
   return aborted_ != nullptr;
 }
 
+std::exception_ptr TcpTransport::abort_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_;
+}
+
 void TcpTransport::break_locked(std::exception_ptr error) {
   if (!aborted_) aborted_ = error;
   error = aborted_;

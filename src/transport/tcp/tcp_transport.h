@@ -268,6 +268,7 @@ class TcpTransport final : public Transport {
   /// Turned on, a peer that crashed meanwhile breaks the group at once.
   void set_crash_breaks_group(bool breaks) override;
   bool broken() const override;
+  std::exception_ptr abort_reason() const override;
   bool peer_failed(int peer) const override;
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
