@@ -299,7 +299,7 @@ void ProcessGroupTdist::startup_barrier() {
     // broken transport means a peer's abort notice, and a peer that could
     // abort the group had passed this barrier, so every rank had reached
     // it. The group is made; its first call raises that abort.
-    if (!transport_->broken()) throw;
+    if (!transport_->abort_reason()) throw;
   }
   // From now on a peer that goes without a goodbye has crashed: every call
   // fails at once, naming it.

@@ -184,12 +184,9 @@ class Transport {
   /// later operation (true) or only those involving it (false), for
   /// transports that tell the two apart.
   virtual void set_crash_breaks_group(bool breaks) { (void)breaks; }
-  /// True once every operation fails: abort() here, a peer's abort notice,
-  /// or a crash that breaks the group.
-  virtual bool broken() const { return false; }
-  /// Why every operation fails once broken(): this rank's abort, a peer's
+  /// Why every operation fails, once one does: this rank's abort, a peer's
   /// abort notice (with that peer's reason), or the crash that broke the
-  /// group; null while usable.
+  /// group; null while the transport is usable.
   virtual std::exception_ptr abort_reason() const { return nullptr; }
   /// True if `peer` is known to be dead or disconnected.
   virtual bool peer_failed(int peer) const = 0;

@@ -92,11 +92,6 @@ void TcpTransport::set_crash_breaks_group(bool breaks) {
   flush();
 }
 
-bool TcpTransport::broken() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return aborted_ != nullptr;
-}
-
 std::exception_ptr TcpTransport::abort_reason() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return aborted_;

@@ -267,7 +267,6 @@ class TcpTransport final : public Transport {
   void abort(std::exception_ptr error) override;
   /// Turned on, a peer that crashed meanwhile breaks the group at once.
   void set_crash_breaks_group(bool breaks) override;
-  bool broken() const override;
   std::exception_ptr abort_reason() const override;
   bool peer_failed(int peer) const override;
   bool peer_crashed(int peer) const override;
