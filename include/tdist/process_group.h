@@ -52,9 +52,11 @@ class ProcessGroup {
   /// the functional API then refuses every call on it.
   bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }
   void mark_destroyed() { destroyed_.store(true, std::memory_order_release); }
-  /// Calls of the functional API (distributed.h) running on this group now,
-  /// blocked ones included: destroy_process_group() aborts a group that has
-  /// any, so that they raise instead of waiting on a group nobody will use.
+  /// Calls of the functional API (distributed.h) running on this group now
+  /// through a handle of it, blocked ones included (those on the default
+  /// group given none are counted apart): destroy_process_group() aborts a
+  /// group that has any, so that they raise instead of waiting on a group
+  /// nobody will use.
   int calls_in_progress() const { return calls_in_progress_.load(std::memory_order_acquire); }
   void enter_call() { calls_in_progress_.fetch_add(1, std::memory_order_acq_rel); }
   void leave_call() { calls_in_progress_.fetch_sub(1, std::memory_order_acq_rel); }

@@ -92,31 +92,34 @@ Group resolve(const Group& group, const char* op) {
 
 // resolve() for the collectives, held for the whole call: no lock and no
 // reference count on their path (an 8 B collective takes a few hundred
-// nanoseconds in all), only two counters. The group's counter lets
-// destroy_process_group() see the call (and abort the group to end it); for
-// the default group, read through g_world, g_world_calls keeps it alive.
+// nanoseconds in all), only one counter. It lets destroy_process_group() see
+// the call (and abort the group to end it): the group's own, or for the
+// default group read through g_world, g_world_calls, which also keeps it alive.
 class GroupCall {
  public:
   GroupCall(const Group& group, const char* op) {
     if (group) {
       if (group->destroyed()) throw_destroyed(op);
       group_ = group.get();  // the caller's handle keeps it alive
-    } else {
-      // Counted before g_world is read, so that a destroy that cleared it
-      // after this read waits for the call (both sequentially consistent).
-      g_world_calls.fetch_add(1);
-      group_ = g_world.load();
-      if (group_ == nullptr) {
-        leave_world();
-        world_or_throw();  // raises
-      }
-      world_ = true;
+      group_->enter_call();
+      return;
     }
-    group_->enter_call();
+    // Counted before g_world is read, so that a destroy that cleared it
+    // after this read waits for the call (both sequentially consistent).
+    g_world_calls.fetch_add(1);
+    group_ = g_world.load();
+    if (group_ == nullptr) {
+      leave_world();
+      world_or_throw();  // raises
+    }
+    world_ = true;
   }
   ~GroupCall() {
-    group_->leave_call();
-    if (world_) leave_world();
+    if (world_) {
+      leave_world();
+    } else {
+      group_->leave_call();
+    }
   }
   GroupCall(const GroupCall&) = delete;
   GroupCall& operator=(const GroupCall&) = delete;
@@ -133,12 +136,13 @@ class GroupCall {
   bool world_ = false;
 };
 
-// Ends what a destroyed group is doing: a group with a call in progress or
-// an operation queued is aborted, so that those calls raise (naming the
-// destroy) instead of waiting for peers. Idle groups are left alone: their
-// peers may still be finishing the last call they shared.
-void stop_calls(ProcessGroup& group, int global_rank) {
-  if (group.rank() < 0 || (group.calls_in_progress() == 0 && group.idle())) return;
+// Ends what a destroyed group is doing: a group with a call in progress
+// (`world_calls` more for the default group, counted apart) or an operation
+// queued is aborted, so that those calls raise (naming the destroy) instead
+// of waiting for peers. Idle groups are left alone: their peers may still be
+// finishing the last call they shared.
+void stop_calls(ProcessGroup& group, int global_rank, int64_t world_calls = 0) {
+  if (group.rank() < 0 || (group.calls_in_progress() == 0 && world_calls == 0 && group.idle())) return;
   try {
     group.abort("destroy_process_group() was called on rank " + std::to_string(global_rank) +
                 " while the group had a call in progress");
@@ -325,7 +329,7 @@ void destroy_process_group(const Group& group) {
   state().store.reset();
   lock.unlock();
   // Outside the lock: the calls that end now may need it to raise.
-  for (const auto& g : destroyed) stop_calls(*g, global_rank);
+  for (const auto& g : destroyed) stop_calls(*g, global_rank, g == world ? g_world_calls.load() : 0);
   destroyed.clear();
   const auto limit = std::min(world->timeout(), std::chrono::milliseconds(30000));
   free_world_after_calls(std::move(world), limit);
