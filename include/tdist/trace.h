@@ -21,6 +21,12 @@ namespace tdist {
 /// written.
 std::string dump_trace(const std::string& path = {});
 
+/// Makes SIGUSR1 dump the flight recorder into TDIST_TRACE_DIR, else
+/// ${TMPDIR:-/tmp}/tdist-trace-<parent pid>, instead of ending the process.
+/// Process groups do it as they are made; the Python package and the torch
+/// plugin do it as they are imported. Once per process.
+void handle_sigusr1();
+
 /// The flight recorder as JSON text (what dump_trace writes).
 std::string trace_json();
 

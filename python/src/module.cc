@@ -2,6 +2,7 @@
 // the pure-Python layer in tdist/*.py, which calls these bindings.
 
 #include "bindings.h"
+#include "tdist/trace.h"
 
 PYBIND11_MODULE(_C, m) {
   namespace tp = tdist::python;
@@ -17,6 +18,9 @@ PYBIND11_MODULE(_C, m) {
   tp::bind_debug(m);
   tp::bind_mesh(m);
   tp::bind_rpc(m);
+  // A SIGUSR1 sent to a job for its flight recorders must not end a rank
+  // that has imported tdist but not yet made a group.
+  tdist::handle_sigusr1();
 #ifdef TDIST_VERSION
   m.attr("__version__") = TDIST_VERSION;
 #endif

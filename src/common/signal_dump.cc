@@ -13,6 +13,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/env.h"
+
 namespace tdist::detail {
 namespace {
 
@@ -117,6 +119,12 @@ void remove_sigusr1_dump(uint64_t id) {
     d.dumps.erase(id);
   }
   std::lock_guard<std::mutex> wait_for_running(d.running);
+}
+
+std::string sigusr1_dump_dir() {
+  if (auto dir = env_string("TDIST_TRACE_DIR")) return *dir;
+  const auto tmp = env_string("TMPDIR");
+  return (tmp ? *tmp : std::string("/tmp")) + "/tdist-trace-" + std::to_string(getppid());
 }
 
 }  // namespace tdist::detail

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace tdist::detail {
 
@@ -19,5 +20,12 @@ namespace tdist::detail {
 /// until remove_sigusr1_dump(id).
 uint64_t add_sigusr1_dump(std::function<void()> dump);
 void remove_sigusr1_dump(uint64_t id);
+
+/// Where SIGUSR1's dumps go: TDIST_TRACE_DIR, else
+/// ${TMPDIR:-/tmp}/tdist-trace-<parent pid>. The ranks a launcher started
+/// (tdistrun, torchrun) share a parent, so one node's dumps land together;
+/// without the default a signal sent for evidence would find no place to
+/// write it.
+std::string sigusr1_dump_dir();
 
 }  // namespace tdist::detail

@@ -437,22 +437,26 @@ std::string FlightRecorder::to_json(std::string_view reason) const {
 }
 
 std::string FlightRecorder::dump(std::string_view reason, const std::string& path) const {
-  std::string target = path;
-  if (target.empty()) {
-    const auto dir = env_string("TDIST_TRACE_DIR");
-    if (!dir || dir->empty()) {
-      throw DistError("dump_trace: no file given and TDIST_TRACE_DIR is not set");
-    }
-    std::string component;
-    int rank = 0;
-    {
-      std::lock_guard<std::mutex> lock(groups_mutex_);
-      component = component_;
-      rank = std::max(process_rank_, 0);
-    }
-    ::mkdir(dir->c_str(), 0777);  // may exist; the open below reports real failures
-    target = *dir + "/rank" + std::to_string(rank) + (component.empty() ? "" : "." + component) + ".json";
+  if (!path.empty()) return write_dump(reason, path);
+  const auto dir = env_string("TDIST_TRACE_DIR");
+  if (!dir || dir->empty()) throw DistError("dump_trace: no file given and TDIST_TRACE_DIR is not set");
+  return dump_to_dir(reason, *dir);
+}
+
+std::string FlightRecorder::dump_to_dir(std::string_view reason, const std::string& dir) const {
+  std::string component;
+  int rank = 0;
+  {
+    std::lock_guard<std::mutex> lock(groups_mutex_);
+    component = component_;
+    rank = std::max(process_rank_, 0);
   }
+  ::mkdir(dir.c_str(), 0777);  // may exist; the open below reports real failures
+  return write_dump(
+      reason, dir + "/rank" + std::to_string(rank) + (component.empty() ? "" : "." + component) + ".json");
+}
+
+std::string FlightRecorder::write_dump(std::string_view reason, const std::string& target) const {
   const std::string text = to_json(reason);
   // Written aside and renamed, so a reader never sees half a dump.
   const std::string tmp = target + ".tmp" + std::to_string(getpid());
@@ -484,6 +488,10 @@ namespace tdist {
 
 std::string dump_trace(const std::string& path) {
   return detail::FlightRecorder::instance().dump("dump_trace()", path);
+}
+
+void handle_sigusr1() {
+  detail::install_trace_signal_handler();
 }
 
 std::string trace_json() {

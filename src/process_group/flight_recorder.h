@@ -109,6 +109,8 @@ class FlightRecorder {
   /// when `path` is empty; returns the file written. Raises DistError
   /// when neither is set or the file cannot be written.
   std::string dump(std::string_view reason, const std::string& path = {}) const;
+  /// Writes to_json() to `dir`/rank<R>[.<component>].json (made if missing).
+  std::string dump_to_dir(std::string_view reason, const std::string& dir) const;
   /// dump() if TDIST_TRACE_DIR is set (after an error: never throws).
   void dump_if_configured(std::string_view reason) const noexcept;
   /// Names this copy of tdist in file names ("torch" for the plugin, whose
@@ -118,6 +120,8 @@ class FlightRecorder {
   struct Slot;
 
  private:
+  // Writes to_json() to `target` (aside, then renamed).
+  std::string write_dump(std::string_view reason, const std::string& target) const;
   // Locks slot `id % capacity` (odd version) if it still holds `id` (or,
   // `claim`, whatever it holds); returns it, else null.
   Slot* lock(uint64_t id, bool claim) const;
@@ -149,8 +153,8 @@ ClockOffset clock_offset_to_rank0(Store& store, int rank, int size);
 /// rank. Best effort: a failure is logged, never raised.
 void write_job_trace(Store& store, int rank, int size, std::chrono::milliseconds timeout) noexcept;
 
-/// Installs the SIGUSR1 handler (once per process; needs TDIST_TRACE_DIR)
-/// that dumps every recorder in the process from a thread of its own.
+/// Installs the SIGUSR1 handler (once per process) that dumps every recorder
+/// in the process from a thread of its own, into sigusr1_dump_dir().
 void install_trace_signal_handler();
 
 }  // namespace tdist::detail

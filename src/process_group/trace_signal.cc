@@ -1,5 +1,6 @@
-// SIGUSR1 dumps the flight recorder (flight_recorder.h) when TDIST_TRACE_DIR
-// is set, through common/signal_dump.h.
+// SIGUSR1 dumps the flight recorder (flight_recorder.h) into TDIST_TRACE_DIR
+// or the default directory (common/signal_dump.h): a signal sent for
+// evidence must never kill the job instead.
 
 #include <unistd.h>
 
@@ -18,13 +19,20 @@ void install_trace_signal_handler() {
   static pid_t installed_in = 0;
   std::lock_guard<std::mutex> lock(mutex);
   if (installed_in == getpid()) return;
-  const auto dir = env_string("TDIST_TRACE_DIR");
-  if (!dir || dir->empty() || !FlightRecorder::instance().enabled()) return;
+  // The recorder itself is made at the first dump or call, not here: the
+  // Python package installs this at import, before a program may set
+  // TDIST_TRACE_BUFFER_SIZE.
   installed_in = getpid();
   add_sigusr1_dump([] {
+    if (!FlightRecorder::instance().enabled()) {
+      TDIST_LOG(WARNING) << "flight recorder: SIGUSR1, but recording is off (TDIST_TRACE_BUFFER_SIZE=0)";
+      return;
+    }
     try {
-      const std::string path = FlightRecorder::instance().dump("SIGUSR1");
-      TDIST_LOG(WARNING) << "flight recorder written to " << path << " (SIGUSR1)";
+      const bool chosen = env_string("TDIST_TRACE_DIR").has_value();
+      const std::string path = FlightRecorder::instance().dump_to_dir("SIGUSR1", sigusr1_dump_dir());
+      TDIST_LOG(WARNING) << "flight recorder written to " << path << " (SIGUSR1"
+                         << (chosen ? ")" : "; TDIST_TRACE_DIR is not set, so into the default directory)");
     } catch (const std::exception& e) {
       TDIST_LOG(WARNING) << "flight recorder: SIGUSR1 dump failed: " << e.what();
     }

@@ -151,9 +151,7 @@ class AgentImpl final : public Agent {
     receive(wire::kResponseTag);
     receive(wire::kReleaseTag);
     watchdog_ = std::thread([this] { watch(); });
-    if (auto dir = env_string("TDIST_TRACE_DIR"); dir && !dir->empty()) {
-      signal_dump_ = tdist::detail::add_sigusr1_dump([this] { dump_pending("SIGUSR1", {}); });
-    }
+    signal_dump_ = tdist::detail::add_sigusr1_dump([this] { dump_pending("SIGUSR1", {}); });
   }
 
   ~AgentImpl() override { shutdown(false); }
@@ -306,7 +304,9 @@ class AgentImpl final : public Agent {
                          ": " + std::to_string(lines.size()) + " call(s) without an answer";
       for (const std::string& line : lines) text += "\n  " + line;
       TDIST_LOG(WARNING) << text;
-      if (auto dir = env_string("TDIST_TRACE_DIR"); dir && !dir->empty()) {
+      auto dir = env_string("TDIST_TRACE_DIR");
+      if (!dir && reason == "SIGUSR1") dir = tdist::detail::sigusr1_dump_dir();
+      if (dir) {
         const std::string path = *dir + "/rpc" + std::to_string(rank_) + ".txt";
         std::error_code ignored;  // a directory that cannot be made fails the write, reported below
         std::filesystem::create_directories(*dir, ignored);

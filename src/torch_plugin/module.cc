@@ -55,6 +55,7 @@ PYBIND11_MODULE(_plugin, m) {
   // Registers torch's Backend and Store classes, which the binding below
   // derives from and takes.
   py::module_::import("torch.distributed");
+  tdist::handle_sigusr1();  // a SIGUSR1 sent for evidence never ends the rank (tdist/trace.h)
 
   py::class_<ProcessGroupTdist, c10d::Backend, GilFreeHolder<ProcessGroupTdist>>(m, "ProcessGroupTdist",
                                                                                  R"(

@@ -230,6 +230,39 @@ def test_sigusr1_to_the_launcher_dumps_every_rank_of_a_hung_job(tmp_path):
         launcher.wait()
 
 
+def test_sigusr1_without_a_trace_dir_dumps_to_the_default_place_and_the_job_goes_on(tmp_path):
+    """Without TDIST_TRACE_DIR a SIGUSR1 to tdistrun must not end the job: the
+    ranks dump into $TMPDIR/tdist-trace-<tdistrun's pid>, which tdistrun
+    names, and the job then finishes."""
+    marker, go = tmp_path / "paused", tmp_path / "go"
+    env = dict(os.environ, TMPDIR=str(tmp_path), JOB_MARKER=str(marker), JOB_GO=str(go), JOB_TIMEOUT="60")
+    env.pop("TDIST_TRACE_DIR", None)
+    launcher = subprocess.Popen([sys.executable, "-m", "tdist.run", "--standalone", "--nproc-per-node", "2",
+                                 os.path.join(HERE, "trace_job.py"), "pause", "3"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + JOB_DEADLINE
+        while not all(os.path.exists("%s.%d" % (marker, r)) for r in range(2)):
+            assert time.monotonic() < deadline and launcher.poll() is None, "the ranks never paused"
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGUSR1)
+        dump_dir = tmp_path / ("tdist-trace-%d" % launcher.pid)
+        while len(list(dump_dir.glob("rank*.json"))) < 2:
+            assert time.monotonic() < deadline and launcher.poll() is None, "no dumps in %s" % dump_dir
+            time.sleep(0.05)
+        for r in range(2):
+            doc = json.loads((dump_dir / ("rank%d.json" % r)).read_text())
+            assert doc["reason"] == "SIGUSR1" and [e["op"] for e in doc["entries"]] == ["all_reduce"] * 3
+        go.touch()
+        _, err = launcher.communicate(timeout=JOB_DEADLINE)
+        assert launcher.returncode == 0, err
+        assert "got SIGUSR1; passing it to every rank (their flight recorders go to %s)" % dump_dir in err, err
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+
+
 def _calibrated_clock(rank, world):
     # Ranks 1 and 2 claim another host than rank 0's: their dumps carry
     # rank 0's clock as measured through the store at group creation.

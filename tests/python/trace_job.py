@@ -6,6 +6,9 @@ rank misbehaves.
     trace_job.py skip K    rank 1 skips iteration K's all_reduce
     trace_job.py hang K    rank 2 sleeps for an hour before iteration K
                            (after writing $JOB_MARKER)
+    trace_job.py pause K   every rank writes $JOB_MARKER.<rank> before
+                           iteration K, then waits for the file $JOB_GO
+                           and goes on to the end
 """
 
 import os
@@ -32,6 +35,13 @@ def main():
         if mode == "hang" and rank == 2 and i == k:
             open(os.environ["JOB_MARKER"], "w").close()
             time.sleep(3600)
+        if mode == "pause" and i == k:
+            open("%s.%d" % (os.environ["JOB_MARKER"], rank), "w").close()
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.environ["JOB_GO"]):  # the test's go-ahead, from outside the job
+                if time.monotonic() > deadline:
+                    raise SystemExit("trace_job: no %s within 60 s" % os.environ["JOB_GO"])
+                time.sleep(0.01)
         if not (mode == "skip" and rank == 1 and i == k):
             dist.all_reduce(x)
         if mode == "skip":

@@ -14,6 +14,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/env.h"
 #include "common/error_text.h"
 #include "launcher/process_util.h"
 #include "tdist/errors.h"
@@ -405,7 +406,12 @@ Agent::RoundResult Agent::run_round(int attempt, const std::string& master_addr,
       if (sig == SIGUSR1) {
         // The ranks' flight recorders dump (TDIST_TRACE_DIR): one signal to
         // the launcher reaches the whole node.
-        say("got SIGUSR1; passing it to every rank");
+        // The ranks are this process's children: without TDIST_TRACE_DIR
+        // they dump into the default directory named after this pid.
+        const auto dir = env_string("TDIST_TRACE_DIR");
+        const auto tmp = env_string("TMPDIR");
+        say("got SIGUSR1; passing it to every rank (their flight recorders go to " +
+            (dir ? *dir : tmp.value_or("/tmp") + "/tdist-trace-" + std::to_string(getpid())) + ")");
         group.signal_all(SIGUSR1);
       } else if (sig != 0 && result.outcome != Outcome::kInterrupted) {
         say("got " + signal_name(sig) + "; stopping every rank");
