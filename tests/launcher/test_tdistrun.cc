@@ -514,6 +514,63 @@ TEST(TdistrunMultiNode, TwoNodesAgreeOnGlobalRanksAndTheRanksMeet) {
   EXPECT_NE(*ports.begin(), port);
 }
 
+// Without --node-rank the second node is a second node 0. Both nodes must
+// say so at once: the join timeout here is far beyond the test's deadline,
+// so a node that waited for it fails the test.
+TEST(TdistrunMultiNode, AForgottenNodeRankIsSaidOnBothNodes) {
+  int port = pick_free_port();
+  auto options = node_options(port, 0);
+  options.back() = "600";  // --join-timeout
+  ChildProcess node0(launch(options, {"env"}));
+  auto forgot = options;
+  forgot.erase(forgot.begin() + 2, forgot.begin() + 4);  // --node-rank 0
+  ChildProcess node1(launch(forgot, {"env"}));
+  ChildProcess::wait_all({&node0, &node1}, deadline());
+  ASSERT_FALSE(node0.timed_out() || node1.timed_out()) << both(node0) << both(node1);
+  EXPECT_EQ(node0.exit_code(), 1) << both(node0);
+  EXPECT_EQ(node1.exit_code(), 1) << both(node1);
+  // Whichever bound the port first hosts the store; the other cannot, and
+  // says why, and the host hears it from the store.
+  const ChildProcess& host = contains(node0.err(), "could not host") ? node1 : node0;
+  const ChildProcess& other = &host == &node0 ? node1 : node0;
+  EXPECT_TRUE(contains(other.err(),
+                       "which makes it the node that hosts the store at --master-addr; every other "
+                       "node needs its own --node-rank in [1, 2)"))
+      << other.err();
+  EXPECT_TRUE(contains(host.err(), "was also started as --node-rank 0")) << host.err();
+  EXPECT_TRUE(contains(host.err(), "give every node but this one its own --node-rank in [1, 2)"))
+      << host.err();
+  // node1 is the one without --node-rank: its message says so, or the
+  // host's message about it does.
+  EXPECT_TRUE(contains(node1.err(), &other == &node1 ? "(the default: --node-rank was not given)"
+                                                     : "was also started as --node-rank 0"))
+      << node1.err();
+  EXPECT_TRUE(contains(node0.err(), &other == &node1 ? "(it was not given --node-rank)"
+                                                     : "this node was given --node-rank 0, which"))
+      << node0.err();
+}
+
+TEST(TdistrunMultiNode, TwoNodesClaimingOneRankAreSaidOnEveryNode) {
+  int port = pick_free_port();
+  auto options = [&](int node) {
+    auto o = node_options(port, node);
+    o[1] = "3";        // --nnodes
+    o.back() = "600";  // --join-timeout
+    return o;
+  };
+  ChildProcess node0(launch(options(0), {"env"}));
+  ChildProcess first(launch(options(1), {"env"}));
+  ChildProcess second(launch(options(1), {"env"}));
+  ChildProcess::wait_all({&node0, &first, &second}, deadline());
+  for (const ChildProcess* p : {&node0, &first, &second}) {
+    ASSERT_FALSE(p->timed_out()) << both(*p);
+    EXPECT_EQ(p->exit_code(), 1) << both(*p);
+    EXPECT_TRUE(contains(p->err(), "two tdistruns were started with --node-rank 1 of --nnodes 3"))
+        << p->err();
+    EXPECT_TRUE(contains(p->err(), "give every node its own --node-rank in [0, 3)")) << p->err();
+  }
+}
+
 TEST(TdistrunMultiNode, AFailureOnOneNodeStopsBoth) {
   int port = pick_free_port();
   ChildProcess node0(launch(node_options(port, 0), {"fail", "3", "5"}));

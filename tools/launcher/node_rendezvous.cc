@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <thread>
 #include <utility>
 
 #include "common/error_text.h"
@@ -17,6 +18,12 @@
 
 namespace tdist::launcher {
 namespace {
+
+std::string hostname() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
 
 // The store's default timeout set to `timeout` for one scope. Waits that
 // happen while or after the ranks run are bounded by the read timeout, not
@@ -111,25 +118,90 @@ void NodeRendezvous::join_static() {
   store_options.world_size = o.nnodes;
   store_options.is_master = o.node_rank == 0;
   store_options.timeout = o.join_timeout;
-  store_options.wait_for_workers = true;
+  // The nodes' arrival is awaited below, key by key, so that a wrong
+  // --node-rank on any node is reported on every node within a second,
+  // not after the join timeout.
+  store_options.wait_for_workers = false;
+  const std::string where = format_host_port(o.rdzv_host, static_cast<uint16_t>(o.rdzv_port));
+  const std::string me = "'" + hostname() + "' (pid " + std::to_string(getpid()) + ")";
   try {
     store_ = std::make_unique<TCPStore>(o.rdzv_host, store_options);
   } catch (const DistError& e) {
-    throw DistError(std::string("tdistrun: node ") + std::to_string(o.node_rank) +
-                    (o.node_rank == 0 ? " could not host" : " could not join") +
-                    " the node agents' store at " +
-                    format_host_port(o.rdzv_host, static_cast<uint16_t>(o.rdzv_port)) + ": " + e.what());
+    std::string text = std::string("tdistrun: node ") + std::to_string(o.node_rank) +
+                       (o.node_rank == 0 ? " could not host" : " could not join") +
+                       " the node agents' store at " + where + ": " + e.what();
+    if (o.node_rank == 0 && o.nnodes > 1) {
+      // The usual cause: a node other than the master left out
+      // --node-rank, and 0 is the default. If a master answers there, tell
+      // it too, so that it stops waiting for this node.
+      text += "; this node was given --node-rank 0";
+      if (!o.node_rank_given) text += " (the default: --node-rank was not given)";
+      text +=
+          ", which makes it the node that hosts the store at --master-addr; every other node needs its own "
+          "--node-rank in [1, " +
+          std::to_string(o.nnodes) + ")";
+      try {
+        TCPStoreOptions client = store_options;
+        client.is_master = false;
+        client.timeout = std::chrono::seconds(2);
+        TCPStore other(o.rdzv_host, client);
+        other.compare_set(key("conflict"), Bytes{},
+                          to_bytes("another tdistrun, on " + me + ", was also started as --node-rank 0" +
+                                   (o.node_rank_given ? "" : " (it was not given --node-rank)") +
+                                   "; give every node but this one its own --node-rank in [1, " +
+                                   std::to_string(o.nnodes) + ")"));
+      } catch (const DistError&) {
+        // No master there yet, or unreachable: the local error says it all.
+      }
+    }
+    throw DistError(text);
   }
   hosting_ = o.node_rank == 0;
-  if (store_->add(key("node/" + std::to_string(o.node_rank) + "/claims"), 1) != 1) {
-    throw DistInvalidArgument("tdistrun: another tdistrun already joined as --node-rank " +
-                              std::to_string(o.node_rank) + " of this job");
+  const std::string rank_text = std::to_string(o.node_rank);
+  const std::string claimant = key("node/" + rank_text + "/host");
+  const Bytes first = store_->compare_set(claimant, Bytes{}, to_bytes(me));
+  if (to_string(first) != me) {
+    const std::string text = "tdistrun: two tdistruns were started with --node-rank " + rank_text +
+                             " of --nnodes " + std::to_string(o.nnodes) + ": " + to_string(first) + " and " +
+                             me + "; give every node its own --node-rank in [0, " + std::to_string(o.nnodes) +
+                             ")";
+    store_->compare_set(key("conflict"), Bytes{}, to_bytes(text.substr(std::string("tdistrun: ").size())));
+    if (hosting_) std::this_thread::sleep_for(2 * kWatchSlice);  // as below
+    throw DistInvalidArgument(text);
   }
-  store_->set(key("node/" + std::to_string(o.node_rank) + "/nproc"), std::to_string(o.nproc_per_node));
+  store_->set(key("node/" + rank_text + "/nproc"), std::to_string(o.nproc_per_node));
   node_rank_ = o.node_rank;
   nnodes_ = o.nnodes;
+  const auto deadline = std::chrono::steady_clock::now() + o.join_timeout;
   for (int node = 0; node < o.nnodes; ++node) {
-    int nproc = std::stoi(to_string(store_->get(key("node/" + std::to_string(node) + "/nproc"))));
+    const std::string nproc_key = key("node/" + std::to_string(node) + "/nproc");
+    for (;;) {
+      if (store_->check({key("conflict")})) {
+        // The host keeps the store up for two of the others' wait slices,
+        // so that each reads the reason instead of a lost connection.
+        if (hosting_) std::this_thread::sleep_for(2 * kWatchSlice);
+        throw DistInvalidArgument("tdistrun: " + to_string(store_->get(key("conflict"))));
+      }
+      if (store_->check({nproc_key})) break;
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        std::string missing;
+        for (int n = node; n < o.nnodes; ++n) {
+          if (!store_->check({key("node/" + std::to_string(n) + "/nproc")})) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(n);
+          }
+        }
+        throw DistTimeoutError(
+            "tdistrun: node(s) " + missing + " of --nnodes " + std::to_string(o.nnodes) +
+            " did not join the store at " + where + " within " + seconds_text(o.join_timeout) +
+            " (--join-timeout); start tdistrun on every node, each with its own --node-rank");
+      }
+      try {
+        store_->wait({nproc_key}, std::min(left, kWatchSlice));
+      } catch (const DistTimeoutError&) {
+      }
+    }
+    int nproc = std::stoi(to_string(store_->get(nproc_key)));
     if (node < o.node_rank) rank_offset_ += nproc;
     world_size_ += nproc;
   }

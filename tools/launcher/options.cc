@@ -282,6 +282,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
     *exit_code = usage_error(e.what());
     return std::nullopt;
   }
+  o.node_rank_given = app.count("--node-rank") > 0 && !o.standalone;
   if (o.rdzv_backend == RdzvBackend::kStatic && o.node_rank >= o.nnodes) {
     *exit_code = usage_error("--node-rank must be in [0, " + std::to_string(o.nnodes) + "), got " +
                              std::to_string(o.node_rank));

@@ -28,6 +28,9 @@ struct LaunchOptions {
   int nnodes = 1;
   /// Static backend: this node's index; c10d: ignored (join order decides).
   int node_rank = 0;
+  /// Whether --node-rank was given (its absence on a second node is the
+  /// usual cause of two node 0s, which the error then says).
+  bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool standalone = false;
