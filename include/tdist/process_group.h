@@ -63,6 +63,13 @@ class ProcessGroup {
   /// True when no operation of the group is queued or running (async ones
   /// included). Backends without a queue are always idle.
   virtual bool idle() const { return true; }
+  /// Lets the queued operations finish, then stops the group's threads and
+  /// closes its connections, here and now rather than whenever the last
+  /// reference goes (a torch group lives on in the DDP model that holds it,
+  /// and its threads must not outlive the interpreter); every later call
+  /// raises DistBackendError. torch's destroy_process_group() calls it
+  /// through the plugin. Idempotent; a no-op for backends without threads.
+  virtual void shutdown() {}
   /// How many collectives this group has started (point-to-point operations
   /// are not counted): the sequence number the next collective will carry,
   /// alike on every rank that made the same calls. 0 for backends that do

@@ -517,6 +517,11 @@ void ProcessGroupTdist::abort_links(const std::string& why) {
 }
 
 void ProcessGroupTdist::reinit(bool rebuild_links) {
+  if (shut_down_.load()) {
+    throw DistBackendError(
+        "reinit_process_group: the process group was shut down (destroy_process_group); "
+        "make a new one");
+  }
   if (detail::CompletionThreadScope::current() != nullptr || pinning_thread_group == this) {
     // That thread must finish the group's operations (or is the transport's
     // own): waiting there for the group to be idle would never end.
@@ -593,19 +598,36 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
   }
 }
 
-ProcessGroupTdist::~ProcessGroupTdist() {
-  recorder_.forget_group(trace_group_);
+void ProcessGroupTdist::stop_worker(const char* why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
   // Queued work that never ran fails; so does anything still in flight.
-  for (auto& task : queue_) {
-    task.work->finish(std::make_exception_ptr(
-        DistError(task.op + ": the process group was destroyed before the operation ran")));
+  std::deque<Task> left;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    left.swap(queue_);
   }
+  for (auto& task : left) {
+    task.work->finish(std::make_exception_ptr(
+        DistError(task.op + ": the process group was " + why + " before the operation ran")));
+  }
+}
+
+void ProcessGroupTdist::shutdown() {
+  if (shut_down_.exchange(true)) return;
+  // The worker finishes what is queued (it leaves once the queue is empty).
+  stop_worker("shut down");
+  set_unusable("the process group was shut down (destroy_process_group)");
+  disconnect();
+}
+
+ProcessGroupTdist::~ProcessGroupTdist() {
+  recorder_.forget_group(trace_group_);
+  stop_worker("destroyed");
 }
 
 std::vector<Tensor> ProcessGroupTdist::Outputs::get() const {

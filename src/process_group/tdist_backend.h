@@ -46,6 +46,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   uint64_t sequence_number() const override { return next_seq_.load(std::memory_order_relaxed); }
   /// Nothing queued, and the worker's latest operation (if any) finished.
   bool idle() const override;
+  void shutdown() override;
   /// Group rank 0's "<host>-<pid>-<n>" (n counts that process's groups),
   /// handed to the others through the store at creation.
   std::string comm_name() const override { return comm_name_; }
@@ -126,6 +127,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Waits for the abort() and peer_crashed() calls that use the old
   /// connections (LinksPin) to end first.
   void disconnect();
+  // Stops the worker once the queue is empty (now, if it is busy inline)
+  // and fails what is left queued, saying the group was `why`.
+  void stop_worker(const char* why);
   /// Pins the group's connections, so that disconnect() does not destroy
   /// them while a thread other than the group's owner uses them (abort,
   /// peer_crashed); defined in the .cc.
@@ -332,6 +336,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Weak: it must not keep the work's tensors alive.
   std::weak_ptr<Work> latest_work_;
   bool stopping_ = false;
+  std::atomic<bool> shut_down_{false};  // shutdown() ran: the worker is gone for good
   // Bit 0: an inline call runs; above: 2 x (tasks queued or on the worker).
   // An inline call claims the group by moving it from 0 to 1, so it runs
   // only when nothing is queued or running, and the worker starts nothing

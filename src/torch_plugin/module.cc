@@ -4,10 +4,13 @@
 // expects a creator function to return. python/tdist/torch/ registers it.
 
 #include <Python.h>
+
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
+#include <mutex>
+#include <vector>
 
 #include "completion_pool.h"
 #include "process_group_tdist.h"
@@ -50,6 +53,42 @@ namespace py = pybind11;
 using tdist::torch_plugin::GilFreeHolder;
 using tdist::torch_plugin::ProcessGroupTdist;
 
+namespace {
+
+// Every group this module made, weakly: _shutdown_all() shuts down those
+// still alive at exit (tdist/torch/backend.py), while Python still runs. A
+// group torch no longer names but a DDP model still holds would otherwise
+// be destroyed as the interpreter finalizes, its threads still running
+// into a GIL that is gone.
+std::mutex g_groups_mutex;
+std::vector<c10::weak_intrusive_ptr<ProcessGroupTdist>> g_groups;
+
+void remember(const c10::intrusive_ptr<ProcessGroupTdist>& pg) {
+  std::lock_guard<std::mutex> lock(g_groups_mutex);
+  std::erase_if(g_groups, [](const auto& weak) { return weak.expired(); });
+  g_groups.emplace_back(pg);
+}
+
+void shutdown_all() {
+  std::vector<c10::intrusive_ptr<ProcessGroupTdist>> live;
+  {
+    std::lock_guard<std::mutex> lock(g_groups_mutex);
+    for (auto& weak : g_groups) {
+      if (auto pg = weak.lock()) live.push_back(std::move(pg));
+    }
+    g_groups.clear();
+  }
+  for (auto& pg : live) {
+    try {
+      pg->shutdown();
+    } catch (const std::exception&) {
+      // An aborted or broken group: nothing left to stop.
+    }
+  }
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_plugin, m) {
   m.doc() = "The tdist backend of torch.distributed (a c10d Backend running on tdist).";
   // Registers torch's Backend and Store classes, which the binding below
@@ -77,6 +116,7 @@ every rank has joined (or ``timeout`` passed).
                pg = c10::make_intrusive<ProcessGroupTdist>(store, rank, size, timeout,
                                                            std::move(global_ranks), std::move(group_name));
              }
+             remember(pg);
              return GilFreeHolder<ProcessGroupTdist>(std::move(pg));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"),
@@ -143,6 +183,9 @@ every rank has joined (or ``timeout`` passed).
   m.def(
       "_abort_work", [](const c10::intrusive_ptr<c10d::Work>& work) { work->abort(); }, py::arg("work"),
       py::call_guard<py::gil_scoped_release>());
+
+  m.def("_shutdown_all", &shutdown_all, py::call_guard<py::gil_scoped_release>(),
+        "Shuts down every tdist group this process made that is still alive (at exit).");
 
   m.def(
       "_drain_completions",

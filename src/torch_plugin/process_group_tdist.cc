@@ -1,5 +1,7 @@
 #include "process_group_tdist.h"
 
+#include <Python.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -187,6 +189,21 @@ ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& stor
 
 void ProcessGroupTdist::abort() {
   translate_errors([&] { pg_->abort("ProcessGroup.abort() was called"); });
+}
+
+void ProcessGroupTdist::shutdown() {
+  order_->close(std::make_exception_ptr(
+      c10::Error("tdist: the process group was shut down before the operation was issued")));
+  // The tdist worker may need the GIL to drop the tensors of the operations
+  // it finishes while this waits for it.
+  PyThreadState* saved = Py_IsInitialized() != 0 && PyGILState_Check() != 0 ? PyEval_SaveThread() : nullptr;
+  try {
+    pg_->shutdown();
+  } catch (...) {
+    if (saved != nullptr) PyEval_RestoreThread(saved);
+    throw;
+  }
+  if (saved != nullptr) PyEval_RestoreThread(saved);
 }
 
 ProcessGroupTdist::~ProcessGroupTdist() {

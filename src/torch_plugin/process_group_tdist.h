@@ -54,6 +54,12 @@ class ProcessGroupTdist final : public c10d::Backend {
                     std::chrono::milliseconds timeout, std::vector<int64_t> global_ranks = {},
                     std::string group_name = "");
   ~ProcessGroupTdist() override;
+  /// torch's destroy_process_group() (torch >= 2.4) calls it: the tdist
+  /// group's threads end and its connections close now, while Python still
+  /// runs. Left to the destructor, which for a group a DDP model still holds
+  /// runs as the interpreter finalizes, a tdist thread dropping a tensor
+  /// would die taking the GIL and abort the process.
+  void shutdown() override;
 
   const std::string getBackendName() const override { return "tdist"; }
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from tdist.torch import _plugin
 from tdist.torch._plugin import ProcessGroupTdist
 
 BACKEND_NAME = "tdist"
@@ -33,6 +34,22 @@ def create_process_group(backend_options, pg_options=None):
 
 
 _LEAVING = []  # (store, rank, size, timeout) of the job this process joined
+
+# A program that never calls destroy_process_group() (or whose DDP model
+# keeps a group alive after it) would leave the groups' threads running into
+# the interpreter's finalization, where a thread that drops a tensor dies
+# taking the GIL and aborts the process: they are shut down at exit, while
+# Python still runs. Registered first, so that it runs after _leave (atexit
+# runs in reverse order). The completions their last operations posted are
+# then drained too.
+
+
+def _shut_down_at_exit():
+    _plugin._shutdown_all()
+    _plugin._drain_completions(timedelta(seconds=10))
+
+
+atexit.register(_shut_down_at_exit)
 
 
 def _leave_at_exit(store, rank, size, timeout):
