@@ -11,7 +11,7 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 # third what the tests of other launchers and of several hosts use (mpirun;
 # a private Slurm cluster with munge for srun; ip and tc for
 # tools/testbed.py), without which those tests skip and say why.
-PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libssl-dev
+PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libssl-dev pkg-config
   python3-dev python3-venv python3-pip
   openmpi-bin slurmd slurmctld slurm-client munge iproute2)
 
@@ -64,6 +64,18 @@ setup_python() {
 configure_and_build() {
   local extra=()
   [ -n "${TDIST_SANITIZE:-}" ] && extra+=("-DTDIST_SANITIZE=$TDIST_SANITIZE")
+  if [ -x "$PYTHON" ] && [ -z "${TDIST_SANITIZE:-}" ]; then
+    # The build goes through pip, as a user's install does (docs/install.md):
+    # scikit-build-core configures and builds $BUILD_DIR (tests included)
+    # and installs the Python package, the torch plugin and the console
+    # scripts into the virtual environment. (A sanitizer build is never
+    # installed there: it takes the plain CMake route below.)
+    "$PYTHON" -m pip install --no-build-isolation --no-deps --disable-pip-version-check \
+      -Cbuild-dir="$BUILD_DIR" -Ccmake.build-type="${BUILD_TYPE:-RelWithDebInfo}" \
+      -Ccmake.define.TDIST_BUILD_TESTS=ON -Ccmake.define.TDIST_PYTHON_EXECUTABLE="$PYTHON" \
+      -Cbuild.verbose=true "$ROOT" >&2
+    return
+  fi
   [ -x "$PYTHON" ] && extra+=("-DTDIST_PYTHON_EXECUTABLE=$PYTHON")
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" "${extra[@]}" >/dev/null
   cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -4,6 +4,7 @@
 # result and printing its speed (nccl-tests style table, rank 0).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
+setup_python >&2
 # The build's progress goes to stderr: stdout carries only rank 0's table
 # (each line prefixed "[rank 0]: " by tdistrun), so `scripts/main.sh >
 # table.txt` keeps the results alone.

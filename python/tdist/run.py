@@ -5,9 +5,12 @@
 docs/launcher.md).
 
 This is a thin entry point to the tdistrun binary shipped inside the package
-(tdist/bin/tdistrun, copied there at build and install time). It makes sure
-the ranks it starts can ``import tdist`` (the package's directory is put in
-front of PYTHONPATH), then replaces this process with the launcher.
+(tdist/bin/tdistrun, copied there at build and install time; the ``tdistrun``
+console script of a pip install calls it too). It makes sure the ranks it
+starts can ``import tdist`` (the package's directory is put in front of
+PYTHONPATH) and run under this interpreter (TDIST_PYTHON, unless set: a
+PROGRAM ending in .py, or ``python``/``python3``, runs under it), then
+replaces this process with the launcher.
 """
 
 import os
@@ -38,6 +41,8 @@ def launcher_env(base=None):
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if package_parent not in paths:
         env["PYTHONPATH"] = os.pathsep.join([package_parent] + paths)
+    if not env.get("TDIST_PYTHON") and sys.executable:
+        env["TDIST_PYTHON"] = sys.executable
     return env
 
 

@@ -354,6 +354,34 @@ TEST(TdistrunPython, PyProgramsRunUnderTdistPython) {
   }
 }
 
+#ifdef TDIST_BUILT_FOR_PYTHON
+TEST(TdistrunPython, WithoutTdistPythonTheInterpreterTdistWasBuiltForRunsPythonPrograms) {
+  // A first python3 in PATH that is not the one the build used (Debian's)
+  // must not be the one that runs them: it may lack torch and tdist.
+  std::string script = temp_path("script") + ".py";
+  {
+    std::ofstream out(script);
+    out << "import os, sys\nprint('py rank=%s exe=%s' % (os.environ['RANK'], sys.executable))\n";
+  }
+  const std::vector<std::string> env = {"TDIST_PYTHON=", "PATH=/usr/bin:/bin"};
+  ChildProcess by_suffix({kTdistrun, "--standalone", "--nproc-per-node", "2", script}, env);
+  ChildProcess by_name({kTdistrun, "--standalone", "--nproc-per-node", "2", "python3", script}, env);
+  run_to_end(by_suffix);
+  run_to_end(by_name);
+  unlink(script.c_str());
+  for (const ChildProcess* p : {&by_suffix, &by_name}) {
+    ASSERT_EQ(p->exit_code(), 0) << both(*p);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string r = std::to_string(rank);
+      EXPECT_EQ(
+          lines_with(p->out(), "[rank " + r + "]: py rank=" + r + " exe=" + TDIST_BUILT_FOR_PYTHON).size(),
+          1U)
+          << p->out();
+    }
+  }
+}
+#endif
+
 // ---- failures ----
 
 TEST(TdistrunFailure, AFailingRankIsReportedWithItsStderrAndTheOthersAreStopped) {

@@ -190,8 +190,16 @@ def test_install_component_python_into_a_prefix():
     with tempfile.TemporaryDirectory() as prefix:
         subprocess.run([os.environ["TDIST_CMAKE"], "--install", os.environ["TDIST_BUILD_DIR"], "--component",
                         "python", "--prefix", prefix], check=True, capture_output=True, timeout=TIMEOUT)
-        site = os.path.join(prefix, f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages")
-        assert os.access(os.path.join(site, "tdist", "bin", "tdistrun"), os.X_OK)
+        # The build directory's layout: lib/python3.X/dist-packages, or "."
+        # (the wheel's) in a build directory pip configured (scripts/test.sh).
+        with open(os.path.join(os.environ["TDIST_BUILD_DIR"], "CMakeCache.txt")) as f:
+            configured = [line.split("=", 1)[1].strip() for line in f
+                          if line.startswith("TDIST_PYTHON_INSTALL_DIR:")]
+        assert configured in ([f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages"], ["."])
+        site = os.path.normpath(os.path.join(prefix, configured[0]))
+        for program in ("tdistrun", "tdist-trace", "tdist-bench"):
+            assert os.access(os.path.join(site, "tdist", "bin", program), os.X_OK), program
+        assert [f for f in os.listdir(os.path.join(site, "tdist", "torch")) if f.startswith("_plugin")]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TDIST_RUN_BINARY")}
         env["PYTHONPATH"] = site
         code = "import tdist, tdist.run; print(tdist.__file__); print(tdist.run.launcher_path())"

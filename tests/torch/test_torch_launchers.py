@@ -37,3 +37,51 @@ def test_tdistrun_launches_a_torch_2_program():
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check(proc.stdout, 2)
+
+
+# ---- torch's backend autoloading (the "torch.backends" entry point) ----
+
+_ONE_RANK = """
+import socket, torch, torch.distributed as dist
+print("registered:", "tdist" in dist.Backend.backend_list, flush=True)
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+dist.init_process_group("tdist", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1)
+t = torch.ones(3)
+dist.all_reduce(t)
+print("backend:", dist.get_backend(), "sum:", t.tolist(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _python(code, env):
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_import_torch_alone_registers_the_tdist_backend():
+    """The build tree's package (as an installed one) carries the entry
+    point: a torch program needs no `import tdist.torch`."""
+    p = _python(_ONE_RANK, _env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "registered: True" in p.stdout and "backend: tdist sum: [1.0, 1.0, 1.0]" in p.stdout, p.stdout
+
+
+def test_autoloading_can_be_turned_off():
+    p = _python("import torch.distributed as dist; print('tdist' in dist.Backend.backend_list)",
+                dict(_env(), TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert p.returncode == 0 and p.stdout.strip() == "False", p.stdout + p.stderr
+
+
+def test_a_missing_plugin_is_explained_when_the_backend_is_asked_for(tmp_path):
+    """A tdist built where torch was not importable has no plugin: asking
+    for the backend says so and how to rebuild, not torch's bare "Invalid
+    backend"."""
+    import shutil
+    build_python = os.path.join(os.environ["TDIST_BUILD_DIR"], "python")
+    copy = tmp_path / "python"
+    shutil.copytree(build_python, copy)
+    for f in (copy / "tdist" / "torch").glob("_plugin*.so"):
+        f.unlink()
+    p = _python(_ONE_RANK, dict(_env(), PYTHONPATH=str(copy)))
+    assert p.returncode != 0
+    assert "registered: True" in p.stdout, p.stdout + p.stderr
+    assert "built without its torch plugin" in p.stderr and "pip install --no-build-isolation" in p.stderr, p.stderr

@@ -39,11 +39,27 @@ std::string find_in_path(const std::string& name) {
   throw DistInvalidArgument("tdistrun: program '" + name + "' not found in PATH");
 }
 
+// The interpreter tdist's Python package was built for (CMake's
+// TDIST_PYTHON_EXECUTABLE), when this tdistrun was built with it and it is
+// still there.
+std::string built_for_python() {
+#ifdef TDIST_BUILT_FOR_PYTHON
+  if (is_executable_file(TDIST_BUILT_FOR_PYTHON)) return TDIST_BUILT_FOR_PYTHON;
+#endif
+  return {};
+}
+
+// TDIST_PYTHON, if set and not empty.
+const char* chosen_python() {
+  const char* chosen = std::getenv("TDIST_PYTHON");  // NOLINT(concurrency-mt-unsafe): never set here
+  return chosen != nullptr && *chosen != '\0' ? chosen : nullptr;
+}
+
 }  // namespace
 
 std::string python_interpreter() {
-  // NOLINTNEXTLINE(concurrency-mt-unsafe): the launcher never calls setenv
-  if (const char* chosen = std::getenv("TDIST_PYTHON"); chosen != nullptr && *chosen != '\0') return chosen;
+  if (const char* chosen = chosen_python()) return chosen;
+  if (std::string built = built_for_python(); !built.empty()) return built;
   try {
     return find_in_path("python3");
   } catch (const DistInvalidArgument&) {
@@ -72,6 +88,14 @@ ResolvedCommand resolve_command(const LaunchOptions& options) {
     command.argv = {interpreter, "-u"};
     if (options.module) command.argv.emplace_back("-m");
     command.argv.push_back(program);
+  } else if ((program == "python" || program == "python3") && !options.no_python &&
+             (chosen_python() != nullptr || !built_for_python().empty())) {
+    // `tdistrun python3 train.py` runs the interpreter tdist and torch are
+    // installed in (TDIST_PYTHON, which the console script of a pip install
+    // and python3 -m tdist.run set to their own; else the one tdist was
+    // built for), not whichever python3 comes first in PATH.
+    command.path = python_interpreter();
+    command.argv = {command.path};
   } else {
     command.path = program.find('/') != std::string::npos ? program : find_in_path(program);
     if (!is_executable_file(command.path)) {

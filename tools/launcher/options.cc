@@ -114,8 +114,8 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
                "tdistrun"};
   app.formatter(std::make_shared<UsageFormatter>());
   app.footer(
-      "PROGRAM [ARGS...] follow the options; a PROGRAM ending in .py runs under $TDIST_PYTHON, else python3 "
-      "in PATH.\n"
+      "PROGRAM [ARGS...] follow the options; a PROGRAM ending in .py (or python3, python) runs under "
+      "$TDIST_PYTHON, else the interpreter tdist was built for, else python3 in PATH.\n"
       "Every option also takes its underscore spelling (--nproc_per_node). See docs/launcher.md.");
   std::string nproc = "1";
   std::string bind_to = "auto";
@@ -192,7 +192,7 @@ std::optional<LaunchOptions> parse_options(int argc, char** argv, int* exit_code
       ->check(CLI::Range(0, 3));
   app.add_flag("--no-python,--no_python", o.no_python, "run PROGRAM directly even if it ends in .py");
   app.add_flag("-m,--module", o.module,
-               "PROGRAM is a Python module: run python3 -m PROGRAM ($TDIST_PYTHON if set)");
+               "PROGRAM is a Python module: run PYTHON -m PROGRAM (PYTHON as for .py programs)");
   app.add_option(
          "--bind-to,--bind_to", bind_to,
          "'auto': if the ranks do not outnumber the CPUs tdistrun may run on, give each an equal share "

@@ -43,8 +43,20 @@ if not _dist.is_available():  # pragma: no cover - Debian's torch has it
 import atexit as _atexit  # noqa: E402
 from datetime import timedelta as _timedelta  # noqa: E402
 
-from tdist.torch._plugin import ProcessGroupTdist  # noqa: E402
-from tdist.torch._plugin import _drain_completions  # noqa: E402
+try:
+    from tdist.torch._plugin import ProcessGroupTdist  # noqa: E402
+    from tdist.torch._plugin import _drain_completions  # noqa: E402
+except ImportError as _error:
+    if getattr(_error, "name", None) != "tdist.torch._plugin":
+        raise
+    import torch as _torch
+
+    raise ImportError(
+        "tdist.torch: this tdist was built without its torch plugin (tdist/torch/_plugin*.so is missing): "
+        "torch 2 was not importable by the interpreter tdist was built for. Build it for this interpreter "
+        "(torch %s): pip install --no-build-isolation . in a clone, with torch installed first, or "
+        "cmake -DTDIST_PYTHON_EXECUTABLE=%s; see docs/install.md" % (_torch.__version__, __import__("sys").executable),
+        name="tdist.torch._plugin") from None
 from tdist.torch import backend as _backend  # noqa: E402
 from tdist.torch import compat as _compat  # noqa: E402
 from tdist.torch.npu import (  # noqa: E402
