@@ -93,6 +93,8 @@ def main():
     parser.add_argument("--out", default="", help="directory for the weights and timings")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a call gives up")
     args = parser.parse_args()
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)  # every rank: whichever comes first makes it
 
     replacement = int(os.environ.get("TDIST_RESTART_COUNT", "0")) > 0
     if replacement and args.out:
