@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """DistributedDataParallel training steps on tdist, on gloo and with a
 communication hook that does nothing, side by side in the same processes.
 
