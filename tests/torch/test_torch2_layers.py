@@ -59,7 +59,7 @@ def test_device_mesh_sub_groups_reduce_over_their_rows_and_columns(world_size):
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("case", ["fsdp2", "dcp", "ddp"])
+@pytest.mark.parametrize("case", ["fsdp2", "dcp", "ddp", "pipelining"])
 def test_training_and_checkpoints_equal_gloo(case, world_size):
     runs = _run(case, world_size)
     for rank, run in enumerate(runs):
@@ -71,6 +71,8 @@ def test_training_and_checkpoints_equal_gloo(case, world_size):
             _close(run["tdist"], run["gloo"], 1e-6, f"rank {rank} {case}")
     if case == "dcp":
         assert all(r["tdist"]["restored"] for r in runs)
+    if case == "pipelining":  # the last stage computes the loss of each microbatch
+        assert len(runs[-1]["tdist"]["gpipe_losses"]) == 4 and runs[0]["tdist"]["gpipe_losses"] == []
     if case == "fsdp2":
         losses = runs[0]["tdist"]["losses"]
         assert losses[-1] < losses[0], f"training did not lower the loss: {losses}"

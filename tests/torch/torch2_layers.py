@@ -14,6 +14,8 @@ Cases (each returns plain lists and numbers):
                 tdist.tensor (on the Python package's group): equal results
   ddp           DistributedDataParallel: static_graph, no_sync, unused
                 parameters, the fp16 compression hook
+  pipelining    torch.distributed.pipelining: one stage per rank, the GPipe
+                and 1F1B schedules over 4 microbatches (gradients, losses)
 """
 
 import json
@@ -215,7 +217,32 @@ def case_own_layer(tmp):
     return out
 
 
-CASES = {"mesh_dtensor": case_mesh_dtensor, "tp": case_tp, "fsdp2": case_fsdp2, "dcp": case_dcp, "ddp": case_ddp,
+def case_pipelining(tmp):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    torch.manual_seed(0)
+    stages = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(WORLD)]
+    module = stages[RANK]
+    stage = PipelineStage(module, RANK, WORLD, torch.device("cpu"))
+    out = {}
+    for name, schedule_class in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
+        module.zero_grad()
+        schedule = schedule_class(stage, n_microbatches=4, loss_fn=lambda y, target: ((y - target) ** 2).mean())
+        torch.manual_seed(1)
+        x, target = torch.randn(8, 8), torch.randn(8, 8)
+        losses = []
+        if RANK == 0:
+            schedule.step(x)
+        elif RANK == WORLD - 1:
+            schedule.step(target=target, losses=losses)
+        else:
+            schedule.step()
+        out[name + "_grads"] = [_rows(p.grad) for p in module.parameters()]
+        out[name + "_losses"] = [float(loss) for loss in losses]
+    return out
+
+
+CASES = {"mesh_dtensor": case_mesh_dtensor, "pipelining": case_pipelining, "tp": case_tp, "fsdp2": case_fsdp2, "dcp": case_dcp, "ddp": case_ddp,
          "own_layer": case_own_layer}
 PACKAGE_PORT = 0
 
