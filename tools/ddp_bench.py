@@ -49,6 +49,8 @@ import sys
 import time
 
 from local_ranks import run_ranks
+from step_timing import (add_common_arguments, check_and_record, check_common_arguments, mlp, parse_list, slowest,
+                         start_table, summarize, time_rounds, write_markdown)
 
 MODELS = ("mlp", "conv", "small")
 RUNS = ("noop", "tdist", "gloo")
@@ -59,12 +61,7 @@ RUNS = ("noop", "tdist", "gloo")
 def build_model(name):
     import torch.nn as nn
     if name == "mlp":
-        layers = []
-        for i in range(6):
-            layers.append(nn.Linear(2048, 2048))
-            if i < 5:
-                layers.append(nn.ReLU())
-        return nn.Sequential(*layers)
+        return mlp(nn)
     if name == "conv":
         return nn.Sequential(
             nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -138,36 +135,10 @@ def rank_main(cfg):
         loss.backward()
         opts[run].step()
 
-    def slowest(seconds):
-        t = torch.tensor([seconds], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control)
-        return float(t[0])
-
-    for run in RUNS:  # warm-up, untimed
-        for s in range(cfg["warmup"]):
-            step(run, *data[s % len(data)])
     # Per run and round: wall time per step, and CPU time per step of the
     # main thread (forward, backward, optimizer) and of all other threads
     # (the backend's and torch's), each the slowest rank's.
-    wall = {run: [] for run in RUNS}
-    main_cpu = {run: [] for run in RUNS}
-    other_cpu = {run: [] for run in RUNS}
-    for i in range(cfg["rounds"]):
-        # Each run in turn takes STEPS steps back to back, as a training loop
-        # does; the order rotates so that drift and what one run leaves in the
-        # caches weigh on all three alike.
-        for run in RUNS[i % len(RUNS):] + RUNS[:i % len(RUNS)]:
-            dist.barrier(group=control)
-            start, process0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
-            for x, y in data:
-                step(run, x, y)
-            elapsed = time.perf_counter() - start
-            thread = time.thread_time() - thread0
-            process = time.process_time() - process0
-            n = len(data)
-            wall[run].append(slowest(elapsed) / n)
-            main_cpu[run].append(slowest(thread) / n)
-            other_cpu[run].append(slowest(process - thread) / n)
+    wall, main_cpu, other_cpu = time_rounds(RUNS, step, data, cfg["rounds"], cfg["warmup"], dist, torch, control)
     bucket_sizes = list(buckets)  # the last timed noop step's (DDP rebuilds them after its first step)
     if cfg["trace"]:
         # The flight recorder's last calls (the tdist run's bucket all_reduces
@@ -186,31 +157,17 @@ def rank_main(cfg):
             works = [dist.all_reduce(t, group=groups[lib], async_op=True) for t in tensors]
             for w in works:
                 w.wait()
-            raw[lib].append(slowest(time.perf_counter() - start))
+            raw[lib].append(slowest(time.perf_counter() - start, dist, torch, control))
 
     params = {run: [p.detach() for p in ddps[run].module.parameters()] for run in ("tdist", "gloo")}
-    diff = max(float((a - b).abs().max()) for a, b in zip(params["tdist"], params["gloo"]))
+    figures = summarize(wall, main_cpu, other_cpu, "noop", params["tdist"], params["gloo"])
     if rank == 0:
-        def ms(values):
-            return statistics.median(values) * 1e3
-
-        def overhead(run):
-            # Paired with the noop run of the same round, which ran moments
-            # apart: the machine's drift cancels out.
-            return ms([t - n for t, n in zip(wall[run], wall["noop"])])
-
-        out = dict(cfg)
+        out = dict(cfg, world=world)
+        out.update(figures)
         out.update({
-            "world": world,
-            "noop_ms": ms(wall["noop"]), "tdist_ms": ms(wall["tdist"]), "gloo_ms": ms(wall["gloo"]),
-            "tdist_overhead_ms": overhead("tdist"), "gloo_overhead_ms": overhead("gloo"),
-            "tdist_raw_ms": ms(raw["tdist"]), "gloo_raw_ms": ms(raw["gloo"]),
+            "tdist_raw_ms": statistics.median(raw["tdist"]) * 1e3, "gloo_raw_ms": statistics.median(raw["gloo"]) * 1e3,
             "buckets": len(bucket_sizes),
             "grad_mb": sum(n * torch.empty(0, dtype=dt).element_size() for n, dt in bucket_sizes) / 1e6,
-            "weights_equal": diff == 0.0, "weights_max_diff": diff,
-            "main_cpu_ms": {run: ms(v) for run, v in main_cpu.items()},
-            "other_cpu_ms": {run: ms(v) for run, v in other_cpu.items()},
-            "rounds_ms": {run: [round(t * 1e3, 2) for t in v] for run, v in wall.items()},
         })
         print("ROW " + json.dumps(out), flush=True)
     dist.barrier(group=control)
@@ -224,17 +181,6 @@ def rank_main(cfg):
 
 def run_config(cfg, world, timeout):
     return run_ranks(__file__, cfg, world, timeout, env={"OMP_NUM_THREADS": str(cfg["threads"])})
-
-
-def parse_list(text, conv, allowed=None):
-    items = [conv(x) for x in text.split(",") if x]
-    if not items:
-        raise argparse.ArgumentTypeError("empty list")
-    if allowed is not None:
-        for item in items:
-            if item not in allowed:
-                raise argparse.ArgumentTypeError("%r is not one of %s" % (item, ", ".join(map(str, allowed))))
-    return items
 
 
 def on_off(text):
@@ -263,35 +209,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=lambda s: parse_list(s, str, MODELS), default=["mlp"])
-    ap.add_argument("--world", type=lambda s: parse_list(s, int), default=[2, 4])
-    ap.add_argument("--threads", type=lambda s: parse_list(s, int), default=[1],
-                    help="compute threads per rank (torch.set_num_threads)")
     ap.add_argument("--bucket-mb", type=lambda s: parse_list(s, float), default=[25.0])
     ap.add_argument("--gbv", type=lambda s: parse_list(s, on_off), default=[False],
                     help="gradient_as_bucket_view: on, off or on,off")
-    ap.add_argument("--steps", type=int, default=5, help="steps each run takes back to back in a round")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds; the figures are their medians")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    ap.add_argument("--timeout", type=int, default=900, help="seconds allowed for each configuration")
     ap.add_argument("--trace", metavar="DIR",
                     help="dump every rank's flight recorder to DIR/rank<R>.json after the timed steps "
                          "(read them with tdist-trace)")
-    ap.add_argument("--jsonl", help="append every row to this file as a JSON line")
-    ap.add_argument("--markdown", help="write the table to this file")
+    add_common_arguments(ap)
     args = ap.parse_args()
-    if args.steps < 1 or args.rounds < 1 or args.warmup < 1 or args.timeout < 1:
-        ap.error("--steps, --rounds, --warmup and --timeout must be at least 1")
-    if min(args.threads) < 1:
-        ap.error("--threads: at least 1 compute thread")
+    check_common_arguments(ap, args)
     if min(args.bucket_mb) <= 0:
         ap.error("--bucket-mb: bucket sizes must be positive")
-    for w in args.world:
-        if w < 1:
-            ap.error("--world: ranks must be at least 1")
-
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(HEADER)
-    print("|" + "---|" * (HEADER.count("|") - 1), flush=True)
+    started = start_table(HEADER)
     lines, bad = [], 0
     for model in args.models:
         for world in args.world:
@@ -311,21 +240,11 @@ def main():
                             print("ddp_bench: %s, %d ranks, %d threads, %g MB, gbv %s failed: %s" % (
                                 model, world, threads, bucket, gbv, why), file=sys.stderr, flush=True)
                             continue
-                        tol = 0.0 if world <= 2 else 1e-5
-                        if not row["weights_max_diff"] <= tol:  # NaN fails too
-                            bad += 1
-                            print("ddp_bench: %s, %d ranks: the tdist run's weights differ from gloo's by %g "
-                                  "(allowed: %g)" % (model, world, row["weights_max_diff"], tol),
-                                  file=sys.stderr, flush=True)
-                        row["started"] = started
-                        lines.append(table_row(row))
-                        print(lines[-1], flush=True)
-                        if args.jsonl:
-                            with open(args.jsonl, "a") as f:
-                                f.write(json.dumps(row) + "\n")
+                        what = "%s, %d ranks, %d threads, %g MB, gbv %s" % (model, world, threads, bucket, gbv)
+                        bad += not check_and_record("ddp_bench", what, row, world, started, table_row, lines,
+                                                    args.jsonl)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(HEADER + "\n" + "|" + "---|" * (HEADER.count("|") - 1) + "\n" + "\n".join(lines) + "\n")
+        write_markdown(args.markdown, HEADER, lines)
     return 1 if bad else 0
 
 

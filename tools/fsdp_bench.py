@@ -38,11 +38,12 @@ run failed or the weights differed.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 from local_ranks import run_ranks
+from step_timing import (add_common_arguments, check_and_record, check_common_arguments, mlp, parse_list, start_table,
+                         summarize, time_rounds, write_markdown)
 
 MODELS = ("mlp", "transformer")
 RUNS = ("local", "tdist", "gloo")
@@ -53,12 +54,7 @@ RUNS = ("local", "tdist", "gloo")
 def build_model(name, torch):
     nn = torch.nn
     if name == "mlp":
-        layers = []
-        for i in range(6):
-            layers.append(nn.Linear(2048, 2048))
-            if i < 5:
-                layers.append(nn.ReLU())
-        return nn.Sequential(*layers)
+        return mlp(nn)
     if name == "transformer":
         return nn.Sequential(*[nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True)
                                for _ in range(4)])
@@ -110,53 +106,13 @@ def rank_main(cfg):
         loss.backward()
         opts[run].step()
 
-    def slowest(seconds):
-        t = torch.tensor([seconds], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=control)
-        return float(t[0])
-
-    for run in RUNS:  # warm-up, untimed
-        for s in range(cfg["warmup"]):
-            step(run, *data[s % len(data)])
-    wall = {run: [] for run in RUNS}
-    main_cpu = {run: [] for run in RUNS}
-    other_cpu = {run: [] for run in RUNS}
-    for i in range(cfg["rounds"]):
-        # The order rotates so that drift and what one run leaves in the
-        # caches weigh on all three alike.
-        for run in RUNS[i % len(RUNS):] + RUNS[:i % len(RUNS)]:
-            dist.barrier(group=control)
-            start, process0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
-            for x, y in data:
-                step(run, x, y)
-            elapsed = time.perf_counter() - start
-            thread = time.thread_time() - thread0
-            process = time.process_time() - process0
-            n = len(data)
-            wall[run].append(slowest(elapsed) / n)
-            main_cpu[run].append(slowest(thread) / n)
-            other_cpu[run].append(slowest(process - thread) / n)
+    wall, main_cpu, other_cpu = time_rounds(RUNS, step, data, cfg["rounds"], cfg["warmup"], dist, torch, control)
 
     params = {run: [p.detach().full_tensor() for p in models[run].parameters()] for run in ("tdist", "gloo")}
-    diff = max(float((a - b).abs().max()) for a, b in zip(params["tdist"], params["gloo"]))
+    figures = summarize(wall, main_cpu, other_cpu, "local", params["tdist"], params["gloo"])
     if rank == 0:
-        def ms(values):
-            return statistics.median(values) * 1e3
-
-        def overhead(run):
-            return ms([t - n for t, n in zip(wall[run], wall["local"])])
-
-        out = dict(cfg)
-        out.update({
-            "world": dist.get_world_size(),
-            "local_ms": ms(wall["local"]), "tdist_ms": ms(wall["tdist"]), "gloo_ms": ms(wall["gloo"]),
-            "tdist_overhead_ms": overhead("tdist"), "gloo_overhead_ms": overhead("gloo"),
-            "params_m": sum(p.numel() for p in params["tdist"]) / 1e6,
-            "weights_equal": diff == 0.0, "weights_max_diff": diff,
-            "main_cpu_ms": {run: ms(v) for run, v in main_cpu.items()},
-            "other_cpu_ms": {run: ms(v) for run, v in other_cpu.items()},
-            "rounds_ms": {run: [round(t * 1e3, 2) for t in v] for run, v in wall.items()},
-        })
+        out = dict(cfg, world=dist.get_world_size(), params_m=sum(p.numel() for p in params["tdist"]) / 1e6)
+        out.update(figures)
         print("ROW " + json.dumps(out), flush=True)
     dist.barrier(group=control)
     sys.stdout.flush()
@@ -164,16 +120,6 @@ def rank_main(cfg):
 
 
 # ---- The driver ----
-
-def parse_list(text, conv, allowed=None):
-    items = [conv(x) for x in text.split(",") if x]
-    if not items:
-        raise argparse.ArgumentTypeError("empty list")
-    for item in items:
-        if allowed is not None and item not in allowed:
-            raise argparse.ArgumentTypeError("%r is not one of %s" % (item, ", ".join(map(str, allowed))))
-    return items
-
 
 HEADER = ("| model | ranks | threads | local ms | tdist ms | gloo ms | tdist overhead ms | gloo overhead ms "
           "| gloo / tdist | weights |")
@@ -193,26 +139,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=lambda s: parse_list(s, str, MODELS), default=list(MODELS))
-    ap.add_argument("--world", type=lambda s: parse_list(s, int), default=[2, 4])
-    ap.add_argument("--threads", type=lambda s: parse_list(s, int), default=[1],
-                    help="compute threads per rank (torch.set_num_threads)")
-    ap.add_argument("--steps", type=int, default=5, help="steps each run takes back to back in a round")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds; the figures are their medians")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    ap.add_argument("--timeout", type=int, default=900, help="seconds allowed for each configuration")
-    ap.add_argument("--jsonl", help="append every row to this file as a JSON line")
-    ap.add_argument("--markdown", help="write the table to this file")
+    add_common_arguments(ap)
     args = ap.parse_args()
-    if args.steps < 1 or args.rounds < 1 or args.warmup < 1 or args.timeout < 1:
-        ap.error("--steps, --rounds, --warmup and --timeout must be at least 1")
-    if min(args.threads) < 1:
-        ap.error("--threads: at least 1 compute thread")
-    if min(args.world) < 1:
-        ap.error("--world: ranks must be at least 1")
-
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(HEADER)
-    print("|" + "---|" * (HEADER.count("|") - 1), flush=True)
+    check_common_arguments(ap, args)
+    started = start_table(HEADER)
     lines, bad = [], 0
     for model in args.models:
         for world in args.world:
@@ -225,20 +155,10 @@ def main():
                     print("fsdp_bench: %s, %d ranks, %d threads failed: %s" % (model, world, threads, why),
                           file=sys.stderr, flush=True)
                     continue
-                tol = 0.0 if world <= 2 else 1e-5
-                if not row["weights_max_diff"] <= tol:  # NaN fails too
-                    bad += 1
-                    print("fsdp_bench: %s, %d ranks: the tdist run's weights differ from gloo's by %g (allowed: %g)"
-                          % (model, world, row["weights_max_diff"], tol), file=sys.stderr, flush=True)
-                row["started"] = started
-                lines.append(table_row(row))
-                print(lines[-1], flush=True)
-                if args.jsonl:
-                    with open(args.jsonl, "a") as f:
-                        f.write(json.dumps(row) + "\n")
+                what = "%s, %d ranks, %d threads" % (model, world, threads)
+                bad += not check_and_record("fsdp_bench", what, row, world, started, table_row, lines, args.jsonl)
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(HEADER + "\n" + "|" + "---|" * (HEADER.count("|") - 1) + "\n" + "\n".join(lines) + "\n")
+        write_markdown(args.markdown, HEADER, lines)
     return 1 if bad else 0
 
 
