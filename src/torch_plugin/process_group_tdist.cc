@@ -220,6 +220,53 @@ c10::intrusive_ptr<WorkTdist> ProcessGroupTdist::make_work(c10d::OpType type, co
   auto work = c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive),
                                              profiled, title);
   work->set_group(pg_);
+  std::lock_guard<std::mutex> lock(coalesce_mutex_);
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
+}
+
+void ProcessGroupTdist::startCoalescing() {
+  std::lock_guard<std::mutex> lock(coalesce_mutex_);
+  TORCH_CHECK(!coalescing_, "tdist: startCoalescing() was called again before endCoalescing()");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTdist::endCoalescing() {
+  std::vector<c10::intrusive_ptr<WorkTdist>> parts;
+  {
+    std::lock_guard<std::mutex> lock(coalesce_mutex_);
+    TORCH_CHECK(coalescing_, "tdist: endCoalescing() without startCoalescing()");
+    coalescing_ = false;
+    parts.swap(coalesced_);
+  }
+  std::vector<at::Tensor> outputs;
+  for (const auto& part : parts) {
+    for (const at::Tensor& t : part->result()) outputs.push_back(t);
+  }
+  auto work = make_work(c10d::OpType::COALESCED, "coalesced", outputs, {});
+  if (parts.empty()) {
+    work->complete(nullptr);
+    return work;
+  }
+  struct State {
+    std::mutex mutex;
+    size_t left;
+    std::exception_ptr error;
+  };
+  auto state = std::make_shared<State>();
+  state->left = parts.size();
+  for (const auto& part : parts) {
+    part->getFuture()->addCallback([work, state](c10::ivalue::Future& done) {
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (done.hasError() && !state->error) state->error = done.exception_ptr();
+        last = --state->left == 0;
+      }
+      if (last) work->complete(state->error);
+    });
+  }
   return work;
 }
 

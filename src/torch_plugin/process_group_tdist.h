@@ -142,6 +142,11 @@ class ProcessGroupTdist final : public c10d::Backend {
   /// `wait_all_ranks`. torch 1.13's monitored_barrier() function only lets
   /// gloo through; this is reached by calling group.monitored_barrier(...).
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  /// torch's _coalescing_manager(device=...): the operations issued until
+  /// endCoalescing() run as they come, and endCoalescing() returns one work
+  /// that completes when all of them have (with the first error).
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
  private:
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src_rank, int tag,
@@ -182,6 +187,10 @@ class ProcessGroupTdist final : public c10d::Backend {
   // number the next one will carry.
   std::atomic<uint64_t> issued_{0};
   std::shared_ptr<IssueOrder> order_ = std::make_shared<IssueOrder>();
+  // Between startCoalescing and endCoalescing: the works made meanwhile.
+  std::mutex coalesce_mutex_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<WorkTdist>> coalesced_;
   // Sequence number of the next message to each destination; it names the
   // payload's private tag.
   std::unique_ptr<std::atomic<uint32_t>[]> send_seq_;

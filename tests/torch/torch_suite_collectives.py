@@ -308,3 +308,20 @@ def check_coalescing_manager(ctx):
     for k, part in enumerate(parts):
         want = (torch.arange(2 * ctx.rank, 2 * ctx.rank + 2, dtype=torch.float32) + k) * n
         assert_equal(part, want, "coalesced reduce_scatter_tensor %d" % k)
+    # With a device, torch also brackets the block with the backend's
+    # startCoalescing/endCoalescing; async_ops=True hands back endCoalescing's
+    # work, which completes once every call of the block has.
+    cpu = torch.device("cpu")
+    ts = [torch.full((4,), float(ctx.rank * (i + 1))) for i in range(3)]
+    with _coalescing_manager(device=cpu, async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    for i, t in enumerate(ts):
+        assert_equal(t, torch.full((4,), float(sum(r * (i + 1) for r in ctx.ranks))), "device-coalesced %d" % i)
+    outs = [torch.empty(n) for _ in range(2)]
+    with _coalescing_manager(device=cpu):
+        for k, out in enumerate(outs):
+            dist.all_gather_into_tensor(out, torch.full((1,), float(ctx.rank + k)))
+    for k, out in enumerate(outs):
+        assert_equal(out, torch.tensor([float(r + k) for r in ctx.ranks]), "device-coalesced all_gather %d" % k)
