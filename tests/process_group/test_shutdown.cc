@@ -1,0 +1,81 @@
+// ProcessGroup::shutdown (what torch's destroy_process_group calls through
+// the plugin): the queued operations finish first, with their results;
+// then every call raises, naming the shutdown, and reinit refuses; a second
+// shutdown changes nothing. Ranks as threads and as forked processes, 1 to
+// 5 of them, on shared memory and (the tcp. copy) over TCP.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "pg_harness.h"
+#include "tdist/distributed.h"
+#include "tdist/errors.h"
+
+namespace tdist::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Shutdown : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
+  const int size = n();
+  EXPECT_EQ(run_with_store(
+                mode(), size,
+                [&](Store& store, int rank) -> KeepAlive {
+                  ProcessGroupOptions options;
+                  options.timeout = 60s;
+                  std::shared_ptr<Store> shared(&store, [](Store*) {});
+                  auto pg = create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank,
+                                                 size, options);
+                  // Async calls still queued when shutdown() comes run to the end.
+                  std::vector<Tensor> tensors;
+                  std::vector<WorkPtr> works;
+                  for (int k = 0; k < 3; ++k) {
+                    tensors.push_back(Tensor::zeros(DType::kInt64, {1001 + k}));
+                    for (int64_t i = 0; i < tensors.back().numel(); ++i) {
+                      tensors.back().data<int64_t>()[i] = (rank + 1) * (k + 1);
+                    }
+                    works.push_back(pg->all_reduce(tensors.back(), ReduceOp::SUM));
+                  }
+                  pg->shutdown();
+                  const int64_t ranks_sum = static_cast<int64_t>(size) * (size + 1) / 2;
+                  for (int k = 0; k < 3; ++k) {
+                    works[k]->wait();
+                    for (int64_t i = 0; i < tensors[k].numel(); ++i) {
+                      check(tensors[k].data<int64_t>()[i] == ranks_sum * (k + 1),
+                            "all_reduce " + std::to_string(k) + " queued before shutdown, element " +
+                                std::to_string(i));
+                    }
+                  }
+                  const std::string later =
+                      error_of<DistBackendError>([&] { pg->all_reduce(tensors[0], ReduceOp::SUM)->wait(); },
+                                                 "an all_reduce after shutdown");
+                  expect_in(later, "all_reduce: the process group was shut down");
+                  const std::string rebuild =
+                      error_of<DistBackendError>([&] { pg->reinit(true); }, "reinit after shutdown");
+                  expect_in(rebuild, "reinit_process_group: the process group was shut down");
+                  pg->shutdown();  // again: nothing to do
+                  return pg;
+                },
+                100s, 80s),
+            "");
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
+  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Shutdown,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 3, 5)),
+                         param_name);
+
+}  // namespace
+}  // namespace tdist::testing
