@@ -13,7 +13,7 @@ def _exec(name):
         return 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(binary, [binary] + sys.argv[1:])
+    os.execv(binary, [name] + sys.argv[1:])  # argv[0]: what the user typed, for the help's usage line
     return 1  # not reached
 
 

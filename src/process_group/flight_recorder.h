@@ -109,6 +109,12 @@ class FlightRecorder {
   /// when `path` is empty; returns the file written. Raises DistError
   /// when neither is set or the file cannot be written.
   std::string dump(std::string_view reason, const std::string& path = {}) const;
+  /// True once a group of this copy of tdist has been recorded (the file
+  /// name's rank is known).
+  bool has_rank() const {
+    std::lock_guard<std::mutex> lock(groups_mutex_);
+    return process_rank_ >= 0;
+  }
   /// Writes to_json() to `dir`/rank<R>[.<component>].json (made if missing).
   std::string dump_to_dir(std::string_view reason, const std::string& dir) const;
   /// dump() if TDIST_TRACE_DIR is set (after an error: never throws).

@@ -28,6 +28,10 @@ void install_trace_signal_handler() {
       TDIST_LOG(WARNING) << "flight recorder: SIGUSR1, but recording is off (TDIST_TRACE_BUFFER_SIZE=0)";
       return;
     }
+    // A copy of tdist that never made a group (the Python package's in a
+    // torch program, whose groups are the plugin's) has nothing to say, and
+    // no rank to name its file by: every rank would write rank0.json.
+    if (!FlightRecorder::instance().has_rank()) return;
     try {
       const bool chosen = env_string("TDIST_TRACE_DIR").has_value();
       const std::string path = FlightRecorder::instance().dump_to_dir("SIGUSR1", sigusr1_dump_dir());

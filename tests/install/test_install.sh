@@ -35,8 +35,8 @@ if ldd "$work/static/all_reduce_example" | grep -q libtdist; then
   echo "the static build links libtdist.so" >&2; exit 1
 fi
 
-# pkg-config: the compiler line alone.
-export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+# pkg-config: the compiler line alone, as docs/install.md writes it.
 # shellcheck disable=SC2046  # pkg-config's flags are words
-"$cxx" -O1 -o "$work/pc_example" "$src/examples/cpp/all_reduce_example.cc" $(pkg-config --cflags --libs tdist)
+"$cxx" -O1 -o "$work/pc_example" "$src/examples/cpp/all_reduce_example.cc" \
+  $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs tdist)
 run "pkg-config" "$work/pc_example"

@@ -85,3 +85,52 @@ def test_a_missing_plugin_is_explained_when_the_backend_is_asked_for(tmp_path):
     assert p.returncode != 0
     assert "registered: True" in p.stdout, p.stdout + p.stderr
     assert "built without its torch plugin" in p.stderr and "pip install --no-build-isolation" in p.stderr, p.stderr
+
+
+_PAUSED = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("tdist")
+t = torch.ones(4)
+dist.all_reduce(t)
+open(os.environ["JOB_MARKER"] + ".%d" % dist.get_rank(), "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists(os.environ["JOB_GO"]):  # the test's go-ahead, from outside the job
+    assert time.monotonic() < deadline, "no go-ahead"
+    time.sleep(0.01)
+dist.destroy_process_group()
+"""
+
+
+def test_sigusr1_dumps_each_rank_of_a_torch_job_under_its_own_name(tmp_path):
+    """In a torch program the plugin's recorder names the files
+    (rank<R>.torch.json); the Python package's copy, which made no group,
+    writes nothing (every rank would otherwise write rank0.json)."""
+    import signal
+    import time
+    program = tmp_path / "paused.py"
+    program.write_text(_PAUSED)
+    marker, go = tmp_path / "paused", tmp_path / "go"
+    env = dict(_env(), TMPDIR=str(tmp_path), JOB_MARKER=str(marker), JOB_GO=str(go))
+    env.pop("TDIST_TRACE_DIR", None)
+    tdistrun = os.path.join(os.environ["TDIST_BUILD_DIR"], "bin", "tdistrun")
+    job = subprocess.Popen([tdistrun, "--standalone", "--nproc-per-node", "2", str(program)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(os.path.exists("%s.%d" % (marker, r)) for r in range(2)):
+            assert time.monotonic() < deadline and job.poll() is None, "the ranks never paused"
+            time.sleep(0.05)
+        job.send_signal(signal.SIGUSR1)
+        dumps = tmp_path / ("tdist-trace-%d" % job.pid)
+        while len(list(dumps.glob("rank*.json"))) < 2:
+            assert time.monotonic() < deadline and job.poll() is None, "no dumps in %s" % dumps
+            time.sleep(0.05)
+        go.touch()
+        _, err = job.communicate(timeout=120)
+        assert job.returncode == 0, err
+        # The ranks have exited: every dump the signal started is written.
+        assert sorted(f.name for f in dumps.glob("rank*.json")) == ["rank0.torch.json", "rank1.torch.json"], err
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
