@@ -1,7 +1,8 @@
-"""What test_slurm.py and test_mpirun.py share: an environment with no
+"""What the launcher tests share (test_slurm.py, test_mpirun.py,
+test_flight_recorder.py, tests/torch/test_torch_launchers.py): an environment with no
 launcher's variables in it (so that only the launcher under test can say
-who a rank is), a free port, and the checks of one rank's report from
-launcher_job.py."""
+who a rank is), a free port, the checks of one rank's report from
+launcher_job.py, and the SIGUSR1 dumps of a paused job."""
 
 import os
 import re
@@ -36,3 +37,24 @@ def check_report(report, rank, world_size, rank_source):
     assert (launched["rank"], launched["world_size"], launched["rank_source"]) == \
         (rank, world_size, rank_source), report
     assert report["reduced"] == expected, report
+
+
+def dumps_of_paused_job(launcher, marker, ranks, tmp_path, deadline, wanted=None):
+    """A job started by `launcher` (tdistrun, or python -m tdist.run) whose
+    ranks each write the file "<marker>.<rank>" and then wait: once all have,
+    sends the launcher SIGUSR1 and waits until `wanted` files rank*.json (or
+    one per rank) appear in the default dump directory,
+    <tmp_path>/tdist-trace-<launcher's pid> (TMPDIR is tmp_path). Returns
+    that directory. Fails if the job ends or `deadline` (monotonic) passes."""
+    import signal
+    import time
+
+    while not all(os.path.exists("%s.%d" % (marker, r)) for r in range(ranks)):
+        assert time.monotonic() < deadline and launcher.poll() is None, "the ranks never paused"
+        time.sleep(0.05)  # polling the files the ranks write, with a deadline
+    launcher.send_signal(signal.SIGUSR1)
+    dump_dir = tmp_path / ("tdist-trace-%d" % launcher.pid)
+    while len(list(dump_dir.glob("rank*.json"))) < (wanted or ranks):
+        assert time.monotonic() < deadline and launcher.poll() is None, "no dumps in %s" % dump_dir
+        time.sleep(0.05)
+    return dump_dir

@@ -17,6 +17,7 @@ import pytest
 
 import tdist as dist
 from harness import run_ranks
+from launcher_env import dumps_of_paused_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(os.environ.get("TDIST_BUILD_DIR", os.path.join(HERE, "..", "..", "build")), "bin", "tdist-trace")
@@ -241,15 +242,7 @@ def test_sigusr1_without_a_trace_dir_dumps_to_the_default_place_and_the_job_goes
                                  os.path.join(HERE, "trace_job.py"), "pause", "3"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + JOB_DEADLINE
-        while not all(os.path.exists("%s.%d" % (marker, r)) for r in range(2)):
-            assert time.monotonic() < deadline and launcher.poll() is None, "the ranks never paused"
-            time.sleep(0.05)
-        launcher.send_signal(signal.SIGUSR1)
-        dump_dir = tmp_path / ("tdist-trace-%d" % launcher.pid)
-        while len(list(dump_dir.glob("rank*.json"))) < 2:
-            assert time.monotonic() < deadline and launcher.poll() is None, "no dumps in %s" % dump_dir
-            time.sleep(0.05)
+        dump_dir = dumps_of_paused_job(launcher, marker, 2, tmp_path, time.monotonic() + JOB_DEADLINE)
         for r in range(2):
             doc = json.loads((dump_dir / ("rank%d.json" % r)).read_text())
             assert doc["reason"] == "SIGUSR1" and [e["op"] for e in doc["entries"]] == ["all_reduce"] * 3

@@ -8,6 +8,8 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))  # launcher_env: what the launcher tests share
+from launcher_env import dumps_of_paused_job  # noqa: E402
 SCRIPT = os.path.join(HERE, "torch_launched.py")
 
 
@@ -116,15 +118,7 @@ def test_sigusr1_dumps_each_rank_of_a_torch_job_under_its_own_name(tmp_path):
     job = subprocess.Popen([tdistrun, "--standalone", "--nproc-per-node", "2", str(program)], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not all(os.path.exists("%s.%d" % (marker, r)) for r in range(2)):
-            assert time.monotonic() < deadline and job.poll() is None, "the ranks never paused"
-            time.sleep(0.05)
-        job.send_signal(signal.SIGUSR1)
-        dumps = tmp_path / ("tdist-trace-%d" % job.pid)
-        while len(list(dumps.glob("rank*.json"))) < 2:
-            assert time.monotonic() < deadline and job.poll() is None, "no dumps in %s" % dumps
-            time.sleep(0.05)
+        dumps = dumps_of_paused_job(job, marker, 2, tmp_path, time.monotonic() + 120)
         go.touch()
         _, err = job.communicate(timeout=120)
         assert job.returncode == 0, err
