@@ -22,9 +22,11 @@ namespace tdist {
 std::string dump_trace(const std::string& path = {});
 
 /// Makes SIGUSR1 dump the flight recorder into TDIST_TRACE_DIR, else
-/// ${TMPDIR:-/tmp}/tdist-trace-<parent pid>, instead of ending the process.
-/// Process groups do it as they are made; the Python package and the torch
-/// plugin do it as they are imported. Once per process.
+/// ${TMPDIR:-/tmp}/tdist-trace-<parent pid>, instead of ending the process,
+/// in a process a launcher started (RANK, LOCAL_RANK, or mpirun's, PMI's or
+/// srun's rank variable set) or with TDIST_TRACE_DIR set. Process groups
+/// do it as they are made; the Python package and the torch plugin do it
+/// as they are imported. Once per process.
 void handle_sigusr1();
 
 /// The flight recorder as JSON text (what dump_trace writes).

@@ -121,6 +121,14 @@ void remove_sigusr1_dump(uint64_t id) {
   std::lock_guard<std::mutex> wait_for_running(d.running);
 }
 
+bool sigusr1_dumps_wanted() {
+  for (const char* name :
+       {"TDIST_TRACE_DIR", "RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (env_string(name)) return true;
+  }
+  return false;
+}
+
 std::string sigusr1_dump_dir() {
   if (auto dir = env_string("TDIST_TRACE_DIR")) return *dir;
   const auto tmp = env_string("TMPDIR");

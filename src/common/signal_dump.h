@@ -21,6 +21,13 @@ namespace tdist::detail {
 uint64_t add_sigusr1_dump(std::function<void()> dump);
 void remove_sigusr1_dump(uint64_t id);
 
+/// Whether SIGUSR1 should dump in this process: with TDIST_TRACE_DIR set,
+/// or when a launcher started it (RANK, LOCAL_RANK, or mpirun's, PMI's or
+/// srun's rank variable is set): there one signal to the launcher reaches
+/// every rank. Elsewhere no dump thread is started: a process that forks
+/// after making a group (the tests' ranks) stays single-threaded.
+bool sigusr1_dumps_wanted();
+
 /// Where SIGUSR1's dumps go: TDIST_TRACE_DIR, else
 /// ${TMPDIR:-/tmp}/tdist-trace-<parent pid>. The ranks a launcher started
 /// (tdistrun, torchrun) share a parent, so one node's dumps land together;

@@ -18,7 +18,7 @@ void install_trace_signal_handler() {
   static std::mutex mutex;
   static pid_t installed_in = 0;
   std::lock_guard<std::mutex> lock(mutex);
-  if (installed_in == getpid()) return;
+  if (installed_in == getpid() || !sigusr1_dumps_wanted()) return;
   // The recorder itself is made at the first dump or call, not here: the
   // Python package installs this at import, before a program may set
   // TDIST_TRACE_BUFFER_SIZE.

@@ -151,7 +151,9 @@ class AgentImpl final : public Agent {
     receive(wire::kResponseTag);
     receive(wire::kReleaseTag);
     watchdog_ = std::thread([this] { watch(); });
-    signal_dump_ = tdist::detail::add_sigusr1_dump([this] { dump_pending("SIGUSR1", {}); });
+    if (tdist::detail::sigusr1_dumps_wanted()) {
+      signal_dump_ = tdist::detail::add_sigusr1_dump([this] { dump_pending("SIGUSR1", {}); });
+    }
   }
 
   ~AgentImpl() override { shutdown(false); }
