@@ -195,15 +195,14 @@ void ProcessGroupTdist::shutdown() {
   order_->close(std::make_exception_ptr(
       c10::Error("tdist: the process group was shut down before the operation was issued")));
   // The tdist worker may need the GIL to drop the tensors of the operations
-  // it finishes while this waits for it.
-  PyThreadState* saved = Py_IsInitialized() != 0 && PyGILState_Check() != 0 ? PyEval_SaveThread() : nullptr;
-  try {
-    pg_->shutdown();
-  } catch (...) {
-    if (saved != nullptr) PyEval_RestoreThread(saved);
-    throw;
-  }
-  if (saved != nullptr) PyEval_RestoreThread(saved);
+  // it finishes while this waits for it: released here if held.
+  struct ReleasedGil {
+    PyThreadState* saved = Py_IsInitialized() != 0 && PyGILState_Check() != 0 ? PyEval_SaveThread() : nullptr;
+    ~ReleasedGil() {
+      if (saved != nullptr) PyEval_RestoreThread(saved);
+    }
+  } released;
+  pg_->shutdown();
 }
 
 ProcessGroupTdist::~ProcessGroupTdist() {
@@ -220,24 +219,26 @@ c10::intrusive_ptr<WorkTdist> ProcessGroupTdist::make_work(c10d::OpType type, co
   auto work = c10::make_intrusive<WorkTdist>(getRank(), type, op, std::move(outputs), std::move(keep_alive),
                                              profiled, title);
   work->set_group(pg_);
-  std::lock_guard<std::mutex> lock(coalesce_mutex_);
-  if (coalescing_) coalesced_.push_back(work);
+  if (coalescing_.load(std::memory_order_acquire)) {  // only inside _coalescing_manager(device=...)
+    std::lock_guard<std::mutex> lock(coalesce_mutex_);
+    if (coalescing_.load(std::memory_order_relaxed)) coalesced_.push_back(work);
+  }
   return work;
 }
 
 void ProcessGroupTdist::startCoalescing() {
   std::lock_guard<std::mutex> lock(coalesce_mutex_);
-  TORCH_CHECK(!coalescing_, "tdist: startCoalescing() was called again before endCoalescing()");
-  coalescing_ = true;
+  TORCH_CHECK(!coalescing_.load(), "tdist: startCoalescing() was called again before endCoalescing()");
   coalesced_.clear();
+  coalescing_.store(true, std::memory_order_release);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTdist::endCoalescing() {
   std::vector<c10::intrusive_ptr<WorkTdist>> parts;
   {
     std::lock_guard<std::mutex> lock(coalesce_mutex_);
-    TORCH_CHECK(coalescing_, "tdist: endCoalescing() without startCoalescing()");
-    coalescing_ = false;
+    TORCH_CHECK(coalescing_.load(), "tdist: endCoalescing() without startCoalescing()");
+    coalescing_.store(false, std::memory_order_relaxed);
     parts.swap(coalesced_);
   }
   std::vector<at::Tensor> outputs;

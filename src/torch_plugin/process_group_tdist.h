@@ -189,7 +189,7 @@ class ProcessGroupTdist final : public c10d::Backend {
   std::shared_ptr<IssueOrder> order_ = std::make_shared<IssueOrder>();
   // Between startCoalescing and endCoalescing: the works made meanwhile.
   std::mutex coalesce_mutex_;
-  bool coalescing_ = false;
+  std::atomic<bool> coalescing_{false};  // read without the lock on every call
   std::vector<c10::intrusive_ptr<WorkTdist>> coalesced_;
   // Sequence number of the next message to each destination; it names the
   // payload's private tag.

@@ -161,15 +161,15 @@ void NodeRendezvous::join_static() {
   const std::string claimant = key("node/" + rank_text + "/host");
   const Bytes first = store_->compare_set(claimant, Bytes{}, to_bytes(me));
   if (to_string(first) != me) {
-    const std::string text = "tdistrun: two tdistruns were started with --node-rank " + rank_text +
-                             " of --nnodes " + std::to_string(o.nnodes) + ": " + to_string(first) + " and " +
-                             me + "; give every node its own --node-rank in [0, " + std::to_string(o.nnodes) +
-                             ")";
-    store_->compare_set(key("conflict"), Bytes{}, to_bytes(text.substr(std::string("tdistrun: ").size())));
-    if (hosting_) std::this_thread::sleep_for(2 * kWatchSlice);  // as below
-    throw DistInvalidArgument(text);
+    // Recorded for every node, this one included: the wait below reports it.
+    store_->compare_set(
+        key("conflict"), Bytes{},
+        to_bytes("two tdistruns were started with --node-rank " + rank_text + " of --nnodes " +
+                 std::to_string(o.nnodes) + ": " + to_string(first) + " and " + me +
+                 "; give every node its own --node-rank in [0, " + std::to_string(o.nnodes) + ")"));
+  } else {
+    store_->set(key("node/" + rank_text + "/nproc"), std::to_string(o.nproc_per_node));
   }
-  store_->set(key("node/" + rank_text + "/nproc"), std::to_string(o.nproc_per_node));
   node_rank_ = o.node_rank;
   nnodes_ = o.nnodes;
   const auto deadline = std::chrono::steady_clock::now() + o.join_timeout;

@@ -40,12 +40,9 @@ import torch.distributed as _dist
 if not _dist.is_available():  # pragma: no cover - Debian's torch has it
     raise ImportError("tdist.torch needs torch.distributed, which this torch build lacks")
 
-import atexit as _atexit  # noqa: E402
-from datetime import timedelta as _timedelta  # noqa: E402
 
 try:
     from tdist.torch._plugin import ProcessGroupTdist  # noqa: E402
-    from tdist.torch._plugin import _drain_completions  # noqa: E402
 except ImportError as _error:
     if getattr(_error, "name", None) != "tdist.torch._plugin":
         raise
@@ -102,10 +99,8 @@ _compat.install()
 # Beside torch_npu's torch.distributed.is_hccl_available.
 if not hasattr(_dist, "is_tdist_available"):
     _dist.is_tdist_available = is_tdist_available
-# Futures complete on the plugin's own threads; let the last completions
-# (and the Python callbacks they drop) finish before the interpreter
-# finalizes, or the process would abort at exit. Bounded: never a hang.
-_atexit.register(_drain_completions, _timedelta(seconds=10))
+# At exit, backend.py shuts the groups down and drains the futures'
+# completions, before the interpreter finalizes.
 
 __all__ = ["BACKEND_NAME", "ProcessGroupTdist", "all_gather_into_tensor_uneven", "backend_of", "create_process_group",
            "get_comm_name", "is_registered", "is_tdist_available", "reduce_scatter_tensor_uneven",
