@@ -12,7 +12,19 @@ Launch with ``python3 -m tdist.run --nproc-per-node 4 train.py`` or
 differs from torch.distributed. Importing tdist never imports torch.
 """
 
-from tdist import _C
+import sys as _sys
+
+try:
+    from tdist import _C
+except ImportError as _error:
+    if getattr(_error, "name", None) not in ("tdist._C", "tdist"):
+        raise
+    raise ImportError(
+        "tdist: its extension module (tdist/_C*.so beside %s) is missing or was built for another Python "
+        "(this is %s %d.%d): build tdist for this interpreter (pip install --no-build-isolation . in a clone, "
+        "or cmake -DTDIST_PYTHON_EXECUTABLE=%s); see docs/install.md"
+        % (__file__, _sys.executable, _sys.version_info[0], _sys.version_info[1], _sys.executable),
+        name="tdist._C") from None
 from tdist._C import (
     DistBackendError,
     DistError,

@@ -89,6 +89,22 @@ def test_a_missing_plugin_is_explained_when_the_backend_is_asked_for(tmp_path):
     assert "built without its torch plugin" in p.stderr and "pip install --no-build-isolation" in p.stderr, p.stderr
 
 
+def test_a_tdist_that_cannot_import_does_not_break_import_torch(tmp_path):
+    """The entry point's module stands beside the package: a tdist whose
+    extension is missing (or built for another Python) leaves `import torch`
+    working, and asking for the backend says what is wrong."""
+    import shutil
+    build_python = os.path.join(os.environ["TDIST_BUILD_DIR"], "python")
+    copy = tmp_path / "python"
+    shutil.copytree(build_python, copy)
+    for f in (copy / "tdist").glob("_C*.so"):
+        f.unlink()
+    p = _python(_ONE_RANK, dict(_env(), PYTHONPATH=str(copy)))
+    assert p.returncode != 0
+    assert "registered: True" in p.stdout, p.stdout + p.stderr
+    assert "extension module" in p.stderr and "built for another Python" in p.stderr, p.stderr
+
+
 _PAUSED = """
 import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("tdist")

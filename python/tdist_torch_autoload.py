@@ -3,7 +3,14 @@ installed tdist (pip install, cmake --install, or the build tree's
 build/python). ``import torch`` calls load(), which registers the "tdist"
 backend, so that ``init_process_group("tdist")`` works without
 ``import tdist.torch``. TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns it off, as for
-every torch extension."""
+every torch extension.
+
+A module of its own beside the tdist package, not inside it: torch imports
+the entry point's module outside any try, and importing a module of the
+package runs tdist/__init__.py first, so a tdist that cannot import (its
+extension built for another Python, a source tree shadowing the install)
+would make ``import torch`` itself fail. Here nothing of tdist is imported
+until load() runs, inside its try."""
 
 
 def load():
