@@ -32,6 +32,27 @@ struct ProcessGroupOptions {
   std::string master_host;
 };
 
+/// Bounds each collective this thread starts, on any group, while the scope
+/// lives: by `timeout` instead of the group's timeout (torch's per-call
+/// `opts.timeout`, which the torch plugin passes here). The deadline counts
+/// from when the operation starts to run, as the group's does; an operation
+/// that fails by it fails as one that ran out the group's timeout (a
+/// DistTimeoutError naming the op and the ranks it waited for). Scopes nest:
+/// the innermost counts. A timeout of 0 or less leaves the group's.
+/// Point-to-point operations keep the group's timeout.
+class ScopedCallTimeout {
+ public:
+  explicit ScopedCallTimeout(std::chrono::milliseconds timeout);
+  ~ScopedCallTimeout();
+  ScopedCallTimeout(const ScopedCallTimeout&) = delete;
+  ScopedCallTimeout& operator=(const ScopedCallTimeout&) = delete;
+  /// The innermost scope's timeout on this thread, or 0 when there is none.
+  static std::chrono::milliseconds current();
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size, ProcessGroupOptions options);

@@ -238,8 +238,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _detail.on_init()
 
 
-def _check_timeout(op, timeout):
-    """`timeout` (None: the default) if it is a positive timedelta; raises
+def _check_timeout(op, timeout, zero_allowed=False):
+    """`timeout` (None: the default) if it is a positive timedelta (or zero,
+    where `zero_allowed`: monitored_barrier's "only who is there"); raises
     otherwise (zero is not "no timeout": torch's Gloo fails at once with it)."""
     if isinstance(timeout, timedelta):
         seconds = timeout.total_seconds()
@@ -247,6 +248,8 @@ def _check_timeout(op, timeout):
         seconds = timeout
     else:
         return timeout  # None, or for the binding to refuse
+    if zero_allowed and seconds == 0:
+        return timeout
     if seconds <= 0:
         raise DistInvalidArgument(f"{op}: timeout must be positive, got {seconds:g} s (zero does not mean "
                                   "\"no timeout\"; pass a long one instead)")

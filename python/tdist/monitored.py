@@ -19,10 +19,11 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     ``wait_all_ranks=True``, all of them ("Ranks 1, 2 failed to pass
     monitoredBarrier ..."); the ranks that arrived raise the same report. The
     other ranks wait for the first one up to the longer of `timeout` and the
-    group's timeout. For debugging: it costs 2 messages per rank through one
-    rank.
+    group's timeout. A zero timeout, as on gloo, passes only the ranks that
+    are already there. For debugging: it costs 2 messages per rank through
+    one rank.
     """
     g = resolve_group(group, "monitored_barrier")
     if g is NOT_MEMBER:
         return
-    _C.monitored_barrier(g, _check_timeout("monitored_barrier", timeout), bool(wait_all_ranks))
+    _C.monitored_barrier(g, _check_timeout("monitored_barrier", timeout, zero_allowed=True), bool(wait_all_ranks))

@@ -4,7 +4,8 @@
 // monitoredBarrier in 2000 ms") so that tools matching it keep working.
 //
 // Each rank other than 0 sends rank 0 one byte and waits for rank 0's
-// verdict; rank 0 waits for every byte until the deadline, then sends every
+// verdict; rank 0 waits for every byte until the deadline (a zero timeout:
+// only the bytes already there count), then sends every
 // rank the verdict: a pass, or who failed (so that every rank that arrived
 // raises the same report at once instead of waiting out its timeout). The
 // verdict is int64 [kind, timeout ms, count, rank...].
@@ -117,8 +118,12 @@ void as_member(const Group& g, int tag, Millis timeout) {
   const auto* v = static_cast<const int64_t*>(verdict.data());
   if (v[0] == kPassed) return;
   const std::vector<int64_t> failed(v + 3, v + 3 + std::clamp<int64_t>(v[2], 0, g->size() - 1));
-  raise(v[0], "monitored_barrier: rank 0 reports: " + failure_text(*g, failed, v[1], v[0], true) + " (" + me +
-                  " arrived)");
+  // gloo's sentence for a member that rank 0 failed, then rank 0's report.
+  raise(v[0],
+        "monitored_barrier: " + me +
+            " successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
+            "rank 0: rank 0 reports: " +
+            failure_text(*g, failed, v[1], v[0], true));
 }
 
 // Sends `verdict` to every rank but 0 and waits for the sends. Ranks that
@@ -142,14 +147,17 @@ void as_root(const Group& g, int tag, Millis timeout, bool wait_all_ranks) {
   }
   std::vector<int64_t> failed;
   std::exception_ptr first_error;  // of a rank whose connection failed
+  bool out_of_time = false;        // the deadline passed before rank 0 waited for the first one missing
   for (int r = 1; r < g->size() && (wait_all_ranks || failed.empty()); ++r) {
     // One deadline for all: every byte that came in time has been read by
     // the time it passes (waiting drives the whole transport), so ranks
     // after a missing one are judged without waiting any longer.
     const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
     try {
-      if (!arrivals[static_cast<size_t>(r)]->get_future()->wait_for(left, "monitored_barrier"))
+      if (!arrivals[static_cast<size_t>(r)]->get_future()->wait_for(left, "monitored_barrier")) {
+        out_of_time = out_of_time || (failed.empty() && left.count() == 0);
         failed.push_back(r);
+      }
     } catch (...) {
       failed.push_back(r);
       if (!first_error) first_error = std::current_exception();
@@ -177,7 +185,12 @@ void as_root(const Group& g, int tag, Millis timeout, bool wait_all_ranks) {
   } catch (...) {
     // The report below matters more than a rank that cannot be told (dead).
   }
-  std::string text = "monitored_barrier: " + failure_text(*g, failed, timeout.count(), kind, wait_all_ranks);
+  std::string text = "monitored_barrier: ";
+  // gloo's sentence when its time was up before it could wait for anyone
+  // (a zero timeout, or a rank 0 that came too late itself).
+  if (out_of_time && !wait_all_ranks && !first_error)
+    text += "Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) + " ms: ";
+  text += failure_text(*g, failed, timeout.count(), kind, wait_all_ranks);
   if (first_error) text += ": " + exception_text(first_error);
   raise(kind, text);
 }
@@ -188,7 +201,11 @@ void monitored_barrier(const Group& group, std::optional<Millis> timeout, bool w
   Group g = detail::resolve_group(group, "monitored_barrier");
   if (g->rank() < 0) return;
   const Millis limit = timeout.value_or(g->timeout());
-  validate::positive_timeout("monitored_barrier", limit);
+  // Zero is allowed, as gloo allows it: only the ranks already there pass.
+  if (limit.count() < 0) {
+    throw DistInvalidArgument("monitored_barrier: timeout must not be negative, got " +
+                              std::to_string(limit.count()) + " ms");
+  }
   if (g->size() == 1) return;
   const int tag = next_tag(g);
   if (g->rank() == 0) {

@@ -9,6 +9,23 @@
 #include "validate.h"
 
 namespace tdist {
+
+namespace {
+thread_local std::chrono::milliseconds call_timeout{0};
+}  // namespace
+
+ScopedCallTimeout::ScopedCallTimeout(std::chrono::milliseconds timeout) : previous_(call_timeout) {
+  call_timeout = timeout.count() > 0 ? timeout : std::chrono::milliseconds(0);
+}
+
+ScopedCallTimeout::~ScopedCallTimeout() {
+  call_timeout = previous_;
+}
+
+std::chrono::milliseconds ScopedCallTimeout::current() {
+  return call_timeout;
+}
+
 namespace {
 
 std::string lower(std::string text) {

@@ -650,7 +650,8 @@ bool ProcessGroupTdist::claim_inline() {
   return state_.compare_exchange_strong(idle, 1, std::memory_order_acquire, std::memory_order_relaxed);
 }
 
-void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, BodyRef body) {
+void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig,
+                                   std::chrono::milliseconds timeout, BodyRef body) {
   struct Release {
     ProcessGroupTdist& group;
     ~Release() {
@@ -669,7 +670,7 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
     }
   } release{*this};
   const uint64_t seq = take_seq();
-  const algo::CallContext ctx = start_call(op, sig, seq);
+  const algo::CallContext ctx = start_call(op, sig, seq, timeout);
   const uint64_t trace_id = trace_begin(op, ctx.sig, static_cast<int64_t>(seq), detail::TraceState::kStarted,
                                         -1, 0, ctx.entered_at);
   try {
@@ -686,14 +687,15 @@ void ProcessGroupTdist::run_inline(std::string_view op, const Signature& sig, Bo
   trace_end(trace_id, nullptr);
 }
 
-WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig, std::vector<Tensor> outputs,
+WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig,
+                                   std::chrono::milliseconds timeout, std::vector<Tensor> outputs,
                                    Body body) {
   auto work = std::make_shared<Work>(std::string(op), std::move(outputs), this);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) throw DistError(std::string(op) + ": the process group is being destroyed");
     queue_.push_back(Task{std::string(op), sig, 0, work, std::move(body),
-                          trace_begin(op, sig, -1, detail::TraceState::kQueued)});
+                          trace_begin(op, sig, -1, detail::TraceState::kQueued), timeout});
     // Counted once queued (a failed push leaves no trace); nobody takes the
     // task before this lock is released.
     state_.fetch_add(2, std::memory_order_relaxed);
@@ -739,7 +741,7 @@ void ProcessGroupTdist::execute(Task& task) {
     task.work->finish(error);
     return;
   }
-  const algo::CallContext ctx = start_call(task.op, task.sig, task.seq);
+  const algo::CallContext ctx = start_call(task.op, task.sig, task.seq, task.timeout);
   recorder_.started(task.trace_id, static_cast<int64_t>(task.seq), ctx.entered_at);
   std::exception_ptr error;
   try {
@@ -780,9 +782,10 @@ bool ProcessGroupTdist::hierarchy_for() const {
   return domains_.local != nullptr && (forced_algos_ & forced_bit<Algo>()) == 0;
 }
 
-algo::CallContext ProcessGroupTdist::start_call(std::string_view op, const Signature& sig, uint64_t seq) {
+algo::CallContext ProcessGroupTdist::start_call(std::string_view op, const Signature& sig, uint64_t seq,
+                                                std::chrono::milliseconds timeout) {
   algo::CallContext ctx{
-      *transport_, op,        seq,          transport::coarse_now() + timeout(),      timeout(),
+      *transport_, op,        seq,          transport::coarse_now() + timeout,        timeout,
       sig,         last_sig_, notes_.get(), record_calls_ ? detail::trace_ticks() : 0};
   ctx.sig.seq = seq;
   last_sig_ = ctx.sig;

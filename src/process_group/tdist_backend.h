@@ -154,7 +154,8 @@ class ProcessGroupTdist final : public ProcessGroup {
     uint64_t seq;
     WorkPtr work;
     Body body;
-    uint64_t trace_id = 0;  // its flight recorder entry
+    uint64_t trace_id = 0;                 // its flight recorder entry
+    std::chrono::milliseconds timeout{0};  // the caller's ScopedCallTimeout, 0: the group's
   };
   /// The tensors a queued operation's future completes with: one, a list,
   /// or none. Copied only when the operation is queued.
@@ -178,20 +179,29 @@ class ProcessGroupTdist final : public ProcessGroup {
                  const Args&... args) {
     check_usable(op);
     const Signature& checked = check_calls_ ? sig : Signature{};
+    const auto timeout = call_timeout();
     if (claim_inline()) {
-      run_inline(op, checked, [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
+      run_inline(op, checked, timeout,
+                 [&](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
       return nullptr;
     }
-    return enqueue(op, checked, outputs.get(), [this, body, args...](const algorithms::CallContext& ctx) {
-      (this->*body)(ctx, args...);
-    });
+    return enqueue(
+        op, checked, timeout, outputs.get(),
+        [this, body, args...](const algorithms::CallContext& ctx) { (this->*body)(ctx, args...); });
   }
   /// True if this call may run on the calling thread now; it then owns the
   /// group until run_inline() returns.
   bool claim_inline();
-  void run_inline(std::string_view op, const Signature& sig, BodyRef body);
+  void run_inline(std::string_view op, const Signature& sig, std::chrono::milliseconds timeout, BodyRef body);
   /// Queues a collective for the worker.
-  WorkPtr enqueue(std::string_view op, const Signature& sig, std::vector<Tensor> outputs, Body body);
+  WorkPtr enqueue(std::string_view op, const Signature& sig, std::chrono::milliseconds timeout,
+                  std::vector<Tensor> outputs, Body body);
+  /// The deadline of a collective started now: the caller's
+  /// ScopedCallTimeout, else the group's timeout.
+  std::chrono::milliseconds call_timeout() const {
+    const auto scoped = ScopedCallTimeout::current();
+    return scoped.count() > 0 ? scoped : timeout();
+  }
   /// A call that moves no bytes on any rank (by this rank's arguments)
   /// runs a barrier instead, so that a peer that passed more still meets
   /// this rank's signature and fails, instead of waiting out its timeout
@@ -205,7 +215,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   void record_call(const algorithms::CallContext& ctx) const;
   /// The context of the operation about to run as call `seq` (the thread
   /// that owns the group calls it: it also keeps last_sig_).
-  algorithms::CallContext start_call(std::string_view op, const Signature& sig, uint64_t seq);
+  algorithms::CallContext start_call(std::string_view op, const Signature& sig, uint64_t seq,
+                                     std::chrono::milliseconds timeout);
   /// Tells the flight recorder how call `trace_id` ended; after a failure
   /// also dumps it when TDIST_TRACE_DIR is set.
   void trace_end(uint64_t trace_id, const std::exception_ptr& error) const;

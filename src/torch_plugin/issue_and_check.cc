@@ -18,7 +18,11 @@ namespace tdist::torch_plugin {
 
 void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work,
                                std::function<std::vector<WorkPtr>()> issue, std::function<void()> finalize) {
-  auto start = [this, work, issue = std::move(issue), finalize = std::move(finalize)] {
+  // The caller's per-call timeout goes with the call when it is deferred
+  // (and issued later, on the thread that completes the staged operation).
+  auto start = [this, work, issue = std::move(issue), finalize = std::move(finalize),
+                timeout = ScopedCallTimeout::current()] {
+    const ScopedCallTimeout per_call(timeout);
     std::vector<WorkPtr> issued = issue();
     issued_ += issued.size();
     complete_when_done(work, issued, finalize);
@@ -39,8 +43,9 @@ void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work,
 void ProcessGroupTdist::run_collective(const std::function<WorkPtr()>& issue) {
   auto done = std::make_shared<Future>();
   bool deferred = order_->defer([&] {
-    return IssueOrder::Pending{[this, issue, done] {
+    return IssueOrder::Pending{[this, issue, done, timeout = ScopedCallTimeout::current()] {
                                  try {
+                                   const ScopedCallTimeout per_call(timeout);
                                    WorkPtr work = issue();
                                    ++issued_;
                                    work->get_future()->then([done](Future& f) -> std::vector<Tensor> {

@@ -275,6 +275,7 @@ WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
                                         const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "src");
@@ -291,6 +292,7 @@ WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
                                         const c10d::AllreduceOptions& opts) {
   const char* op = "all_reduce";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     at::Tensor& t = single_entry(tensors, op, "tensor");
     if (t.layout() == at::kSparse) return sparse_allreduce(t, opts);
     if (detail_) check_call({op, -1, {dc::one("tensor", t)}});
@@ -307,6 +309,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "all_reduce_coalesced";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     if (detail_) check_call({op, -1, {dc::list("tensors", tensors)}});
     auto comms = record_comms({op, total_numel(tensors), total_numel(tensors), first_dtype(tensors)});
     auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, {}, tensors);
@@ -329,6 +332,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
 WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   const char* op = "reduce";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
@@ -343,9 +347,10 @@ WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10
 }
 
 WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                        std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+                                        std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     const at::Tensor& input = single_entry(inputs, op, "tensor");
     std::vector<at::Tensor>& list = single_entry(outputs, op, "tensor_list");
     if (detail_) {
@@ -361,9 +366,10 @@ WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& ou
 }
 
 WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                              const c10d::AllgatherOptions&) {
+                                              const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     if (detail_) check_call({op, -1, {dc::one("output_tensor", output), dc::one("input_tensor", input)}});
     auto comms = record_comms({op, input.numel(), output.numel(), input.scalar_type()});
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input}, {input});
@@ -376,13 +382,14 @@ WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& in
 
 WorkHandle ProcessGroupTdist::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                               std::vector<at::Tensor>& inputs,
-                                                              const c10d::AllgatherOptions&) {
+                                                              const c10d::AllgatherOptions& opts) {
   // torch's functional collectives (_functional_collectives, which DTensor
   // uses), _coalescing_manager and
   // all_gather_into_tensor_coalesced: one all_gather_into_tensor per pair,
   // issued back to back, one work for them all.
   const char* op = "all_gather_into_tensor_coalesced";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     auto pairs = coalesced_pairs(outputs, inputs, op);
     if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
     auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
@@ -401,6 +408,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter_tensor_coalesced(std::vector<at::Te
                                                               const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     auto pairs = coalesced_pairs(outputs, inputs, op);
     if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
     auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
@@ -417,9 +425,10 @@ WorkHandle ProcessGroupTdist::reduce_scatter_tensor_coalesced(std::vector<at::Te
 
 WorkHandle ProcessGroupTdist::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
-                                                  const c10d::AllgatherOptions&) {
+                                                  const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_coalesced";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     std::vector<at::Tensor> all_outputs;
     for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
     if (detail_) {
@@ -452,6 +461,7 @@ WorkHandle ProcessGroupTdist::gather(std::vector<std::vector<at::Tensor>>& outpu
                                      std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
   const char* op = "gather";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     const at::Tensor& input = single_entry(inputs, op, "tensor");
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
     std::vector<at::Tensor> list;
@@ -476,6 +486,7 @@ WorkHandle ProcessGroupTdist::scatter(std::vector<at::Tensor>& outputs,
                                       const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     const at::Tensor& output = single_entry(outputs, op, "tensor");
     int root = root_rank(opts.rootRank, getSize(), op, "src");
     std::vector<at::Tensor> list;
@@ -501,6 +512,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
                                              const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     const at::Tensor& output = single_entry(outputs, op, "output");
     std::vector<at::Tensor>& list = single_entry(inputs, op, "input_list");
     if (detail_) {
@@ -520,6 +532,7 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
                                                    const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     if (detail_) check_call({op, -1, {dc::one("output", output), dc::one("input", input)}});
     auto comms = record_comms({op, input.numel(), output.numel(), input.scalar_type()});
     auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, {input}, {input});
@@ -534,9 +547,10 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
 WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& input,
                                             std::vector<int64_t>& output_split_sizes,
                                             std::vector<int64_t>& input_split_sizes,
-                                            const c10d::AllToAllOptions&) {
+                                            const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all_single";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     // The first dimension may differ per rank (split sizes); tdist matches
     // the split sizes pairwise.
     if (detail_) {
@@ -558,9 +572,10 @@ WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& inpu
 }
 
 WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                       const c10d::AllToAllOptions&) {
+                                       const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     if (detail_) {
       check_call({op,
                   -1,
@@ -577,9 +592,10 @@ WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::ve
   });
 }
 
-WorkHandle ProcessGroupTdist::barrier(const c10d::BarrierOptions&) {
+WorkHandle ProcessGroupTdist::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
   return translate_errors([&]() -> WorkHandle {
+    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
     if (detail_) check_call({op, -1, {}});
     auto comms = record_comms({op});
     auto work = make_work(c10d::OpType::BARRIER, op, {}, {});

@@ -144,6 +144,29 @@ def check_group_timeout(ctx):
     dist.barrier()
 
 
+def check_per_call_timeout(ctx):
+    # torch's per-call timeout (the options' `timeout`, which c10d passes
+    # with every collective) bounds that call, not the group's 60 s: rank 0
+    # calls all_reduce and barrier alone, each with 1 s, and each fails
+    # naming that 1 s. The others wait on the store until rank 0 is done.
+    # (A group whose collective timed out is broken: a group for each.)
+    group = dist.new_group(timeout=timedelta(seconds=60))
+    other = dist.new_group(timeout=timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    if ctx.rank == 0:
+        opts = dist.AllreduceOptions()
+        opts.timeout = timedelta(seconds=1)
+        expect_error(lambda: group.allreduce([torch.ones(2)], opts).wait(), "all_reduce",
+                     "Timed out after 1000 ms")
+        bopts = dist.BarrierOptions()
+        bopts.timeout = timedelta(milliseconds=700)
+        expect_error(lambda: other.barrier(bopts).wait(), "barrier", "Timed out after 700 ms")
+        store.set("per-call timeouts checked", "1")
+    else:
+        store.wait(["per-call timeouts checked"])
+    dist.barrier()
+
+
 def check_mismatched_calls(ctx):
     # Ranks that pass different calls fail, every one of them, naming both
     # sides; nobody gets a sum nobody computed (the spec's example: rank 0
