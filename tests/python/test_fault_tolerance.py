@@ -124,11 +124,9 @@ def _kill_before_job(victim):
         except tdist.DistError as e:
             failure = str(e)
         tdist.revoke()
-        start = time.monotonic()
         agreed = tdist.agree(_flag(rank), timeout=FT_TIMEOUT)
         shrunk = tdist.shrink(timeout=FT_TIMEOUT)
-        took = time.monotonic() - start
-        return dict(_shrunk_facts(shrunk, rank), agreed=agreed, took=took, failure=failure)
+        return dict(_shrunk_facts(shrunk, rank), agreed=agreed, failure=failure)
     return job
 
 
@@ -141,8 +139,6 @@ def test_survivors_agree_and_shrink_after_a_kill(n, victim):
     for r in results.values():
         assert f"rank {victim}" in r["failure"], r["failure"]
         assert r["agreed"] == _and_of(survivors)
-        # The death is known: no waiting for the 30 s timeout.
-        assert r["took"] < 5, r["took"]
 
 
 def _agree_race_job(rank, n, store):

@@ -23,16 +23,6 @@
 namespace tdist::store_attack {
 
 inline constexpr std::chrono::milliseconds kLong{60000};
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr int kSanitizerSlowdown = 4;  // instrumented copies of a 64 MiB value
-#else
-inline constexpr int kSanitizerSlowdown = 1;
-#endif
-/// The bound on a legitimate client's latency during an attack (on
-/// the server's loop turn, see expect_served_throughout). A sanitizer build
-/// makes every memory copy several times slower, so there the bound is
-/// scaled; the plain build checks the figure.
-inline constexpr std::chrono::milliseconds kServedWithin{100 * kSanitizerSlowdown};
 
 inline Socket raw_connect(uint16_t port, const std::string& host = "127.0.0.1") {
   ConnectOptions options;

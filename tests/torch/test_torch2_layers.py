@@ -6,6 +6,7 @@ these sizes: equal bit for bit. FSDP2, checkpointing and DDP reduce float
 gradients, where gloo's ring may add in another order at 4 ranks: equal
 to float tolerance (1e-6 absolute; the fp16 hook 1e-3)."""
 
+import functools
 import json
 
 import pytest
@@ -15,10 +16,22 @@ from torch_harness import check_all_ok, run_ranks
 pytest.importorskip("torch.distributed.tensor")
 
 
-def _run(case, world_size):
-    results = run_ranks("torch2_layers.py", world_size, ["{ports}", case, "{tmp}"], ports=3)
+CASES = ["mesh_dtensor", "tp", "fsdp2", "dcp", "ddp", "pipelining", "own_layer"]
+
+
+@functools.lru_cache(maxsize=None)
+def _run_all(world_size):
+    """Every case in one job of `world_size` processes, which import torch
+    once (a job per case spent most of its time there); the tests below
+    share its results."""
+    results = run_ranks("torch2_layers.py", world_size, ["{ports}", ",".join(CASES), "{tmp}"],
+                        ports=2 * len(CASES) + 1)
     check_all_ok(results)
     return [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
+
+
+def _run(case, world_size):
+    return [rank[case] for rank in _run_all(world_size)]
 
 
 def _close(a, b, atol, where):

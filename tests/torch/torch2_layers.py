@@ -248,16 +248,25 @@ PACKAGE_PORT = 0
 
 
 def main():
+    """argv: ports (2 per case, then one for tdist's own package), the cases
+    (comma-separated), a scratch directory. Runs every case on tdist, then
+    on gloo, each on a default group of its own, in this one process (a
+    process per case would import torch once per case), and prints
+    {case: {"tdist": ..., "gloo": ...}} as one JSON line."""
     global PACKAGE_PORT
-    ports, case, tmp = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
-    PACKAGE_PORT = int(ports[2])
+    ports, cases, tmp = sys.argv[1].split(","), sys.argv[2].split(","), sys.argv[3]
+    PACKAGE_PORT = int(ports[-1])
     results = {}
-    for backend, port in zip(("tdist", "gloo"), ports[:2]):
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=RANK, world_size=WORLD,
-                                timeout=timedelta(seconds=60))
-        results[backend] = CASES[case](tmp)
-        dist.barrier()
-        dist.destroy_process_group()
+    for i, case in enumerate(cases):
+        results[case] = {}
+        for backend, port in zip(("tdist", "gloo"), ports[2 * i:2 * i + 2]):
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=RANK, world_size=WORLD,
+                                    timeout=timedelta(seconds=60))
+            case_tmp = os.path.join(tmp, f"{case}-{backend}")
+            os.makedirs(case_tmp, exist_ok=True)
+            results[case][backend] = CASES[case](case_tmp)
+            dist.barrier()
+            dist.destroy_process_group()
     print(json.dumps(results))
 
 

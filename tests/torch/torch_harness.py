@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from tdist._spawn import free_port  # below the ephemeral range; see its comment
 
@@ -69,33 +70,49 @@ def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S
 
 
 def _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp):
-    procs = []
+    # Each rank writes into files, not pipes: a rank whose output outgrew a
+    # pipe (64 KiB) would block on it while this process read another
+    # rank's, and ranks that wait for each other (a collective, the plugin's
+    # leave at exit) would then wait out their timeouts.
+    procs, outputs = [], []
     for rank in range(world_size):
         subst = {"port": port_list[0], "ports": ",".join(map(str, port_list)), "rank": rank, "tmp": tmp}
         argv = [PYTHON, os.path.join(HERE, script)] + [str(a).format(**subst) for a in args]
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        outputs.append((out, err))
+        procs.append(subprocess.Popen(argv, stdout=out, stderr=err, text=True,
                                       env=_env(rank, world_size, port_list[0], extra_env), cwd=tmp))
-    results = []
+    deadline = time.monotonic() + deadline_s
+    killed = set()
     for rank, proc in enumerate(procs):
         try:
-            out, err = proc.communicate(timeout=deadline_s)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) prints every
             # thread's Python stack, which says where a rank hung.
-            for p in procs:
+            for r, p in enumerate(procs):
                 if p.poll() is None:
                     p.send_signal(signal.SIGABRT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+                    killed.add(r)
             for p in procs:
-                p.kill()
-            out, err = proc.communicate()
-            err += "\n[harness] rank %d killed after the %d s deadline" % (rank, deadline_s)
-            results.append(RankResult(rank, -9, out, err))
-            continue
-        results.append(RankResult(rank, proc.returncode, out, err))
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            break
+    results = []
+    for rank, (proc, (out, err)) in enumerate(zip(procs, outputs)):
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+        out.close()
+        err.close()
+        if rank in killed:
+            stderr += "\n[harness] rank %d killed after the %d s deadline" % (rank, deadline_s)
+            results.append(RankResult(rank, -9, stdout, stderr))
+        else:
+            results.append(RankResult(rank, proc.returncode, stdout, stderr))
     return results
 
 
