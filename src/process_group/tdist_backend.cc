@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/error_text.h"
 #include "common/scratch.h"
+#include "store/store_deadline.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/tcp/tcp_transport.h"
@@ -193,57 +194,73 @@ class ProcessGroupTdist::Notes final : public algo::CallNotes {
       : store_(std::move(store)), rank_(rank), size_(size) {}
   void failed(const std::exception_ptr& error) noexcept override {
     if (error_kind(error) != ErrorKind::kOther) return;
-    try {
-      store_->compare_set(kFailureKey, {}, to_bytes(exception_text(error)));  // the first one stays
-    } catch (...) {
-    }
+    bounded(
+        [&] { store_->compare_set(kFailureKey, {}, to_bytes(exception_text(error))); });  // the first stays
   }
   /// The reason a peer left with failed(), if any.
   std::optional<std::string> failure() noexcept override {
-    try {
-      if (store_->check({kFailureKey})) return to_string(store_->get(kFailureKey));
-    } catch (...) {
-    }
-    return std::nullopt;
+    std::optional<std::string> out;
+    bounded([&] {
+      if (store_->check({kFailureKey})) out = to_string(store_->get(kFailureKey));
+    });
+    return out;
   }
   void arrived(const sig::CallSignature& mine) noexcept override {
-    try {
-      uint64_t words[4];
-      std::memcpy(words, &mine, sizeof(words));
-      std::string value;
-      for (uint64_t w : words) value += std::to_string(w) + " ";
-      store_->set(arrived_key(rank_), value);
-    } catch (...) {
-    }
+    uint64_t words[4];
+    std::memcpy(words, &mine, sizeof(words));
+    std::string value;
+    for (uint64_t w : words) value += std::to_string(w) + " ";
+    bounded([&] { store_->set(arrived_key(rank_), value); });
   }
   std::vector<int> missing(uint64_t seq) noexcept override {
     std::vector<int> out;
-    try {
+    const bool read = bounded([&] {
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
         const auto theirs = read_arrived(r);
         if (!theirs || theirs->seq < seq) out.push_back(r);
       }
-    } catch (...) {
-      return {};
-    }
-    return out;
+    });
+    return read ? out : std::vector<int>{};
   }
   std::optional<std::pair<int, sig::CallSignature>> differing(
       const sig::CallSignature& mine) noexcept override {
-    try {
+    std::optional<std::pair<int, sig::CallSignature>> out;
+    bounded([&] {
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
         const auto theirs = read_arrived(r);
-        if (theirs && theirs->seq == mine.seq && !theirs->empty() && !(*theirs == mine))
-          return std::make_pair(r, *theirs);
+        if (theirs && theirs->seq == mine.seq && !theirs->empty() && !(*theirs == mine)) {
+          out = std::make_pair(r, *theirs);
+          return;
+        }
       }
-    } catch (...) {
-    }
-    return std::nullopt;
+    });
+    return out;
   }
 
  private:
+  // The notes are diagnostics: each use of the store gets at most kCap (a
+  // live store answers in microseconds, a loaded one in milliseconds), so
+  // that a store that does not answer (its host stopped, its link cut) never
+  // holds a call past its deadline nor stalls its waiting for data; after
+  // one such failure the notes rest for kRest, so that a waiting call's
+  // polls do not each spend kCap. False if the store failed (or rests).
+  static constexpr auto kCap = std::chrono::seconds(1);
+  static constexpr auto kRest = std::chrono::seconds(2);
+  template <typename Fn>
+  bool bounded(Fn&& fn) noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < resting_until_.load()) return false;
+    try {
+      const detail::StoreDeadlineScope cap(now + kCap);
+      fn();
+      return true;
+    } catch (...) {
+      resting_until_.store(std::chrono::steady_clock::now() + kRest);
+      return false;
+    }
+  }
   static constexpr const char* kFailureKey = "tdist/failure";
   static std::string arrived_key(int r) { return "tdist/arrived/" + std::to_string(r); }
   // What rank r left: the signature of the last long call it was in.
@@ -261,6 +278,7 @@ class ProcessGroupTdist::Notes final : public algo::CallNotes {
   std::shared_ptr<Store> store_;
   int rank_;
   int size_;
+  std::atomic<std::chrono::steady_clock::time_point> resting_until_{};
 };
 
 // By value: the signature every backend factory has (see process_group.cc).

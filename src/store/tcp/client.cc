@@ -5,6 +5,7 @@
 
 #include "common/auth.h"
 #include "kv_map.h"
+#include "store_deadline.h"
 #include "tdist/errors.h"
 
 namespace tdist {
@@ -244,8 +245,17 @@ TCPStoreClient::Outcome TCPStoreClient::call(Request request, Duration timeout, 
     if (!broken_.empty()) fail(op, "it failed earlier: " + broken_);
   }
   Deadline deadline = deadline_after(timeout);
+  // A caller's cap (StoreDeadlineScope) bounds the connect and the wait for
+  // the reply, never a frame once it is on its way: one cut short would
+  // leave the connection out of step for good.
+  const Deadline capped = detail::StoreDeadlineScope::capped(deadline);
+  const bool by_cap = capped < deadline;
+  if (by_cap && capped <= SocketClock::now()) {
+    throw DistStoreTimeoutError(op + ": no time left for the store at " + address_ +
+                                " (the caller's deadline has passed)");
+  }
   Outcome out;
-  std::unique_ptr<Connection> c = acquire(deadline);
+  std::unique_ptr<Connection> c = acquire(capped);
   Connection& conn = *c;
   request.id = ++conn.next_id;
   std::vector<uint8_t> frame = tcpstore::encode_request(request);
@@ -258,9 +268,13 @@ TCPStoreClient::Outcome TCPStoreClient::call(Request request, Duration timeout, 
   try {
     conn.socket.send_all(frame.data(), frame.size(), deadline);
     requests_sent_.fetch_add(1);
-    if (!read_reply(conn, request.id, deadline, timeout, &out.reply)) {
+    if (!read_reply(conn, request.id, capped, timeout, &out.reply)) {
       out.timed_out = true;
-      if (!is_waiting(request.command)) return out;  // the connection is dropped: a reply may still come
+      // The connection is dropped, for a reply may still come; a waiting
+      // request cut short by the cap is not cancelled either (that waits for
+      // the server, which may be the one not answering): the server drops
+      // its waiter with the connection.
+      if (!is_waiting(request.command) || by_cap) return out;
       // Tell the server to drop the waiter, then read until its answer. The
       // wait's own reply may still come first if the key arrived just now.
       Request cancel;
