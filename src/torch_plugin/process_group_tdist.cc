@@ -275,7 +275,7 @@ WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
                                         const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "src");
@@ -292,7 +292,7 @@ WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
                                         const c10d::AllreduceOptions& opts) {
   const char* op = "all_reduce";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     at::Tensor& t = single_entry(tensors, op, "tensor");
     if (t.layout() == at::kSparse) return sparse_allreduce(t, opts);
     if (detail_) check_call({op, -1, {dc::one("tensor", t)}});
@@ -309,7 +309,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "all_reduce_coalesced";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     if (detail_) check_call({op, -1, {dc::list("tensors", tensors)}});
     auto comms = record_comms({op, total_numel(tensors), total_numel(tensors), first_dtype(tensors)});
     auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, {}, tensors);
@@ -332,7 +332,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
 WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   const char* op = "reduce";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     const at::Tensor& t = single_entry(tensors, op, "tensor");
     check_root_tensor(opts.rootTensor, op);
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
@@ -350,7 +350,7 @@ WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& ou
                                         std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     const at::Tensor& input = single_entry(inputs, op, "tensor");
     std::vector<at::Tensor>& list = single_entry(outputs, op, "tensor_list");
     if (detail_) {
@@ -369,7 +369,7 @@ WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& in
                                               const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     if (detail_) check_call({op, -1, {dc::one("output_tensor", output), dc::one("input_tensor", input)}});
     auto comms = record_comms({op, input.numel(), output.numel(), input.scalar_type()});
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input}, {input});
@@ -389,7 +389,7 @@ WorkHandle ProcessGroupTdist::allgather_into_tensor_coalesced(std::vector<at::Te
   // issued back to back, one work for them all.
   const char* op = "all_gather_into_tensor_coalesced";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     auto pairs = coalesced_pairs(outputs, inputs, op);
     if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
     auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
@@ -408,7 +408,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter_tensor_coalesced(std::vector<at::Te
                                                               const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     auto pairs = coalesced_pairs(outputs, inputs, op);
     if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
     auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
@@ -428,7 +428,7 @@ WorkHandle ProcessGroupTdist::allgather_coalesced(std::vector<std::vector<at::Te
                                                   const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_coalesced";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     std::vector<at::Tensor> all_outputs;
     for (const auto& list : outputs) all_outputs.insert(all_outputs.end(), list.begin(), list.end());
     if (detail_) {
@@ -461,7 +461,7 @@ WorkHandle ProcessGroupTdist::gather(std::vector<std::vector<at::Tensor>>& outpu
                                      std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
   const char* op = "gather";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     const at::Tensor& input = single_entry(inputs, op, "tensor");
     int root = root_rank(opts.rootRank, getSize(), op, "dst");
     std::vector<at::Tensor> list;
@@ -486,7 +486,7 @@ WorkHandle ProcessGroupTdist::scatter(std::vector<at::Tensor>& outputs,
                                       const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     const at::Tensor& output = single_entry(outputs, op, "tensor");
     int root = root_rank(opts.rootRank, getSize(), op, "src");
     std::vector<at::Tensor> list;
@@ -512,7 +512,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
                                              const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     const at::Tensor& output = single_entry(outputs, op, "output");
     std::vector<at::Tensor>& list = single_entry(inputs, op, "input_list");
     if (detail_) {
@@ -532,7 +532,7 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
                                                    const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     if (detail_) check_call({op, -1, {dc::one("output", output), dc::one("input", input)}});
     auto comms = record_comms({op, input.numel(), output.numel(), input.scalar_type()});
     auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, {input}, {input});
@@ -550,7 +550,7 @@ WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& inpu
                                             const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all_single";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     // The first dimension may differ per rank (split sizes); tdist matches
     // the split sizes pairwise.
     if (detail_) {
@@ -575,7 +575,7 @@ WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::ve
                                        const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     if (detail_) {
       check_call({op,
                   -1,
@@ -595,7 +595,7 @@ WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::ve
 WorkHandle ProcessGroupTdist::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
   return translate_errors([&]() -> WorkHandle {
-    const tdist::ScopedCallTimeout per_call(opts.timeout);  // kUnsetTimeout (-1 ms): the group's
+    const tdist::ScopedCallTimeout per_call(opts.timeout);
     if (detail_) check_call({op, -1, {}});
     auto comms = record_comms({op});
     auto work = make_work(c10d::OpType::BARRIER, op, {}, {});

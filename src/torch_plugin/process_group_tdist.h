@@ -45,6 +45,9 @@ inline std::string rank_name(const tdist::ProcessGroup& pg, int r) {
   return std::to_string(r) + " (global rank " + std::to_string(global[static_cast<size_t>(r)]) + ")";
 }
 
+/// Every collective opens a tdist::ScopedCallTimeout with its options'
+/// `timeout` (torch's per-call timeout), so that the tdist calls it makes
+/// are bounded by it; torch's kUnsetTimeout (-1 ms) leaves the group's.
 class ProcessGroupTdist final : public c10d::Backend {
  public:
   /// Creates tdist's process group over `store` (blocking until every rank

@@ -19,14 +19,21 @@ std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&
       [&](Store& store, int rank) -> KeepAlive {
         ProcessGroupOptions options;
         options.timeout = timeout;
-        // Groups take a shared_ptr; the store outlives the group here.
-        std::shared_ptr<Store> shared(&store, [](Store*) {});
-        auto group =
-            create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank, n, options);
+        auto group = group_on_store(store, rank, n, options);
         fn(*group, rank);
         return group;
       },
       timeout + std::chrono::seconds(40), timeout + std::chrono::seconds(20));
+}
+
+Group group_on_store(Store& store, int rank, int size, const ProcessGroupOptions& options) {
+  // Groups take a shared_ptr; the store outlives the group here.
+  std::shared_ptr<Store> shared(&store, [](Store*) {});
+  return create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank, size, options);
+}
+
+std::string worlds_param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
+  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
 }
 
 Tensor make_tensor(DType dtype, int64_t count, const std::function<double(int64_t)>& value) {

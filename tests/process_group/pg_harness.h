@@ -4,6 +4,8 @@
 // processes), and tensors of any dtype filled from exact small numbers so a
 // reference can be computed in int64/double arithmetic, apart from tdist.
 
+#include <gtest/gtest.h>
+
 #include <exception>
 #include <functional>
 #include <string>
@@ -20,6 +22,19 @@ namespace tdist::testing {
 /// shared store (HashStore for threads, FileStore for processes).
 std::string with_groups(Mode mode, int n, const std::function<void(ProcessGroup&, int)>& fn,
                         std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+/// A tdist group of `size` ranks over `store` (which outlives it), under
+/// the key prefix "pg", as with_groups makes it.
+Group group_on_store(Store& store, int rank, int size, const ProcessGroupOptions& options);
+
+/// The fixture of tests run over (mode, world size), and their names
+/// ("threads_3"), for INSTANTIATE_TEST_SUITE_P.
+class WorldsTest : public ::testing::TestWithParam<std::tuple<Mode, int>> {
+ protected:
+  Mode mode() const { return std::get<0>(GetParam()); }
+  int n() const { return std::get<1>(GetParam()); }
+};
+std::string worlds_param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p);
 
 /// A tensor of `dtype` with element i set to value(i) (real part; complex
 /// elements get imaginary part -value(i)).

@@ -43,11 +43,7 @@ std::string with_group_and_store(Mode mode, int n,
       100s, 80s);
 }
 
-class Abort : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class Abort : public WorldsTest {};
 
 // Every rank but 0 enters an all_reduce that rank 0 never joins; rank 0
 // aborts once they all said they are entering. Their call fails (not
@@ -138,14 +134,10 @@ TEST_P(Abort, QueuedCallsFailWithoutStarting) {
             "");
 }
 
-std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
-  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Worlds, Abort,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(2, 3, 5)),
-                         param_name);
+                         worlds_param_name);
 
 }  // namespace
 }  // namespace tdist::testing

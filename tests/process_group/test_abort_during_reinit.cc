@@ -52,11 +52,7 @@ void await_generation_of_rank0(Store& group_store, int64_t generation) {
   }
 }
 
-class DuringReinit : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class DuringReinit : public WorldsTest {};
 
 // Rank 0 rebuilds; another of its threads aborts while the rebuild waits
 // for the others, who begin theirs only after the abort. Rank 0's reinit
@@ -149,14 +145,10 @@ TEST_P(DuringReinit, PeerCrashedIsSafeAndFalseForLivePeers) {
             "");
 }
 
-std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
-  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Worlds, DuringReinit,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(2, 3)),
-                         param_name);
+                         worlds_param_name);
 
 }  // namespace
 }  // namespace tdist::testing

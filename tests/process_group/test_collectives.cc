@@ -154,11 +154,7 @@ std::string label(const char* op, DType dtype, Kind kind, int64_t count) {
          std::to_string(count);
 }
 
-class Collectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class Collectives : public WorldsTest {};
 
 // The last count is just past the one-shot limit (32 KiB) in every dtype:
 // two-shot, or single copy where the group can (every rank reads its piece
@@ -169,7 +165,8 @@ TEST_P(Collectives, AllReduceEveryDtypeAndReduceOp) {
                 [&](ProcessGroup& pg, int rank) {
                   for (DType dtype : kAllDTypes) {
                     for (Kind kind : kAllOps) {
-                      if (!is_reduce_supported(dtype, make_op(kind)) || !dtype_op_wanted(dtype, kind)) continue;
+                      if (!is_reduce_supported(dtype, make_op(kind)) || !dtype_op_wanted(dtype, kind))
+                        continue;
                       const auto past_one_shot = static_cast<int64_t>(32768 / element_size(dtype) + 7);
                       for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{33}, past_one_shot}) {
                         Tensor t = make_tensor(dtype, count,

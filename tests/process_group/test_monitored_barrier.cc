@@ -49,11 +49,7 @@ std::string error_of(const std::function<void()>& fn) {
   throw std::runtime_error("no error raised");
 }
 
-class MonitoredBarrier : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class MonitoredBarrier : public WorldsTest {};
 
 TEST_P(MonitoredBarrier, NobodyLeavesBeforeEveryoneArrived) {
   const int size = n();
@@ -123,18 +119,14 @@ TEST_P(MonitoredBarrierMissing, ASubgroupNamesGroupRanksAndTheirGlobalRanks) {
   run_with_missing(mode(), n(), {1}, true, global, "Rank 1 (global rank 12)");
 }
 
-std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
-  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Worlds, MonitoredBarrier,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(1, 2, 3, 5)),
-                         param_name);
+                         worlds_param_name);
 INSTANTIATE_TEST_SUITE_P(Worlds, MonitoredBarrierMissing,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(2, 3, 5)),
-                         param_name);
+                         worlds_param_name);
 
 TEST(MonitoredBarrierArguments, ATimeoutMustNotBeNegative) {
   EXPECT_EQ(with_group_handles(

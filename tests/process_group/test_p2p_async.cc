@@ -12,11 +12,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class P2P : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class P2P : public WorldsTest {};
 
 TEST_P(P2P, RingOfSendAndRecvWithTags) {
   EXPECT_EQ(with_groups(mode(), n(),

@@ -50,11 +50,7 @@ void checked_ring(ProcessGroup& pg) {
       in, 0, 3, [&](int64_t i) { return from * int64_t{10} + i; }, "ring after reinit");
 }
 
-class Reinit : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class Reinit : public WorldsTest {};
 
 TEST_P(Reinit, RebuiltLinksCarryCollectivesAndMessagesAndTheNameStays) {
   EXPECT_EQ(with_groups(mode(), n(),
@@ -116,14 +112,10 @@ TEST_P(Reinit, OperationsQueuedBeforeItFinishFirst) {
             "");
 }
 
-std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
-  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Worlds, Reinit,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(1, 2, 3, 5)),
-                         param_name);
+                         worlds_param_name);
 
 class CommName : public Reinit {};
 
@@ -155,7 +147,7 @@ TEST_P(CommName, IsEqualOnEveryMemberAndDiffersBetweenGroups) {
 INSTANTIATE_TEST_SUITE_P(Worlds, CommName,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(1, 2, 8)),
-                         param_name);
+                         worlds_param_name);
 
 // A replaced rank: its group is destroyed (as with its process) and a new
 // one is created for the same rank over the same store, while the others
@@ -228,7 +220,7 @@ TEST_P(ReplacedRank, ANewGroupForTheRankMeetsTheOthersRebuild) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ReplacedRank,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(2, 3, 5)),
-                         param_name);
+                         worlds_param_name);
 
 // A rank that rebuilds once more than the others waits for a generation
 // they never reach: its rebuild fails at the timeout naming the ranks that

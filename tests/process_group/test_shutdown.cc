@@ -18,11 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class Shutdown : public ::testing::TestWithParam<std::tuple<Mode, int>> {
- protected:
-  Mode mode() const { return std::get<0>(GetParam()); }
-  int n() const { return std::get<1>(GetParam()); }
-};
+class Shutdown : public WorldsTest {};
 
 TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
   const int size = n();
@@ -31,9 +27,7 @@ TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
                 [&](Store& store, int rank) -> KeepAlive {
                   ProcessGroupOptions options;
                   options.timeout = 60s;
-                  std::shared_ptr<Store> shared(&store, [](Store*) {});
-                  auto pg = create_process_group("tdist", std::make_shared<PrefixStore>("pg", shared), rank,
-                                                 size, options);
+                  auto pg = group_on_store(store, rank, size, options);
                   // Async calls still queued when shutdown() comes run to the end.
                   std::vector<Tensor> tensors;
                   std::vector<WorkPtr> works;
@@ -68,14 +62,10 @@ TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
             "");
 }
 
-std::string param_name(const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
-  return std::string(mode_name(std::get<0>(p.param))) + "_" + std::to_string(std::get<1>(p.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Worlds, Shutdown,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(1, 2, 3, 5)),
-                         param_name);
+                         worlds_param_name);
 
 }  // namespace
 }  // namespace tdist::testing
