@@ -64,10 +64,25 @@ std::vector<Chunk> plan_chunks(size_t count, size_t per_chunk, int l, size_t me)
   return chunks;
 }
 
-// The call `ctx` on another transport: this host's ranks, or the ranks of
-// one local index across hosts (same op, sequence number and deadline).
+// The call `ctx` on the ranks of one local index across hosts (same op,
+// sequence number and deadline).
 CallContext on(const CallContext& ctx, transport::Transport& ranks) {
   return {ranks, ctx.op, ctx.seq, ctx.deadline, ctx.timeout, ctx.sig, ctx.previous, ctx.notes};
+}
+
+// The call `ctx` on this host's ranks, whose waits end a little after the
+// crossings' (a tenth of the timeout, at most a second). A host-mate late in
+// shared memory is, unless it died (seen at once), blocked in its own
+// crossing, which times out first and names the rank on another host it
+// waited for; this host's ranks then fail with that reason (the abort of the
+// shared memory carries it) instead of each blaming the healthy host-mate.
+CallContext on_host(const CallContext& ctx, transport::Transport& local_ranks) {
+  CallContext c = on(ctx, local_ranks);
+  if (ctx.deadline == Clock::time_point::max()) return c;
+  const auto grace = std::min<std::chrono::milliseconds>(ctx.timeout / 10, std::chrono::seconds(1));
+  c.deadline = ctx.deadline + grace;
+  c.timeout = ctx.timeout + grace;
+  return c;
 }
 
 // What the caller and the helper thread share during one call.
@@ -268,7 +283,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
   auto* bytes = static_cast<uint8_t*>(data);
   const ReduceOp inside = op_inside_host(op);
   const ReduceOp across = op_across_hosts(op);
-  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext in_host = on_host(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   if (count * eb <= kSmallAllReduceBytes) {
     // Two stages instead of three: every local rank gets the host's sum in
@@ -328,7 +343,7 @@ void hierarchical_all_gather(const CallContext& ctx, ShmGroup& local, transport:
   for (const auto& per_index : chunks.per_index) widest_mine = std::max(widest_mine, per_index[mine]);
   auto scratch = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * widest_mine);
   auto region_of = [&](size_t c) { return scratch.get() + (c % 2) * widest_mine; };
-  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext in_host = on_host(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
@@ -370,7 +385,7 @@ void hierarchical_reduce_scatter(const CallContext& ctx, ShmGroup& local, transp
   for (size_t c = 0; c < chunks.count; ++c) widest_piece = std::max(widest_piece, chunks.per_index[c][mine]);
   auto pieces = algorithms::detail::make_scratch(std::min(chunks.count, size_t{2}) * widest_piece * eb);
   auto piece_of = [&](size_t c) { return pieces.get() + (c % 2) * widest_piece * eb; };
-  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext in_host = on_host(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   const auto* source = static_cast<const uint8_t*>(in);
   auto* target = static_cast<uint8_t*>(out);
@@ -411,7 +426,7 @@ void hierarchical_broadcast(const CallContext& ctx, ShmGroup& local, transport::
   const bool on_root_host = static_cast<size_t>(cross_ranks.rank()) == from.host;
   const std::vector<Chunk> chunks = plan_chunks(nbytes, std::max<size_t>(1, chunk_bytes), l, me);
   auto* bytes = static_cast<uint8_t*>(data);
-  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext in_host = on_host(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
   auto piece_of = [&](const Chunk& c) {
     return bytes + c.begin +
@@ -468,7 +483,7 @@ void hierarchical_all_to_all(const CallContext& ctx, ShmGroup& local, transport:
     remote_send[at] = 0;
     remote_recv[at] = 0;
   }
-  const CallContext in_host = on(ctx, local_ranks);
+  const CallContext in_host = on_host(ctx, local_ranks);
   // Two rounds of the pipeline: the crossing of round 0 (the remote
   // blocks) runs on the helper while the caller runs round 1's local stage.
   pipeline(
