@@ -22,9 +22,13 @@ TIMEOUT = 90
 _results = {}
 
 
-def results_for(world_size):
-    if world_size not in _results:
-        per_rank = run_ranks(paddle_cases.run_all, world_size, True, init=False)
+def results_for(world_size, tensors):
+    """Every case's outcome at `world_size`, on real paddle tensors
+    ("paddle") or on fake_paddle's DLPack-only ones ("fake": what any other
+    DLPack producer gets)."""
+    key = (world_size, tensors)
+    if key not in _results:
+        per_rank = run_ranks(paddle_cases.run_all, world_size, tensors == "fake", init=False)
         merged = {}
         for rank, results in enumerate(per_rank):
             for name, error in results.items():
@@ -32,14 +36,15 @@ def results_for(world_size):
                     merged[name] = f"rank {rank}:\n{error}"
                 else:
                     merged.setdefault(name, None)
-        _results[world_size] = merged
-    return _results[world_size]
+        _results[key] = merged
+    return _results[key]
 
 
+@pytest.mark.parametrize("tensors", ["paddle", "fake"])
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("case", CASE_NAMES)
-def test_case(world_size, case):
-    results = results_for(world_size)
+def test_case(world_size, case, tensors):
+    results = results_for(world_size, tensors)
     assert case in results, f"{case} did not run (an earlier case failed)"
     assert results[case] is None, results[case]
 

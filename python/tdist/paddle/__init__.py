@@ -78,3 +78,11 @@ __all__ = [
     "is_available", "is_initialized", "isend", "new_group", "recv", "reduce", "reduce_scatter", "scatter",
     "scatter_object_list", "send", "spawn", "stream", "wait",
 ]
+
+
+def __getattr__(name):
+    """paddle.DataParallel's counterpart, imported on first use (it imports paddle)."""
+    if name == "DataParallel":
+        from tdist.paddle.data_parallel import DataParallel
+        return DataParallel
+    raise AttributeError(f"module 'tdist.paddle' has no attribute {name!r}")

@@ -91,6 +91,10 @@ def _dlpack_view(obj, fn, arg):
         if int(device_type) not in (_KDL_CPU, _KDL_CUDA_HOST):
             raise DistInvalidArgument(f"{fn}: {arg} is on device type {int(device_type)} (DLPack), not the CPU; "
                                       "tdist runs on CPUs: move it with .cpu() first")
+    if is_paddle_tensor(obj) and not getattr(obj, "stop_gradient", True):
+        # paddle refuses DLPack on a tensor that requires gradients (a
+        # parameter); its detached twin shares the same memory.
+        obj = obj.detach()
     if hasattr(obj, "__dlpack__"):
         capsule = obj.__dlpack__()
     else:  # older paddle: no __dlpack__ method, but paddle.utils.dlpack

@@ -1,5 +1,5 @@
-"""A stand-in for the few paddle calls the tests make (paddle is not
-installable here): ``paddle.Tensor`` backed by a NumPy array that exports
+"""A stand-in for the few paddle calls the tests make, standing for any
+DLPack producer that is not paddle (the cases run on real paddle too): ``paddle.Tensor`` backed by a NumPy array that exports
 itself through DLPack only (no buffer protocol, no __array__), as a CPU
 paddle tensor does, plus to_tensor, empty, empty_like, arange and is_tensor.
 

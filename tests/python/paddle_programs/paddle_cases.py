@@ -1,8 +1,9 @@
 """Cases of tests/python/test_paddle.py, each written as a paddle.distributed
 user writes it (paddle's documented examples, signatures and defaults) with
 ``import tdist.paddle as dist`` and checked against values computed here
-with NumPy. ``paddle`` is fake_paddle (DLPack-only tensors) when the real
-one is absent. Every case runs on every rank, in the same order."""
+with NumPy. ``paddle`` is the real paddle, or fake_paddle (DLPack-only
+tensors), which stands for any other DLPack producer. Every case runs on
+every rank, in the same order."""
 
 import warnings
 
@@ -425,7 +426,7 @@ def run_all(rank, n, fake):
     if fake:
         import fake_paddle
         paddle = fake_paddle.install()
-    else:  # pragma: no cover - real paddle
+    else:
         import paddle
     group = dist.init_parallel_env()
     assert group is dist.get_group(0) and group.nranks == n

@@ -1,0 +1,217 @@
+"""paddle.DataParallel on tdist: a paddle ``Layer`` whose gradients are
+averaged over the group's ranks during ``loss.backward()``.
+
+paddle's own DataParallel runs on paddle's C++ process group, which tdist
+cannot sit under, so this is tdist's own, with paddle's signature and
+behaviour:
+
+- at construction, every parameter and buffer is broadcast from the group's
+  first rank, so all ranks start alike;
+- gradients are grouped into buckets in reverse parameter order (the order
+  backward produces them): the first of ``last_comm_buffer_size`` MB, the
+  rest of ``comm_buffer_size`` MB, one dtype each. A parameter's backward
+  hook (run by paddle once its gradient of this backward is complete) marks
+  it ready; a bucket whose parameters are all ready is copied into its flat
+  buffer and all-reduced in the background while backward goes on;
+- at the end of backward (paddle's backward-final hook) the buckets not yet
+  sent (parameters that got no gradient, which count as zeros) are sent,
+  all are waited for, divided by the number of ranks and copied back into
+  each parameter's ``grad``.
+
+Gradients reach the buffers through zero-copy NumPy views (DLPack), so the
+copies are one into the bucket and one back; the buckets are made once and
+reused. ``no_sync()`` skips the averaging, for gradient accumulation.
+Importing this module imports paddle.
+"""
+
+import contextlib
+
+import numpy
+import paddle
+from paddle.base import core
+
+from tdist._C import DistInvalidArgument
+from tdist.paddle import _tensors
+from tdist.paddle import communication
+from tdist.paddle import group as _group
+from tdist.paddle.reduce_op import ReduceOp
+
+_MB = 1 << 20
+
+
+def sync_params_buffers(model, comm_group=None, src_rank=0, is_model_parallel=False, fuse_params=True):
+    """Broadcasts every parameter and buffer of `model` from global rank
+    `src_rank` (paddle.distributed.parallel.sync_params_buffers)."""
+    del is_model_parallel, fuse_params  # paddle's tuning switches; every tensor is sent whole
+    seen = set()
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if id(tensor) in seen or tensor is None or tensor.size == 0:
+            continue
+        seen.add(id(tensor))
+        communication.broadcast(tensor, src=src_rank, group=comm_group)
+
+
+class _Bucket:
+    """Parameters whose gradients travel together, and their flat buffer."""
+
+    def __init__(self, params, dtype):
+        self.params = params
+        self.offsets = []
+        total = 0
+        for p in params:
+            self.offsets.append(total)
+            total += int(p.size)
+        self.flat = numpy.zeros(total, dtype)
+        self.ready = 0
+        self.task = None
+
+    def send(self, group):
+        """Copies every gradient into the flat buffer (zeros for a parameter
+        that has none) and starts its all_reduce."""
+        for p, at in zip(self.params, self.offsets):
+            part = self.flat[at:at + int(p.size)]
+            if p.grad is None:
+                part.fill(0)
+            else:
+                numpy.copyto(part, _tensors.as_tdist(p.grad, "DataParallel", "a gradient").reshape(-1))
+        self.task = communication.all_reduce(self.flat, op=ReduceOp.SUM, group=group, sync_op=False)
+
+    def finish(self, nranks):
+        """Waits for the all_reduce and writes the averages into the gradients."""
+        self.task.wait()
+        self.flat /= nranks
+        for p, at in zip(self.params, self.offsets):
+            part = self.flat[at:at + int(p.size)].reshape(p.shape)
+            if p.grad is None:
+                p.grad = paddle.to_tensor(part)  # a parameter unused here but used elsewhere
+            else:
+                numpy.copyto(_tensors.as_tdist(p.grad, "DataParallel", "a gradient"), part)
+        self.task = None
+        self.ready = 0
+
+
+def _numpy_dtype(param):
+    name = str(param.dtype).replace("paddle.", "")
+    if name == "bfloat16":
+        raise DistInvalidArgument("DataParallel: parameter " + param.name + " is bfloat16, which tdist.paddle "
+                                  "cannot view through NumPy; keep bfloat16 for compute (paddle.amp) and "
+                                  "float32 parameters")
+    return numpy.dtype(name)
+
+
+def _make_buckets(params, comm_buffer_size, last_comm_buffer_size):
+    """Buckets in reverse parameter order: the first holds up to
+    last_comm_buffer_size MB, the others comm_buffer_size MB; a dtype change
+    starts a new one."""
+    buckets, current, current_bytes = [], [], 0
+    limit = last_comm_buffer_size * _MB
+    for p in reversed(params):
+        dtype = _numpy_dtype(p)
+        nbytes = int(p.size) * dtype.itemsize
+        if current and (current_bytes + nbytes > limit or _numpy_dtype(current[0]) != dtype):
+            buckets.append(_Bucket(current, _numpy_dtype(current[0])))
+            current, current_bytes, limit = [], 0, comm_buffer_size * _MB
+        current.append(p)
+        current_bytes += nbytes
+    if current:
+        buckets.append(_Bucket(current, _numpy_dtype(current[0])))
+    return buckets
+
+
+class DataParallel(paddle.nn.Layer):
+    """paddle.DataParallel(layers, strategy=None, comm_buffer_size=25,
+    last_comm_buffer_size=1, find_unused_parameters=False, group=None) on
+    tdist. `strategy` is ignored (paddle's legacy ParallelStrategy); every
+    parameter without a gradient counts as zeros, so find_unused_parameters
+    changes nothing."""
+
+    def __init__(self, layers, strategy=None, comm_buffer_size=25, last_comm_buffer_size=1,
+                 find_unused_parameters=False, group=None):
+        if not isinstance(layers, paddle.nn.Layer):
+            raise TypeError(f"DataParallel: layers must be a paddle.nn.Layer, not {type(layers).__name__}")
+        super().__init__(layers.full_name() + "_data_parallel")
+        if comm_buffer_size <= 0 or last_comm_buffer_size <= 0:
+            raise DistInvalidArgument(f"DataParallel: comm_buffer_size ({comm_buffer_size}) and "
+                                      f"last_comm_buffer_size ({last_comm_buffer_size}) must be positive (MB)")
+        del strategy
+        self._layers = layers
+        self.find_unused_parameters = find_unused_parameters
+        if group is None and _group.is_initialized():
+            group = _group.global_group()
+        self.group = group  # None: one rank, nothing to average
+        self._nranks = self.group.nranks if self.group is not None else 1
+        self.grad_need_sync = True
+        self._buckets = []
+        self._hooked = False
+        self._next = 0  # the first bucket not yet sent in this backward
+        if self._nranks < 2:
+            return
+        _group.raise_non_member(self.group, "DataParallel")
+        sync_params_buffers(layers, self.group, src_rank=self.group.ranks[0])
+        params, seen = [], set()
+        for p in layers.parameters():
+            if not p.stop_gradient and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        self._buckets = _make_buckets(params, comm_buffer_size, last_comm_buffer_size)
+        for bucket in self._buckets:
+            for p in bucket.params:
+                p._register_backward_hook(self._ready_hook(bucket))
+
+    def _ready_hook(self, bucket):
+        def ready(*_):
+            if not self._hooked:
+                return  # a backward this layer's forward did not start (or no_sync)
+            bucket.ready += 1
+            # Buckets leave in index order on every rank, whatever order their
+            # gradients come in, so the ranks' all_reduces pair up.
+            while self._next < len(self._buckets) and \
+                    self._buckets[self._next].ready == len(self._buckets[self._next].params):
+                self._buckets[self._next].send(self.group)
+                self._next += 1
+        return ready
+
+    def _finish_backward(self):
+        if not self._hooked:
+            return
+        self._hooked = False
+        for bucket in self._buckets[self._next:]:
+            bucket.send(self.group)
+        self._next = 0
+        for bucket in self._buckets:
+            bucket.finish(self._nranks)
+
+    def forward(self, *inputs, **kwargs):
+        if self._buckets and self.grad_need_sync and self.training and paddle.is_grad_enabled() \
+                and not self._hooked:
+            self._hooked = True
+            # One-shot: paddle runs it once, at the end of the next backward.
+            core.eager._add_backward_final_hook(self._finish_backward)
+        return self._layers(*inputs, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradients of the backwards inside accumulate on each rank without
+        being averaged; the first backward after it averages the sums."""
+        before = self.grad_need_sync
+        self.grad_need_sync = False
+        try:
+            yield
+        finally:
+            self.grad_need_sync = before
+
+    def scale_loss(self, loss):
+        """paddle's legacy API: the loss unchanged (gradients are averaged)."""
+        return loss
+
+    def apply_collective_grads(self):
+        """paddle's legacy API: nothing to do (gradients are averaged during backward)."""
+
+    def state_dict(self, *args, **kwargs):
+        return self._layers.state_dict(*args, **kwargs)
+
+    def set_state_dict(self, state_dict, use_structured_name=True):
+        return self._layers.set_state_dict(state_dict, use_structured_name=use_structured_name)
+
+    set_dict = set_state_dict
+    load_dict = set_state_dict

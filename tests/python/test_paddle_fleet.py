@@ -1,0 +1,126 @@
+"""Data-parallel paddle training on tdist (tdist.paddle.fleet and
+tdist.paddle.DataParallel) against paddle's own: each script in
+paddle_programs/ runs under ``python3 -m tdist.paddle.launch`` as written,
+and under ``python3 -m paddle.distributed.launch`` with its one tdist import
+line replaced by paddle's. The ranks must end with the same weights, and
+those must be paddle's (bit for bit at 2 ranks, where a sum of two has one
+order; within float32 rounding at 4, where the reduction orders differ)."""
+
+import os
+import subprocess
+import sys
+
+import numpy
+import paddle  # python/requirements-dev.txt
+import pytest
+
+from tdist._C import DistInvalidArgument
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "paddle_programs")
+TIMEOUT = 180
+
+SCRIPTS = {
+    # script: (its tdist import line, paddle's)
+    "fleet_train.py": ("from tdist.paddle import fleet", "from paddle.distributed import fleet"),
+    "data_parallel_train.py": ("import tdist.paddle as dist", "import paddle.distributed as dist"),
+}
+
+
+def run(script, nprocs, out_dir, library, tmp_path):
+    """Runs `script` on `nprocs` local ranks with `library`'s launcher and
+    returns the ranks' saved arrays."""
+    source = os.path.join(PROGRAMS, script)
+    if library == "paddle":
+        ours, theirs = SCRIPTS[script]
+        text = open(source).read()
+        assert text.count(ours + "\n") == 1, f"{script} must import tdist in exactly one line: {ours}"
+        source = os.path.join(tmp_path, "paddle_" + script)
+        with open(source, "w") as f:
+            f.write(text.replace(ours + "\n", theirs + "\n"))
+        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nprocs),
+               "--log_dir", os.path.join(tmp_path, "paddle_log"), source]
+    else:
+        cmd = [sys.executable, "-m", "tdist.paddle.launch", "--nproc_per_node", str(nprocs), source]
+    os.makedirs(out_dir)
+    env = dict(os.environ, FLEET_TRAIN_OUT=out_dir)
+    # paddle's own gloo groups at 4 ranks sometimes fail to connect ("connect
+    # [127.0.0.1]:403: Connection refused" in about 1 run of 4 here, with no
+    # tdist involved); only that failure of the reference is run again.
+    for _ in range(3):
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
+        logs = ""
+        if library == "paddle" and os.path.isdir(os.path.join(tmp_path, "paddle_log")):
+            for name in sorted(os.listdir(os.path.join(tmp_path, "paddle_log"))):
+                logs += open(os.path.join(tmp_path, "paddle_log", name)).read()[-2000:]
+        if not (library == "paddle" and result.returncode != 0 and "gloo/transport/tcp/pair.cc" in logs
+                and "Connection refused" in logs):
+            break
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + logs
+    return [dict(numpy.load(os.path.join(out_dir, f"rank{r}.npz"))) for r in range(nprocs)]
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_training_ends_with_paddles_weights(script, nprocs, tmp_path):
+    ours = run(script, nprocs, str(tmp_path / "tdist"), "tdist", tmp_path)
+    theirs = run(script, nprocs, str(tmp_path / "paddle"), "paddle", tmp_path)
+    names = sorted(ours[0])
+    assert names == sorted(theirs[0]) and "losses" in names
+    for r in range(1, nprocs):
+        for name in names:
+            if name != "losses":  # each rank's loss is of its own rows
+                assert numpy.array_equal(ours[r][name], ours[0][name]), (r, name)
+    for r in range(nprocs):
+        for name in names:
+            if nprocs == 2:
+                assert numpy.array_equal(ours[r][name], theirs[r][name]), (r, name, ours[r][name], theirs[r][name])
+            else:
+                numpy.testing.assert_allclose(ours[r][name], theirs[r][name], rtol=2e-5, atol=2e-6,
+                                              err_msg=f"rank {r}, {name}")
+    # The training did something: the losses moved.
+    assert not numpy.allclose(ours[0]["losses"][0], ours[0]["losses"][-1])
+
+
+def test_what_fleet_does_not_provide_is_refused_by_name():
+    from tdist.paddle import fleet
+    with pytest.raises(DistInvalidArgument, match="parameter-server mode"):
+        fleet.init()
+    strategy = fleet.DistributedStrategy()
+    strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 2, "pp_degree": 1}
+    with pytest.raises(DistInvalidArgument, match="mp_degree=2"):
+        fleet.init(is_collective=True, strategy=strategy)
+    strategy = fleet.DistributedStrategy()
+    strategy.amp = True
+    with pytest.raises(DistInvalidArgument, match="DistributedStrategy.amp"):
+        fleet.init(is_collective=True, strategy=strategy)
+    with pytest.raises(DistInvalidArgument, match="fleet.init_server"):
+        fleet.init_server()
+    with pytest.raises(DistInvalidArgument, match="fleet.run_server"):
+        fleet.fleet.run_server()
+
+
+def test_one_rank_trains_alone():
+    """Without a launcher (world size 1) fleet and DataParallel wrap and train
+    as plain paddle does."""
+    from tdist.paddle import fleet
+    fleet.init(is_collective=True)
+    assert (fleet.worker_index(), fleet.worker_num(), fleet.is_first_worker()) == (0, 1, True)
+    paddle.seed(5)
+    layer = paddle.nn.Linear(4, 2)
+    reference = paddle.nn.Linear(4, 2)
+    reference.set_state_dict(layer.state_dict())
+    model = fleet.distributed_model(layer)
+    x = paddle.ones([3, 4])
+    model(x).sum().backward()
+    reference(x).sum().backward()
+    assert numpy.array_equal(layer.weight.grad.numpy(), reference.weight.grad.numpy())
+    assert sorted(model.state_dict()) == ["bias", "weight"]
+
+
+def test_data_parallel_checks_its_arguments():
+    import tdist.paddle as dist
+    with pytest.raises(TypeError, match="paddle.nn.Layer"):
+        dist.DataParallel(object())
+    with pytest.raises(DistInvalidArgument, match="comm_buffer_size"):
+        dist.DataParallel(paddle.nn.Linear(2, 2), comm_buffer_size=0)
