@@ -87,9 +87,16 @@ DType numpy_dtype(const py::dtype& dt, const char* op, const char* arg) {
                             "int64, float16, bfloat16, float32, float64, complex64, complex128)");
 }
 
+// bfloat16 from a producer whose bfloat16 NumPy cannot type (tdist.paddle's
+// view of a paddle bfloat16 tensor): its bits in a uint16 array of an
+// ndarray subclass with the class attribute `tdist_bfloat16`.
+bool marked_bfloat16(py::handle obj, const py::dtype& dt) {
+  return dt.kind() == 'u' && dt.itemsize() == 2 && py::hasattr(py::type::handle_of(obj), "tdist_bfloat16");
+}
+
 Tensor from_numpy(py::handle obj, const char* op, const char* arg, Access access) {
   auto array = py::reinterpret_borrow<py::array>(obj);
-  DType dtype = numpy_dtype(array.dtype(), op, arg);
+  DType dtype = marked_bfloat16(obj, array.dtype()) ? DType::kBFloat16 : numpy_dtype(array.dtype(), op, arg);
   if ((array.flags() & py::array::c_style) == 0) {
     throw DistInvalidArgument(where(op, arg) +
                               " is not C-contiguous; tdist works in place on contiguous memory, pass "

@@ -36,6 +36,8 @@ def dtype_name(obj):
     """torch's name of the element type ("float32", "bfloat16", ...)."""
     if is_torch_tensor(obj):
         return str(obj.dtype).replace("torch.", "")
+    if getattr(type(obj), "tdist_bfloat16", False):  # tdist.paddle's view of bfloat16 bits
+        return "bfloat16"
     return str(obj.dtype)
 
 
@@ -48,7 +50,7 @@ def _convert(tensor, like, op, arg):
                 f"{op}: {arg} has dtype {dtype_name(tensor)} but the output has {dtype_name(like)}, "
                 "and that conversion would lose the kind of value (e.g. float to int)")
         return tensor.to(like.dtype).contiguous()
-    if is_numpy_array(tensor) and is_numpy_array(like):
+    if is_numpy_array(tensor) and is_numpy_array(like) and "bfloat16" not in (dtype_name(tensor), dtype_name(like)):
         import numpy
         if not numpy.can_cast(tensor.dtype, like.dtype, casting="same_kind"):
             raise DistInvalidArgument(

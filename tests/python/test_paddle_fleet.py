@@ -124,3 +124,21 @@ def test_data_parallel_checks_its_arguments():
         dist.DataParallel(object())
     with pytest.raises(DistInvalidArgument, match="comm_buffer_size"):
         dist.DataParallel(paddle.nn.Linear(2, 2), comm_buffer_size=0)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_data_parallel_averages_bfloat16_float32_and_one_rank_only_gradients(nprocs, tmp_path):
+    import json
+    script = os.path.join(PROGRAMS, "mixed_dtype_dp.py")
+    result = subprocess.run([sys.executable, "-m", "tdist.paddle.launch", "--nproc_per_node", str(nprocs), script],
+                            capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reports = sorted((json.loads(line.split("]: ", 1)[1]) for line in result.stdout.splitlines() if '"rank"' in line),
+                     key=lambda report: report["rank"])
+    assert [report["rank"] for report in reports] == list(range(nprocs)), result.stdout
+    mean_rank_plus_one = (nprocs + 1) / 2  # exact in bfloat16 for 2 and 3 ranks
+    for report in reports:
+        assert report["dtypes"] == ["paddle.bfloat16", "paddle.float32"]
+        assert report["w"] == [mean_rank_plus_one] * 4
+        assert report["v"] == [2 * mean_rank_plus_one] * 3
+        assert report["u"] == pytest.approx([3 / nprocs] * 2, rel=1e-6)  # rank 0's gradient, averaged

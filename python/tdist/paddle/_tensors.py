@@ -75,12 +75,24 @@ def is_tensor(obj):
     return True
 
 
+_KDL_BFLOAT = 4
+
+
+class BFloat16Bits(numpy.ndarray):
+    """A uint16 NumPy view of bfloat16 memory, which tdist's core reduces as
+    bfloat16 (NumPy has no bfloat16; the class attribute says what it is)."""
+
+    tdist_bfloat16 = True
+
+
 def _dlpack_dtype(dl, fn, arg):
+    if dl.lanes == 1 and dl.code == _KDL_BFLOAT and dl.bits == 16:
+        return numpy.dtype("uint16")
     kind = _DL_KINDS.get(dl.code)
     if dl.lanes != 1 or kind is None:
-        name = "bfloat16" if dl.code == 4 else f"DLPack type code {dl.code} with {dl.bits} bits"
-        raise DistInvalidArgument(f"{fn}: {arg} has dtype {name}, which tdist.paddle cannot view through NumPy "
-                                  "(use float16, float32, float64, integers, bool or complex)")
+        raise DistInvalidArgument(f"{fn}: {arg} has DLPack type code {dl.code} with {dl.bits} bits and {dl.lanes} "
+                                  "lanes, which tdist.paddle cannot view (use float16, bfloat16, float32, float64, "
+                                  "integers, bool or complex)")
     return numpy.dtype("bool") if kind == "b" else numpy.dtype(f"{kind}{dl.bits // 8}")
 
 
@@ -117,11 +129,14 @@ def _dlpack_view(obj, fn, arg):
                                           f"{[int(t.strides[k]) for k in range(t.ndim)]}); pass a contiguous "
                                           "copy and copy the result back")
             expected *= shape[i]
+    bfloat16 = t.dtype.code == _KDL_BFLOAT
     if count == 0:
-        return numpy.empty(shape, dtype)
-    buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(t.data + t.byte_offset)
-    buffer._keep = (capsule, obj)  # the memory lives as long as the view
-    return numpy.frombuffer(buffer, dtype).reshape(shape)
+        view = numpy.empty(shape, dtype)
+    else:
+        buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(t.data + t.byte_offset)
+        buffer._keep = (capsule, obj)  # the memory lives as long as the view
+        view = numpy.frombuffer(buffer, dtype).reshape(shape)
+    return view.view(BFloat16Bits) if bfloat16 else view
 
 
 def as_tdist(obj, fn, arg):

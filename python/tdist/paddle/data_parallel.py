@@ -14,12 +14,12 @@ behaviour:
   it ready; a bucket whose parameters are all ready is copied into its flat
   buffer and all-reduced in the background while backward goes on;
 - at the end of backward (paddle's backward-final hook) the buckets not yet
-  sent (parameters that got no gradient, which count as zeros) are sent,
-  all are waited for, divided by the number of ranks and copied back into
-  each parameter's ``grad``.
+  sent (parameters that got no gradient, which count as zeros) are sent
+  (all_reduce with AVG), all are waited for and copied back into each
+  parameter's ``grad``.
 
-Gradients reach the buffers through zero-copy NumPy views (DLPack), so the
-copies are one into the bucket and one back; the buckets are made once and
+Gradients reach the buffers through zero-copy NumPy views (DLPack; bfloat16
+as its bits), so the copies are one into the bucket and one back; the buckets are made once and
 reused. ``no_sync()`` skips the averaging, for gradient accumulation.
 Importing this module imports paddle.
 """
@@ -54,7 +54,7 @@ def sync_params_buffers(model, comm_group=None, src_rank=0, is_model_parallel=Fa
 class _Bucket:
     """Parameters whose gradients travel together, and their flat buffer."""
 
-    def __init__(self, params, dtype):
+    def __init__(self, params, dtype, bfloat16):
         self.params = params
         self.offsets = []
         total = 0
@@ -62,6 +62,8 @@ class _Bucket:
             self.offsets.append(total)
             total += int(p.size)
         self.flat = numpy.zeros(total, dtype)
+        if bfloat16:
+            self.flat = self.flat.view(_tensors.BFloat16Bits)
         self.ready = 0
         self.task = None
 
@@ -74,29 +76,28 @@ class _Bucket:
                 part.fill(0)
             else:
                 numpy.copyto(part, _tensors.as_tdist(p.grad, "DataParallel", "a gradient").reshape(-1))
-        self.task = communication.all_reduce(self.flat, op=ReduceOp.SUM, group=group, sync_op=False)
+        self.task = communication.all_reduce(self.flat, op=ReduceOp.AVG, group=group, sync_op=False)
 
-    def finish(self, nranks):
+    def finish(self):
         """Waits for the all_reduce and writes the averages into the gradients."""
         self.task.wait()
-        self.flat /= nranks
         for p, at in zip(self.params, self.offsets):
             part = self.flat[at:at + int(p.size)].reshape(p.shape)
-            if p.grad is None:
-                p.grad = paddle.to_tensor(part)  # a parameter unused here but used elsewhere
-            else:
-                numpy.copyto(_tensors.as_tdist(p.grad, "DataParallel", "a gradient"), part)
+            if p.grad is None:  # a parameter unused here but used elsewhere
+                p.grad = paddle.zeros(p.shape, p.dtype)
+            numpy.copyto(_tensors.as_tdist(p.grad, "DataParallel", "a gradient"), part)
         self.task = None
         self.ready = 0
 
 
 def _numpy_dtype(param):
+    """The NumPy dtype of a parameter's bucket (bfloat16's bits as uint16)."""
     name = str(param.dtype).replace("paddle.", "")
-    if name == "bfloat16":
-        raise DistInvalidArgument("DataParallel: parameter " + param.name + " is bfloat16, which tdist.paddle "
-                                  "cannot view through NumPy; keep bfloat16 for compute (paddle.amp) and "
-                                  "float32 parameters")
-    return numpy.dtype(name)
+    return numpy.dtype("uint16") if name == "bfloat16" else numpy.dtype(name)
+
+
+def _is_bfloat16(param):
+    return str(param.dtype).replace("paddle.", "") == "bfloat16"
 
 
 def _make_buckets(params, comm_buffer_size, last_comm_buffer_size):
@@ -108,13 +109,13 @@ def _make_buckets(params, comm_buffer_size, last_comm_buffer_size):
     for p in reversed(params):
         dtype = _numpy_dtype(p)
         nbytes = int(p.size) * dtype.itemsize
-        if current and (current_bytes + nbytes > limit or _numpy_dtype(current[0]) != dtype):
-            buckets.append(_Bucket(current, _numpy_dtype(current[0])))
+        if current and (current_bytes + nbytes > limit or str(current[0].dtype) != str(p.dtype)):
+            buckets.append(_Bucket(current, _numpy_dtype(current[0]), _is_bfloat16(current[0])))
             current, current_bytes, limit = [], 0, comm_buffer_size * _MB
         current.append(p)
         current_bytes += nbytes
     if current:
-        buckets.append(_Bucket(current, _numpy_dtype(current[0])))
+        buckets.append(_Bucket(current, _numpy_dtype(current[0]), _is_bfloat16(current[0])))
     return buckets
 
 
@@ -179,7 +180,7 @@ class DataParallel(paddle.nn.Layer):
             bucket.send(self.group)
         self._next = 0
         for bucket in self._buckets:
-            bucket.finish(self._nranks)
+            bucket.finish()
 
     def forward(self, *inputs, **kwargs):
         if self._buckets and self.grad_need_sync and self.training and paddle.is_grad_enabled() \

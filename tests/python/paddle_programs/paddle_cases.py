@@ -67,6 +67,29 @@ def all_reduce_doc_example(paddle, rank, n):
 
 
 @case
+def half_precision_paddle_tensors(paddle, rank, n):
+    """bfloat16 (bits NumPy cannot type) and float16, in place and into new
+    outputs, against NumPy sums of small integers (exact in both)."""
+    if not hasattr(paddle, "bfloat16"):
+        return  # fake_paddle: DLPack producers other than paddle have no bfloat16 here
+    for dtype in ("bfloat16", "float16"):
+        base = numpy.arange(7, dtype=numpy.float32)
+        data = paddle.to_tensor(base * (rank + 1), dtype=dtype)
+        dist.all_reduce(data)
+        eq(data.astype("float32"), base * sum(range(1, n + 1)))
+        dist.all_reduce(data, op=dist.ReduceOp.MAX)
+        eq(data.astype("float32"), base * sum(range(1, n + 1)))
+        gathered = []
+        dist.all_gather(gathered, paddle.to_tensor(base[:3] + rank, dtype=dtype))
+        assert [str(t.dtype) for t in gathered] == [f"paddle.{dtype}"] * n
+        for r, t in enumerate(gathered):
+            eq(t.astype("float32"), base[:3] + r)
+        root = paddle.to_tensor([float(rank)] * 5, dtype=dtype)
+        dist.broadcast(root, src=n - 1)
+        eq(root.astype("float32"), [float(n - 1)] * 5)
+
+
+@case
 def all_reduce_ops_odd_and_zero_counts(paddle, rank, n):
     values = [numpy.arange(7, dtype=numpy.int64) + r for r in range(n)]
     for op, ref in [(dist.ReduceOp.SUM, sum(values)), (dist.ReduceOp.MAX, numpy.maximum.reduce(values)),
