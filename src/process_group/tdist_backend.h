@@ -286,6 +286,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in,
                         const std::vector<size_t>& send_bytes, void* out,
                         const std::vector<size_t>& recv_bytes) const;
+  // Each block at its offset from `in` / `out` (blocks in place anywhere).
+  void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in,
+                        const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets,
+                        void* out, const std::vector<size_t>& recv_bytes,
+                        const std::vector<size_t>& recv_offsets) const;
 
   /// If `error` is a broken connection and a peer left the reason it
   /// aborted the group in the store (Notes::failed), that reason as a

@@ -309,6 +309,36 @@ TEST_P(Collectives, AllGatherListWithDifferentSizesPerRank) {
       "");
 }
 
+// Blocks of about 6 MiB in separate tensors: over 16 MiB in all from 3
+// ranks up, where TCP runs the call in slices through a reused staging
+// buffer and shared memory writes each block in place (tdist_backend.cc).
+TEST_P(Collectives, AllGatherListOfLargeSeparateBlocks) {
+  EXPECT_EQ(
+      with_groups(mode(), n(),
+                  [&](ProcessGroup& pg, int rank) {
+                    auto count_of = [](int r) { return int64_t{3} * 1024 * 1024 + 2 * r + 1; };
+                    auto value = [](int r, int64_t i) { return static_cast<int16_t>((r * 7 + i) % 30011); };
+                    Tensor in = Tensor::zeros(DType::kInt16, {count_of(rank)});
+                    auto* mine = static_cast<int16_t*>(in.data());
+                    for (int64_t i = 0; i < count_of(rank); ++i) mine[i] = value(rank, i);
+                    std::vector<Tensor> outs;
+                    for (int r = 0; r < pg.size(); ++r)
+                      outs.push_back(Tensor::zeros(DType::kInt16, {count_of(r)}));
+                    pg.all_gather(outs, in)->wait();
+                    for (int r = 0; r < pg.size(); ++r) {
+                      const auto* got = static_cast<const int16_t*>(outs[static_cast<size_t>(r)].data());
+                      for (int64_t i = 0; i < count_of(r); ++i) {
+                        if (got[i] != value(r, i)) {
+                          check(false, "all_gather block " + std::to_string(r) + " element " +
+                                           std::to_string(i) + ": " + std::to_string(got[i]));
+                          return;
+                        }
+                      }
+                    }
+                  }),
+      "");
+}
+
 TEST_P(Collectives, AllGatherIntoTensorConcatenatedStackedInPlaceAndUneven) {
   EXPECT_EQ(
       with_groups(
