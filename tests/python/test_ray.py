@@ -1,0 +1,153 @@
+"""tdist on a Ray cluster of two nodes on this machine (ray.cluster_utils:
+a head node and a worker node, two CPUs each): a group of Ray actors made
+by tdist.ray.init_group, Ray Train's TorchTrainer on backend "tdist", and a
+worker killed mid-job, named by the survivors and restarted by Ray."""
+
+import os
+
+import numpy
+import pytest
+import ray  # python/requirements-dev.txt
+from ray.cluster_utils import Cluster
+
+import tdist.ray
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # The workers import tdist from the build tree, as this process does;
+    # every job of the module shares one token.
+    os.environ.setdefault("TDIST_AUTH_TOKEN", "ray-test-token")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    c.add_node(num_cpus=2)
+    ray.init(address=c.address, runtime_env={"env_vars": {"TDIST_AUTH_TOKEN": os.environ["TDIST_AUTH_TOKEN"]}})
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@ray.remote(num_cpus=1)
+class Worker:
+    def node(self):
+        return ray.get_runtime_context().get_node_id()
+
+    def sums(self, n):
+        import tdist
+        rank = tdist.get_rank()
+        x = numpy.arange(n, dtype=numpy.float64) * (rank + 1)
+        tdist.all_reduce(x)
+        gathered = numpy.empty(3 * tdist.get_world_size(), numpy.int32)
+        tdist.all_gather_into_tensor(gathered, numpy.full(3, rank, numpy.int32))
+        return rank, x, gathered
+
+    def torch_sum(self):
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor([float(dist.get_rank() + 1)])
+        dist.all_reduce(t)
+        return dist.get_backend(), float(t)
+
+
+def test_actors_on_two_nodes_form_a_group(cluster):
+    workers = [Worker.remote() for _ in range(WORLD)]
+    assert len(set(ray.get([w.node.remote() for w in workers]))) == 2  # both nodes take part
+    tdist.ray.init_group(workers)
+    try:
+        for n in (0, 1, 1001):
+            for rank, x, gathered in ray.get([w.sums.remote(n) for w in workers]):
+                assert numpy.array_equal(x, numpy.arange(n, dtype=numpy.float64) * sum(range(1, WORLD + 1)))
+                assert numpy.array_equal(gathered, numpy.repeat(numpy.arange(WORLD, dtype=numpy.int32), 3))
+    finally:
+        tdist.ray.destroy_group(workers)
+    for w in workers:
+        ray.kill(w)
+
+
+def test_actors_with_torch_distributed(cluster):
+    workers = [Worker.remote() for _ in range(WORLD)]
+    tdist.ray.init_group(workers, api="torch")
+    try:
+        assert ray.get([w.torch_sum.remote() for w in workers]) == [("tdist", 10.0)] * WORLD
+    finally:
+        tdist.ray.destroy_group(workers, api="torch")
+    with pytest.raises(ValueError, match="api must be"):
+        tdist.ray.init_group(workers, api="mpi")
+    for w in workers:
+        ray.kill(w)
+
+
+def trainer(loop, config, tmp_path, max_failures=0):
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+    return TorchTrainer(loop, train_loop_config=config,
+                        scaling_config=ScalingConfig(num_workers=WORLD, use_gpu=False),
+                        torch_config=TorchConfig(backend="tdist", timeout_s=60),
+                        run_config=RunConfig(storage_path=str(tmp_path / "ray_results"), name="tdist",
+                                             failure_config=FailureConfig(max_failures=max_failures)))
+
+
+def train_loop(config):
+    """All ranks: DDP on backend "tdist" for a few steps on rank-dependent
+    data, then checks; rank `kill_rank` dies by SIGKILL in the middle of the
+    first attempt (a marker file says whether it already did)."""
+    import signal
+
+    import ray.train
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "tdist"
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        if step == 2 and config.get("kill_rank") == rank and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        x = torch.full((2, 4), float(rank + step))
+        try:
+            loss = model(x).pow(2).mean()
+            loss.backward()
+        except Exception as error:
+            with open(os.path.join(config["errors"], f"rank{rank}.txt"), "w") as f:
+                f.write(f"{type(error).__name__}: {error}")
+            raise
+        optimizer.step()
+        optimizer.zero_grad()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(weights) for _ in range(world)]
+    dist.all_gather(gathered, weights)
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    ray.train.report({"same_weights": all(torch.equal(g, weights) for g in gathered), "total": float(total),
+                      "world": world})
+
+
+def test_torch_trainer_on_backend_tdist(cluster, tmp_path):
+    errors = tmp_path / "errors"
+    errors.mkdir()
+    result = trainer(train_loop, {"errors": str(errors)}, tmp_path).fit()
+    assert result.error is None
+    assert result.metrics["world"] == WORLD and result.metrics["same_weights"]
+    assert result.metrics["total"] == sum(range(1, WORLD + 1))
+
+
+def test_a_killed_worker_is_named_and_ray_restarts_the_job(cluster, tmp_path):
+    errors = tmp_path / "errors"
+    errors.mkdir()
+    config = {"kill_rank": 2, "marker": str(tmp_path / "killed"), "errors": str(errors)}
+    result = trainer(train_loop, config, tmp_path, max_failures=1).fit()
+    assert os.path.exists(config["marker"]), "rank 2 was never killed"
+    # The second attempt ran to the end.
+    assert result.error is None
+    assert result.metrics["same_weights"] and result.metrics["total"] == sum(range(1, WORLD + 1))
+    # The first attempt's survivors that saw the loss before Ray stopped them
+    # name the dead rank.
+    reports = {p.name: p.read_text() for p in errors.iterdir()}
+    assert reports, "no surviving rank reported an error"
+    assert all("rank 2" in text for text in reports.values()), reports
