@@ -4,13 +4,19 @@ by tdist.ray.init_group, Ray Train's TorchTrainer on backend "tdist", and a
 worker killed mid-job, named by the survivors and restarted by Ray."""
 
 import os
+import sys
 
 import numpy
 import pytest
-import ray  # python/requirements-dev.txt
-from ray.cluster_utils import Cluster
 
-import tdist.ray
+# Ray's nodes, and so the addresses its workers are given, on 127.0.0.1
+# instead of the machine's interface address (read when ray is imported;
+# on Linux it changes nothing else).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import ray  # noqa: E402 - python/requirements-dev.txt
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import tdist.ray  # noqa: E402
 
 WORLD = 4
 
@@ -20,9 +26,14 @@ def cluster():
     # The workers import tdist from the build tree, as this process does;
     # every job of the module shares one token.
     os.environ.setdefault("TDIST_AUTH_TOKEN", "ray-test-token")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    c.add_node(num_cpus=2)
+    # Both nodes on the loopback address: no traffic leaves through the
+    # machine's own interfaces.
+    c = Cluster(initialize_head=True,
+                head_node_args={"num_cpus": 2, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    c.add_node(num_cpus=2, node_ip_address="127.0.0.1")
     ray.init(address=c.address, runtime_env={"env_vars": {"TDIST_AUTH_TOKEN": os.environ["TDIST_AUTH_TOKEN"]}})
+    # The workers cannot import this file: its functions travel by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
         yield c
     finally:
@@ -94,6 +105,7 @@ def train_loop(config):
     """All ranks: DDP on backend "tdist" for a few steps on rank-dependent
     data, then checks; rank `kill_rank` dies by SIGKILL in the middle of the
     first attempt (a marker file says whether it already did)."""
+    import json
     import signal
 
     import ray.train
@@ -124,30 +136,47 @@ def train_loop(config):
     dist.all_gather(gathered, weights)
     total = torch.tensor([float(rank + 1)])
     dist.all_reduce(total)
-    ray.train.report({"same_weights": all(torch.equal(g, weights) for g in gathered), "total": float(total),
-                      "world": world})
+    outcome = {"same_weights": all(torch.equal(g, weights) for g in gathered), "total": float(total), "world": world}
+    with open(os.path.join(config["results"], f"rank{rank}.json"), "w") as f:
+        json.dump(outcome, f)
+    ray.train.report(outcome)
+
+
+def dirs(tmp_path):
+    """The directories the ranks write their errors and results to."""
+    made = {name: tmp_path / name for name in ("errors", "results")}
+    for path in made.values():
+        path.mkdir()
+    return made
+
+
+def check_results(results):
+    """Every rank's outcome (written by train_loop): equal weights, the right sum."""
+    import json
+    outcomes = {p.name: json.loads(p.read_text()) for p in results.iterdir()}
+    assert sorted(outcomes) == [f"rank{r}.json" for r in range(WORLD)], outcomes
+    for outcome in outcomes.values():
+        assert outcome == {"same_weights": True, "total": float(sum(range(1, WORLD + 1))), "world": WORLD}
 
 
 def test_torch_trainer_on_backend_tdist(cluster, tmp_path):
-    errors = tmp_path / "errors"
-    errors.mkdir()
-    result = trainer(train_loop, {"errors": str(errors)}, tmp_path).fit()
+    paths = dirs(tmp_path)
+    result = trainer(train_loop, {name: str(path) for name, path in paths.items()}, tmp_path).fit()
     assert result.error is None
-    assert result.metrics["world"] == WORLD and result.metrics["same_weights"]
-    assert result.metrics["total"] == sum(range(1, WORLD + 1))
+    check_results(paths["results"])
+    assert not list(paths["errors"].iterdir())
 
 
 def test_a_killed_worker_is_named_and_ray_restarts_the_job(cluster, tmp_path):
-    errors = tmp_path / "errors"
-    errors.mkdir()
-    config = {"kill_rank": 2, "marker": str(tmp_path / "killed"), "errors": str(errors)}
+    paths = dirs(tmp_path)
+    config = {"kill_rank": 2, "marker": str(tmp_path / "killed"), **{name: str(p) for name, p in paths.items()}}
     result = trainer(train_loop, config, tmp_path, max_failures=1).fit()
     assert os.path.exists(config["marker"]), "rank 2 was never killed"
     # The second attempt ran to the end.
     assert result.error is None
-    assert result.metrics["same_weights"] and result.metrics["total"] == sum(range(1, WORLD + 1))
+    check_results(paths["results"])
     # The first attempt's survivors that saw the loss before Ray stopped them
     # name the dead rank.
-    reports = {p.name: p.read_text() for p in errors.iterdir()}
+    reports = {p.name: p.read_text() for p in paths["errors"].iterdir()}
     assert reports, "no surviving rank reported an error"
     assert all("rank 2" in text for text in reports.values()), reports
