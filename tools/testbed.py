@@ -111,6 +111,7 @@ class Testbed:
         self.prefix = f"tb{os.getpid()}"
         self.switch = f"{self.prefix}-sw"
         self.created = []
+        self.started = []  # processes popen() started, killed by down() with their groups
 
     def host_ns(self, i):
         return f"{self.prefix}-h{i}"
@@ -174,6 +175,11 @@ class Testbed:
     def down(self):
         """Kills whatever still runs in the hosts, then deletes every namespace
         this testbed made (their links go with them)."""
+        # A process popen() just started may not have entered its host yet
+        # (ip netns exec joins the namespace, then execs): the namespace's
+        # list of processes would miss it, so its own group is killed too.
+        kill_all(self.started)
+        self.started = []
         for i in range(self.hosts):
             if self.host_ns(i) in self.created:
                 self.kill_host(i)
@@ -216,7 +222,9 @@ class Testbed:
 
     def popen(self, i, args, **kwargs):
         """A process running `args` in host i (its own process group, so it can be killed whole)."""
-        return subprocess.Popen(["ip", "netns", "exec", self.host_ns(i), *args], start_new_session=True, **kwargs)
+        proc = subprocess.Popen(["ip", "netns", "exec", self.host_ns(i), *args], start_new_session=True, **kwargs)
+        self.started.append(proc)
+        return proc
 
 
 def _pump(stream, label, out):

@@ -91,7 +91,9 @@ DType numpy_dtype(const py::dtype& dt, const char* op, const char* arg) {
 // view of a paddle bfloat16 tensor): its bits in a uint16 array of an
 // ndarray subclass with the class attribute `tdist_bfloat16`.
 bool marked_bfloat16(py::handle obj, const py::dtype& dt) {
-  return dt.kind() == 'u' && dt.itemsize() == 2 && py::hasattr(py::type::handle_of(obj), "tdist_bfloat16");
+  if (dt.kind() != 'u' || dt.itemsize() != 2) return false;
+  const py::handle type = py::type::handle_of(obj);
+  return py::hasattr(type, "tdist_bfloat16") && py::bool_(type.attr("tdist_bfloat16"));
 }
 
 Tensor from_numpy(py::handle obj, const char* op, const char* arg, Access access) {

@@ -25,25 +25,31 @@ import tdist (docs/ray.md). Importing this module imports ray.
 
 import os
 import secrets
-import socket
 from datetime import timedelta
 
 import ray
 
+from tdist._spawn import free_port
+
 __all__ = ["destroy_group", "init_group"]
+
+
+_TOKEN = "TDIST_AUTH_TOKEN"
+_NO_TOKEN = object()
+_token_before = _NO_TOKEN  # the actor's own token, put back by _leave
 
 
 def _endpoint(_actor):
     """The node's address, as Ray knows it, and a port free on it."""
     address = ray.util.get_node_ip_address()
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return address, s.getsockname()[1]
+    return address, free_port(address)
 
 
 def _join(_actor, address, port, rank, world_size, token, timeout_s, api):
-    os.environ["TDIST_AUTH_TOKEN"] = token
+    global _token_before
+    if _token_before is _NO_TOKEN:
+        _token_before = os.environ.get(_TOKEN)
+    os.environ[_TOKEN] = token
     host = f"[{address}]" if ":" in address else address
     init_method = f"tcp://{host}:{port}"
     timeout = timedelta(seconds=timeout_s)
@@ -61,6 +67,7 @@ def _join(_actor, address, port, rank, world_size, token, timeout_s, api):
 
 
 def _leave(_actor, api):
+    global _token_before
     if api == "torch":
         import torch.distributed as dist
         if dist.is_initialized():
@@ -69,6 +76,12 @@ def _leave(_actor, api):
         import tdist
         if tdist.is_initialized():
             tdist.destroy_process_group()
+    if _token_before is not _NO_TOKEN:
+        if _token_before is None:
+            os.environ.pop(_TOKEN, None)
+        else:
+            os.environ[_TOKEN] = _token_before
+        _token_before = _NO_TOKEN
 
 
 def init_group(actors, *, api="tdist", timeout=timedelta(minutes=30)):
@@ -76,7 +89,9 @@ def init_group(actors, *, api="tdist", timeout=timedelta(minutes=30)):
     from the driver; returns once every actor has joined. api="tdist": the
     actors use tdist's own API (tdist.all_reduce, ...); api="torch": they use
     torch.distributed on backend "tdist". A failure in any actor (a port
-    taken, a peer that never comes) is raised here, as Ray raises it."""
+    taken, a peer that never comes) is raised here as soon as it happens;
+    the actors still waiting for it give up when `timeout` (also the
+    group's timeout) runs out."""
     if api not in ("tdist", "torch"):
         raise ValueError(f"init_group: api must be 'tdist' or 'torch', not {api!r}")
     actors = list(actors)
@@ -85,8 +100,19 @@ def init_group(actors, *, api="tdist", timeout=timedelta(minutes=30)):
     address, port = ray.get(actors[0].__ray_call__.remote(_endpoint))
     token = os.environ.get("TDIST_AUTH_TOKEN") or secrets.token_hex(32)
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    ray.get([actor.__ray_call__.remote(_join, address, port, rank, len(actors), token, seconds, api)
-             for rank, actor in enumerate(actors)])
+    pending = {actor.__ray_call__.remote(_join, address, port, rank, len(actors), token, seconds, api): rank
+               for rank, actor in enumerate(actors)}
+    while pending:
+        # One at a time, so that the first failure is raised at once, not
+        # after the other actors' rendezvous timeouts.
+        done, _ = ray.wait(list(pending), num_returns=1)
+        rank = pending.pop(done[0])
+        try:
+            ray.get(done[0])
+        except Exception as error:
+            raise RuntimeError(f"tdist.ray.init_group: the actor of rank {rank} failed to join the group at "
+                               f"{address}:{port} (ranks {sorted(pending.values())} still waiting): {error}") \
+                from error
 
 
 def destroy_group(actors, *, api="tdist"):

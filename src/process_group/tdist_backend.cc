@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "algorithms/patterns/chunking.h"
 #include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
 #include "blocking_call.h"
@@ -128,7 +129,7 @@ struct Scattered {
 
 // A list collective whose staging buffer would outgrow the scratch cache
 // runs as several calls of the same op, each over one slice of every block
-// (slice k of n: bytes [b * k / n, b * (k + 1) / n) of a block of b bytes),
+// (slice k of a balanced partition of each block into n, chunking.h),
 // through a staging buffer of at most about this size that the cache keeps:
 // a fresh 256 MiB buffer per call cost more in page faults than the
 // collective itself (a 4-rank list all_gather of 64 MiB blocks: 392 ms
@@ -1062,14 +1063,17 @@ void ProcessGroupTdist::run_all_gather(const algo::CallContext& ctx, const std::
     blocks.copy_out();
     return;
   }
-  detail::Scratch staging(total / slices + bytes.size());
+  size_t widest = 0;  // slice 0: the first slices are the longest
+  for (size_t b : bytes) widest += patterns::chunk_elements(b, static_cast<int>(slices), 0).length;
+  detail::Scratch staging(widest);
   const auto* in = static_cast<const uint8_t*>(input.data());
   const size_t me = to_size(ctx.rank());
   std::vector<size_t> begin(bytes.size()), piece(bytes.size());
   for (size_t k = 0; k < slices; ++k) {
     for (size_t r = 0; r < bytes.size(); ++r) {
-      begin[r] = bytes[r] * k / slices;
-      piece[r] = bytes[r] * (k + 1) / slices - begin[r];
+      const auto slice = patterns::chunk_elements(bytes[r], static_cast<int>(slices), static_cast<int>(k));
+      begin[r] = slice.offset;
+      piece[r] = slice.length;
     }
     all_gather_bytes(ctx, in + begin[me], staging.get(), piece);
     size_t at = 0;

@@ -309,14 +309,15 @@ TEST_P(Collectives, AllGatherListWithDifferentSizesPerRank) {
       "");
 }
 
-// Blocks of about 6 MiB in separate tensors: over 16 MiB in all from 3
-// ranks up, where TCP runs the call in slices through a reused staging
-// buffer and shared memory writes each block in place (tdist_backend.cc).
+// Blocks in separate tensors, 17 MiB and some in all at every world size
+// from 2: TCP runs the call in slices through a reused staging buffer,
+// shared memory writes each block in place (tdist_backend.cc).
 TEST_P(Collectives, AllGatherListOfLargeSeparateBlocks) {
   EXPECT_EQ(
       with_groups(mode(), n(),
                   [&](ProcessGroup& pg, int rank) {
-                    auto count_of = [](int r) { return int64_t{3} * 1024 * 1024 + 2 * r + 1; };
+                    const int64_t per_rank = (int64_t{17} << 20) / 2 / pg.size();  // int16 elements
+                    auto count_of = [&](int r) { return per_rank + 2 * r + 1; };
                     auto value = [](int r, int64_t i) { return static_cast<int16_t>((r * 7 + i) % 30011); };
                     Tensor in = Tensor::zeros(DType::kInt16, {count_of(rank)});
                     auto* mine = static_cast<int16_t*>(in.data());

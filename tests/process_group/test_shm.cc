@@ -442,6 +442,31 @@ void check_hierarchical_all_gather(const std::vector<std::pair<const char*, cons
       env);
 }
 
+// A list all_gather of 18 MiB in all across hosts runs as two hierarchical
+// all_gathers, one per slice of every block, through a staging buffer
+// (tdist_backend.cc); both slices must land at their places.
+TEST(Shm, AListAllGatherOver16MiBAcrossHostsRunsInSlices) {
+  on_six_ranks_across_hosts("shm_hier_slices", "1048576", [&](ProcessGroup& pg, int rank) {
+    auto count_of = [](int r) { return int64_t{1536} * 1024 + r; };  // int16: 3 MiB and r elements
+    auto value = [](int r, int64_t i) { return static_cast<int16_t>((r * 13 + i) % 32003); };
+    Tensor in = Tensor::zeros(DType::kInt16, {count_of(rank)});
+    auto* mine = static_cast<int16_t*>(in.data());
+    for (int64_t i = 0; i < count_of(rank); ++i) mine[i] = value(rank, i);
+    std::vector<Tensor> list;
+    for (int r = 0; r < pg.size(); ++r) list.push_back(Tensor::zeros(DType::kInt16, {count_of(r)}));
+    pg.all_gather(list, in)->wait();
+    for (int r = 0; r < pg.size(); ++r) {
+      const auto* got = static_cast<const int16_t*>(list[static_cast<size_t>(r)].data());
+      for (int64_t i = 0; i < count_of(r); ++i) {
+        if (got[i] != value(r, i)) {
+          check(false, "block " + std::to_string(r) + " element " + std::to_string(i));
+          return;
+        }
+      }
+    }
+  });
+}
+
 TEST(Shm, AllGatherAcrossHostsRunsHierarchicallyWithEveryBlockInPlace) {
   // The shared-memory stage's rounds through the buffers (ranks outnumber
   // cores here) ...

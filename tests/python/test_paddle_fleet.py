@@ -46,15 +46,16 @@ def run(script, nprocs, out_dir, library, tmp_path):
     env = dict(os.environ, FLEET_TRAIN_OUT=out_dir)
     # paddle's own gloo groups at 4 ranks sometimes fail to connect ("connect
     # [127.0.0.1]:403: Connection refused" in about 1 run of 4 here, with no
-    # tdist involved); only that failure of the reference is run again.
+    # tdist involved); only a failure of the reference inside gloo's TCP
+    # transport is run again.
     for _ in range(3):
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
         logs = ""
         if library == "paddle" and os.path.isdir(os.path.join(tmp_path, "paddle_log")):
             for name in sorted(os.listdir(os.path.join(tmp_path, "paddle_log"))):
                 logs += open(os.path.join(tmp_path, "paddle_log", name)).read()[-2000:]
-        if not (library == "paddle" and result.returncode != 0 and "gloo/transport/tcp/pair.cc" in logs
-                and "Connection refused" in logs):
+        if not (library == "paddle" and result.returncode != 0
+                and "gloo/transport/tcp/" in result.stdout + result.stderr + logs):
             break
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + logs
     return [dict(numpy.load(os.path.join(out_dir, f"rank{r}.npz"))) for r in range(nprocs)]
@@ -139,6 +140,10 @@ def test_data_parallel_averages_bfloat16_float32_and_one_rank_only_gradients(npr
     mean_rank_plus_one = (nprocs + 1) / 2  # exact in bfloat16 for 2 and 3 ranks
     for report in reports:
         assert report["dtypes"] == ["paddle.bfloat16", "paddle.float32"]
-        assert report["w"] == [mean_rank_plus_one] * 4
-        assert report["v"] == [2 * mean_rank_plus_one] * 3
-        assert report["u"] == pytest.approx([3 / nprocs] * 2, rel=1e-6)  # rank 0's gradient, averaged
+        assert report["other"] == [3.0, 3.0]
+        for step in ("first", "second"):
+            grads = report[step]
+            assert grads["w"] == [mean_rank_plus_one] * 4, (step, grads)
+            assert grads["v"] == [2 * mean_rank_plus_one] * 3, (step, grads)
+            assert grads["u"] == pytest.approx([3 / nprocs] * 2, rel=1e-6)  # rank 0's gradient, averaged
+            assert grads["never"] is None  # no rank used it: no gradient, as in paddle

@@ -91,6 +91,19 @@ def test_actors_with_torch_distributed(cluster):
         ray.kill(w)
 
 
+def test_an_actor_that_cannot_join_is_named_at_once(cluster):
+    from datetime import timedelta
+    workers = [Worker.remote() for _ in range(WORLD)]
+    ray.get([w.node.remote() for w in workers])
+    ray.kill(workers[3])
+    # The error comes from the dead actor's call, long before the others'
+    # rendezvous (here 20 s) would give up.
+    with pytest.raises(RuntimeError, match=r"the actor of rank 3 failed to join the group .*ranks \[.*\] still"):
+        tdist.ray.init_group(workers, timeout=timedelta(seconds=20))
+    for w in workers[:3]:
+        ray.kill(w)
+
+
 def trainer(loop, config, tmp_path, max_failures=0):
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer

@@ -81,8 +81,12 @@ __all__ = [
 
 
 def __getattr__(name):
-    """paddle.DataParallel's counterpart, imported on first use (it imports paddle)."""
+    """paddle.DataParallel's counterpart and paddle.distributed.fleet's,
+    imported on first use (they import paddle)."""
     if name == "DataParallel":
         from tdist.paddle.data_parallel import DataParallel
         return DataParallel
+    if name == "fleet":
+        import importlib
+        return importlib.import_module("tdist.paddle.fleet")
     raise AttributeError(f"module 'tdist.paddle' has no attribute {name!r}")

@@ -13,10 +13,12 @@ behaviour:
   hook (run by paddle once its gradient of this backward is complete) marks
   it ready; a bucket whose parameters are all ready is copied into its flat
   buffer and all-reduced in the background while backward goes on;
-- at the end of backward (paddle's backward-final hook) the buckets not yet
-  sent (parameters that got no gradient, which count as zeros) are sent
-  (all_reduce with AVG), all are waited for and copied back into each
-  parameter's ``grad``.
+- a hook on the forward's outputs notes that a backward reached the layer;
+  at that backward's end (paddle's backward-final hook) the buckets not yet
+  sent (parameters that got no gradient count as zeros) are sent
+  (all_reduce with AVG), all are waited for, and the averages are copied
+  back into the ``grad`` of every parameter that had a gradient on some
+  rank (a MAX over the ranks of one flag each); the others keep none.
 
 Gradients reach the buffers through zero-copy NumPy views (DLPack; bfloat16
 as its bits), so the copies are one into the bucket and one back; the buckets are made once and
@@ -67,27 +69,52 @@ class _Bucket:
         self.ready = 0
         self.task = None
 
-    def send(self, group):
+    def send(self, group, had_grad):
         """Copies every gradient into the flat buffer (zeros for a parameter
-        that has none) and starts its all_reduce."""
-        for p, at in zip(self.params, self.offsets):
+        that has none, noted in `had_grad`) and starts its all_reduce."""
+        for i, (p, at) in enumerate(zip(self.params, self.offsets)):
             part = self.flat[at:at + int(p.size)]
+            had_grad[i] = p.grad is not None
             if p.grad is None:
                 part.fill(0)
             else:
-                numpy.copyto(part, _tensors.as_tdist(p.grad, "DataParallel", "a gradient").reshape(-1))
+                numpy.copyto(part, _gradient(p).reshape(-1))
         self.task = communication.all_reduce(self.flat, op=ReduceOp.AVG, group=group, sync_op=False)
 
-    def finish(self):
-        """Waits for the all_reduce and writes the averages into the gradients."""
+    def finish(self, any_grad):
+        """Waits for the all_reduce and writes the averages into the
+        gradients of the parameters some rank had one for (`any_grad`); the
+        others keep no gradient, as in paddle, so optimizers skip them."""
         self.task.wait()
-        for p, at in zip(self.params, self.offsets):
-            part = self.flat[at:at + int(p.size)].reshape(p.shape)
-            if p.grad is None:  # a parameter unused here but used elsewhere
+        for p, at, used in zip(self.params, self.offsets, any_grad):
+            if not used:
+                continue
+            if p.grad is None:  # unused here but used elsewhere
                 p.grad = paddle.zeros(p.shape, p.dtype)
-            numpy.copyto(_tensors.as_tdist(p.grad, "DataParallel", "a gradient"), part)
+            numpy.copyto(_gradient(p), self.flat[at:at + int(p.size)].reshape(p.shape))
         self.task = None
         self.ready = 0
+
+
+def _gradient(param):
+    """A writable NumPy view of `param`'s gradient."""
+    if str(param.grad.dtype) != str(param.dtype):
+        raise DistInvalidArgument(f"DataParallel: the gradient of parameter {param.name} is {param.grad.dtype}, "
+                                  f"the parameter {param.dtype}; tdist.paddle averages gradients of the "
+                                  "parameters' dtype (no master gradients)")
+    return _tensors.as_tdist(param.grad, "DataParallel", f"the gradient of parameter {param.name}")
+
+
+def _tensors_in(value):
+    """The paddle tensors in a forward's output (nested lists, tuples, dicts)."""
+    if isinstance(value, paddle.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
 
 
 def _numpy_dtype(param):
@@ -122,7 +149,7 @@ def _make_buckets(params, comm_buffer_size, last_comm_buffer_size):
 class DataParallel(paddle.nn.Layer):
     """paddle.DataParallel(layers, strategy=None, comm_buffer_size=25,
     last_comm_buffer_size=1, find_unused_parameters=False, group=None) on
-    tdist. `strategy` is ignored (paddle's legacy ParallelStrategy); every
+    tdist. `strategy` is ignored (paddle's legacy ParallelStrategy); a
     parameter without a gradient counts as zeros, so find_unused_parameters
     changes nothing."""
 
@@ -155,6 +182,14 @@ class DataParallel(paddle.nn.Layer):
                 seen.add(id(p))
                 params.append(p)
         self._buckets = _make_buckets(params, comm_buffer_size, last_comm_buffer_size)
+        # Which parameters had a gradient, per bucket here; with MAX over the
+        # ranks, which had one anywhere.
+        self._had_grad = numpy.zeros(len(params), numpy.uint8)
+        self._bucket_at = []
+        at = 0
+        for bucket in self._buckets:
+            self._bucket_at.append(at)
+            at += len(bucket.params)
         for bucket in self._buckets:
             for p in bucket.params:
                 p._register_backward_hook(self._ready_hook(bucket))
@@ -168,27 +203,46 @@ class DataParallel(paddle.nn.Layer):
             # gradients come in, so the ranks' all_reduces pair up.
             while self._next < len(self._buckets) and \
                     self._buckets[self._next].ready == len(self._buckets[self._next].params):
-                self._buckets[self._next].send(self.group)
+                self._send(self._next)
                 self._next += 1
         return ready
+
+    def _send(self, index):
+        at = self._bucket_at[index]
+        bucket = self._buckets[index]
+        bucket.send(self.group, self._had_grad[at:at + len(bucket.params)])
 
     def _finish_backward(self):
         if not self._hooked:
             return
         self._hooked = False
-        for bucket in self._buckets[self._next:]:
-            bucket.send(self.group)
+        for index in range(self._next, len(self._buckets)):
+            self._send(index)
         self._next = 0
-        for bucket in self._buckets:
-            bucket.finish()
+        communication.all_reduce(self._had_grad, op=ReduceOp.MAX, group=self.group)
+        for index, bucket in enumerate(self._buckets):
+            at = self._bucket_at[index]
+            bucket.finish(self._had_grad[at:at + len(bucket.params)])
+
+    def _backward_starts(self, grad):
+        """A hook on the forward's outputs: a backward reaches this layer, so
+        its gradients are averaged at that backward's end (and not at the end
+        of a backward through another graph)."""
+        if not self._hooked:
+            self._hooked = True
+            # One-shot: paddle runs it once, at the end of the running backward.
+            core.eager._add_backward_final_hook(self._finish_backward)
+        return grad
 
     def forward(self, *inputs, **kwargs):
-        if self._buckets and self.grad_need_sync and self.training and paddle.is_grad_enabled() \
-                and not self._hooked:
-            self._hooked = True
-            # One-shot: paddle runs it once, at the end of the next backward.
-            core.eager._add_backward_final_hook(self._finish_backward)
-        return self._layers(*inputs, **kwargs)
+        outputs = self._layers(*inputs, **kwargs)
+        # As paddle's: whatever the layer's mode (eval() too), if gradients
+        # are recorded and not under no_sync().
+        if self._buckets and self.grad_need_sync and paddle.is_grad_enabled():
+            for t in _tensors_in(outputs):
+                if not t.stop_gradient:
+                    t.register_hook(self._backward_starts)
+        return outputs
 
     @contextlib.contextmanager
     def no_sync(self):

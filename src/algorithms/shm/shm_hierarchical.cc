@@ -71,17 +71,16 @@ CallContext on(const CallContext& ctx, transport::Transport& ranks) {
 }
 
 // The call `ctx` on this host's ranks, whose waits end a little after the
-// crossings' (a tenth of the timeout, at most a second). A host-mate late in
-// shared memory is, unless it died (seen at once), blocked in its own
-// crossing, which times out first and names the rank on another host it
-// waited for; this host's ranks then fail with that reason (the abort of the
-// shared memory carries it) instead of each blaming the healthy host-mate.
+// crossings' (a tenth of the timeout, at most a second; messages still
+// name the group's timeout). A host-mate late in shared memory is, unless
+// it died (seen at once), blocked in its own crossing, which times out
+// first and names the rank on another host it waited for; this host's ranks
+// then fail with that reason (the abort of the shared memory carries it)
+// instead of each blaming the healthy host-mate.
 CallContext on_host(const CallContext& ctx, transport::Transport& local_ranks) {
   CallContext c = on(ctx, local_ranks);
   if (ctx.deadline == Clock::time_point::max()) return c;
-  const auto grace = std::min<std::chrono::milliseconds>(ctx.timeout / 10, std::chrono::seconds(1));
-  c.deadline = ctx.deadline + grace;
-  c.timeout = ctx.timeout + grace;
+  c.deadline = ctx.deadline + std::min<std::chrono::milliseconds>(ctx.timeout / 10, std::chrono::seconds(1));
   return c;
 }
 
