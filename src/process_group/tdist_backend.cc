@@ -1224,6 +1224,15 @@ WorkPtr ProcessGroupTdist::scatter(const Tensor& output, const std::vector<Tenso
 void ProcessGroupTdist::run_reduce_scatter(const algo::CallContext& ctx, const Tensor& output,
                                            const std::vector<Tensor>& inputs,
                                            const std::vector<size_t>& counts, const ReduceOp& op) {
+  auto* shm = shm_for<algo::ReduceScatterAlgo>();
+  if (shm != nullptr && !back_to_back(inputs)) {
+    // Shared memory reads every block where its tensor lies: no staging
+    // buffer to fault in and fill (as the list all_gather writes in place).
+    if (empty_call(ctx, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
+    std::vector<std::vector<algo::shm::InputSegment>> blocks(inputs.size());
+    for (size_t j = 0; j < inputs.size(); ++j) blocks[j].push_back({inputs[j].data(), counts[j]});
+    return algo::shm::reduce_scatter_segments(ctx, *shm, blocks, output.data(), counts, output.dtype(), op);
+  }
   Blocks blocks(inputs);
   blocks.copy_in();
   reduce_scatter_elements(ctx, blocks.base, output, counts, op);
