@@ -60,6 +60,11 @@ def _ephemeral_low():
         return 32768  # Linux's default
 
 
+def url_host(host):
+    """`host` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
 def free_port(host="127.0.0.1"):
     """A TCP port that was free on `host` a moment ago (for MASTER_PORT).
 

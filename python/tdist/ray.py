@@ -29,7 +29,7 @@ from datetime import timedelta
 
 import ray
 
-from tdist._spawn import free_port
+from tdist._spawn import free_port, url_host
 
 __all__ = ["destroy_group", "init_group"]
 
@@ -45,37 +45,34 @@ def _endpoint(_actor):
     return address, free_port(address)
 
 
+def _library(api):
+    """The API the actors use: tdist's own, or torch.distributed with tdist
+    registered (both have init_process_group, is_initialized and
+    destroy_process_group)."""
+    if api == "torch":
+        import torch.distributed
+
+        import tdist.torch  # noqa: F401 - registers the "tdist" backend
+        return torch.distributed
+    import tdist
+    return tdist
+
+
 def _join(_actor, address, port, rank, world_size, token, timeout_s, api):
     global _token_before
     if _token_before is _NO_TOKEN:
         _token_before = os.environ.get(_TOKEN)
     os.environ[_TOKEN] = token
-    host = f"[{address}]" if ":" in address else address
-    init_method = f"tcp://{host}:{port}"
-    timeout = timedelta(seconds=timeout_s)
-    if api == "torch":
-        import torch.distributed as dist
-
-        import tdist.torch  # noqa: F401 - registers the "tdist" backend
-        dist.init_process_group("tdist", init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=timeout)
-    else:
-        import tdist
-        tdist.init_process_group("tdist", init_method=init_method, rank=rank, world_size=world_size,
-                                 timeout=timeout)
+    _library(api).init_process_group("tdist", init_method=f"tcp://{url_host(address)}:{port}", rank=rank,
+                                     world_size=world_size, timeout=timedelta(seconds=timeout_s))
     return rank
 
 
 def _leave(_actor, api):
     global _token_before
-    if api == "torch":
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    else:
-        import tdist
-        if tdist.is_initialized():
-            tdist.destroy_process_group()
+    library = _library(api)
+    if library.is_initialized():
+        library.destroy_process_group()
     if _token_before is not _NO_TOKEN:
         if _token_before is None:
             os.environ.pop(_TOKEN, None)
@@ -98,7 +95,7 @@ def init_group(actors, *, api="tdist", timeout=timedelta(minutes=30)):
     if not actors:
         raise ValueError("init_group: no actors")
     address, port = ray.get(actors[0].__ray_call__.remote(_endpoint))
-    token = os.environ.get("TDIST_AUTH_TOKEN") or secrets.token_hex(32)
+    token = os.environ.get(_TOKEN) or secrets.token_hex(32)
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
     pending = {actor.__ray_call__.remote(_join, address, port, rank, len(actors), token, seconds, api): rank
                for rank, actor in enumerate(actors)}

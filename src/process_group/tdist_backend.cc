@@ -1050,8 +1050,10 @@ void ProcessGroupTdist::run_all_gather(const algo::CallContext& ctx, const std::
   const auto bytes = nbytes_of(outputs);
   const size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
   if (empty_call(ctx, total)) return;
-  if (auto* shm = shm_for<algo::AllGatherAlgo>()) {
-    // Shared memory writes every block where its tensor lies.
+  auto* shm = shm_for<algo::AllGatherAlgo>();
+  if (shm != nullptr && !back_to_back(outputs)) {
+    // Shared memory writes every block where its tensor lies: no staging
+    // buffer to fault in and copy out of.
     std::vector<std::vector<algo::shm::OutputSegment>> blocks(outputs.size());
     for (size_t r = 0; r < outputs.size(); ++r) blocks[r].push_back({outputs[r].data(), bytes[r]});
     return algo::shm::all_gather_segments(ctx, *shm, input.data(), blocks);
@@ -1226,8 +1228,8 @@ void ProcessGroupTdist::run_reduce_scatter(const algo::CallContext& ctx, const T
                                            const std::vector<size_t>& counts, const ReduceOp& op) {
   auto* shm = shm_for<algo::ReduceScatterAlgo>();
   if (shm != nullptr && !back_to_back(inputs)) {
-    // Shared memory reads every block where its tensor lies: no staging
-    // buffer to fault in and fill (as the list all_gather writes in place).
+    // Shared memory reads every block where its tensor lies, as run_all_gather
+    // writes them.
     if (empty_call(ctx, std::accumulate(counts.begin(), counts.end(), size_t{0}))) return;
     std::vector<std::vector<algo::shm::InputSegment>> blocks(inputs.size());
     for (size_t j = 0; j < inputs.size(); ++j) blocks[j].push_back({inputs[j].data(), counts[j]});

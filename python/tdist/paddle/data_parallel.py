@@ -21,8 +21,9 @@ behaviour:
   rank (a MAX over the ranks of one flag each); the others keep none.
 
 Gradients reach the buffers through zero-copy NumPy views (DLPack; bfloat16
-as its bits), so the copies are one into the bucket and one back; the buckets are made once and
-reused. ``no_sync()`` skips the averaging, for gradient accumulation.
+as its bits), so the copies are one into the bucket and one back; the
+buckets are made once and reused. ``no_sync()`` skips the averaging, for
+gradient accumulation.
 Importing this module imports paddle.
 """
 
@@ -47,46 +48,49 @@ def sync_params_buffers(model, comm_group=None, src_rank=0, is_model_parallel=Fa
     del is_model_parallel, fuse_params  # paddle's tuning switches; every tensor is sent whole
     seen = set()
     for tensor in list(model.parameters()) + list(model.buffers()):
-        if id(tensor) in seen or tensor is None or tensor.size == 0:
+        if tensor is None or id(tensor) in seen or tensor.size == 0:
             continue
         seen.add(id(tensor))
         communication.broadcast(tensor, src=src_rank, group=comm_group)
 
 
 class _Bucket:
-    """Parameters whose gradients travel together, and their flat buffer."""
+    """Parameters of one dtype whose gradients travel together, their flat
+    buffer, and their entries of the layer's had-a-gradient flags."""
 
-    def __init__(self, params, dtype, bfloat16):
+    def __init__(self, params, had_grad):
         self.params = params
+        self.had_grad = had_grad
         self.offsets = []
         total = 0
         for p in params:
             self.offsets.append(total)
             total += int(p.size)
-        self.flat = numpy.zeros(total, dtype)
-        if bfloat16:
+        self.flat = numpy.zeros(total, _numpy_dtype(params[0]))
+        if _is_bfloat16(params[0]):
             self.flat = self.flat.view(_tensors.BFloat16Bits)
         self.ready = 0
         self.task = None
 
-    def send(self, group, had_grad):
+    def send(self, group):
         """Copies every gradient into the flat buffer (zeros for a parameter
-        that has none, noted in `had_grad`) and starts its all_reduce."""
+        that has none, noted in had_grad) and starts its all_reduce."""
         for i, (p, at) in enumerate(zip(self.params, self.offsets)):
             part = self.flat[at:at + int(p.size)]
-            had_grad[i] = p.grad is not None
+            self.had_grad[i] = p.grad is not None
             if p.grad is None:
                 part.fill(0)
             else:
                 numpy.copyto(part, _gradient(p).reshape(-1))
         self.task = communication.all_reduce(self.flat, op=ReduceOp.AVG, group=group, sync_op=False)
 
-    def finish(self, any_grad):
+    def finish(self):
         """Waits for the all_reduce and writes the averages into the
-        gradients of the parameters some rank had one for (`any_grad`); the
-        others keep no gradient, as in paddle, so optimizers skip them."""
+        gradients of the parameters some rank had one for (had_grad, once
+        reduced with MAX over the ranks); the others keep no gradient, as in
+        paddle, so optimizers skip them."""
         self.task.wait()
-        for p, at, used in zip(self.params, self.offsets, any_grad):
+        for p, at, used in zip(self.params, self.offsets, self.had_grad):
             if not used:
                 continue
             if p.grad is None:  # unused here but used elsewhere
@@ -117,33 +121,31 @@ def _tensors_in(value):
             yield from _tensors_in(item)
 
 
+def _is_bfloat16(param):
+    return str(param.dtype) == "paddle.bfloat16"
+
+
 def _numpy_dtype(param):
     """The NumPy dtype of a parameter's bucket (bfloat16's bits as uint16)."""
-    name = str(param.dtype).replace("paddle.", "")
-    return numpy.dtype("uint16") if name == "bfloat16" else numpy.dtype(name)
+    return numpy.dtype("uint16") if _is_bfloat16(param) else numpy.dtype(str(param.dtype).replace("paddle.", ""))
 
 
-def _is_bfloat16(param):
-    return str(param.dtype).replace("paddle.", "") == "bfloat16"
-
-
-def _make_buckets(params, comm_buffer_size, last_comm_buffer_size):
-    """Buckets in reverse parameter order: the first holds up to
-    last_comm_buffer_size MB, the others comm_buffer_size MB; a dtype change
-    starts a new one."""
-    buckets, current, current_bytes = [], [], 0
+def _group_params(params, comm_buffer_size, last_comm_buffer_size):
+    """The parameters of each bucket, in reverse parameter order: the first
+    bucket holds up to last_comm_buffer_size MB, the others comm_buffer_size
+    MB; a dtype change starts a new one."""
+    groups, current, current_bytes = [], [], 0
     limit = last_comm_buffer_size * _MB
     for p in reversed(params):
-        dtype = _numpy_dtype(p)
-        nbytes = int(p.size) * dtype.itemsize
+        nbytes = int(p.size) * _numpy_dtype(p).itemsize
         if current and (current_bytes + nbytes > limit or str(current[0].dtype) != str(p.dtype)):
-            buckets.append(_Bucket(current, _numpy_dtype(current[0]), _is_bfloat16(current[0])))
+            groups.append(current)
             current, current_bytes, limit = [], 0, comm_buffer_size * _MB
         current.append(p)
         current_bytes += nbytes
     if current:
-        buckets.append(_Bucket(current, _numpy_dtype(current[0]), _is_bfloat16(current[0])))
-    return buckets
+        groups.append(current)
+    return groups
 
 
 class DataParallel(paddle.nn.Layer):
@@ -164,9 +166,7 @@ class DataParallel(paddle.nn.Layer):
         del strategy
         self._layers = layers
         self.find_unused_parameters = find_unused_parameters
-        if group is None and _group.is_initialized():
-            group = _group.global_group()
-        self.group = group  # None: one rank, nothing to average
+        self.group = group if group is not None else _group.global_group_or_none()  # None: one rank alone
         self._nranks = self.group.nranks if self.group is not None else 1
         self.grad_need_sync = True
         self._buckets = []
@@ -181,17 +181,15 @@ class DataParallel(paddle.nn.Layer):
             if not p.stop_gradient and id(p) not in seen:
                 seen.add(id(p))
                 params.append(p)
-        self._buckets = _make_buckets(params, comm_buffer_size, last_comm_buffer_size)
-        # Which parameters had a gradient, per bucket here; with MAX over the
-        # ranks, which had one anywhere.
+        # Which parameters had a gradient here, each bucket's in a slice;
+        # reduced with MAX over the ranks, which had one anywhere.
         self._had_grad = numpy.zeros(len(params), numpy.uint8)
-        self._bucket_at = []
         at = 0
-        for bucket in self._buckets:
-            self._bucket_at.append(at)
-            at += len(bucket.params)
-        for bucket in self._buckets:
-            for p in bucket.params:
+        for members in _group_params(params, comm_buffer_size, last_comm_buffer_size):
+            bucket = _Bucket(members, self._had_grad[at:at + len(members)])
+            at += len(members)
+            self._buckets.append(bucket)
+            for p in members:
                 p._register_backward_hook(self._ready_hook(bucket))
 
     def _ready_hook(self, bucket):
@@ -203,26 +201,20 @@ class DataParallel(paddle.nn.Layer):
             # gradients come in, so the ranks' all_reduces pair up.
             while self._next < len(self._buckets) and \
                     self._buckets[self._next].ready == len(self._buckets[self._next].params):
-                self._send(self._next)
+                self._buckets[self._next].send(self.group)
                 self._next += 1
         return ready
-
-    def _send(self, index):
-        at = self._bucket_at[index]
-        bucket = self._buckets[index]
-        bucket.send(self.group, self._had_grad[at:at + len(bucket.params)])
 
     def _finish_backward(self):
         if not self._hooked:
             return
         self._hooked = False
-        for index in range(self._next, len(self._buckets)):
-            self._send(index)
+        for bucket in self._buckets[self._next:]:
+            bucket.send(self.group)
         self._next = 0
         communication.all_reduce(self._had_grad, op=ReduceOp.MAX, group=self.group)
-        for index, bucket in enumerate(self._buckets):
-            at = self._bucket_at[index]
-            bucket.finish(self._had_grad[at:at + len(bucket.params)])
+        for bucket in self._buckets:
+            bucket.finish()
 
     def _backward_starts(self, grad):
         """A hook on the forward's outputs: a backward reaches this layer, so

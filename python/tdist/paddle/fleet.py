@@ -146,22 +146,17 @@ class Fleet:
             _dist.init_parallel_env()
         self._initialized = True
 
-    def _global(self):
-        return _group.global_group() if _group.is_initialized() else None
-
     def is_first_worker(self):
         return self.worker_index() == 0
 
     def worker_index(self):
-        return _dist.get_rank() if _group.is_initialized() else ParallelEnv().rank
+        return _dist.get_rank()  # also before init, from the environment
 
     def worker_num(self):
-        return _dist.get_world_size() if _group.is_initialized() else max(1, ParallelEnv().world_size)
+        return max(1, _dist.get_world_size())
 
     def node_num(self):
-        endpoints = ParallelEnv().trainer_endpoints
-        hosts = {e.rsplit(":", 1)[0] for e in endpoints if e}
-        return max(1, len(hosts)) if hosts else 1
+        return max(1, len({e.rsplit(":", 1)[0] for e in ParallelEnv().trainer_endpoints if e}))
 
     def local_rank(self):
         return int(os.environ.get("PADDLE_RANK_IN_NODE", os.environ.get("LOCAL_RANK", "0")))
@@ -186,7 +181,7 @@ class Fleet:
         return "" if to_string else []
 
     def barrier_worker(self):
-        if self._global() is not None:
+        if _group.is_initialized():
             _dist.barrier()
 
     def all_reduce(self, input, mode="sum"):
@@ -196,7 +191,7 @@ class Fleet:
         if mode not in modes:
             raise DistInvalidArgument(f"fleet.all_reduce: mode {mode!r} is not one of {sorted(modes)}")
         data = numpy.array(input, copy=True)
-        if self._global() is not None:
+        if _group.is_initialized():
             _dist.all_reduce(data, op=modes[mode])
         if mode == "mean":
             data = data / self.worker_num()
@@ -227,7 +222,7 @@ class Fleet:
         return scaler
 
     def get_hybrid_communicate_group(self):
-        return HybridCommunicateGroup(self._global())
+        return HybridCommunicateGroup(_group.global_group_or_none())
 
     def _refuse(self, what):
         def refuse(*_args, **_kwargs):

@@ -109,6 +109,11 @@ def is_initialized():
     return GLOBAL_GROUP_ID in _groups
 
 
+def global_group_or_none():
+    """The global Group, or None before init_parallel_env (one rank alone)."""
+    return _groups.get(GLOBAL_GROUP_ID)
+
+
 def groups():
     return _groups
 

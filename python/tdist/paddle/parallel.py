@@ -8,6 +8,7 @@ import warnings
 
 import tdist
 from tdist._C import DistInvalidArgument
+from tdist._spawn import url_host
 from tdist.paddle import group as _group
 from tdist.paddle.env import ParallelEnv, rendezvous_endpoint
 from tdist.paddle.group import Group
@@ -52,17 +53,13 @@ def init_parallel_env():
                                   "(PADDLE_TRAINER_ID/RANK and PADDLE_TRAINERS_NUM/WORLD_SIZE)")
     host, port = rendezvous_endpoint()
     if not tdist.is_initialized():
-        tdist.init_process_group("tdist", init_method=f"tcp://{_url_host(host)}:{port}", rank=rank,
+        tdist.init_process_group("tdist", init_method=f"tcp://{url_host(host)}:{port}", rank=rank,
                                  world_size=world_size)
     group = Group(rank, _group.GLOBAL_GROUP_ID, list(range(world_size)), pg=tdist.group.WORLD,
                   name=_group.DEFAULT_GROUP_NAME)
     _group.add_group(group)
     tdist.barrier()
     return group
-
-
-def _url_host(host):
-    return f"[{host}]" if ":" in host else host
 
 
 def new_group(ranks=None, backend=None, timeout=_default_timeout):

@@ -12,13 +12,15 @@ import os
 import runpy
 import sys
 
+from tdist._spawn import url_host
+
 
 def paddle_env(env):
     """paddle's per-rank variables for tdistrun's `env`."""
     rank, size = int(env["RANK"]), int(env["WORLD_SIZE"])
     local_rank, local_size = int(env.get("LOCAL_RANK", rank)), int(env.get("LOCAL_WORLD_SIZE", size))
     host, port = env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", "29500"))
-    host_text = f"[{host}]" if ":" in host else host
+    host_text = url_host(host)
     endpoints = [f"{host_text}:{(port + 1 + r - 1024) % (65536 - 1024) + 1024}" for r in range(size)]
     return {
         "PADDLE_TRAINER_ID": str(rank), "PADDLE_TRAINERS_NUM": str(size),
