@@ -1,33 +1,50 @@
 #pragma once
 
-// tdist's own backend: a TCP transport plus, when every rank shares this
-// host, a shared-memory domain; collectives run the algorithms of
-// src/algorithms (shm/ ones on shared memory), in call order, on one worker
-// thread per group so that async_op=true returns at once. A blocking call
-// with nothing queued before it runs on the caller's thread instead (see
-// blocking_call.h). Point-to-point operations go straight to the transport.
-// Every argument is checked on the caller's thread first.
+// tdist's own backend: a TCP transport plus, when the ranks share hosts,
+// shared memory; each collective runs in the domain domain_for() picks
+// (algorithms/collective_domain.h), in call order, on the group's executor
+// (call_executor.h: a worker thread, so that async_op=true returns at once,
+// or the caller's thread for a blocking call with nothing before it).
+// Point-to-point operations go straight to the transport. Every argument is
+// checked on the caller's thread first.
+//
+// The class is defined in five files, one per concern:
+//   tdist_backend.cc  creation, the links (connect, rebuild, abort), shutdown
+//   tdist_calls.cc    how a call runs: inline or queued, its context, its
+//                     checks and trace, the domain it runs in
+//   tdist_ops.cc      the collectives: argument checks, signature, body
+//   tdist_p2p.cc      send and recv
+//   call_notes.cc     the notes calls leave in the store (StoreCallNotes)
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
-#include <thread>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/collective_domain.h"
+#include "call_executor.h"
+#include "call_notes.h"
 #include "common/function_ref.h"
-#include "common/worker_thread.h"
 #include "flight_recorder.h"
+#include "forced_algorithms.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
 #include "transport/transport.h"
 #include "transport_choice.h"
 
 namespace tdist {
+
+namespace detail {
+/// Tells `recorder` how call `trace_id` ended (0: unrecorded); after a
+/// failure also dumps it when TDIST_TRACE_DIR is set. `algorithm`: what the
+/// selector chose, for collectives.
+void end_trace(FlightRecorder& recorder, uint64_t trace_id, const std::exception_ptr& error,
+               const char* algorithm = nullptr);
+}  // namespace detail
 
 class ProcessGroupTdist final : public ProcessGroup {
  public:
@@ -105,6 +122,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr recv(const Tensor& tensor, int src, int tag) override;
 
  private:
+  // ---- Creation and links (tdist_backend.cc) ----
   /// Makes the transport, the collective domains and the call notes over
   /// `store` (the constructor's and reinit's rendezvous).
   void connect(const std::shared_ptr<Store>& store);
@@ -127,8 +145,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Waits for the abort() and peer_crashed() calls that use the old
   /// connections (LinksPin) to end first.
   void disconnect();
-  // Stops the worker once the queue is empty (now, if it is busy inline)
-  // and fails what is left queued, saying the group was `why`.
+  // Stops the executor once its queue is empty (now, if a call runs
+  // inline) and fails what is left queued, saying the group was `why`.
   void stop_worker(const char* why);
   /// Pins the group's connections, so that disconnect() does not destroy
   /// them while a thread other than the group's owner uses them (abort,
@@ -140,23 +158,13 @@ class ProcessGroupTdist final : public ProcessGroup {
   void check_usable(std::string_view op) const;
   std::string unusable_text() const;
   void set_unusable(std::string reason);
-  // Lets a thread waiting for a point-to-point work read the sockets itself.
-  void drive_on_wait(Work& work, const transport::RequestPtr& request, transport::Transport* transport);
-  /// The transport a send or recv starts on; raises while a rebuild has
-  /// none, and (tag >= 0) what a receiver that refused an earlier send of
-  /// this rank sent back (Transport::take_rejection).
-  transport::Transport& p2p_transport(const char* op, int tag) const;
+  /// Registers the group with the flight recorder (its peers' call records
+  /// on shared memory name who arrived last).
+  void trace_register(Store& store);
+
+  // ---- How a call runs (tdist_calls.cc) ----
   using Body = std::function<void(const algorithms::CallContext&)>;
   using Signature = tdist::detail::CallSignature;
-  struct Task {
-    std::string op;
-    Signature sig;  // its seq is taken when the task runs
-    uint64_t seq;
-    WorkPtr work;
-    Body body;
-    uint64_t trace_id = 0;                 // its flight recorder entry
-    std::chrono::milliseconds timeout{0};  // the caller's ScopedCallTimeout, 0: the group's
-  };
   /// The tensors a queued operation's future completes with: one, a list,
   /// or none. Copied only when the operation is queued.
   struct Outputs {
@@ -196,27 +204,31 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Queues a collective for the worker.
   WorkPtr enqueue(std::string_view op, const Signature& sig, std::chrono::milliseconds timeout,
                   std::vector<Tensor> outputs, Body body);
+  /// Runs one queued call on the worker and finishes its work.
+  void execute(detail::QueuedCall& call);
   /// The deadline of a collective started now: the caller's
   /// ScopedCallTimeout, else the group's timeout.
   std::chrono::milliseconds call_timeout() const {
     const auto scoped = ScopedCallTimeout::current();
     return scoped.count() > 0 ? scoped : timeout();
   }
-  /// A call that moves no bytes on any rank (by this rank's arguments)
-  /// runs a barrier instead, so that a peer that passed more still meets
-  /// this rank's signature and fails, instead of waiting out its timeout
-  /// for messages that never come, and so that no rank runs ahead of its
-  /// peers by more calls than they keep records of. True if it did.
-  bool empty_call(const algorithms::CallContext& ctx, size_t total_bytes) const;
+  /// The context of the operation about to run as call `seq` (the thread
+  /// that owns the group calls it: it also keeps last_sig_).
+  algorithms::CallContext start_call(std::string_view op, const Signature& sig, uint64_t seq,
+                                     std::chrono::milliseconds timeout);
+  /// Runs `body`, and for groups whose calls may cross TCP records the
+  /// call (record_call) and looks for unreceived messages of other calls
+  /// before and after it (check_unmatched).
+  void run_checked(const algorithms::CallContext& ctx, BodyRef body) const;
   /// Groups whose calls do not all run on shared memory (hierarchical
   /// ones, ops forced to TCP) record every call in their shared-memory
   /// domain anyway, so that a peer there names the call a rank made
   /// elsewhere instead of finding no record of it (ShmGroup::begin_call).
   void record_call(const algorithms::CallContext& ctx) const;
-  /// The context of the operation about to run as call `seq` (the thread
-  /// that owns the group calls it: it also keeps last_sig_).
-  algorithms::CallContext start_call(std::string_view op, const Signature& sig, uint64_t seq,
-                                     std::chrono::milliseconds timeout);
+  /// If `error` is a broken connection and a peer left the reason it
+  /// aborted the group in the store (StoreCallNotes::failed), that reason
+  /// as a DistBackendError; else `error`.
+  std::exception_ptr explain(const std::exception_ptr& error, std::string_view op, uint64_t seq) const;
   /// Tells the flight recorder how call `trace_id` ended; after a failure
   /// also dumps it when TDIST_TRACE_DIR is set.
   void trace_end(uint64_t trace_id, const std::exception_ptr& error) const;
@@ -226,13 +238,6 @@ class ProcessGroupTdist final : public ProcessGroup {
                        int peer = -1, int64_t tag = 0, int64_t now_ns = 0) {
     return record_calls_ ? recorder_.begin(trace_group_, op, sig, seq, state, peer, tag, now_ns) : 0;
   }
-  /// Registers the group with the flight recorder (its peers' call records
-  /// on shared memory name who arrived last).
-  void trace_register(Store& store);
-  /// Runs `body`, and for groups whose calls may cross TCP records the
-  /// call (record_call) and looks for unreceived messages of other calls
-  /// before and after it (check_unmatched).
-  void run_checked(const algorithms::CallContext& ctx, BodyRef body) const;
   /// The next sequence number; only the thread that owns the group calls it
   /// (a plain load and store: nobody else writes).
   uint64_t take_seq() {
@@ -240,18 +245,24 @@ class ProcessGroupTdist final : public ProcessGroup {
     next_seq_.store(seq + 1, std::memory_order_relaxed);
     return seq;
   }
-  void run();
-  /// Runs one queued task and finishes its work.
-  void execute(Task& task);
-  /// The shared-memory domain, unless absent or TDIST_ALGO_<OP> forces one
-  /// of the TCP algorithms for this op.
+  /// Where the collective whose TCP algorithms are `Algo` runs: the TCP
+  /// domain when TDIST_ALGO_<OP> forces one of them (so the variable also
+  /// leaves shared memory for that op: docs/environment.md), else the
+  /// group's domain (shared memory, the hierarchy, or TCP). The one place
+  /// that chooses.
   template <typename Algo>
-  transport::shm::ShmGroup* shm_for() const;
-  /// Whether the group spans hosts hierarchically (shared memory inside each)
-  /// and TDIST_ALGO_<OP> leaves this op to the hierarchy.
-  template <typename Algo>
-  bool hierarchy_for() const;
-  // The ops' bodies, run inline or on the worker.
+  algorithms::CollectiveDomain& domain_for() const {
+    if ((forced_algos_ & detail::forced_bit<Algo>()) != 0) return algorithms::tcp_domain();
+    return domains_.collectives();
+  }
+  /// A call that moves no bytes on any rank (by this rank's arguments)
+  /// runs a barrier instead, so that a peer that passed more still meets
+  /// this rank's signature and fails, instead of waiting out its timeout
+  /// for messages that never come, and so that no rank runs ahead of its
+  /// peers by more calls than they keep records of. True if it did.
+  bool empty_call(const algorithms::CallContext& ctx, size_t total_bytes) const;
+
+  // ---- The collectives' bodies, run inline or on the worker (tdist_ops.cc) ----
   void run_broadcast(const algorithms::CallContext& ctx, const Tensor& tensor, int root);
   void run_all_reduce(const algorithms::CallContext& ctx, const Tensor& tensor, const ReduceOp& op);
   void run_reduce(const algorithms::CallContext& ctx, const Tensor& tensor, int root, const ReduceOp& op);
@@ -278,29 +289,23 @@ class ProcessGroupTdist final : public ProcessGroup {
   void run_all_to_all_single(const algorithms::CallContext& ctx, const Tensor& output, const Tensor& input,
                              const std::vector<size_t>& send_bytes, const std::vector<size_t>& recv_bytes);
   void run_barrier(const algorithms::CallContext& ctx);
-  // The bodies shared by several ops, on shared memory or TCP.
+  // The bodies shared by several ops.
   void all_gather_bytes(const algorithms::CallContext& ctx, const void* in, void* out,
                         const std::vector<size_t>& bytes) const;
   void reduce_scatter_elements(const algorithms::CallContext& ctx, const void* in, const Tensor& output,
                                const std::vector<size_t>& counts, const ReduceOp& op) const;
-  void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in,
-                        const std::vector<size_t>& send_bytes, void* out,
-                        const std::vector<size_t>& recv_bytes) const;
-  // Each block at its offset from `in` / `out` (blocks in place anywhere).
-  void all_to_all_bytes(const algorithms::CallContext& ctx, const void* in,
-                        const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_offsets,
-                        void* out, const std::vector<size_t>& recv_bytes,
-                        const std::vector<size_t>& recv_offsets) const;
 
-  /// If `error` is a broken connection and a peer left the reason it
-  /// aborted the group in the store (Notes::failed), that reason as a
-  /// DistBackendError; else `error`.
-  std::exception_ptr explain(const std::exception_ptr& error, std::string_view op, uint64_t seq) const;
+  // ---- Point-to-point (tdist_p2p.cc) ----
+  // Lets a thread waiting for a point-to-point work read the sockets itself.
+  void drive_on_wait(Work& work, const transport::RequestPtr& request, transport::Transport* transport);
+  /// The transport a send or recv starts on; raises while a rebuild has
+  /// none, and (tag >= 0) what a receiver that refused an earlier send of
+  /// this rank sent back (Transport::take_rejection).
+  transport::Transport& p2p_transport(const char* op, int tag) const;
 
-  /// The group's call notes in its store (algorithms.h CallNotes; defined in
-  /// the .cc).
-  class Notes;
-  std::unique_ptr<Notes> notes_;
+  // ---- State ----
+  /// The group's call notes in its store (call_notes.h).
+  std::unique_ptr<detail::StoreCallNotes> notes_;
   // The store the group was created with (reinit rendezvouses under a prefix of it).
   std::shared_ptr<Store> store_;
   std::string comm_name_;
@@ -314,10 +319,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   bool rebuilding_ = false;
   std::optional<std::string> abort_in_rebuild_;
   // Guards the swap of the connections below (transport_, domains_, shm_,
-  // cross_worker_, p2p_transport_) against abort() and peer_crashed() on
-  // other threads; links_pins_ counts those using them (LinksPin). Held
-  // only for the swap, not for the rendezvous, so an abort never waits for
-  // a rebuild.
+  // p2p_transport_) against abort() and peer_crashed() on other threads;
+  // links_pins_ counts those using them (LinksPin). Held only for the swap,
+  // not for the rendezvous, so an abort never waits for a rebuild.
   mutable std::mutex links_mutex_;
   mutable std::condition_variable links_cv_;
   mutable int links_pins_ = 0;
@@ -332,35 +336,17 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
   transport::shm::ShmGroup* shm_ = nullptr;  // domains_.shm: every rank on this host
-  // Hierarchical groups: runs the TCP stage of the pipelined all_reduce.
-  // Destroyed first: its tasks use the domains and the transport.
-  std::unique_ptr<detail::WorkerThread> cross_worker_;
   // Ops whose TCP algorithm TDIST_ALGO_<OP> forces (read once, at creation),
   // bit i for the i-th Algo enum of algorithms.h.
   uint32_t forced_algos_ = 0;
   // Every collective runs on shared memory: none needs a TCP CallScope.
   bool all_on_shared_memory_ = false;
+  // Guards the fields above that say so.
   mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  // reinit waits on it for the group to be idle; threads releasing the
-  // group notify it while idle_waiters_ is not 0.
-  std::condition_variable idle_cv_;
-  std::atomic<int> idle_waiters_{0};
-  std::deque<Task> queue_;
-  // The work of the operation the worker took last (guarded by mutex_), for
-  // idle(): the worker still holds the group a moment after finishing it.
-  // Weak: it must not keep the work's tensors alive.
-  std::weak_ptr<Work> latest_work_;
-  bool stopping_ = false;
   std::atomic<bool> shut_down_{false};  // shutdown() ran: the worker is gone for good
-  // Bit 0: an inline call runs; above: 2 x (tasks queued or on the worker).
-  // An inline call claims the group by moving it from 0 to 1, so it runs
-  // only when nothing is queued or running, and the worker starts nothing
-  // while bit 0 is set: every operation of the group runs alone, in order.
-  std::atomic<uint64_t> state_{0};
   // The next operation's sequence number, taken when it starts to run, by
-  // the thread that owns the group then (state_ orders them); atomic only so
-  // that sequence_number() may read it from any thread.
+  // the thread that owns the group then (the executor orders them); atomic
+  // only so that sequence_number() may read it from any thread.
   std::atomic<uint64_t> next_seq_{0};
   // The signature of the last operation run (CallContext::previous), kept
   // by the thread that owns the group, like next_seq_.
@@ -373,7 +359,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   // False when the recorder is off, or under TDIST_TESTONLY_UNRECORDED_CALLS=1,
   // which measures what recording costs (docs/performance.md).
   bool record_calls_ = true;
-  std::thread worker_;
+  // Runs the calls one at a time; stopped (stop_worker) before the members
+  // above that its calls use are destroyed.
+  detail::CallExecutor executor_{[this](detail::QueuedCall& call) { execute(call); }};
 };
 
 }  // namespace tdist

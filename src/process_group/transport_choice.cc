@@ -50,6 +50,7 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   if (mode == TransportMode::kTcp || size == 1) return domains;
   if (by_host.size() == 1) {
     domains.shm = transport::shm::ShmGroup::connect(store, rank, size, timeout);
+    domains.domain = algorithms::make_shm_domain(*domains.shm);
     return domains;
   }
   // The hierarchy needs the same number (> 1) of ranks on every host, so
@@ -78,6 +79,13 @@ CollectiveDomains connect_collective_domains(Store& store, transport::Transport&
   domains.local_ranks = std::make_unique<transport::SubsetTransport>(tcp, local);
   domains.cross_ranks = std::make_unique<transport::SubsetTransport>(tcp, cross);
   domains.by_host = std::move(by_host);
+  algorithms::Hierarchy hierarchy;
+  hierarchy.local = domains.local.get();
+  hierarchy.local_ranks = domains.local_ranks.get();
+  hierarchy.cross_ranks = domains.cross_ranks.get();
+  hierarchy.by_host = domains.by_host;
+  hierarchy.chunk_bytes = domains.hierarchy_chunk_bytes;
+  domains.domain = algorithms::make_hierarchical_domain(hierarchy);
   return domains;
 }
 

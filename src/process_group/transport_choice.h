@@ -1,16 +1,19 @@
 #pragma once
 
-// Which transports a tdist group uses for its collectives: shared memory when
-// every rank runs on this host (decided from host identities exchanged
-// through the store, never guessed from LOCAL_WORLD_SIZE); when the ranks
-// span hosts with the same number of ranks on each, shared memory inside the
-// host plus TCP across hosts for all_reduce (the hierarchy); TCP otherwise.
-// TDIST_TRANSPORT=auto|tcp|shm overrides (docs/environment.md).
+// Which domain (algorithms/collective_domain.h) a tdist group's collectives
+// run in: shared memory when every rank runs on this host (decided from host
+// identities exchanged through the store, never guessed from
+// LOCAL_WORLD_SIZE); when the ranks span hosts with the same number of ranks
+// on each, the hierarchy (shared memory inside the host plus TCP across
+// hosts for all_reduce, broadcast, all_gather, reduce_scatter and
+// all_to_all); TCP otherwise. TDIST_TRANSPORT=auto|tcp|shm overrides
+// (docs/environment.md).
 
 #include <chrono>
 #include <memory>
 #include <vector>
 
+#include "algorithms/collective_domain.h"
 #include "tdist/store.h"
 #include "transport/shm/shm_group.h"
 #include "transport/subset_transport.h"
@@ -36,6 +39,11 @@ struct CollectiveDomains {
   /// The hierarchy's pipeline chunk: group rank 0's TDIST_HIER_CHUNK_BYTES
   /// (default 2 MiB), the same on every rank.
   size_t hierarchy_chunk_bytes = 0;
+  /// The domain the group's collectives run in, over the members above
+  /// (null: TCP, algorithms::tcp_domain()). Declared last: destroyed first.
+  std::unique_ptr<algorithms::CollectiveDomain> domain;
+
+  algorithms::CollectiveDomain& collectives() const { return domain ? *domain : algorithms::tcp_domain(); }
 };
 
 /// Every rank must call it, with the group's TCP transport. Mode shm with

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/collective_domain.h"  // InputSegment, OutputSegment
 #include "common/worker_thread.h"
 #include "transport/shm/shm_group.h"
 
@@ -32,11 +33,6 @@ void reduce_scatter(const CallContext& ctx, ShmGroup& group, const void* in, voi
                     const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root);
 
-/// A piece of a reduce_scatter's input block: `count` elements at `data`.
-struct InputSegment {
-  const void* data;
-  size_t count;
-};
 /// reduce_scatter whose block j is blocks[j]'s segments one after another
 /// (counts[j] elements in all), read where they lie: no copy into one
 /// buffer first.
@@ -45,11 +41,6 @@ void reduce_scatter_segments(const CallContext& ctx, ShmGroup& group,
                              const std::vector<size_t>& counts, DType dtype, const ReduceOp& op);
 void all_gather(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
                 const std::vector<size_t>& bytes);
-/// A place in an all_gather's output: `bytes` bytes at `data`.
-struct OutputSegment {
-  void* data;
-  size_t bytes;
-};
 /// all_gather whose rank r's block fills blocks[r]'s segments one after
 /// another (its size is theirs in all), written where they lie: no copy
 /// out of one buffer afterwards.
