@@ -129,24 +129,17 @@ pid_t card_pid(const std::string& text) {
 
 void read_offer(pid_t pid, const std::string& peer, void* local, size_t n, uint64_t address,
                 uint64_t hold_word, uint64_t token, size_t max_piece) {
-  // The kernel moves at most about 2 GiB per call: larger tensors go in
-  // pieces, all before the hold word is read.
-  for (size_t at = 0; at < n;) {
-    const size_t piece = std::min(n - at, max_piece);
-    iovec here{static_cast<uint8_t*>(local) + at, piece};
-    iovec there{reinterpret_cast<void*>(address + at), piece};
-    const ssize_t got = process_vm_readv(pid, &here, 1, &there, 1, 0);
-    if (got != static_cast<ssize_t>(piece)) {
-      const int err = errno;
-      if (got < 0 && err == ESRCH) {
-        throw DistNetworkError("rpc: worker '" + peer + "' (process " + std::to_string(pid) +
-                               ") is gone; its tensor of " + std::to_string(n) + " bytes could not be read");
-      }
-      throw DistBackendError("rpc: reading a tensor of " + std::to_string(n) + " bytes from worker '" + peer +
-                             "' (process " + std::to_string(pid) + ") failed at byte " + std::to_string(at) +
-                             ": " + (got < 0 ? errno_text(err) : std::to_string(got) + " bytes came"));
+  // Every piece before the hold word is read (common/peer_memory.h: one
+  // rule for short reads).
+  if (auto failure =
+          tdist::detail::read_peer(pid, local, reinterpret_cast<const void*>(address), n, max_piece)) {
+    if (failure->error == ESRCH) {
+      throw DistNetworkError("rpc: worker '" + peer + "' (process " + std::to_string(pid) +
+                             ") is gone; its tensor of " + std::to_string(n) + " bytes could not be read");
     }
-    at += piece;
+    throw DistBackendError("rpc: reading a tensor of " + std::to_string(n) + " bytes from worker '" + peer +
+                           "' (process " + std::to_string(pid) + ") failed at byte " +
+                           std::to_string(failure->done) + ": " + errno_text(failure->error));
   }
   uint64_t held = 0;
   iovec mine{&held, sizeof(held)};

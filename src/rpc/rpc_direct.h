@@ -22,6 +22,8 @@
 #include <optional>
 #include <string>
 
+#include "common/peer_memory.h"
+
 namespace tdist::rpc::detail {
 
 /// An offer's hold word and token.
@@ -54,9 +56,8 @@ bool can_read_directly(const std::string& card);
 /// The process id in a card.
 pid_t card_pid(const std::string& card);
 
-/// Bytes one process_vm_readv moves at most (the kernel's own limit is
-/// just under 2 GiB).
-inline constexpr size_t kMaxReadBytes = size_t{1} << 30;
+/// Bytes one process_vm_readv moves at most (common/peer_memory.h).
+inline constexpr size_t kMaxReadBytes = tdist::detail::kPeerMemoryPiece;
 
 /// Copies `n` bytes at `address` of process `pid` (worker `peer`) into
 /// `local`, in pieces of at most `max_piece`, then checks that `hold_word`

@@ -14,6 +14,7 @@
 
 #include "common/env.h"
 #include "common/error_text.h"
+#include "common/peer_memory.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/shm/shm_group.h"
@@ -22,33 +23,19 @@ namespace tdist::transport::shm {
 
 namespace {
 
-// process_vm_readv or process_vm_writev, whole: the kernel may move less
-// than asked (it stops at the first page it cannot pin), so go on from
-// there; no progress at all is an error.
-void move_peer_memory(bool write, pid_t pid, int peer, void* local, void* remote, size_t n) {
-  auto* mine = static_cast<uint8_t*>(local);
-  auto* theirs = static_cast<uint8_t*>(remote);
+// A transfer that stopped (common/peer_memory.h), as the error a group's
+// call raises.
+[[noreturn]] void raise_peer_failure(bool write, pid_t pid, int peer, size_t n,
+                                     const tdist::detail::PeerMemoryFailure& failure) {
   const char* call = write ? "process_vm_writev" : "process_vm_readv";
-  size_t done = 0;
-  while (done < n) {
-    iovec here{mine + done, n - done};
-    iovec there{theirs + done, n - done};
-    ssize_t moved = write ? process_vm_writev(pid, &here, 1, &there, 1, 0)
-                          : process_vm_readv(pid, &here, 1, &there, 1, 0);
-    if (moved <= 0) {
-      int error = moved < 0 ? errno : EFAULT;
-      if (error == ESRCH) {
-        throw DistNetworkError("shared memory: rank " + std::to_string(peer) + " (pid " +
-                               std::to_string(pid) + ") died: its memory is gone (" + call +
-                               ": no such process)");
-      }
-      throw DistBackendError("shared memory: " + std::string(write ? "writing " : "reading ") +
-                             std::to_string(n) + " bytes " + (write ? "to" : "from") + " rank " +
-                             std::to_string(peer) + " (pid " + std::to_string(pid) + ") with " + call +
-                             " failed: " + errno_text(error));
-    }
-    done += static_cast<size_t>(moved);
+  if (failure.error == ESRCH) {
+    throw DistNetworkError("shared memory: rank " + std::to_string(peer) + " (pid " + std::to_string(pid) +
+                           ") died: its memory is gone (" + call + ": no such process)");
   }
+  throw DistBackendError(
+      "shared memory: " + std::string(write ? "writing " : "reading ") + std::to_string(n) + " bytes " +
+      (write ? "to" : "from") + " rank " + std::to_string(peer) + " (pid " + std::to_string(pid) + ") with " +
+      call + " failed after " + std::to_string(failure.done) + " bytes: " + errno_text(failure.error));
 }
 
 bool measure_kernel_copy_is_slow() {
@@ -87,11 +74,13 @@ bool measure_kernel_copy_is_slow() {
 }  // namespace
 
 void read_peer_memory(pid_t pid, int peer, void* local, const void* remote, size_t n) {
-  move_peer_memory(false, pid, peer, local, const_cast<void*>(remote), n);
+  if (auto failure = tdist::detail::read_peer(pid, local, remote, n))
+    raise_peer_failure(false, pid, peer, n, *failure);
 }
 
 void write_peer_memory(pid_t pid, int peer, void* remote, const void* local, size_t n) {
-  move_peer_memory(true, pid, peer, const_cast<void*>(local), remote, n);
+  if (auto failure = tdist::detail::write_peer(pid, remote, local, n))
+    raise_peer_failure(true, pid, peer, n, *failure);
 }
 
 bool can_access_peer_memory(pid_t pid, void* remote, uint64_t expected) {
