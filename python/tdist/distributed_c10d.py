@@ -448,3 +448,35 @@ def get_process_group_ranks(group):
     if g is NOT_MEMBER:
         raise DistInvalidArgument("get_process_group_ranks: this rank is not a member of the group")
     return list(_C.get_process_group_ranks(g))
+
+
+# The collectives, point-to-point and object calls (and the store, work and
+# debug names torch's module holds too), reachable here as in
+# torch.distributed.distributed_c10d (their modules import this one, so
+# they are bound on first use instead of at import).
+_REEXPORTED = {
+    "tdist.collectives": ("all_gather", "all_gather_into_tensor", "all_gather_into_tensor_uneven", "all_reduce",
+                          "all_to_all", "all_to_all_single", "barrier", "broadcast", "gather", "reduce",
+                          "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven", "scatter"),
+    "tdist.p2p": ("P2POp", "batch_isend_irecv", "irecv", "isend", "recv", "send"),
+    "tdist.objects": ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"),
+    "tdist.monitored": ("monitored_barrier",),
+    "tdist._C": ("DistStoreError", "PrefixStore", "Store"),
+    "tdist._work": ("Work",),
+    "tdist.debug": ("DebugLevel", "get_debug_level"),
+}
+_REEXPORT_MODULE = {name: module for module, names in _REEXPORTED.items() for name in names}
+
+
+def __getattr__(name):
+    module = _REEXPORT_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_REEXPORT_MODULE))

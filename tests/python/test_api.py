@@ -42,6 +42,18 @@ def test_every_api_name_exists_and_is_documented():
             assert (obj.__doc__ or "").strip(), f"{name} has no docstring"
 
 
+def test_distributed_c10d_holds_the_calls_as_torchs_module_does():
+    import tdist.distributed_c10d as c10d
+    for name in API:
+        if torch_dist is not None and hasattr(torch_dist.distributed_c10d, name):
+            assert getattr(c10d, name) is getattr(dist, name), name
+    for name in ("all_reduce", "send", "all_gather_object", "monitored_barrier", "new_group"):
+        assert getattr(c10d, name) is getattr(dist, name), name
+        assert name in dir(c10d), name
+    with pytest.raises(AttributeError, match="no attribute 'not_a_call'"):
+        c10d.not_a_call  # noqa: B018
+
+
 def test_importing_tdist_does_not_import_torch():
     code = ("import sys, numpy, tdist as dist\n"
             "dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)\n"

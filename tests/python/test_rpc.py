@@ -73,7 +73,7 @@ def sum_of(rref):
 
 
 def values_kept(at_most=None):
-    from tdist import _rref
+    from tdist.rpc import rref as _rref
 
     return _rref._owned_count(at_most, timeout=20)
 

@@ -1,4 +1,4 @@
-"""Remote references for tdist.rpc: remote() and RRef (docs/rpc.md, "Remote
+"""tdist.rpc.rref: remote references for tdist.rpc: remote() and RRef (docs/rpc.md, "Remote
 references").
 
 An RRef names a value that lives on one worker, its owner. Every RRef

@@ -467,5 +467,5 @@ def pending_calls():
     return list(_agent().pending_calls())
 
 
-from tdist import _rref  # noqa: E402 - it builds on what is above
-from tdist._rref import RRef, remote  # noqa: E402,F401
+from tdist.rpc import rref as _rref  # noqa: E402 - it builds on what is above
+from tdist.rpc.rref import RRef, remote  # noqa: E402,F401
