@@ -59,7 +59,13 @@ class SubsetTransport final : public Transport {
   void end_call() override { parent_.end_call(); }
   void abort(std::exception_ptr error) override { parent_.abort(std::move(error)); }
   bool peer_failed(int peer) const override { return parent_.peer_failed(member(peer)); }
+  bool peer_crashed(int peer) const override { return parent_.peer_crashed(member(peer)); }
   std::exception_ptr abort_reason() const override { return parent_.abort_reason(); }
+  void set_crash_breaks_group(bool breaks) override { parent_.set_crash_breaks_group(breaks); }
+  std::exception_ptr take_rejection() override { return parent_.take_rejection(); }
+  std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override {
+    return parent_.last_call_from(member(peer));
+  }
 
  private:
   int member(int r) const {

@@ -1,15 +1,29 @@
 #pragma once
 
 // The transport interface: tagged, ordered point-to-point messages between the
-// ranks of one group, with asynchronous completion. Algorithms depend only on
-// this file; each transport (tcp/, later shm/) implements it with the same
-// file set: context (connect the group), pair (one peer), request.
+// ranks of one group, with asynchronous completion. The TCP collective
+// algorithms (src/algorithms/*.cc) and point-to-point depend only on this
+// file. Implementations: TcpTransport (tcp/: connect, handshake, wire,
+// framing, matching, failure, event loop) and SubsetTransport (a view of
+// some ranks of another transport, for the hierarchy). Shared memory is not
+// a transport: it moves a collective's bytes through flags and buffers, not
+// messages, and is a collective domain (algorithms/collective_domain.h).
+// tests/transport/test_transport_conformance.cc runs this contract over
+// every implementation; a new transport joins it there.
 //
 // Matching: a message from rank s with tag t completes the oldest posted
 // receive for (s, t), or the oldest any-source receive for t; messages from
 // one sender with one tag are matched in the order they were sent. A message
 // that arrives before its receive is posted waits in an unexpected queue;
-// otherwise it is read straight into the receiver's buffer.
+// otherwise it is read straight into the receiver's buffer. A transport may
+// refuse any-source receives (SubsetTransport does), raising
+// DistBackendError at the irecv.
+//
+// The call-matching hooks (conflicting_message, last_call_from,
+// take_rejection) live here, not on an interface of their own, because what
+// they report is the message stream's: the unexpected queue and the
+// signatures messages carry. Their defaults say "nothing known", for a
+// transport that keeps no such state.
 
 #include <time.h>
 

@@ -1,0 +1,355 @@
+// The contract of transport/transport.h, run over every transport: TCP
+// among the ranks, and a subset of a larger TCP group (SubsetTransport, as
+// the hierarchical collectives use it, its ranks in another order than the
+// parent's). Matching and order, sizes, unknown sizes, the call-matching
+// hooks, abort and a peer's goodbye. A new transport joins by adding its
+// Kind to with() and to the instantiation below.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "common/call_signature.h"
+#include "multirank.h"
+#include "tdist/errors.h"
+#include "transport/subset_transport.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport_harness.h"
+
+namespace tdist::testing {
+namespace {
+
+using transport::kAnySource;
+
+enum class Kind { kTcp, kSubset };
+
+const char* kind_name(Kind kind) {
+  return kind == Kind::kTcp ? "tcp" : "subset";
+}
+
+// The parent rank of subset rank i: the parent has n + 1 ranks, and the
+// subset takes ranks n, n - 1, ..., 1 (parent rank 0 only connects).
+int parent_of(int n, int i) {
+  return n - i;
+}
+
+// Runs fn on n ranks, each with a connected transport of `kind`.
+std::string with(Kind kind, Mode mode, int n, const std::function<void(Transport&, int)>& fn) {
+  if (kind == Kind::kTcp) return with_transport(mode, n, fn);
+  return run_with_store(mode, n + 1, [&](Store& store, int rank) -> KeepAlive {
+    transport::TcpOptions options;
+    options.timeout = 30s;
+    std::shared_ptr<Transport> parent = transport::connect_tcp(store, rank, n + 1, options);
+    if (rank == 0) return parent;  // not a member: it stays connected until the end
+    std::vector<int> members;
+    for (int i = 0; i < n; ++i) members.push_back(parent_of(n, i));
+    auto subset = std::make_shared<transport::SubsetTransport>(*parent, members);
+    fn(*subset, subset->rank());
+    return std::make_shared<std::pair<std::shared_ptr<Transport>, std::shared_ptr<Transport>>>(subset,
+                                                                                               parent);
+  });
+}
+
+class Conformance : public ::testing::TestWithParam<std::tuple<Kind, Mode, int>> {
+ protected:
+  Kind kind() const { return std::get<0>(GetParam()); }
+  Mode mode() const { return std::get<1>(GetParam()); }
+  int n() const { return std::get<2>(GetParam()); }
+  std::string run(const std::function<void(Transport&, int)>& fn) const {
+    return with(kind(), mode(), n(), fn);
+  }
+};
+
+TEST_P(Conformance, EveryPairExchangesMessagesInBothDirections) {
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              std::vector<int64_t> out(static_cast<size_t>(n())), in(static_cast<size_t>(n()), -1);
+              std::vector<transport::RequestPtr> requests;
+              for (int peer = 0; peer < n(); ++peer) {
+                out[static_cast<size_t>(peer)] = rank * 100 + peer;
+                requests.push_back(t.irecv(peer, 7, &in[static_cast<size_t>(peer)], 8));
+                requests.push_back(t.isend(peer, 7, &out[static_cast<size_t>(peer)], 8));
+              }
+              for (auto& r : requests) wait_ok(r);
+              for (int peer = 0; peer < n(); ++peer) {
+                if (in[static_cast<size_t>(peer)] != peer * 100 + rank) {
+                  throw std::runtime_error("wrong value from rank " + std::to_string(peer));
+                }
+              }
+            }),
+            "");
+}
+
+TEST_P(Conformance, SameTagMessagesArriveInOrderAndTagsDoNotMix) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              constexpr int kCount = 50;
+              if (rank == 1) {
+                std::vector<int> values(kCount * 2);
+                std::vector<transport::RequestPtr> sends;
+                for (int i = 0; i < kCount; ++i) {
+                  values[static_cast<size_t>(i)] = i;
+                  values[static_cast<size_t>(kCount + i)] = 1000 + i;
+                  sends.push_back(t.isend(0, 1, &values[static_cast<size_t>(i)], 4));
+                  sends.push_back(t.isend(0, 2, &values[static_cast<size_t>(kCount + i)], 4));
+                }
+                for (auto& r : sends) wait_ok(r);
+              } else if (rank == 0) {
+                // Receive tag 2 first: tag 1 messages wait as unexpected.
+                for (int tag : {2, 1}) {
+                  for (int i = 0; i < kCount; ++i) {
+                    int v = -1;
+                    wait_ok(t.irecv(1, static_cast<uint64_t>(tag), &v, 4));
+                    int want = tag == 1 ? i : 1000 + i;
+                    if (v != want) {
+                      throw std::runtime_error("tag " + std::to_string(tag) + " message " +
+                                               std::to_string(i) + " is " + std::to_string(v));
+                    }
+                  }
+                }
+              }
+            }),
+            "");
+}
+
+TEST_P(Conformance, AnySourceReceiveReportsTheSenderOrIsRefused) {
+  if (kind() == Kind::kSubset) {
+    // A subset refuses any-source receives, saying so, before anything is posted.
+    EXPECT_EQ(
+        run([&](Transport& t, int) {
+          int v = 0;
+          try {
+            t.irecv(kAnySource, 9, &v, 4);
+          } catch (const DistBackendError& e) {
+            if (std::string(e.what()).find("any-source receives are not supported") != std::string::npos)
+              return;
+            throw;
+          }
+          throw std::runtime_error("an any-source receive on a subset was accepted");
+        }),
+        "");
+    return;
+  }
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              if (rank != 0) {
+                int v = rank * 3;
+                wait_ok(t.isend(0, 9, &v, 4));
+                return;
+              }
+              std::vector<int> seen(static_cast<size_t>(n()), 0);
+              for (int i = 1; i < n(); ++i) {
+                int v = -1;
+                auto r = t.irecv(kAnySource, 9, &v, 4);
+                wait_ok(r);
+                if (v != r->source() * 3) throw std::runtime_error("value does not match sender");
+                seen[static_cast<size_t>(r->source())]++;
+              }
+              for (int peer = 1; peer < n(); ++peer) {
+                if (seen[static_cast<size_t>(peer)] != 1) throw std::runtime_error("sender seen twice");
+              }
+            }),
+            "");
+}
+
+TEST_P(Conformance, LargeMessagesArriveIntactInARing) {
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              const size_t count = (size_t{8} << 20) / 4 + 3;  // 8 MiB and a bit
+              std::vector<uint32_t> out(count), in(count);
+              for (size_t i = 0; i < count; ++i) out[i] = static_cast<uint32_t>(i * 2654435761u + rank);
+              int next = (rank + 1) % n();
+              int prev = (rank + n() - 1) % n();
+              auto r = t.irecv(prev, 3, in.data(), count * 4);
+              auto s = t.isend(next, 3, out.data(), count * 4);
+              wait_ok(s);
+              wait_ok(r);
+              for (size_t i = 0; i < count; ++i) {
+                if (in[i] != static_cast<uint32_t>(i * 2654435761u + prev)) {
+                  throw std::runtime_error("byte mismatch at element " + std::to_string(i));
+                }
+              }
+            }),
+            "");
+}
+
+TEST_P(Conformance, SizesUnknownInAdvanceAndTooSmallBuffers) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              if (rank == 1) {
+                std::string a = "hello, rank 0";
+                std::vector<uint8_t> big(100, 7);
+                wait_ok(t.isend(0, 1, a.data(), a.size()));
+                wait_ok(t.isend(0, 2, big.data(), big.size()));
+                wait_ok(t.isend(0, 3, nullptr, 0));
+              } else if (rank == 0) {
+                auto bytes = std::make_shared<std::vector<uint8_t>>();
+                wait_ok(t.irecv_bytes(1, 1, bytes));
+                if (std::string(bytes->begin(), bytes->end()) != "hello, rank 0") {
+                  throw std::runtime_error("irecv_bytes got the wrong bytes");
+                }
+                uint8_t small[10];
+                try {
+                  wait_ok(t.irecv(1, 2, small, sizeof(small)));
+                  throw std::runtime_error("a 100-byte message fit a 10-byte buffer");
+                } catch (const DistBackendError& e) {
+                  if (std::string(e.what()).find("100 bytes") == std::string::npos) throw;
+                }
+                auto r = t.irecv(1, 3, small, sizeof(small));
+                wait_ok(r);
+                if (r->received_bytes() != 0) throw std::runtime_error("empty message not empty");
+              }
+            }),
+            "");
+}
+
+// Every rank sends the edge sizes to the next and receives them from the
+// previous rank, waiting through Transport::wait (the thread drives the
+// sockets itself), inside a CallScope or not.
+void exchange_edge_sizes(Transport& t, int rank, int n, bool in_call) {
+  const int next = (rank + 1) % n;
+  const int prev = (rank + n - 1) % n;
+  const auto sizes = edge_sizes();
+  std::vector<std::vector<uint8_t>> out(sizes.size()), in(sizes.size());
+  std::vector<transport::RequestPtr> recvs(sizes.size()), sends;
+  std::optional<transport::CallScope> call;
+  if (in_call) call.emplace(t);
+  // Messages of one tag match receives in posting order. The first half of
+  // the receives is posted before the sends, the rest after, so both the
+  // direct path and the unexpected one are taken.
+  const size_t half = sizes.size() / 2;
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    out[m].resize(sizes[m]);
+    for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = pattern_byte(rank, m, i);
+    in[m].assign(sizes[m] + 1, 0xEE);  // one byte of room: a size error would show
+    if (m < half) recvs[m] = t.irecv(prev, 9, in[m].data(), in[m].size());
+  }
+  for (size_t m = 0; m < sizes.size(); ++m) sends.push_back(t.isend(next, 9, out[m].data(), out[m].size()));
+  for (size_t m = half; m < sizes.size(); ++m) recvs[m] = t.irecv(prev, 9, in[m].data(), in[m].size());
+  for (const auto* list : {&recvs, &sends}) {
+    for (const auto& r : *list) {
+      if (!t.wait(r, deadline())) throw std::runtime_error("a driven wait timed out");
+    }
+  }
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    if (recvs[m]->received_bytes() != sizes[m]) {
+      throw std::runtime_error("message " + std::to_string(m) + ": " +
+                               std::to_string(recvs[m]->received_bytes()) + " bytes, expected " +
+                               std::to_string(sizes[m]));
+    }
+    for (size_t i = 0; i < sizes[m]; ++i) {
+      if (in[m][i] != pattern_byte(prev, m, i)) {
+        throw std::runtime_error("message " + std::to_string(m) + " byte " + std::to_string(i) + " is wrong");
+      }
+    }
+  }
+}
+
+TEST_P(Conformance, DrivenWaitsDeliverEdgeSizesIntactAndInOrder) {
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              exchange_edge_sizes(t, rank, n(), /*in_call=*/true);
+              exchange_edge_sizes(t, rank, n(), /*in_call=*/false);
+            }),
+            "");
+}
+
+// A call's message whose signature differs from the receiver's, waiting
+// for no receive, is found by conflicting_message (naming its sender by its
+// rank in the whole group); once received, last_call_from gives the
+// signature of the newest call of the sender's that arrived.
+TEST_P(Conformance, TheCallMatchingHooksSeeAPeersMessages) {
+  if (n() < 2) GTEST_SKIP();
+  const auto all_reduce =
+      tdist::detail::collective_signature(tdist::detail::CallKind::kAllReduce, DType::kFloat32, 1);
+  const auto broadcast =
+      tdist::detail::collective_signature(tdist::detail::CallKind::kBroadcast, DType::kFloat32, 1, 0);
+  const uint64_t seq = 5;
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              auto theirs = all_reduce;
+              theirs.seq = seq;
+              const uint64_t tag = seq << 24;
+              float value = 2.5F;
+              const uint64_t after_tag = tag + 1;
+              float after = 7.0F;
+              if (rank == 1) {
+                // The conflicting message, then one the receiver waits for:
+                // messages of one connection keep their order, so once the
+                // second has arrived the first has too.
+                wait_ok(t.isend(0, tag, &value, sizeof(value), theirs));
+                wait_ok(t.isend(0, after_tag, &after, sizeof(after), theirs));
+                return;
+              }
+              if (rank != 0) return;
+              auto mine = broadcast;
+              mine.seq = seq;
+              float got_after = 0;
+              {
+                transport::CallScope call(t);
+                if (!t.wait(t.irecv(1, after_tag, &got_after, sizeof(got_after), theirs), deadline()))
+                  throw std::runtime_error("the second message never came");
+              }
+              const auto found = t.conflicting_message(mine);
+              if (!found) throw std::runtime_error("conflicting_message did not report the peer's message");
+              const int sender = kind() == Kind::kTcp ? 1 : parent_of(n(), 1);
+              if (found->first != sender || !(found->second == theirs)) {
+                throw std::runtime_error("conflicting_message named rank " + std::to_string(found->first) +
+                                         ", expected " + std::to_string(sender));
+              }
+              if (t.conflicting_message(theirs))
+                throw std::runtime_error("a matching signature was reported");
+              float got = 0;
+              wait_ok(t.irecv(1, tag, &got, sizeof(got), theirs));
+              if (got != value) throw std::runtime_error("wrong value");
+              const auto last = t.last_call_from(1);
+              if (!last || !(*last == theirs))
+                throw std::runtime_error("last_call_from does not give the peer's call");
+            }),
+            "");
+}
+
+// abort fails this rank's pending and later requests with its error, says
+// so in abort_reason, and reaches the peers: their receive from this rank
+// fails too instead of waiting out its deadline.
+TEST_P(Conformance, AbortFailsPendingAndLaterRequestsHereAndAtThePeers) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              int slot = 0;
+              auto pending = t.irecv((rank + 1) % n(), 11, &slot, sizeof(slot));
+              if (rank == 0) {
+                t.abort(std::make_exception_ptr(DistBackendError("the test aborted rank 0")));
+                if (!t.abort_reason()) throw std::runtime_error("no abort_reason after abort");
+              }
+              try {
+                pending->wait_until(deadline());
+              } catch (const DistError& e) {
+                // Rank 0 gets its own error; the others a notice naming it
+                // (or, through the ring, a peer that failed because of it).
+                if (rank == 0 && std::string(e.what()).find("the test aborted rank 0") == std::string::npos)
+                  throw;
+                if (rank == 0) {
+                  try {
+                    t.isend(1, 12, &slot, sizeof(slot))->wait_until(deadline());
+                  } catch (const DistError&) {
+                    return;
+                  }
+                  throw std::runtime_error("a send after the abort succeeded");
+                }
+                return;
+              }
+              throw std::runtime_error("a pending receive survived the abort");
+            }),
+            "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
+                         ::testing::Combine(::testing::Values(Kind::kTcp, Kind::kSubset),
+                                            ::testing::Values(Mode::kThreads, Mode::kProcesses),
+                                            ::testing::Values(1, 2, 3, 5, 8)),
+                         [](const auto& p) {
+                           return std::string(kind_name(std::get<0>(p.param))) + "_" +
+                                  mode_name(std::get<1>(p.param)) + "_" +
+                                  std::to_string(std::get<2>(p.param));
+                         });
+
+}  // namespace
+}  // namespace tdist::testing
