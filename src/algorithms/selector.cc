@@ -416,6 +416,10 @@ const char* take_chosen_algorithm() {
   return std::exchange(t_chosen, nullptr);
 }
 
+void note_chosen_algorithm(const char* name) {
+  t_chosen = name;
+}
+
 AllReduceAlgo resolve_algo(AllReduceAlgo requested, size_t bytes, int p) {
   return resolve(requested, [&] { return select_all_reduce(bytes, p); });
 }

@@ -106,5 +106,9 @@ BarrierAlgo resolve_algo(BarrierAlgo requested, int p);
 /// (a static string), or null if none since the last take: the flight
 /// recorder keeps it with the call.
 const char* take_chosen_algorithm();
+/// Records `name` (a static string) as the calling thread's choice, for
+/// the algorithms that choose without resolve_algo (shared memory, the
+/// hierarchy): "shm two-shot", "hierarchical". docs/tuning.md lists them.
+void note_chosen_algorithm(const char* name);
 
 }  // namespace tdist::algorithms

@@ -129,6 +129,24 @@ TEST_P(Recorded, EveryCallOfAGroupWithItsArgumentsAndState) {
                                                               "broadcast #1 completed int64 x1",
                                                               "barrier #2 completed uint8 x0"};
                           check(calls == want, "recorded " + json(calls).dump());
+                          // Each completed collective names what ran it: on
+                          // shared memory a 28-byte all_reduce is one-shot;
+                          // over TCP the selector's choice.
+                          if (n == 1) return;
+                          std::string transport;
+                          std::string algorithm;
+                          for (const auto& g : doc["groups"])
+                            if (g["id"] == mine) transport = g["transport"];
+                          for (const auto& e : doc["entries"]) {
+                            if (e["group"] == mine && e["op"] == "all_reduce")
+                              algorithm = e.value("algorithm", std::string());
+                          }
+                          if (transport == "shared memory") {
+                            check(algorithm == "shm one-shot", "the all_reduce ran '" + algorithm + "'");
+                          } else {
+                            check(transport == "tcp" && !algorithm.empty(),
+                                  "over " + transport + " the all_reduce ran '" + algorithm + "'");
+                          }
                         }),
             "");
 }

@@ -4,6 +4,7 @@
 // TCP domain runs them.
 
 #include "algorithms/collective_domain.h"
+#include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
 #include "common/worker_thread.h"
 
@@ -19,26 +20,31 @@ class HierarchicalDomain final : public CollectiveDomain {
                   const ReduceOp& op) override {
     shm::hierarchical_all_reduce(ctx, local_, local_ranks_, cross_ranks_, cross_worker_, h_.chunk_bytes, data,
                                  count, dtype, op);
+    note_chosen_algorithm("hierarchical");  // after: the local stages name their own
   }
   void broadcast(const CallContext& ctx, void* data, size_t nbytes, int root) override {
     shm::hierarchical_broadcast(ctx, local_, local_ranks_, cross_ranks_, cross_worker_, h_.chunk_bytes,
                                 h_.by_host, data, nbytes, root);
+    note_chosen_algorithm("hierarchical");  // after: the local stages name their own
   }
   void all_gather(const CallContext& ctx, const void* in, void* out,
                   const std::vector<size_t>& bytes) override {
     shm::hierarchical_all_gather(ctx, local_, local_ranks_, cross_ranks_, cross_worker_, h_.chunk_bytes,
                                  h_.by_host, in, out, bytes);
+    note_chosen_algorithm("hierarchical");  // after: the local stages name their own
   }
   void reduce_scatter(const CallContext& ctx, const void* in, void* out, const std::vector<size_t>& counts,
                       DType dtype, const ReduceOp& op) override {
     shm::hierarchical_reduce_scatter(ctx, local_, local_ranks_, cross_ranks_, cross_worker_, h_.chunk_bytes,
                                      h_.by_host, in, out, counts, dtype, op);
+    note_chosen_algorithm("hierarchical");  // after: the local stages name their own
   }
   void all_to_all(const CallContext& ctx, const void* in, const std::vector<size_t>& send_bytes,
                   const std::vector<size_t>& send_offsets, void* out, const std::vector<size_t>& recv_bytes,
                   const std::vector<size_t>& recv_offsets) override {
     shm::hierarchical_all_to_all(ctx, local_, local_ranks_, cross_worker_, h_.by_host, in, send_bytes,
                                  send_offsets, out, recv_bytes, recv_offsets);
+    note_chosen_algorithm("hierarchical");  // after: the local stages name their own
   }
   void reduce(const CallContext& ctx, void* data, size_t count, DType dtype, const ReduceOp& op,
               int root) override {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/selector.h"
 #include "common/function_ref.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_group.h"

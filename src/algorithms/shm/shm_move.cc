@@ -231,8 +231,9 @@ void gather_impl(Call& call, const void* in, const BlockOutput& output, const st
   const bool direct = p > 1 && max_block > 0 && call.single_copy(SingleCopyShape::kGather, max_block);
   const bool push = direct && root >= 0;
   // (Pushing, the root copies its own block while the others write theirs.)
-  if (p > 1 && !direct && max_block >= ring_threshold(call.group, true))
-    return ring_gather(call, input, output, bytes, root, streaming);
+  const bool ring = p > 1 && !direct && max_block >= ring_threshold(call.group, true);
+  note_chosen_algorithm(ring ? "shm ring" : direct ? "shm single copy" : "shm rounds");
+  if (ring) return ring_gather(call, input, output, bytes, root, streaming);
   if (reader && !push) copy_block(output, me, 0, input, bytes[static_cast<size_t>(me)], streaming);
   if (p == 1 || max_block == 0) return;
   if (push) return push_to_root(call, in, output.buffer(), bytes, offsets_of(bytes), root);
@@ -361,11 +362,20 @@ void ring_broadcast(Call& call, uint8_t* data, size_t nbytes, int root) {
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
-    if (nbytes <= kPayloadBytes) return eager_broadcast(call, data, nbytes, root);
-    if (call.single_copy(SingleCopyShape::kShared, nbytes))
+    // Each choice is named for the flight recorder (docs/tuning.md).
+    if (nbytes <= kPayloadBytes) {
+      note_chosen_algorithm("shm eager");
+      return eager_broadcast(call, data, nbytes, root);
+    }
+    if (call.single_copy(SingleCopyShape::kShared, nbytes)) {
+      note_chosen_algorithm("shm single copy");
       return single_copy_broadcast(call, data, nbytes, root);
-    if (nbytes >= ring_threshold(call.group, false))
+    }
+    if (nbytes >= ring_threshold(call.group, false)) {
+      note_chosen_algorithm("shm ring");
       return ring_broadcast(call, static_cast<uint8_t*>(data), nbytes, root);
+    }
+    note_chosen_algorithm("shm rounds");
     const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     const bool streaming = nbytes >= tdist::detail::streaming_threshold();
     auto* bytes = static_cast<uint8_t*>(data);
@@ -419,6 +429,7 @@ void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
     const auto* input = static_cast<const uint8_t*>(in);
     const size_t max_block = largest(bytes);
     const bool direct = p > 1 && max_block > 0 && call.single_copy(SingleCopyShape::kOneSource, max_block);
+    note_chosen_algorithm(direct ? "shm single copy" : "shm rounds");
     auto copy_own = [&] {
       if (me == root) copy(out, input + offsets[static_cast<size_t>(me)], bytes[static_cast<size_t>(me)]);
     };

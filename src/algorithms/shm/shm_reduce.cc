@@ -304,14 +304,19 @@ void reduce_impl(Call& call, void* data, size_t count, DType dtype, const Reduce
     if (op.kind == ReduceOp::PREMUL_SUM) premultiply(data, count, dtype, op);
     return;
   }
+  // The choice is named for the flight recorder (docs/tuning.md).
   if (root >= 0 && nbytes <= transport::shm::kPayloadBytes) {
+    note_chosen_algorithm("shm eager");
     eager_reduce(call, data, count, dtype, op, root);
   } else if (nbytes <= transport::shm::kPayloadBytes ||
              (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
+    note_chosen_algorithm("shm one-shot");
     reduce_everything(call, data, count, dtype, op, root);
   } else if (op.kind != ReduceOp::PREMUL_SUM && call.single_copy(SingleCopyShape::kReduce, nbytes)) {
+    note_chosen_algorithm("shm single copy");
     single_copy_reduce(call, static_cast<uint8_t*>(data), count, dtype, op, root);
   } else {
+    note_chosen_algorithm("shm two-shot");
     reduce_two_shot(call, static_cast<uint8_t*>(data), count, dtype, op, root);
   }
 }
