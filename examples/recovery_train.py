@@ -28,7 +28,7 @@ With --out DIR each rank writes DIR/weights_<rank>.npy at the end, the kill
 time (DIR/killed, time.monotonic(), which is CLOCK_MONOTONIC: one clock for
 every process of the host) and, after a recovery, the time it trains again
 (DIR/resumed_<rank>), and when the replacement's Python has started and
-imported everything (DIR/started_<rank>); tools/recovery_time.py and
+imported everything (DIR/started_<rank>); tools/measure/recovery_time.py and
 tests/python/test_recovery.py read them.
 """
 

@@ -4,7 +4,7 @@ under tdistrun --restart-policy=failed, rank 2 killed with SIGKILL at a
 random step, restarted alone, the survivors rebuilding the group with
 reinit_process_group and the state broadcast to the new rank. The final
 weights must equal, bit for bit, those of a run without the kill, and the
-recovery must take under 5 s. tools/recovery_time.py runs the same trials
+recovery must take under 5 s. tools/measure/recovery_time.py runs the same trials
 (20 of them) and reports the times; here 2 per transport keep the suite
 short. Each tdistrun run has a deadline (run_job's timeout)."""
 
@@ -15,7 +15,7 @@ import random
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOOL = os.path.join(HERE, os.pardir, os.pardir, "tools", "recovery_time.py")
+TOOL = os.path.join(HERE, os.pardir, os.pardir, "tools", "measure", "recovery_time.py")
 
 
 def load_tool():
@@ -38,7 +38,7 @@ def test_a_killed_rank_is_replaced_and_training_ends_with_the_failure_free_weigh
     rng = random.Random()
     for _ in range(2):
         kill_step = rng.randrange(1, STEPS - 1)
-        # How long recovery took is tools/recovery_time.py's to measure.
+        # How long recovery took is tools/measure/recovery_time.py's to measure.
         _seconds, error = tool.trial(RANKS, STEPS, KILLED, kill_step, expected)
         assert error is None, f"killed at step {kill_step}: {error}"
 

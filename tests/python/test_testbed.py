@@ -324,7 +324,7 @@ def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit(tmp_path):
     assert compare.median_time(runs[:2], 8) == 1.0  # the lower middle of an even count
     if not os.path.exists(TDISTRUN):
         pytest.skip("tdistrun is not built")
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--ranks", "1",
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "measure", "multihost_compare.py"), "--ranks", "1",
                           "--ops", "all_reduce", "--sizes", "8,64K", "--no-gloo", "--link", "1gbit", "--nics", "2", "--rounds", "2",
                           "--build", BUILD, "--jsonl", str(tmp_path / "rows.jsonl"),
                           "--plot", str(tmp_path / "chart.png")],
@@ -339,7 +339,7 @@ def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit(tmp_path):
     assert rows[1]["link_limit_us"] == pytest.approx(65536 / (2 * 1e9 / 8) * 1e6), rows
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The chart again from the rows alone, without running anything.
-    again = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "multihost_compare.py"), "--plot-from",
+    again = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "measure", "multihost_compare.py"), "--plot-from",
                             str(tmp_path / "rows.jsonl"), "--plot", str(tmp_path / "again.png")],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and (tmp_path / "again.png").stat().st_size > 1000, again.stderr

@@ -12,8 +12,11 @@ TOOL = os.path.join(TOOLS, "testbed.py")
 
 
 def load_tool(name):
-    """tools/<name>.py, imported as the module `name`."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(TOOLS, name + ".py"))
+    """tools/<name>.py (or tools/measure/<name>.py), imported as the module `name`."""
+    path = os.path.join(TOOLS, name + ".py")
+    if not os.path.exists(path):
+        path = os.path.join(TOOLS, "measure", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

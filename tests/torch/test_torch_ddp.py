@@ -61,7 +61,7 @@ def test_ddp_comm_hooks_match_gloo(world_size, hook):
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ddp_bench_steps_match_gloo_with_bucket_views(world_size, tmp_path):
-    """tools/ddp_bench.py trains the same model on tdist and on gloo (here
+    """tools/measure/ddp_bench.py trains the same model on tdist and on gloo (here
     with gradient_as_bucket_view and 1 MB buckets, so DDP all-reduces
     several buckets viewed by the gradients) and fails unless the weights
     agree; its row must describe the buckets it measured."""
@@ -71,7 +71,7 @@ def test_ddp_bench_steps_match_gloo_with_bucket_views(world_size, tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     rows = tmp_path / "rows.jsonl"
     proc = subprocess.run(
-        [sys.executable, os.path.join(repo, "tools", "ddp_bench.py"), "--models", "small", "--world",
+        [sys.executable, os.path.join(repo, "tools", "measure", "ddp_bench.py"), "--models", "small", "--world",
          str(world_size), "--bucket-mb", "1", "--gbv", "on", "--steps", "2", "--rounds", "1", "--warmup", "1",
          "--timeout", "200", "--jsonl", str(rows)],
         capture_output=True, text=True, timeout=230)

@@ -7,8 +7,8 @@ returned, and check an all_reduce on the shrunk group. Prints, over the trials, 
 p99 and worst of the time from the SIGKILL to the last survivor's return
 from shrink, and of the shrink call alone.
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/shrink_time.py [--ranks 4 8] [--trials 20]
-    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/shrink_time.py
+    PYTHONPATH=build/python /usr/bin/python3 tools/measure/shrink_time.py [--ranks 4 8] [--trials 20]
+    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/measure/shrink_time.py
 
 The shrink includes finding out that the rank died (nobody is in a call
 when it dies), the agreement through the store and the new group's

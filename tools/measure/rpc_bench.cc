@@ -1,7 +1,7 @@
 // The C++ RPC layer's own cost (docs/rpc.md): two agents in this process,
 // joined over loopback TCP, worker0 calling a registered function on
 // worker1 that returns its tensor argument; the round trip per call at each
-// size, with no Python on either side. tools/rpc_compare.py measures the
+// size, with no Python on either side. tools/measure/rpc_compare.py measures the
 // Python API against torch's.
 //
 //   build/bin/tdist-rpc-bench --sizes 4,1048576,67108864

@@ -2,10 +2,10 @@
 """DistributedDataParallel training steps on tdist, on gloo and with a
 communication hook that does nothing, side by side in the same processes.
 
-    tools/ddp_bench.py                                 # the MLP, 2 and 4 ranks
-    tools/ddp_bench.py --models mlp,conv,small --world 2,4 --threads 1,2 \\
+    tools/measure/ddp_bench.py                                 # the MLP, 2 and 4 ranks
+    tools/measure/ddp_bench.py --models mlp,conv,small --world 2,4 --threads 1,2 \\
         --bucket-mb 1,25,100 --gbv on,off              # the whole matrix
-    tools/ddp_bench.py --jsonl rows.jsonl --markdown table.md
+    tools/measure/ddp_bench.py --jsonl rows.jsonl --markdown table.md
 
 For each configuration it starts WORLD rank processes on 127.0.0.1. Every rank
 builds three copies of the model from one seed: DDP over a tdist group, DDP over

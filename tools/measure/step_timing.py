@@ -1,4 +1,4 @@
-"""What tools/ddp_bench.py and tools/fsdp_bench.py share: the rounds in
+"""What tools/measure/ddp_bench.py and tools/measure/fsdp_bench.py share: the rounds in
 which several copies of a model take turns training, timed per step, and
 the parsing of their list options."""
 

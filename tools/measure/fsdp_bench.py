@@ -3,9 +3,9 @@
 gloo, side by side in the same processes, with the unsharded model's step as
 the floor.
 
-    tools/fsdp_bench.py                                   # both models, 2 and 4 ranks
-    tools/fsdp_bench.py --models mlp --world 2 --threads 1,2 --rounds 7
-    tools/fsdp_bench.py --jsonl rows.jsonl --markdown table.md
+    tools/measure/fsdp_bench.py                                   # both models, 2 and 4 ranks
+    tools/measure/fsdp_bench.py --models mlp --world 2 --threads 1,2 --rounds 7
+    tools/measure/fsdp_bench.py --jsonl rows.jsonl --markdown table.md
 
 For each configuration it starts WORLD rank processes on 127.0.0.1. Every rank
 builds three copies of the model from one seed: one sharded by fully_shard

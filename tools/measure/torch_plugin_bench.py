@@ -6,7 +6,7 @@ Each (backend, world size) runs as its own job of local processes, rounds
 alternating between backends, and reports the median over rounds of rank
 0's mean time per call (`iters` back-to-back calls between two barriers).
 
-usage: PYTHONPATH=build/python .venv/bin/python tools/torch_plugin_bench.py
+usage: PYTHONPATH=build/python .venv/bin/python tools/measure/torch_plugin_bench.py
            [--world 2,4] [--sizes 8,1048576,67108864] [--rounds 3]
 """
 

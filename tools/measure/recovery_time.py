@@ -12,8 +12,8 @@ replacement after init_process_group and the broadcast), on the host's
 CLOCK_MONOTONIC. Prints one line per trial, then the median and maximum,
 and exits 1 if a trial failed or took --limit seconds or more.
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/recovery_time.py                  # shared memory
-    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/recovery_time.py   # TCP
+    PYTHONPATH=build/python /usr/bin/python3 tools/measure/recovery_time.py                  # shared memory
+    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/measure/recovery_time.py   # TCP
 """
 
 import argparse
@@ -27,7 +27,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, os.pardir, "examples", "recovery_train.py")
+EXAMPLE = os.path.join(HERE, os.pardir, os.pardir, "examples", "recovery_train.py")
 
 
 def run_job(out_dir, ranks, steps, kill_rank=-1, kill_step=-1, deadline=120.0):

@@ -2,8 +2,8 @@
 """Asynchronous all_reduces of the tdist Python package beside NumPy work, as a
 training step issues gradient buckets during its backward pass.
 
-    tools/async_overlap.py                      # 2 and 4 ranks, 100 MB in 4 buckets
-    tools/async_overlap.py --world 2 --grad-mb 16 --buckets 8 --rounds 9
+    tools/measure/async_overlap.py                      # 2 and 4 ranks, 100 MB in 4 buckets
+    tools/measure/async_overlap.py --world 2 --grad-mb 16 --buckets 8 --rounds 9
 
 Each rank runs, in turns, ROUNDS times:
 

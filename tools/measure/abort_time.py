@@ -6,8 +6,8 @@ rebuilt (reinit_process_group) and the times gathered. Prints, over the
 trials, the median and p99 of the time from rank 0's abort() to the last
 rank's error, and to the first rank's.
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/abort_time.py [--ranks 4 8] [--trials 100]
-    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/abort_time.py
+    PYTHONPATH=build/python /usr/bin/python3 tools/measure/abort_time.py [--ranks 4 8] [--trials 100]
+    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/measure/abort_time.py
 
 Rank 0 waits 20 ms after a barrier before it aborts, so that the others are
 blocked in their call by then (a benchmark may sleep; the tests do not).

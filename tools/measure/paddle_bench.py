@@ -10,7 +10,7 @@ does not support all_to_all") shows as not supported. Bytes are per rank: all_re
 that size, all_gather gathers one of that size from every rank, alltoall
 sends that many bytes in all, split evenly among the ranks.
 
-usage: PYTHONPATH=build/python .venv/bin/python tools/paddle_bench.py
+usage: PYTHONPATH=build/python .venv/bin/python tools/measure/paddle_bench.py
            [--world 2,4] [--sizes 8,1048576,67108864] [--ops all_reduce,all_gather,broadcast,alltoall]
            [--rounds 3]
 """

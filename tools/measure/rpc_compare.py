@@ -10,8 +10,8 @@ libraries run alternately, --rounds times each; each figure is the median
 over rounds. Prints a markdown table and, with --jsonl, one JSON line per
 figure. docs/rpc.md shows the current table.
 
-    /usr/bin/python3 tools/rpc_compare.py --rounds 3
-    sudo /usr/bin/python3 tools/rpc_compare.py --rounds 3 --hosts 2 [--link 5gbit]
+    /usr/bin/python3 tools/measure/rpc_compare.py --rounds 3
+    sudo /usr/bin/python3 tools/measure/rpc_compare.py --rounds 3 --hosts 2 [--link 5gbit]
 """
 
 import argparse
@@ -25,7 +25,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "build", "python"))
+sys.path.insert(0, os.path.join(HERE, os.pardir, os.pardir, "build", "python"))
 
 SIZES = {"4B": 1, "1MiB": 1 << 18, "64MiB": 1 << 24}  # float32 elements
 ITERATIONS = {"4B": 2000, "1MiB": 200, "64MiB": 10}
@@ -153,7 +153,7 @@ def main():
     libs = ["tdist"] + ([] if args.no_torch else ["torch"])
     runs = {lib: [] for lib in libs}
     if args.hosts == 2:
-        sys.path.insert(0, HERE)
+        sys.path.insert(0, os.path.dirname(HERE))  # tools/testbed.py
         import testbed
 
         bed = testbed.Testbed(2, rate=testbed.parse_rate(args.link) if args.link else None)

@@ -1,5 +1,5 @@
 """Runs a benchmark script's ranks as processes on 127.0.0.1 (for
-tools/ddp_bench.py and tools/async_overlap.py) and returns rank 0's row."""
+tools/measure/ddp_bench.py and tools/measure/async_overlap.py) and returns rank 0's row."""
 
 import json
 import os

@@ -2,7 +2,7 @@
 """What a DTensor redistribution costs against the bare collective that
 moves the same bytes, on a 1-d mesh of all ranks (docs/mesh.md):
 
-    python3 -m tdist.run --standalone --nproc-per-node 4 tools/dtensor_cost.py [--sizes 0.004,1,16] [--reps 15]
+    python3 -m tdist.run --standalone --nproc-per-node 4 tools/measure/dtensor_cost.py [--sizes 0.004,1,16] [--reps 15]
 
 Rows: Shard(0) -> Replicate against all_gather_into_tensor, Partial ->
 Replicate against an in-place all_reduce (redistribute leaves its input as it

@@ -5,10 +5,10 @@ each figure set against the link's limit: the bytes each host must send
 across its link divided by the link's rate (docs/performance.md,
 "Across hosts").
 
-    sudo tools/multihost_compare.py --hosts 2 --ranks 2,4 --link 5gbit \\
+    sudo tools/measure/multihost_compare.py --hosts 2 --ranks 2,4 --link 5gbit \\
         [--ops all_reduce,broadcast,all_gather,reduce_scatter,all_to_all] [--sizes 8,16M,64M]
         [--nics 1] [--rounds 3] [--jsonl rows.jsonl] [--plot chart.png] [--no-gloo]
-    tools/multihost_compare.py --plot-from rows.jsonl --plot chart.png
+    tools/measure/multihost_compare.py --plot-from rows.jsonl --plot chart.png
 
 Sizes follow nccl-tests: the whole buffer (all_gather's output,
 reduce_scatter's input, all_to_all's per-rank input). Also measures the
@@ -35,9 +35,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import testbed  # noqa: E402 - next to this file
+TOOLS = os.path.dirname(HERE)
+ROOT = os.path.dirname(TOOLS)
+sys.path.insert(0, TOOLS)
+import testbed  # noqa: E402 - tools/testbed.py
 
 RTT = r"""
 import os, socket, time

@@ -2,8 +2,8 @@
 host), 20 calls with rebuild_link=True and 20 with rebuild_link=False, each
 after a barrier; prints rank 0's median and worst in milliseconds.
 
-    PYTHONPATH=build/python /usr/bin/python3 tools/reinit_time.py
-    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/reinit_time.py
+    PYTHONPATH=build/python /usr/bin/python3 tools/measure/reinit_time.py
+    TDIST_TRANSPORT=tcp PYTHONPATH=build/python /usr/bin/python3 tools/measure/reinit_time.py
 """
 
 import os
