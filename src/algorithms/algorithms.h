@@ -202,7 +202,7 @@ void barrier(const CallContext& ctx, BarrierAlgo algo = BarrierAlgo::kAuto);
 namespace detail {
 
 /// Bytes per pipeline segment. Large enough that the per-message cost (a
-/// 16-byte header, a syscall and a wake-up of the receiver, ~5-10 us on
+/// 48-byte header, a syscall and a wake-up of the receiver, ~5-10 us on
 /// loopback TCP) stays under ~10% of the ~50 us a segment takes to cross at
 /// a few GB/s; small enough that a segment and its reduction operand stay in
 /// L2 and that a ring step of a few MiB is cut into several segments, so one

@@ -1,10 +1,10 @@
 #pragma once
 
 // The TCP transport: one connection per pair of ranks, non-blocking sockets.
-// Messages are a 16-byte header (tag, size) and the payload, written with
-// sendmsg straight from the sender's buffer and read straight into the posted
-// receive's buffer when one is waiting, so large messages cross without extra
-// copies.
+// Messages are a 48-byte header (tag, size, the call's 32-byte signature)
+// and the payload, written with sendmsg straight from the sender's buffer
+// and read straight into the posted receive's buffer when one is waiting,
+// so large messages cross without extra copies.
 //
 // Who moves the bytes: a thread that waits for a request through wait()
 // becomes the transport's driver and polls the sockets itself, so a message
@@ -107,6 +107,7 @@ struct Header {
   // with a signature accepts only the same (transport.h).
   tdist::detail::CallSignature sig;
 };
+static_assert(sizeof(Header) == 48, "the header's size is part of the wire format (and of the comments)");
 
 // A receive posted before its message arrived.
 struct RecvOp {
