@@ -293,6 +293,8 @@ class TcpTransport final : public Transport {
   void post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data, size_t nbytes,
                  const tdist::detail::CallSignature& sig);
   void abort_locked(const std::exception_ptr& error);
+  /// True if any send or receive is still pending (mutex_ held).
+  bool pending_locked() const;
   void break_locked(std::exception_ptr error);
   void notify_abort(const std::exception_ptr& error);
   void deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
