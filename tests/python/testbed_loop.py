@@ -1,7 +1,8 @@
 """all_reduce in a loop across testbed hosts until a peer is lost: prints
 "looping <rank>" once it has run one, then "error <rank>: <message>" when
-a call fails, and exits 3 (test_testbed.py kills a host or cuts a link
-mid-loop). TESTBED_LOOP_TIMEOUT: the group's timeout in seconds (60)."""
+a call fails, and exits 3 (test_testbed_host_killed.py kills a host,
+test_testbed_link_cut.py cuts a link mid-loop). TESTBED_LOOP_TIMEOUT: the
+group's timeout in seconds (60)."""
 
 import os
 import sys

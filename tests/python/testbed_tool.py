@@ -1,14 +1,24 @@
 """tools/testbed.py as a module for the tests that play several hosts
-(test_testbed.py, test_slurm.py), and whether this machine lets them; any
-other tool of tools/ as a module too (load_tool)."""
+(test_testbed*.py, test_slurm.py), and whether this machine lets them; any
+other tool of tools/ as a module too (load_tool). Also what the testbed's
+test files share: tdistrun's command line on every host (agent), the
+environment of a tdist job (tdist_env), a job that loops over all_reduce
+until a fault (loop_then) and a reader of a process's output (Lines)."""
 
 import importlib.util
 import os
 import subprocess
+import sys
+import threading
+
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOOLS = os.path.join(HERE, os.pardir, os.pardir, "tools")
+ROOT = os.path.join(HERE, os.pardir, os.pardir)
+TOOLS = os.path.join(ROOT, "tools")
 TOOL = os.path.join(TOOLS, "testbed.py")
+BUILD = os.environ.get("TDIST_BUILD_DIR", os.path.join(ROOT, "build"))
+TDISTRUN = os.path.join(BUILD, "bin", "tdistrun")
 
 
 def load_tool(name):
@@ -36,3 +46,76 @@ def namespaces_unavailable():
         return "iproute2 (ip, tc) is not installed"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None if made.returncode == 0 else f"cannot make network namespaces here: {made.stderr.strip()}"
+
+
+class Lines:
+    """Collects a process's output lines on a thread, so a test can wait
+    for a line without select() missing ones a buffered read took."""
+
+    def __init__(self, stream):
+        self.lines, self._cond = [], threading.Condition()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self.lines.append(None)  # end of output
+            self._cond.notify_all()
+
+    def wait_for(self, text, count, timeout):
+        """True once `count` lines contain `text` (False at end of output or timeout)."""
+        def seen():
+            return sum(1 for line in self.lines if line is not None and text in line)
+        with self._cond:
+            self._cond.wait_for(lambda: seen() >= count or None in self.lines, timeout)
+            return seen() >= count
+
+    def text(self):
+        with self._cond:
+            return "".join(line for line in self.lines if line is not None)
+
+
+def agent(hosts, per_host):
+    """tdistrun's command line for every testbed host (the tool fills in
+    {host} and {master}): `per_host` ranks on each of `hosts`."""
+    return (f"{TDISTRUN} --nnodes {hosts} --node-rank {{host}} --master-addr {{master}} --master-port 29500 "
+            f"--nproc-per-node {per_host}")
+
+
+def tdist_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(BUILD, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def loop_then(action, group_timeout):
+    """Runs testbed_loop.py on 2 hosts x 2 ranks over 5 Gbit/s links, calls
+    action(bed) once every rank is looping, and returns each host's output
+    and exit code (failing the test if a host outlives the deadline)."""
+    loop = os.path.join(HERE, "testbed_loop.py")
+    bed = testbed.Testbed(2, rate=5e9 / 8)
+    env = dict(tdist_env(), TESTBED_LOOP_TIMEOUT=str(group_timeout))
+    with bed:
+        procs = []
+        for i in range(2):
+            cmd = [TDISTRUN, "--nnodes", "2", "--node-rank", str(i), "--master-addr", bed.addr(0),
+                   "--master-port", "29500", "--rdzv-conf", "read_timeout=10", "--nproc-per-node", "2",
+                   sys.executable, loop]
+            procs.append(bed.popen(i, cmd, env=bed.env_for(i, env), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True))
+        outs = [Lines(p.stdout) for p in procs]
+        for out in outs:
+            assert out.wait_for("looping", 2, timeout=120), out.text()
+        action(bed)
+        for i, p in enumerate(procs):
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                testbed.kill_all(procs)
+                pytest.fail(f"host {i} still runs 120 s after the fault (a hang):\n{outs[i].text()[-3000:]}")
+        for out in outs:
+            out.wait_for("\0", 1, timeout=10)  # the rest of the output
+    return [(out.text(), p.returncode) for out, p in zip(outs, procs)]

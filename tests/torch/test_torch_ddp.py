@@ -9,8 +9,12 @@ identical parameters.
 
 With a communication hook registered (torch's allreduce hook, PowerSGD) the
 tdist run must again agree with the gloo run under the same hook; PowerSGD
-compresses the gradients, so it is not compared with the reference."""
+compresses the gradients, so it is not compared with the reference.
 
+The variants of one world size train one after the other in the same
+processes (JOBS), each on fresh groups of its own."""
+
+import functools
 import json
 
 import pytest
@@ -18,16 +22,43 @@ import torch
 
 from torch_harness import check_all_ok, run_ranks
 
+# The variants each world size trains, one after the other in one job of
+# processes (starting torch and DDP costs more than the training): "none"
+# is DDP's own all_reduce, the others a communication hook.
+JOBS = {2: ("none", "allreduce", "powersgd"), 3: ("powersgd",), 4: ("none",)}
+
 
 def _tensors(lists):
     return [torch.tensor(p) for p in lists]
 
 
+@functools.lru_cache(maxsize=None)
+def _job(world_size):
+    hooks = JOBS[world_size]
+    return run_ranks("torch_ddp_train.py", world_size, ["{ports}", ",".join(hooks)], ports=2 * len(hooks))
+
+
+def _runs(world_size, hook):
+    """Every rank's results of `hook`. A failure in another variant of the
+    job fails only the variants it kept from ending (a rank's output says
+    which it was in: START lines); the job's last variant also answers for
+    the job's end, every rank exiting 0."""
+    results = _job(world_size)
+    runs = [[json.loads(l.split(" ", 2)[2]) for l in r.lines("RESULT %s " % hook)] for r in results]
+    last = hook == JOBS[world_size][-1]
+    if not all(len(run) == 1 for run in runs) or (last and any(r.returncode != 0 for r in results)):
+        try:
+            check_all_ok(results)
+        except AssertionError as e:
+            raise AssertionError("variant %r of the job %s at %d ranks did not end on every rank:\n%s"
+                                 % (hook, ",".join(JOBS[world_size]), world_size, e)) from None
+        raise AssertionError("variant %r printed no result on some rank" % hook)
+    return [run[0] for run in runs]
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_ddp_matches_gloo(world_size):
-    results = run_ranks("torch_ddp_train.py", world_size, ["{ports}"], ports=2)
-    check_all_ok(results)
-    runs = [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
+    runs = _runs(world_size, "none")
     for run in runs[1:]:
         assert run["tdist"] == runs[0]["tdist"], "ranks ended with different parameters on tdist"
     tdist_params, gloo_params = _tensors(runs[0]["tdist"]), _tensors(runs[0]["gloo"])
@@ -46,9 +77,7 @@ def test_ddp_matches_gloo(world_size):
 
 @pytest.mark.parametrize("world_size,hook", [(2, "allreduce"), (2, "powersgd"), (3, "powersgd")])
 def test_ddp_comm_hooks_match_gloo(world_size, hook):
-    results = run_ranks("torch_ddp_train.py", world_size, ["{ports}", hook], ports=2)
-    check_all_ok(results)
-    runs = [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
+    runs = _runs(world_size, hook)
     for run in runs[1:]:
         assert run["tdist"] == runs[0]["tdist"], "ranks ended with different parameters on tdist"
     tdist_params, gloo_params = _tensors(runs[0]["tdist"]), _tensors(runs[0]["gloo"])

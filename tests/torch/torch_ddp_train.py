@@ -2,11 +2,13 @@
 steps on fixed per-rank data, once on backend "tdist" and once on "gloo"
 (each a fresh default group), and prints the final parameters of both runs
 plus those of a single-process reference that averages the ranks' gradients
-itself. Prints one JSON object.
+itself. Prints one line per variant as it ends: "RESULT <hook> <JSON object>".
 
-    torch_ddp_train.py PORT_TDIST,PORT_GLOO [HOOK]
+    torch_ddp_train.py PORT,PORT,... HOOK[,HOOK...]
 
-HOOK registers a DDP communication hook in both runs: "allreduce" (torch's
+Each HOOK is a variant trained in turn in this process, on two ports of its
+own (tdist's, then gloo's): "none" (DDP's own all_reduce), or a DDP
+communication hook registered in both runs: "allreduce" (torch's
 default_hooks.allreduce_hook) or "powersgd" (PowerSGD, whose callbacks wait
 for further collectives inside a future's then(): they must not run on
 tdist's worker thread).
@@ -56,7 +58,7 @@ def register_hook(ddp, hook):
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                        start_powerSGD_iter=2, min_compression_rate=0)
         ddp.register_comm_hook(state, powersgd.powerSGD_hook)
-    elif hook:
+    elif hook != "none":
         raise SystemExit("unknown hook %r" % hook)
 
 
@@ -106,18 +108,20 @@ def main():
     ports = [int(p) for p in sys.argv[1].split(",")]
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    hook = sys.argv[2] if len(sys.argv) > 2 else None
-    on_tdist = train_ddp("tdist", ports[0], rank, world_size, hook)
-    on_gloo = train_ddp("gloo", ports[1], rank, world_size, hook)
-    reference = train_reference(world_size)
-    print(json.dumps({
-        "tdist": [p.tolist() for p in on_tdist],
-        "gloo": [p.tolist() for p in on_gloo],
-        "reference": [p.tolist() for p in reference],
-        "bitwise_equal_to_gloo": all(torch.equal(a, b) for a, b in zip(on_tdist, on_gloo)),
-        "max_abs_diff_to_gloo": max(float((a - b).abs().max()) for a, b in zip(on_tdist, on_gloo)),
-    }))
-    sys.stdout.flush()
+    hooks = sys.argv[2].split(",")
+    assert len(ports) == 2 * len(hooks), (ports, hooks)
+    reference = [p.tolist() for p in train_reference(world_size)]
+    for i, hook in enumerate(hooks):
+        print("START %s" % hook, flush=True)
+        on_tdist = train_ddp("tdist", ports[2 * i], rank, world_size, hook)
+        on_gloo = train_ddp("gloo", ports[2 * i + 1], rank, world_size, hook)
+        print("RESULT %s %s" % (hook, json.dumps({
+            "tdist": [p.tolist() for p in on_tdist],
+            "gloo": [p.tolist() for p in on_gloo],
+            "reference": reference,
+            "bitwise_equal_to_gloo": all(torch.equal(a, b) for a, b in zip(on_tdist, on_gloo)),
+            "max_abs_diff_to_gloo": max(float((a - b).abs().max()) for a, b in zip(on_tdist, on_gloo)),
+        })), flush=True)
     sys.stderr.flush()
     os._exit(0)  # see _keep_gloo_alive
 

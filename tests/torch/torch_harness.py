@@ -133,6 +133,34 @@ def passed_checks(results):
     return set.intersection(*per_rank) if per_rank else set()
 
 
+def suite_checks(suite):
+    """The names torch_worker.py reports for the check_* functions of `suite` (a module)."""
+    return {suite.__name__ + "." + n for n in vars(suite) if n.startswith("check_")}
+
+
+def check_suite_passed(results, suite, suites, last):
+    """Asserts that every check of `suite` passed on every rank of a job
+    (torch_worker.py) that ran `suites` (module names, in order) one after
+    the other in the same processes. A failure elsewhere in the job fails
+    only the suites it kept from passing: each test reports its own
+    checks, naming the ones that did not pass and showing the failing
+    ranks' output (with the check that failed). The job's `last`
+    suite also answers for the job's end: every rank must exit 0."""
+    expected = suite_checks(suite)
+    passed = passed_checks(results) & expected
+    if passed == expected and (not last or all(r.returncode == 0 for r in results)):
+        return
+    reported = sorted(set(l for r in results for l in r.lines("FAIL ")))
+    header = ("%s: not passed on every rank: %s\n(one job ran %s in this order; failures reported: %s)"
+              % (suite.__name__, sorted(expected - passed) or "none, but the job did not end cleanly",
+                 ", ".join(suites), reported or "none"))
+    try:
+        check_all_ok(results)
+    except AssertionError as e:
+        raise AssertionError(header + "\n" + str(e)) from None
+    raise AssertionError(header)
+
+
 if __name__ == "__main__":  # pragma: no cover - manual use: torch_harness.py script world_size args...
     res = run_ranks(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
     for r in res:
