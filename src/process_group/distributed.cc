@@ -1,3 +1,7 @@
+// The functional API (tdist/distributed.h): making, querying and destroying
+// groups. The calls on them are in distributed_calls.cc; what both share in
+// distributed_state.h.
+
 #include "tdist/distributed.h"
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "blocking_call.h"
+#include "distributed_state.h"
 #include "flight_recorder.h"
 #include "group_resolve.h"
 #include "object_codec.h"
@@ -23,48 +28,16 @@
 namespace tdist {
 
 thread_local const void* detail::BlockingCallScope::target_ = nullptr;
-namespace {
 
-// What a process that is not in a group holds for it: it knows the members
-// but takes part in nothing.
-class NonMemberGroup final : public ProcessGroup {
- public:
-  NonMemberGroup(int size, ProcessGroupOptions options, std::string backend)
-      : ProcessGroup(-1, size, std::move(options)), backend_(std::move(backend)) {}
-  std::string backend_name() const override { return backend_; }
-
- private:
-  std::string backend_;
-};
-
-struct State {
-  std::mutex mutex;
-  Group world;
-
-  std::shared_ptr<Store> store;  // prefixed, shared by every group
-  std::string backend;
-  std::chrono::milliseconds timeout{kDefaultPgTimeout};
-  std::string master_host;
-  int new_group_calls = 0;
-  std::map<std::string, int> local_group_calls;
-  // Every group made by init_process_group and new_group since the last
-  // destroy_process_group(): destroying the default group destroys them all.
-  std::vector<std::weak_ptr<ProcessGroup>> groups;
-};
+namespace detail::api {
 
 State& state() {
   static State instance;
   return instance;
 }
 
-// state().world.get(), for the collectives to read without the lock (set
-// and cleared under it; a constant-initialized global, so reading it needs
-// no guard either). g_world_calls counts the calls that may be using it:
-// destroy_process_group() clears g_world, then waits for the count to drop
-// to 0 before it frees the group, so nothing is freed under a call.
 constinit std::atomic<ProcessGroup*> g_world{nullptr};
 constinit std::atomic<int64_t> g_world_calls{0};
-// destroy_process_group() waits here for g_world_calls to drop to 0.
 std::mutex g_world_drain_mutex;
 std::condition_variable g_world_drained;
 
@@ -90,50 +63,55 @@ Group resolve(const Group& group, const char* op) {
   return group;
 }
 
-// resolve() for the collectives, held for the whole call: no lock and no
-// reference count on their path (an 8 B collective takes a few hundred
-// nanoseconds in all), only one counter. It lets destroy_process_group() see
-// the call (and abort the group to end it): the group's own, or for the
-// default group read through g_world, g_world_calls, which also keeps it alive.
-class GroupCall {
+void check_user_tag(const char* op, int tag) {
+  if (tag < 0) {
+    throw DistInvalidArgument(std::string(op) + ": tag " + std::to_string(tag) +
+                              " is invalid: tags must be non-negative (0 to 2147483647); negative tags are "
+                              "reserved for tdist's own messages");
+  }
+}
+
+void remember_locked(const Group& group) {
+  auto& groups = state().groups;
+  std::erase_if(groups, [](const std::weak_ptr<ProcessGroup>& g) { return g.expired(); });
+  groups.push_back(group);
+}
+
+int group_rank_or_throw(const ProcessGroup& g, int global_rank, const char* op, const char* what) {
+  const auto& ranks = g.global_ranks();
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  if (it == ranks.end()) {
+    std::string members;
+    for (int r : ranks) members += (members.empty() ? "" : ", ") + std::to_string(r);
+    throw DistInvalidArgument(std::string(op) + ": " + what + " " + std::to_string(global_rank) +
+                              " is not a member of the group (global ranks " + members + ")");
+  }
+  return static_cast<int>(it - ranks.begin());
+}
+
+}  // namespace detail::api
+
+namespace {
+
+using detail::api::g_world;
+using detail::api::g_world_calls;
+using detail::api::g_world_drain_mutex;
+using detail::api::g_world_drained;
+using detail::api::remember_locked;
+using detail::api::resolve;
+using detail::api::state;
+using detail::api::world_or_throw;
+
+// What a process that is not in a group holds for it: it knows the members
+// but takes part in nothing.
+class NonMemberGroup final : public ProcessGroup {
  public:
-  GroupCall(const Group& group, const char* op) {
-    if (group) {
-      if (group->destroyed()) throw_destroyed(op);
-      group_ = group.get();  // the caller's handle keeps it alive
-      group_->enter_call();
-      return;
-    }
-    // Counted before g_world is read, so that a destroy that cleared it
-    // after this read waits for the call (both sequentially consistent).
-    g_world_calls.fetch_add(1);
-    group_ = g_world.load();
-    if (group_ == nullptr) {
-      leave_world();
-      world_or_throw();  // raises
-    }
-    world_ = true;
-  }
-  ~GroupCall() {
-    if (world_) {
-      leave_world();
-    } else {
-      group_->leave_call();
-    }
-  }
-  GroupCall(const GroupCall&) = delete;
-  GroupCall& operator=(const GroupCall&) = delete;
-  ProcessGroup& operator*() const { return *group_; }
+  NonMemberGroup(int size, ProcessGroupOptions options, std::string backend)
+      : ProcessGroup(-1, size, std::move(options)), backend_(std::move(backend)) {}
+  std::string backend_name() const override { return backend_; }
 
  private:
-  static void leave_world() {
-    if (g_world_calls.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lock(g_world_drain_mutex);
-      g_world_drained.notify_all();
-    }
-  }
-  ProcessGroup* group_ = nullptr;
-  bool world_ = false;
+  std::string backend_;
 };
 
 // Ends what a destroyed group is doing: a group with a call in progress
@@ -164,58 +142,6 @@ void free_world_after_calls(Group world, std::chrono::milliseconds limit) {
   // Never destroyed (not even at exit, where the call may still run).
   static auto* kept = new std::vector<Group>;  // guarded by g_world_drain_mutex
   kept->push_back(std::move(world));
-}
-
-// User tags of point-to-point operations: 0..2^31-1, as torch's Gloo
-// ("Tag must be nonnegative"). Negative ones are tdist's own (the torch
-// plugin's payloads, monitored_barrier).
-void check_user_tag(const char* op, int tag) {
-  if (tag < 0) {
-    throw DistInvalidArgument(std::string(op) + ": tag " + std::to_string(tag) +
-                              " is invalid: tags must be non-negative (0 to 2147483647); negative tags are "
-                              "reserved for tdist's own messages");
-  }
-}
-
-// Forgets groups that are gone, then remembers `group` (under the lock).
-void remember_locked(const Group& group) {
-  auto& groups = state().groups;
-  std::erase_if(groups, [](const std::weak_ptr<ProcessGroup>& g) { return g.expired(); });
-  groups.push_back(group);
-}
-
-// The member of `g` with global rank `global_rank`, or DistInvalidArgument.
-int group_rank_or_throw(const ProcessGroup& g, int global_rank, const char* op, const char* what) {
-  const auto& ranks = g.global_ranks();
-  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
-  if (it == ranks.end()) {
-    std::string members;
-    for (int r : ranks) members += (members.empty() ? "" : ", ") + std::to_string(r);
-    throw DistInvalidArgument(std::string(op) + ": " + what + " " + std::to_string(global_rank) +
-                              " is not a member of the group (global ranks " + members + ")");
-  }
-  return static_cast<int>(it - ranks.begin());
-}
-
-inline int to_group_rank(const ProcessGroup& g, int global_rank, const char* op, const char* what) {
-  // The world and groups of leading ranks map a rank to itself.
-  const auto& ranks = g.global_ranks();
-  if (global_rank >= 0 && static_cast<size_t>(global_rank) < ranks.size() &&
-      ranks[static_cast<size_t>(global_rank)] == global_rank)
-    return global_rank;
-  return group_rank_or_throw(g, global_rank, op, what);
-}
-
-// A blocking call that the backend ran on this thread returns no work: it
-// is done (see blocking_call.h).
-WorkPtr finish(const WorkPtr& work, bool async_op) {
-  if (async_op) return work;
-  if (work) work->wait();
-  return nullptr;
-}
-
-Tensor bytes_tensor(std::vector<uint8_t>& data) {
-  return Tensor::wrap(data);
 }
 
 }  // namespace
@@ -466,322 +392,6 @@ int get_global_rank(const Group& group, int group_rank) {
 
 std::vector<int> get_process_group_ranks(const Group& group) {
   return resolve(group, "get_process_group_ranks")->global_ranks();
-}
-
-// ---- Point to point ----
-
-namespace {
-
-// isend/irecv under the name of the call the user made ("send", "irecv", ...).
-WorkPtr start_send(const char* op, const Tensor& tensor, int dst, const Group& group, int tag) {
-  Group g = resolve(group, op);
-  if (g->rank() < 0) return nullptr;
-  return g->send(tensor, to_group_rank(*g, dst, op, "dst"), tag);
-}
-
-WorkPtr start_recv(const char* op, const Tensor& tensor, std::optional<int> src, const Group& group,
-                   int tag) {
-  Group g = resolve(group, op);
-  if (g->rank() < 0) return nullptr;
-  return g->recv(tensor, src ? to_group_rank(*g, *src, op, "src") : -1, tag);
-}
-
-}  // namespace
-
-WorkPtr isend(const Tensor& tensor, int dst, const Group& group, int tag) {
-  check_user_tag("isend", tag);
-  return start_send("isend", tensor, dst, group, tag);
-}
-
-WorkPtr irecv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
-  check_user_tag("irecv", tag);
-  return start_recv("irecv", tensor, src, group, tag);
-}
-
-void send(const Tensor& tensor, int dst, const Group& group, int tag) {
-  check_user_tag("send", tag);
-  if (auto work = start_send("send", tensor, dst, group, tag)) work->wait();
-}
-
-int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
-  check_user_tag("recv", tag);
-  Group g = resolve(group, "recv");
-  auto work = start_recv("recv", tensor, src, g, tag);
-  if (!work) return -1;
-  work->wait();
-  return get_global_rank(g, work->source_rank());
-}
-
-namespace detail {
-
-Group resolve_group(const Group& group, const char* op) {
-  return resolve(group, op);
-}
-
-void remember_group(const Group& group) {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  remember_locked(group);
-}
-
-WorkPtr isend_reserved_tag(const Tensor& tensor, int dst, const Group& group, int tag) {
-  return start_send("isend", tensor, dst, group, tag);
-}
-
-WorkPtr irecv_reserved_tag(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
-  return start_recv("irecv", tensor, src, group, tag);
-}
-
-}  // namespace detail
-
-std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
-  // Every operation is checked before the first is posted.
-  for (const auto& op : p2p_op_list) check_user_tag("batch_isend_irecv", op.tag);
-  std::vector<WorkPtr> works;
-  works.reserve(p2p_op_list.size());
-  for (const auto& op : p2p_op_list) {
-    works.push_back(op.op == P2POp::Kind::kIsend ? isend(op.tensor, op.peer, op.group, op.tag)
-                                                 : irecv(op.tensor, op.peer, op.group, op.tag));
-  }
-  return works;
-}
-
-// ---- Collectives ----
-
-WorkPtr broadcast(const Tensor& tensor, int src, const Group& group, bool async_op) {
-  const GroupCall call(group, "broadcast");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.broadcast(tensor, to_group_rank(g, src, "broadcast", "src")), async_op);
-}
-
-WorkPtr all_reduce(const Tensor& tensor, const ReduceOp& op, const Group& group, bool async_op) {
-  const GroupCall call(group, "all_reduce");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.all_reduce(tensor, op), async_op);
-}
-
-WorkPtr reduce(const Tensor& tensor, int dst, const ReduceOp& op, const Group& group, bool async_op) {
-  const GroupCall call(group, "reduce");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.reduce(tensor, to_group_rank(g, dst, "reduce", "dst"), op), async_op);
-}
-
-WorkPtr all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor, const Group& group,
-                   bool async_op) {
-  const GroupCall call(group, "all_gather");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.all_gather(tensor_list, tensor), async_op);
-}
-
-WorkPtr all_gather_into_tensor(const Tensor& output_tensor, const Tensor& input_tensor, const Group& group,
-                               bool async_op) {
-  const GroupCall call(group, "all_gather_into_tensor");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.all_gather_into_tensor(output_tensor, input_tensor), async_op);
-}
-
-WorkPtr all_gather_into_tensor_uneven(const Tensor& output, const Tensor& input,
-                                      const std::vector<int64_t>& output_split_sizes, const Group& group,
-                                      bool async_op) {
-  const GroupCall call(group, "all_gather_into_tensor_uneven");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.all_gather_into_tensor_uneven(output, input, output_split_sizes), async_op);
-}
-
-WorkPtr gather(const Tensor& tensor, const std::vector<Tensor>& gather_list, int dst, const Group& group,
-               bool async_op) {
-  const GroupCall call(group, "gather");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.gather(gather_list, tensor, to_group_rank(g, dst, "gather", "dst")), async_op);
-}
-
-WorkPtr scatter(const Tensor& tensor, const std::vector<Tensor>& scatter_list, int src, const Group& group,
-                bool async_op) {
-  const GroupCall call(group, "scatter");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.scatter(tensor, scatter_list, to_group_rank(g, src, "scatter", "src")), async_op);
-}
-
-WorkPtr reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list, const ReduceOp& op,
-                       const Group& group, bool async_op) {
-  const GroupCall call(group, "reduce_scatter");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.reduce_scatter(output, input_list, op), async_op);
-}
-
-WorkPtr reduce_scatter_tensor(const Tensor& output, const Tensor& input, const ReduceOp& op,
-                              const Group& group, bool async_op) {
-  const GroupCall call(group, "reduce_scatter_tensor");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.reduce_scatter_tensor(output, input, op), async_op);
-}
-
-WorkPtr reduce_scatter_tensor_uneven(const Tensor& output, const Tensor& input,
-                                     const std::vector<int64_t>& input_split_sizes, const ReduceOp& op,
-                                     const Group& group, bool async_op) {
-  const GroupCall call(group, "reduce_scatter_tensor_uneven");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.reduce_scatter_tensor_uneven(output, input, input_split_sizes, op), async_op);
-}
-
-WorkPtr all_to_all(const std::vector<Tensor>& output_tensor_list,
-                   const std::vector<Tensor>& input_tensor_list, const Group& group, bool async_op) {
-  const GroupCall call(group, "all_to_all");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.all_to_all(output_tensor_list, input_tensor_list), async_op);
-}
-
-WorkPtr all_to_all_single(const Tensor& output, const Tensor& input,
-                          const std::vector<int64_t>& output_split_sizes,
-                          const std::vector<int64_t>& input_split_sizes, const Group& group, bool async_op) {
-  const GroupCall call(group, "all_to_all_single");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.all_to_all_single(output, input, output_split_sizes, input_split_sizes), async_op);
-}
-
-WorkPtr barrier(const Group& group, bool async_op) {
-  const GroupCall call(group, "barrier");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  detail::BlockingCallScope blocking(&g, !async_op);
-  return finish(g.barrier(), async_op);
-}
-
-// ---- Object collectives ----
-// Objects travel as bytes: first their sizes, then the bytes themselves,
-// padded to the largest where the underlying collective needs equal blocks.
-// What peers send is decoded by object_codec.h, checked and fuzzed.
-
-void broadcast_object_list(std::vector<Bytes>& object_list, int src, const Group& group) {
-  Group g = resolve(group, "broadcast_object_list");
-  if (g->rank() < 0) return;
-  std::vector<int64_t> sizes(object_list.size(), 0);
-  bool is_src = get_global_rank(g, g->rank()) == src;
-  if (is_src) {
-    for (size_t i = 0; i < object_list.size(); ++i) sizes[i] = static_cast<int64_t>(object_list[i].size());
-  }
-  broadcast(Tensor::wrap(sizes), src, g);
-  std::vector<uint8_t> data(detail::object_bytes(sizes, "broadcast_object_list"));
-  if (is_src) {
-    size_t offset = 0;
-    for (const auto& obj : object_list) {
-      if (!obj.empty()) std::memcpy(data.data() + offset, obj.data(), obj.size());
-      offset += obj.size();
-    }
-  }
-  broadcast(bytes_tensor(data), src, g);
-  if (!is_src) object_list = detail::split_objects(sizes, data, "broadcast_object_list");
-}
-
-void all_gather_object(std::vector<Bytes>& object_list, const Bytes& obj, const Group& group) {
-  Group g = resolve(group, "all_gather_object");
-  if (g->rank() < 0) return;
-  int n = g->size();
-  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
-  std::vector<int64_t> mine{static_cast<int64_t>(obj.size())};
-  all_gather_into_tensor(Tensor::wrap(sizes), Tensor::wrap(mine), g);
-  std::vector<uint8_t> data(detail::object_bytes(sizes, "all_gather_object"));
-  std::vector<uint8_t> input(obj.begin(), obj.end());
-  all_gather_into_tensor_uneven(bytes_tensor(data), bytes_tensor(input), sizes, g);
-  object_list = detail::split_objects(sizes, data, "all_gather_object");
-}
-
-void gather_object(const Bytes& obj, std::vector<Bytes>* object_gather_list, int dst, const Group& group) {
-  Group g = resolve(group, "gather_object");
-  if (g->rank() < 0) return;
-  bool is_dst = get_global_rank(g, g->rank()) == dst;
-  if (is_dst && object_gather_list == nullptr) {
-    throw DistInvalidArgument("gather_object: object_gather_list is required on dst " + std::to_string(dst));
-  }
-  if (!is_dst && object_gather_list != nullptr) {
-    throw DistInvalidArgument("gather_object: object_gather_list must be null on ranks other than dst " +
-                              std::to_string(dst));
-  }
-  int n = g->size();
-  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
-  std::vector<int64_t> mine{static_cast<int64_t>(obj.size())};
-  all_gather_into_tensor(Tensor::wrap(sizes), Tensor::wrap(mine), g);
-  detail::object_bytes(sizes, "gather_object");
-  int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<uint8_t> input(static_cast<size_t>(largest), 0);
-  if (!obj.empty()) std::memcpy(input.data(), obj.data(), obj.size());
-  std::vector<std::vector<uint8_t>> blocks;
-  std::vector<Tensor> gather_list;
-  if (is_dst) {
-    blocks.assign(static_cast<size_t>(n), std::vector<uint8_t>(static_cast<size_t>(largest)));
-    for (auto& b : blocks) gather_list.push_back(bytes_tensor(b));
-  }
-  gather(bytes_tensor(input), gather_list, dst, g);
-  if (is_dst) {
-    object_gather_list->assign(static_cast<size_t>(n), Bytes{});
-    for (int r = 0; r < n; ++r) {
-      auto& b = blocks[static_cast<size_t>(r)];
-      (*object_gather_list)[static_cast<size_t>(r)].assign(
-          b.begin(), b.begin() + static_cast<std::ptrdiff_t>(sizes[static_cast<size_t>(r)]));
-    }
-  }
-}
-
-void scatter_object_list(std::vector<Bytes>& scatter_object_output_list,
-                         const std::vector<Bytes>& scatter_object_input_list, int src, const Group& group) {
-  Group g = resolve(group, "scatter_object_list");
-  if (g->rank() < 0) return;
-  int n = g->size();
-  bool is_src = get_global_rank(g, g->rank()) == src;
-  if (is_src && scatter_object_input_list.size() != static_cast<size_t>(n)) {
-    throw DistInvalidArgument("scatter_object_list: scatter_object_input_list has " +
-                              std::to_string(scatter_object_input_list.size()) +
-                              " objects but the group has " + std::to_string(n) + " ranks");
-  }
-  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
-  if (is_src) {
-    for (int r = 0; r < n; ++r) {
-      sizes[static_cast<size_t>(r)] =
-          static_cast<int64_t>(scatter_object_input_list[static_cast<size_t>(r)].size());
-    }
-  }
-  broadcast(Tensor::wrap(sizes), src, g);
-  detail::object_bytes(sizes, "scatter_object_list");
-  int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<std::vector<uint8_t>> blocks;
-  std::vector<Tensor> scatter_list;
-  if (is_src) {
-    for (const auto& obj : scatter_object_input_list) {
-      blocks.emplace_back(static_cast<size_t>(largest), 0);
-      if (!obj.empty()) std::memcpy(blocks.back().data(), obj.data(), obj.size());
-    }
-    for (auto& b : blocks) scatter_list.push_back(bytes_tensor(b));
-  }
-  std::vector<uint8_t> output(static_cast<size_t>(largest));
-  scatter(bytes_tensor(output), scatter_list, src, g);
-  auto mine = static_cast<size_t>(sizes[static_cast<size_t>(g->rank())]);
-  scatter_object_output_list.assign(
-      1, Bytes(output.begin(), output.begin() + static_cast<std::ptrdiff_t>(mine)));
 }
 
 }  // namespace tdist

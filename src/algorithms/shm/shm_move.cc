@@ -3,9 +3,14 @@
 // most kPayloadBytes, into its flag line) and publishes; readers copy from
 // there straight into their outputs, so a slow reader only delays the
 // writer two rounds later. Large broadcasts and gathers go through a ring
-// of slots instead (SlotRing, shm_common.h), where a writer runs up to a
+// of slots instead (SlotRing, shm_handoff.h), where a writer runs up to a
 // ring ahead; blocks in single copy's windows move straight between the
 // ranks' memories.
+//
+// One file of about 650 lines on purpose: broadcast, the gathers, scatter,
+// all_to_all and barrier share the round, ring and single-copy helpers
+// above them here (and their static thresholds); split, each part would
+// need them in a header of their own.
 
 #include <algorithm>
 #include <cstring>
