@@ -2,7 +2,7 @@
 // exception (debug.h), printed as torch's c10 prints it:
 //
 //     Exception raised from tdist::send(...) (most recent call first):
-//     frame #0: tdist::send(...) at src/process_group/distributed.cc:390 (0x7f.. in /path/_C.so)
+//     frame #0: tdist::send(...) at src/process_group/distributed_calls.cc:40 (0x7f.. in /path/_C.so)
 //
 // Frames are named by GCC's libbacktrace (libgcc-12-dev, which g++ depends
 // on) when the build found it: it reads the symbol table and the DWARF line

@@ -1,6 +1,6 @@
 #pragma once
 
-// Set by the functional API (distributed.cc) while it issues a call with
+// Set by the functional API (distributed_calls.cc) while it issues a call with
 // async_op=false on a group, whose caller will block on the result at once.
 // That group's backend may then run the operation on the caller's thread,
 // when nothing is queued before it, and save the hand-offs to and from its

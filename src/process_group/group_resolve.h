@@ -1,7 +1,7 @@
 #pragma once
 
 // The group a call of the functional API (distributed.h) runs on, for the
-// parts of that API that live outside distributed.cc.
+// parts of that API that live outside distributed*.cc.
 
 #include "tdist/process_group.h"
 

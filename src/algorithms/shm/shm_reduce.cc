@@ -35,7 +35,7 @@ using transport::shm::SingleCopyShape;
 constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 
 // Copies `bytes` of a contribution into shared memory, premultiplied for
-// PREMUL_SUM; with streaming stores if `streaming` (Handoff, shm_common.h;
+// PREMUL_SUM; with streaming stores if `streaming` (Handoff, shm_handoff.h;
 // a premultiplied one always goes through the cache).
 void contribute(void* dst, const void* src, size_t count, DType dtype, const ReduceOp& op,
                 bool streaming = false) {

@@ -24,7 +24,7 @@
 // Small broadcasts and reduces skip the rounds and use each rank's ring of
 // eager slots instead (next_eager() below): their writers do not wait for
 // the readers. Large broadcasts and gathers run a ring of slots over a
-// writer's two buffers (algorithms/shm/shm_common.h, SlotRing), a run of
+// writer's two buffers (algorithms/shm/shm_handoff.h, SlotRing), a run of
 // rounds taken at once (skip_rounds() below) that keeps the rule above for
 // the calls before and after it.
 
@@ -64,7 +64,7 @@ inline constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
 inline constexpr size_t kDefaultRingBytes = size_t{1} << 20;
 
 /// What a rank measured handing chunks over to other ranks
-/// (algorithms/shm/shm_common.h, Handoff): its last two probe times, in ns
+/// (algorithms/shm/shm_handoff.h, Handoff): its last two probe times, in ns
 /// per MiB (0: none yet), of filling its buffer as a writer and of taking
 /// chunks in as a reader, for chunks stored with ordinary (kind 0) and
 /// with streaming stores (1), separately for chunks that readers copy out
@@ -126,7 +126,7 @@ class ShmGroup {
   /// Rank r's data buffer of round k.
   uint8_t* buffer(int r, uint64_t k) const;
   /// Skips `n` round numbers and returns the last: a run of rounds that
-  /// manages its buffers itself (algorithms/shm/shm_common.h, SlotRing)
+  /// manages its buffers itself (algorithms/shm/shm_handoff.h, SlotRing)
   /// takes its numbers this way, and every rank publishes arrive(last) once
   /// done with all of them, so that the next begin_round waits for it as
   /// for any round.
@@ -138,7 +138,7 @@ class ShmGroup {
   FlagLine& reduced(int r) const;
   /// Rank r's count of writes into peers' memory (single copy): odd while
   /// one is under way. A rank that fails a call waits until no peer is
-  /// writing before it returns (algorithms/shm/shm_common.h).
+  /// writing before it returns (algorithms/shm/shm_call.h).
   FlagLine& writing(int r) const;
   /// Rank r's line as a reader of rings of slots (HandoffLine).
   HandoffLine& handoff(int r) const;
@@ -210,7 +210,7 @@ class ShmGroup {
 
   /// Rank 0's TDIST_SHM_RING_BYTES, if set: broadcast, all_gather and
   /// gather then move messages of at least this many bytes per writer
-  /// through a ring of slots (algorithms/shm/shm_common.h, SlotRing) in
+  /// through a ring of slots (algorithms/shm/shm_handoff.h, SlotRing) in
   /// place of their measured thresholds (algorithms/shm/shm_move.cc).
   std::optional<size_t> ring_bytes() const { return ring_bytes_; }
   /// Rank 0's TDIST_SHM_HANDOFF (every rank checks its own value at
