@@ -139,8 +139,8 @@ RdzvConf parse_rdzv_conf(const std::string& text) {
       conf.read_timeout = conf_seconds(key, value);
     } else if (key == "is_host") {
       conf.is_host = conf_bool(key, value);
-    } else if (key == "close_timeout" || key == "keep_alive_interval" ||
-               key == "keep_alive_max_attempt" || key == "heartbeat" || key == "store_type") {
+    } else if (key == "close_timeout" || key == "keep_alive_interval" || key == "keep_alive_max_attempt" ||
+               key == "heartbeat" || key == "store_type") {
       conf.ignored += (conf.ignored.empty() ? "" : ", ") + key;
     } else {
       throw std::invalid_argument(

@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from local_ranks import run_ranks
 from step_timing import (add_common_arguments, check_and_record, check_common_arguments, mlp, parse_list, start_table,
