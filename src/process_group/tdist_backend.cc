@@ -236,6 +236,9 @@ void ProcessGroupTdist::disconnect() {
   // peer_crashed), in the order the members' comments ask for: the domains
   // (and the hierarchy's pipeline thread) first, as they point into the
   // transport.
+  // The domain first (a move-assignment would replace the members in
+  // declaration order, the shared memory before the domain that uses it).
+  domains.domain.reset();
   domains = CollectiveDomains{};
   transport.reset();
 }
