@@ -117,8 +117,7 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
     transport_ = std::move(transport);
     domains_ = std::move(domains);
     p2p_transport_.store(transport_.get(), std::memory_order_release);
-    shm_ = domains_.shm.get();
-    all_on_shared_memory_ = shm_ != nullptr && forced_algos_ == 0;
+    all_on_shared_memory_ = shm() != nullptr && forced_algos_ == 0;
   }
   trace_register(*store);
   TDIST_LOG(DEBUG) << "tdist group of " << size() << " ranks: collectives over "
@@ -190,7 +189,7 @@ class ProcessGroupTdist::LinksPin {
     pinning_thread_group = &group;
     std::lock_guard<std::mutex> lock(group_.links_mutex_);
     ++group_.links_pins_;
-    shm = group_.shm_;
+    shm = group_.shm();
     local = group_.domains_.local.get();
     transport = group_.transport_.get();
   }
@@ -226,7 +225,6 @@ void ProcessGroupTdist::disconnect() {
     domains = std::move(domains_);
     domains_ = CollectiveDomains{};
     transport = std::move(transport_);
-    shm_ = nullptr;
     all_on_shared_memory_ = false;
     // An abort or peer_crashed on another thread may be using them: new
     // ones cannot start on them (the members are empty), running ones end.
@@ -396,16 +394,16 @@ void ProcessGroupTdist::trace_register(Store& store) {
   info.size = size();
   info.global_ranks = global_ranks();
   info.transport = domains_.collectives().name();
-  if (record_calls_ && shm_ == nullptr) {
+  if (record_calls_ && shm() == nullptr) {
     // Ranks on other hosts than rank 0 put their times on its clock.
     const auto clock = detail::clock_offset_to_rank0(store, rank(), size());
     info.clock_offset_ns = clock.offset_ns;
     info.clock_uncertainty_ns = clock.uncertainty_ns;
   }
-  if (shm_ != nullptr) {
+  if (shm() != nullptr) {
     // Records exist only on shared memory (the ranks of a hierarchical
     // group's own host would be a subset: left out).
-    auto* shm = shm_;
+    auto* shm = this->shm();
     info.peer_entered = [shm](int r, uint64_t seq) -> std::optional<int64_t> {
       const auto record = shm->signature_of(r, seq);
       if (!record || record->entered_at == 0) return std::nullopt;

@@ -54,10 +54,10 @@ class ProcessGroupTdist final : public ProcessGroup {
 
   std::string backend_name() const override { return "tdist"; }
   /// True if the collectives run on shared memory (every rank on this host).
-  bool collectives_on_shared_memory() const { return shm_ != nullptr; }
+  bool collectives_on_shared_memory() const { return shm() != nullptr; }
   /// True if collectives on shared memory may copy straight from a peer's
   /// tensor (the group's probe found that every rank can read its peers).
-  bool single_copy() const { return shm_ != nullptr && shm_->single_copy(); }
+  bool single_copy() const { return shm() != nullptr && shm()->single_copy(); }
   /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
   bool hierarchical() const { return domains_.local != nullptr; }
   uint64_t sequence_number() const override { return next_seq_.load(std::memory_order_relaxed); }
@@ -123,6 +123,8 @@ class ProcessGroupTdist final : public ProcessGroup {
 
  private:
   // ---- Creation and links (tdist_backend.cc) ----
+  /// The shared-memory group when every rank is on this host, else null.
+  transport::shm::ShmGroup* shm() const { return domains_.shm.get(); }
   /// Makes the transport, the collective domains and the call notes over
   /// `store` (the constructor's and reinit's rendezvous).
   void connect(const std::shared_ptr<Store>& store);
@@ -318,7 +320,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   // connections, instead of being erased when the rebuild ends.
   bool rebuilding_ = false;
   std::optional<std::string> abort_in_rebuild_;
-  // Guards the swap of the connections below (transport_, domains_, shm_,
+  // Guards the swap of the connections below (transport_, domains_,
   // p2p_transport_) against abort() and peer_crashed() on other threads;
   // links_pins_ counts those using them (LinksPin). Held only for the swap,
   // not for the rendezvous, so an abort never waits for a rebuild.
@@ -335,7 +337,6 @@ class ProcessGroupTdist final : public ProcessGroup {
   std::atomic<transport::Transport*> p2p_transport_{nullptr};
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
-  transport::shm::ShmGroup* shm_ = nullptr;  // domains_.shm: every rank on this host
   // Ops whose TCP algorithm TDIST_ALGO_<OP> forces (read once, at creation),
   // bit i for the i-th Algo enum of algorithms.h.
   uint32_t forced_algos_ = 0;

@@ -60,14 +60,14 @@ WorkPtr ProcessGroupTdist::enqueue(std::string_view op, const Signature& sig,
                                    std::chrono::milliseconds timeout, std::vector<Tensor> outputs,
                                    Body body) {
   auto work = std::make_shared<Work>(std::string(op), std::move(outputs), this);
-  detail::QueuedCall call{std::string(op), sig, 0, work, std::move(body), 0, timeout};
-  // A call that the executor refuses (the group is being destroyed) is
-  // traced as failed.
   const uint64_t trace_id = trace_begin(op, sig, -1, detail::TraceState::kQueued);
-  call.trace_id = trace_id;
-  if (!executor_.push(std::move(call))) {
-    trace_end(trace_id, std::make_exception_ptr(DistError("the process group is being destroyed")));
-    throw DistError(std::string(op) + ": the process group is being destroyed");
+  if (!executor_.push({std::string(op), sig, 0, work, std::move(body), trace_id, timeout})) {
+    // Refused: the group is being destroyed. Traced as failed, with the
+    // error the caller gets.
+    auto error =
+        std::make_exception_ptr(DistError(std::string(op) + ": the process group is being destroyed"));
+    trace_end(trace_id, error);
+    std::rethrow_exception(error);
   }
   return work;
 }
@@ -152,7 +152,7 @@ void ProcessGroupTdist::run_checked(const algorithms::CallContext& ctx, BodyRef 
 }
 
 void ProcessGroupTdist::record_call(const algorithms::CallContext& ctx) const {
-  auto* group = shm_ != nullptr ? shm_ : domains_.local.get();
+  auto* group = shm() != nullptr ? shm() : domains_.local.get();
   if (group == nullptr || ctx.sig.empty()) return;
   group->begin_call(ctx.sig, ctx.entered_at);
   group->flush_record();

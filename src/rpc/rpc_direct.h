@@ -56,15 +56,12 @@ bool can_read_directly(const std::string& card);
 /// The process id in a card.
 pid_t card_pid(const std::string& card);
 
-/// Bytes one process_vm_readv moves at most (common/peer_memory.h).
-inline constexpr size_t kMaxReadBytes = tdist::detail::kPeerMemoryPiece;
-
 /// Copies `n` bytes at `address` of process `pid` (worker `peer`) into
 /// `local`, in pieces of at most `max_piece`, then checks that `hold_word`
 /// there still holds `token`. Raises DistNetworkError if the process is
 /// gone, DistBackendError if the read fails or the sender let go of the
 /// tensor meanwhile.
 void read_offer(pid_t pid, const std::string& peer, void* local, size_t n, uint64_t address,
-                uint64_t hold_word, uint64_t token, size_t max_piece = kMaxReadBytes);
+                uint64_t hold_word, uint64_t token, size_t max_piece = tdist::detail::kPeerMemoryPiece);
 
 }  // namespace tdist::rpc::detail
