@@ -90,7 +90,8 @@ void ProcessGroupTdist::run_all_gather(const algorithms::CallContext& ctx, const
   const auto bytes = nbytes_of(outputs);
   const size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
   if (empty_call(ctx, total)) return;
-  if (!back_to_back(outputs)) {
+  const bool contiguous = back_to_back(outputs);
+  if (!contiguous) {
     // A domain that can (shared memory) writes every block where its
     // tensor lies: no staging buffer to fault in and copy out of.
     std::vector<std::vector<algorithms::OutputSegment>> blocks(outputs.size());
@@ -98,7 +99,7 @@ void ProcessGroupTdist::run_all_gather(const algorithms::CallContext& ctx, const
     if (domain_for<algorithms::AllGatherAlgo>().all_gather_in_place(ctx, input.data(), blocks)) return;
   }
   const size_t slices = slices_for(total);
-  if (slices == 1 || back_to_back(outputs)) {
+  if (slices == 1 || contiguous) {
     Blocks blocks(outputs);
     all_gather_bytes(ctx, input.data(), blocks.base, bytes);
     blocks.copy_out();
