@@ -50,6 +50,12 @@ class ProcessExitedException(ProcessException):
         return type(self), (self.msg, self.error_index, self.pid, self.exit_code, self.signal_name)
 
 
+# Ray's workers listen on ports 10002-19999 by default (ray start's
+# --min-worker-port/--max-worker-port), and a job beside Ray took a port
+# picked from that range before its store listened.
+_PICK_LOW = 20000
+
+
 def _ephemeral_low():
     """The first port of the range the kernel takes the local ports of
     outgoing connections (and of bind to port 0) from."""
@@ -68,20 +74,21 @@ def url_host(host):
 def free_port(host="127.0.0.1"):
     """A TCP port that was free on `host` a moment ago (for MASTER_PORT).
 
-    It is picked at random below the kernel's ephemeral range when there is
-    room: the kernel hands out the ports of outgoing connections (and of bind
-    to port 0) from that range, so no outgoing connection can take the port
-    between this call and the store's listen, as one now and then took a
-    port from bind(port 0) ("Address already in use"). Another process
-    picking ports the same way still could; the store then says so."""
+    It is picked at random between _PICK_LOW and the kernel's ephemeral
+    range when there is room: the kernel hands out the ports of outgoing
+    connections (and of bind to port 0) from that range, so no outgoing
+    connection can take the port between this call and the store's listen,
+    as one now and then took a port from bind(port 0) ("Address already in
+    use"). Another process picking ports the same way still could; the
+    store then says so."""
     # Resolve once: the family and address to bind, an IPv6-only name too
     # ("" is every IPv4 address, as bind takes it).
     family, _, _, _, address = socket.getaddrinfo(host or "0.0.0.0", None, type=socket.SOCK_STREAM)[0]
     low = _ephemeral_low()
-    if low > 20000:
+    if low - _PICK_LOW >= 1000:
         rng = random.SystemRandom()
         for _ in range(100):
-            port = rng.randrange(10000, low)
+            port = rng.randrange(_PICK_LOW, low)
             with socket.socket(family, socket.SOCK_STREAM) as s:
                 try:
                     s.bind((address[0], port) + tuple(address[2:]))

@@ -143,7 +143,7 @@ def _free_port_serves_a_store(rank, world, host):
         port = dist._spawn.free_port(host)
         # Below the kernel's range when there is room, so no outgoing
         # connection can take it before the store listens.
-        assert 10000 <= port < low, (port, low)
+        assert dist._spawn._PICK_LOW <= port < low, (port, low)
         store = dist.TCPStore(host, port, 1, True, timeout=timedelta(seconds=10))
         store.set("k", "v")
         assert store.port == port and store.get("k") == b"v"
@@ -163,6 +163,6 @@ def _loopback_works(host):
 def test_free_port_is_below_the_ephemeral_range_and_serves_a_store(host):
     if host == "::1" and not _loopback_works(host):
         pytest.skip("no IPv6 loopback here")
-    if dist._spawn._ephemeral_low() <= 20000:
+    if dist._spawn._ephemeral_low() - dist._spawn._PICK_LOW < 1000:
         pytest.skip("the ephemeral range leaves no room below it")
     run_ranks(_free_port_serves_a_store, 1, host, init=False)
