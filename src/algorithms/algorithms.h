@@ -8,7 +8,7 @@
 // these run, so these only check what they alone can see.
 //
 // Every algorithm works for any group size, 1 and non-powers of two
-// included. Algorithms are chosen per call by select_*() (selector.h) unless
+// included. Algorithms are chosen per call by select_*() (tuning/tcp_model.h) unless
 // forced by TDIST_ALGO_<OP>=name.
 
 #include <chrono>

@@ -10,7 +10,7 @@
 #include "algorithms/patterns/bruck.h"
 #include "algorithms/patterns/recursive_doubling.h"
 #include "algorithms/patterns/ring.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 
 namespace tdist::algorithms {

@@ -14,7 +14,7 @@
 #include "algorithms/patterns/recursive_doubling.h"
 #include "algorithms/patterns/recursive_halving.h"
 #include "algorithms/patterns/ring.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "common/reduce_kernels.h"
 
 namespace tdist::algorithms {

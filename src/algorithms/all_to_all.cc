@@ -11,7 +11,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/pairwise.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 
 namespace tdist::algorithms {

@@ -3,7 +3,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/dissemination.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 
 namespace tdist::algorithms {
 

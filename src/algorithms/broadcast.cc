@@ -6,7 +6,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/binomial_tree.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 
 namespace tdist::algorithms {
 namespace {

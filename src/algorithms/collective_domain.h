@@ -12,7 +12,7 @@
 //
 // The process group picks one domain per call in one function
 // (ProcessGroupTdist::domain_for); each domain picks its algorithm inside
-// (selector.h for TCP, the shm files for shared memory). Contracts are
+// (algorithms/tuning/tuning.h lists every choice). Contracts are
 // those of the functions of the same names in algorithms.h.
 
 #include <cstddef>

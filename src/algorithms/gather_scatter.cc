@@ -13,7 +13,7 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/binomial_tree.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 
 namespace tdist::algorithms {

@@ -8,7 +8,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/binomial_tree.h"
 #include "algorithms/patterns/recursive_halving.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "common/reduce_kernels.h"
 
 namespace tdist::algorithms {

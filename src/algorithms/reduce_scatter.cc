@@ -11,7 +11,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/patterns/recursive_halving.h"
 #include "algorithms/patterns/ring.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "common/reduce_kernels.h"
 #include "tdist/errors.h"
 

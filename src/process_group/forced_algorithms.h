@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 
 namespace tdist::detail {

@@ -41,7 +41,7 @@ namespace tdist {
 namespace detail {
 /// Tells `recorder` how call `trace_id` ended (0: unrecorded); after a
 /// failure also dumps it when TDIST_TRACE_DIR is set. `algorithm`: what the
-/// selector chose, for collectives.
+/// call ran (algorithms/tuning/tuning.h names every choice), for collectives.
 void end_trace(FlightRecorder& recorder, uint64_t trace_id, const std::exception_ptr& error,
                const char* algorithm = nullptr);
 }  // namespace detail

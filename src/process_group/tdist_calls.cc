@@ -4,7 +4,7 @@
 // flight-recorder entry, and the domain it runs in.
 
 #include <optional>
-
+#include "algorithms/tuning/tuning.h"
 #include "blocking_call.h"
 #include "common/completion_thread.h"
 #include "common/error_text.h"

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "test_harness.h"
 
 namespace tdist::testing {

@@ -1,7 +1,7 @@
 // all_to_all with every algorithm forced in turn: equal, uneven and empty
 // blocks, scattered offsets, and a split that the ranks disagree on.
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 #include "test_harness.h"
 

@@ -6,7 +6,7 @@
 
 #include <atomic>
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 #include "test_harness.h"
 

@@ -1,6 +1,6 @@
 // broadcast and reduce with every algorithm forced in turn, from every root.
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "test_harness.h"
 
 namespace tdist::testing {

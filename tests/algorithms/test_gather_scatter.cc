@@ -3,7 +3,7 @@
 
 #include <numeric>
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "test_harness.h"
 
 namespace tdist::testing {

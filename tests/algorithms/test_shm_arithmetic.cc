@@ -70,54 +70,7 @@ TEST(BroadcastPushedBytes, TheRootWritesAnEvenShareInWholePagesFrom32KiB) {
   }
 }
 
-using transport::shm::SingleCopySettings;
-using transport::shm::SingleCopyShape;
-using transport::shm::SingleCopyWindow;
-
-TEST(SingleCopyWindows, ASlowKernelCopyKeepsReductionsOffItAndLargeBlocksOfGathersAndBroadcasts) {
-  constexpr size_t KiB = 1024;
-  for (bool oversubscribed : {false, true}) {
-    SCOPED_TRACE(oversubscribed ? "oversubscribed" : "a core per rank");
-    SingleCopySettings fast;
-    fast.enabled = true;
-    fast.oversubscribed = oversubscribed;
-    SingleCopySettings slow = fast;
-    slow.slow_kernel_copy = true;
-    EXPECT_TRUE(slow.window(SingleCopyShape::kReduce).empty());
-    for (SingleCopyShape shape : {SingleCopyShape::kGather, SingleCopyShape::kAllToAll}) {
-      const SingleCopyWindow s = slow.window(shape);
-      if (oversubscribed) {
-        EXPECT_TRUE(s.empty());
-        continue;
-      }
-      const SingleCopyWindow f = fast.window(shape);
-      EXPECT_EQ(s.min, std::max(f.min, 32 * KiB));
-      EXPECT_EQ(s.max, std::min(f.max, 128 * KiB));
-      EXPECT_TRUE(s.contains(64 * KiB));
-      EXPECT_FALSE(s.contains(16 * KiB));
-      EXPECT_FALSE(s.contains(256 * KiB));
-    }
-    EXPECT_EQ(slow.window(SingleCopyShape::kOneSource).min, fast.window(SingleCopyShape::kOneSource).min);
-    EXPECT_EQ(slow.window(SingleCopyShape::kOneSource).max, fast.window(SingleCopyShape::kOneSource).max);
-    // Broadcast leaves messages of 1 MiB and more to the ring of slots.
-    const SingleCopyWindow f = fast.window(SingleCopyShape::kShared);
-    const SingleCopyWindow s = slow.window(SingleCopyShape::kShared);
-    EXPECT_EQ(s.min, f.min);
-    if (!f.empty()) {
-      EXPECT_TRUE(f.contains(1024 * KiB));
-      EXPECT_TRUE(s.contains(1024 * KiB - 1));
-      EXPECT_FALSE(s.contains(1024 * KiB));
-    }
-    // Rank 0's TDIST_SHM_SINGLE_COPY_MIN/MAX_BYTES replace every window.
-    slow.min_bytes = 1;
-    EXPECT_TRUE(slow.window(SingleCopyShape::kReduce).contains(size_t{64} << 20));
-    // Not enabled: nothing copies directly.
-    slow.enabled = false;
-    EXPECT_TRUE(slow.window(SingleCopyShape::kShared).empty());
-  }
-}
-
-TEST(SingleCopyWindows, TheEnvironmentReplacesTheMeasurementOfTheKernelsCopy) {
+TEST(KernelCopy, TheEnvironmentReplacesTheMeasurementOfTheKernelsCopy) {
   const char* before = getenv("TDIST_SHM_KERNEL_COPY_SLOW");
   const std::string saved = before ? before : "";
   setenv("TDIST_SHM_KERNEL_COPY_SLOW", "1", 1);

@@ -259,6 +259,22 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
+TEST(JsonRow, TheAlgorithmFollowsThePeersKeysWhenTheRowNamesOne) {
+  Row row;
+  row.op = BenchOp::kBroadcast;
+  row.world_size = 2;
+  row.layout = layout_for(BenchOp::kBroadcast, 1024, 4, 2);
+  row.time_us = 1;
+  row.algorithm = "shm rounds";
+  const std::string text = json_row(row);
+  // After "errors", in the order written (the peers' keys first).
+  EXPECT_NE(text.find(R"("errors":0,"algorithm":"shm rounds"})"), std::string::npos) << text;
+  EXPECT_NE(table_row(row).find("  shm rounds\n"), std::string::npos) << table_row(row);
+  row.algorithm.clear();
+  EXPECT_EQ(json_row(row).find("algorithm"), std::string::npos);
+  EXPECT_NE(table_row(row).find("  -\n"), std::string::npos) << table_row(row);
+}
+
 TEST(BenchBinary, AllOpsJsonChecked) {
   // Run without a launcher: --nproc forks the ranks.
   const RunResult r =
@@ -272,7 +288,22 @@ TEST(BenchBinary, AllOpsJsonChecked) {
     ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << "not JSON: " << line;
     std::set<std::string> got;
     for (auto it = j.begin(); it != j.end(); ++it) got.insert(it.key());
-    EXPECT_EQ(got, keys) << line;
+    // Every op but send/recv names its algorithm (docs/tuning.md).
+    std::set<std::string> expected_keys = keys;
+    if (j["op"] != "sendrecv") expected_keys.insert("algorithm");
+    EXPECT_EQ(got, expected_keys) << line;
+    if (j.contains("algorithm")) {
+      EXPECT_EQ(j["algorithm"].get<std::string>().rfind("shm ", 0), 0u) << "2 ranks on one host: " << line;
+      // The choices that do not depend on the machine's single copy.
+      const auto bytes = j["bytes"].get<uint64_t>();
+      if ((j["op"] == "broadcast" || j["op"] == "reduce") && bytes <= 48) {
+        EXPECT_EQ(j["algorithm"], "shm eager") << line;
+      } else if ((j["op"] == "all_reduce" || j["op"] == "reduce") && bytes <= 32768) {
+        EXPECT_EQ(j["algorithm"], "shm one-shot") << line;
+      } else if (j["op"] == "barrier") {
+        EXPECT_EQ(j["algorithm"], "shm rounds") << line;
+      }
+    }
     EXPECT_EQ(j["lib"], "tdist");
     EXPECT_EQ(j["dtype"], "float32");
     EXPECT_EQ(j["world_size"], 2);
@@ -376,7 +407,7 @@ TEST(BenchBinary, UnderTdistrunOnlyRankZeroPrints) {
     ASSERT_EQ(line.rfind("[rank 0]: {", 0), 0u) << "only rank 0 prints, only rows: " << line;
     const auto j = nlohmann::json::parse(line.substr(std::string("[rank 0]: ").size()));
     EXPECT_EQ(json_keys(j), (std::set<std::string>{"lib", "op", "dtype", "world_size", "bytes", "time_us",
-                                                   "algbw_GBps", "busbw_GBps", "errors"}));
+                                                   "algbw_GBps", "busbw_GBps", "errors", "algorithm"}));
     EXPECT_EQ(j["errors"], 0) << "without --check errors is 0: " << line;
     EXPECT_EQ(j["world_size"], 2);
     ++rows;

@@ -131,7 +131,7 @@ TEST_P(Recorded, EveryCallOfAGroupWithItsArgumentsAndState) {
                           check(calls == want, "recorded " + json(calls).dump());
                           // Each completed collective names what ran it: on
                           // shared memory a 28-byte all_reduce is one-shot;
-                          // over TCP the selector's choice.
+                          // over TCP the cost model's choice.
                           if (n == 1) return;
                           std::string transport;
                           std::string algorithm;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bench_ops.h"
 #include "launch.h"
 #include "options.h"
@@ -24,6 +26,7 @@
 #include "tdist/logging.h"
 #include "tdist/rendezvous.h"
 #include "tdist/spawn.h"
+#include "tdist/trace.h"
 
 namespace tdist::bench {
 namespace {
@@ -68,6 +71,18 @@ void settle() {
   }
 }
 
+// The algorithm of the op's last call, from the flight recorder: its last
+// entry but the closing barrier (unless the op is a barrier).
+std::string last_algorithm(BenchOp op) {
+  const auto trace = nlohmann::json::parse(trace_json());
+  const auto& entries = trace["entries"];
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (op != BenchOp::kBarrier && it->value("op", "") == "barrier") continue;
+    return it->value("algorithm", "");
+  }
+  return "";
+}
+
 Row measure(BenchOp op, const Layout& layout, const BenchOptions& o) {
   Row row;
   row.op = op;
@@ -102,6 +117,7 @@ Row measure(BenchOp op, const Layout& layout, const BenchOptions& o) {
   barrier();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   row.time_us = seconds / o.iters * 1e6;
+  if (get_rank() == 0) row.algorithm = last_algorithm(op);
   return row;
 }
 

@@ -63,6 +63,7 @@ std::string json_row(const Row& row) {
   // nothing was checked (the peers' rows without --check, and the anchors'
   // rows, which lack the key, read the same way). docs/benchmark.md says so.
   j["errors"] = row.errors.value_or(0);
+  if (!row.algorithm.empty()) j["algorithm"] = row.algorithm;
   return j.dump();
 }
 
@@ -74,8 +75,9 @@ std::string table_header(int world_size, DType dtype, const ReduceOp& reduce_op,
       check ? "on" : "off");
   out +=
       "# time: mean per operation on rank 0; algbw = size / time; busbw = algbw x the op's bus factor\n#\n";
-  out += format("# %-14s %12s %12s %9s %6s %5s %12s %9s %9s %7s\n", "op", "size", "count", "type", "redop",
+  out += format("# %-14s %12s %12s %9s %6s %5s %12s %9s %9s %7s", "op", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
+  out += "  algorithm\n";
   out += format("# %-14s %12s %12s %9s %6s %5s %12s %9s %9s %7s\n", "", "(B)", "(elements)", "", "", "",
                 "(us)", "(GB/s)", "(GB/s)", "");
   return out;
@@ -85,10 +87,11 @@ std::string table_row(const Row& row) {
   const std::string redop = is_reducing(row.op) ? lower_reduce_name(row.reduce_op) : "none";
   const std::string root = has_root(row.op) ? "0" : "-";
   const std::string wrong = row.errors ? std::to_string(*row.errors) : "N/A";
-  return format("  %-14s %12llu %12lld %9s %6s %5s %12.2f %9.3f %9.3f %7s\n", bench_op_name(row.op),
+  const std::string algorithm = row.algorithm.empty() ? "-" : row.algorithm;
+  return format("  %-14s %12llu %12lld %9s %6s %5s %12.2f %9.3f %9.3f %7s  %s\n", bench_op_name(row.op),
                 static_cast<unsigned long long>(row.layout.bytes), static_cast<long long>(row.layout.count),
                 dtype_name(row.dtype), redop.c_str(), root.c_str(), row.time_us, algbw_gbps(row),
-                busbw_gbps(row), wrong.c_str());
+                busbw_gbps(row), wrong.c_str(), algorithm.c_str());
 }
 
 }  // namespace tdist::bench

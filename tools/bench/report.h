@@ -23,6 +23,10 @@ struct Row {
   double time_us = 0;
   /// Wrong elements summed over ranks; nullopt when not checked.
   std::optional<int64_t> errors;
+  /// The algorithm the op's last timed call ran, as the flight recorder
+  /// names it (docs/tuning.md); empty when it names none (send/recv, or
+  /// the recorder is off: TDIST_TRACE_BUFFER_SIZE=0).
+  std::string algorithm;
 };
 
 /// bytes / time in GB/s (10^9 bytes per second, as nccl-tests).
@@ -30,9 +34,10 @@ double algbw_gbps(const Row& row);
 /// algbw x the op's bus factor.
 double busbw_gbps(const Row& row);
 
-/// One JSON object with exactly the keys lib, op, dtype, world_size, bytes,
+/// One JSON object with the keys lib, op, dtype, world_size, bytes,
 /// time_us, algbw_GBps, busbw_GBps, errors (the wrong elements over all
-/// ranks; 0 when not checked, as nothing was found wrong).
+/// ranks; 0 when not checked, as nothing was found wrong), as the peers'
+/// rows have them, then algorithm when the row has one.
 std::string json_row(const Row& row);
 
 /// The table's title and column headings.

@@ -435,8 +435,8 @@ std::vector<double> measure(const Args& args, const Floor& floor) {
   // The round the library picks for this many ranks on this process's CPUs.
   const bool oversubscribed =
       tdist::detail::outnumber_cpus(static_cast<size_t>(args.world), tdist::detail::allowed_cpus().size());
-  const size_t round_bytes =
-      oversubscribed ? shm::kOversubscribedRoundBytes : tdist::transport::shm::kDefaultBufferBytes;
+  const size_t round_bytes = oversubscribed ? tdist::algorithms::kOversubscribedRoundBytes
+                                            : tdist::transport::shm::kDefaultBufferBytes;
   auto* segment =
       static_cast<uint8_t*>(map_anonymous(round_bytes * 2 * static_cast<size_t>(args.world), MAP_SHARED));
   const Clock::time_point origin = Clock::now();

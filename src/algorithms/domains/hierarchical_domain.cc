@@ -4,8 +4,8 @@
 // TCP domain runs them.
 
 #include "algorithms/collective_domain.h"
-#include "algorithms/selector.h"
 #include "algorithms/shm/shm_collectives.h"
+#include "algorithms/tuning/tuning.h"
 #include "common/worker_thread.h"
 
 namespace tdist::algorithms {

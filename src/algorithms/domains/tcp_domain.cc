@@ -1,5 +1,5 @@
 // The TCP domain: the algorithms of algorithms.h over the call's transport,
-// each choosing its algorithm per call (selector.h).
+// each choosing its algorithm per call (tuning/tcp_model.h).
 
 #include <cstring>
 

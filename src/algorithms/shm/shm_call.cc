@@ -183,10 +183,6 @@ void Call::check_signature(int peer, bool published) const {
           " made different calls before this one"));
 }
 
-transport::shm::SingleCopyWindow Call::single_copy_window(transport::shm::SingleCopyShape shape) const {
-  return group.single_copy_settings().window(shape);
-}
-
 const void* Call::address_of(int peer, uint64_t k, size_t offset) const {
   uint64_t address = 0;
   std::memcpy(&address, group.arrive(peer, k).payload + offset, sizeof(address));

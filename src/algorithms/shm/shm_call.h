@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tuning.h"
 #include "common/function_ref.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_group.h"
@@ -77,10 +77,17 @@ struct Call {
   // once its readers are done.
   /// The block sizes with which a call of `shape` copies directly (empty
   /// when the group cannot).
-  transport::shm::SingleCopyWindow single_copy_window(transport::shm::SingleCopyShape shape) const;
+  SingleCopyWindow single_copy_window(SingleCopyShape shape) const {
+    return algorithms::single_copy_window(shape, group.single_copy_settings());
+  }
   /// True if a call of `shape` whose blocks are at most `bytes` long copies directly.
-  bool single_copy(transport::shm::SingleCopyShape shape, size_t bytes) const {
+  bool single_copy(SingleCopyShape shape, size_t bytes) const {
     return single_copy_window(shape).contains(bytes);
+  }
+  /// What the group's tuning choices depend on (algorithms/tuning/tuning.h).
+  ShmFacts facts() const {
+    return ShmFacts{group.buffer_bytes(), group.oversubscribed(), group.ring_bytes(),
+                    group.single_copy_settings()};
   }
   /// Rank `peer`'s published address, at `offset` in its arrive line of round k.
   const void* address_of(int peer, uint64_t k, size_t offset = 0) const;

@@ -56,10 +56,6 @@ void copy_out(void* dst, const void* src, size_t n, bool streaming);
 enum class HandoffProbe { kNone, kCached, kStreamed };
 inline constexpr uint64_t kHandoffProbeRounds = 128;
 inline constexpr uint64_t kHandoffFirstProbes = 6;
-/// Outside probe rounds, chunks smaller than this are written with
-/// ordinary stores; they are never timed (their hand-over costs little
-/// either way, and timing it is noise).
-inline constexpr size_t kHandoffMinBytes = size_t{64} << 10;
 /// Which probe round `round` is, if any.
 HandoffProbe handoff_probe(uint64_t round);
 /// Which of a HandoffLine's two places a probe of `round` goes to.

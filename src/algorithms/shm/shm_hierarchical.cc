@@ -32,13 +32,6 @@
 namespace tdist::algorithms::shm {
 namespace {
 
-// all_reduce messages up to this size cross hosts whole from every local
-// rank (the link carries L copies of them, at most 8 KiB with 8 ranks per
-// host) rather than in pieces, saving the shared-memory all-gather: an 8 B
-// all_reduce over 2 hosts x 2 ranks (veth, unshaped) took 48-59 us instead
-// of 70-78 us.
-constexpr size_t kSmallAllReduceBytes = 1024;
-
 // One chunk: its elements in the message, every local rank's share of them
 // and where this rank's share lives in the scratch.
 struct Chunk {
@@ -284,7 +277,7 @@ void hierarchical_all_reduce(const CallContext& ctx, ShmGroup& local, transport:
   const ReduceOp across = op_across_hosts(op);
   const CallContext in_host = on_host(ctx, local_ranks);
   const CallContext between = on(ctx, cross_ranks);
-  if (count * eb <= kSmallAllReduceBytes) {
+  if (hierarchical_all_reduce_whole(count * eb)) {
     // Two stages instead of three: every local rank gets the host's sum in
     // shared memory and all-reduces all of it across hosts; the L crossings
     // carry the same bits, so every rank ends with the same result.

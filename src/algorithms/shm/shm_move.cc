@@ -27,43 +27,6 @@ namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
 using transport::shm::kPayloadBytes;
-using transport::shm::SingleCopyShape;
-
-// Rounds of broadcast and all_gather/gather carry at most this much per rank,
-// though a buffer holds more: a round's piece then stays in the L2 caches
-// between the writer's copy and the readers'. Measured 2026-11-23 on 2 vCPUs:
-// a 2-rank 16 MiB broadcast ran at 8 GB/s in 1 MiB rounds, 27 GB/s in
-// 256 KiB rounds; all_gather 10 -> 18 GB/s. (The reducing ops keep whole
-// buffers: smaller rounds made them slower.)
-constexpr size_t kCopyRoundBytes = size_t{256} << 10;
-
-// Slots of a SlotRing (for messages of ring_threshold bytes and more per
-// writer). 2 ranks, 64 MiB, 2026-11-26 (the Zen 4 VM), slots of 64, 128,
-// 256 and 512 KiB: broadcast 3.3, 3.2, 3.4 and 3.6 ms (at 4 MiB 132, 132-145,
-// 172 and 176 us); all_gather, where every rank writes and reads, 4.1-4.8,
-// 3.7-4.1, 3.6-4.0 and 3.8 ms (at 4 MiB 183, 168, 161 and 148 us; 4 ranks
-// on the 2 cores 621, 658, 495 and 441 us).
-constexpr size_t kBroadcastSlotBytes = size_t{128} << 10;
-constexpr size_t kGatherSlotBytes = size_t{512} << 10;
-
-// Messages of at least ring_threshold bytes per writer go through a ring of
-// slots (where single copy does not take them). Measured against the rounds
-// (or single copy) on 2026-11-26, the Zen 4 VM, medians of 5-7 alternating
-// runs. 2 ranks: broadcast 1 MiB 42-48 against 41-46 us (single copy), 4
-// MiB 130 against 162, 64 MiB 3.2 against 6.1 ms; all_gather (blocks of half the
-// size) 4 MiB 165 against 200 us, 16 MiB 1.44 against 1.60 ms, 64 MiB 4.4
-// against 6.7 ms. 4 ranks on the 2 cores: broadcast 1 MiB 109 against 155
-// us, 64 MiB 6.8 against 11.3 ms; but all_gather with blocks of 1-4 MiB
-// 4-15% slower (4 MiB 645 against 551 us, 16 MiB 3.41 against 3.27 ms) and
-// faster only from 8 MiB (32 MiB 3.96 against 4.23 ms, 64 MiB 7.5 against
-// 9.4 ms). TDIST_SHM_RING_BYTES replaces both thresholds (tests).
-constexpr size_t kOversubscribedGatherRingBytes = size_t{8} << 20;
-
-size_t ring_threshold(const ShmGroup& group, bool gather) {
-  if (auto bytes = group.ring_bytes()) return *bytes;
-  return gather && group.oversubscribed() ? kOversubscribedGatherRingBytes
-                                          : transport::shm::kDefaultRingBytes;
-}
 
 void copy(void* dst, const void* src, size_t n) {
   if (n > 0 && dst != src) std::memcpy(dst, src, n);
@@ -233,11 +196,12 @@ void gather_impl(Call& call, const void* in, const BlockOutput& output, const st
   const bool reader = root < 0 || root == me;
   const bool streaming = total(bytes) >= tdist::detail::streaming_threshold();
   const size_t max_block = largest(bytes);
-  const bool direct = p > 1 && max_block > 0 && call.single_copy(SingleCopyShape::kGather, max_block);
+  const ShmAlgo algo = p > 1 ? choose_shm_gather(max_block, call.facts()) : ShmAlgo::kRounds;
+  note_chosen_algorithm(shm_algo_name(algo));
+  const bool direct = algo == ShmAlgo::kSingleCopy;
   const bool push = direct && root >= 0;
   // (Pushing, the root copies its own block while the others write theirs.)
-  const bool ring = p > 1 && !direct && max_block >= ring_threshold(call.group, true);
-  note_chosen_algorithm(ring ? "shm ring" : direct ? "shm single copy" : "shm rounds");
+  const bool ring = algo == ShmAlgo::kRing;
   if (ring) return ring_gather(call, input, output, bytes, root, streaming);
   if (reader && !push) copy_block(output, me, 0, input, bytes[static_cast<size_t>(me)], streaming);
   if (p == 1 || max_block == 0) return;
@@ -291,6 +255,7 @@ void gather_impl(Call& call, const void* in, const BlockOutput& output, const st
 
 void barrier(const CallContext& ctx, ShmGroup& group) {
   run_guarded(ctx, group, [&](Call call) {
+    note_chosen_algorithm(shm_algo_name(ShmAlgo::kRounds));
     uint64_t k = call.begin_round();
     call.group.publish_arrive(k);
     for (int r = 0; r < call.size(); ++r) {
@@ -301,10 +266,9 @@ void barrier(const CallContext& ctx, ShmGroup& group) {
 
 // A broadcast of at most kPayloadBytes, eagerly (see ShmGroup::next_eager):
 // the root does not wait for the readers, so back-to-back small broadcasts
-// cost the root one flag write each, not a round trip. On 4 ranks sharing
-// 2 cores the rounds cost a wake-up of every rank per call (18 us against
-// Open MPI's 0.5 us for 8 B, 2026-11-23); Open MPI's broadcast runs ahead
-// the same way.
+// cost the root one flag write each, not a round trip: on ranks that share
+// cores, rounds cost a wake-up of every rank per call. Open MPI's
+// broadcast runs ahead the same way.
 void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
   const uint64_t n = call.begin_eager();
   FlagLine& slot = call.group.eager_slot(root, n);
@@ -322,8 +286,8 @@ void eager_broadcast(Call& call, void* data, size_t nbytes, int root) {
 // root writes the front of every reader's tensor while each reader reads
 // the rest straight from the root's. Every rank returns once nobody copies
 // from or into its tensor any more: the root once every reader has read,
-// a reader once the root has written. 2 ranks, 1 MiB: 47 us with the reader
-// copying alone, 17 us shared (2026-11-25).
+// a reader once the root has written. Shared, every rank copies about
+// (p - 1) / p of the message instead of the readers all of it.
 void single_copy_broadcast(Call& call, void* data, size_t nbytes, int root) {
   const uint64_t k = call.begin_round();
   const int p = call.size();
@@ -367,20 +331,12 @@ void ring_broadcast(Call& call, uint8_t* data, size_t nbytes, int root) {
 void broadcast(const CallContext& ctx, ShmGroup& group, void* data, size_t nbytes, int root) {
   run_guarded(ctx, group, [&](Call call) {
     if (call.size() == 1 || nbytes == 0) return;
-    // Each choice is named for the flight recorder (docs/tuning.md).
-    if (nbytes <= kPayloadBytes) {
-      note_chosen_algorithm("shm eager");
-      return eager_broadcast(call, data, nbytes, root);
-    }
-    if (call.single_copy(SingleCopyShape::kShared, nbytes)) {
-      note_chosen_algorithm("shm single copy");
-      return single_copy_broadcast(call, data, nbytes, root);
-    }
-    if (nbytes >= ring_threshold(call.group, false)) {
-      note_chosen_algorithm("shm ring");
-      return ring_broadcast(call, static_cast<uint8_t*>(data), nbytes, root);
-    }
-    note_chosen_algorithm("shm rounds");
+    // The choice (algorithms/tuning/tuning.h) is named for the flight recorder.
+    const ShmAlgo algo = choose_shm_broadcast(nbytes, call.facts());
+    note_chosen_algorithm(shm_algo_name(algo));
+    if (algo == ShmAlgo::kEager) return eager_broadcast(call, data, nbytes, root);
+    if (algo == ShmAlgo::kSingleCopy) return single_copy_broadcast(call, data, nbytes, root);
+    if (algo == ShmAlgo::kRing) return ring_broadcast(call, static_cast<uint8_t*>(data), nbytes, root);
     const size_t piece = std::min(call.group.buffer_bytes(), kCopyRoundBytes);
     const bool streaming = nbytes >= tdist::detail::streaming_threshold();
     auto* bytes = static_cast<uint8_t*>(data);
@@ -433,8 +389,9 @@ void scatter(const CallContext& ctx, ShmGroup& group, const void* in, void* out,
     const auto offsets = offsets_of(bytes);
     const auto* input = static_cast<const uint8_t*>(in);
     const size_t max_block = largest(bytes);
-    const bool direct = p > 1 && max_block > 0 && call.single_copy(SingleCopyShape::kOneSource, max_block);
-    note_chosen_algorithm(direct ? "shm single copy" : "shm rounds");
+    const ShmAlgo algo = p > 1 ? choose_shm_scatter(max_block, call.facts()) : ShmAlgo::kRounds;
+    note_chosen_algorithm(shm_algo_name(algo));
+    const bool direct = algo == ShmAlgo::kSingleCopy;
     auto copy_own = [&] {
       if (me == root) copy(out, input + offsets[static_cast<size_t>(me)], bytes[static_cast<size_t>(me)]);
     };
@@ -527,7 +484,7 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // buffer would have carried once the agreed largest block reaches the
     // window: a sender whose own blocks reach it need not fill its sections
     // (the agreed largest is at least its own). See `direct` below.
-    const transport::shm::SingleCopyWindow window = call.single_copy_window(SingleCopyShape::kAllToAll);
+    const SingleCopyWindow window = call.single_copy_window(SingleCopyShape::kAllToAll);
     if (i_am_tiny) {
       for (int d = 0; d < p; ++d) {
         const size_t n = send_bytes[static_cast<size_t>(d)];
@@ -588,6 +545,7 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // expected single copy did not fill its sections).
     const bool direct =
         first.sizes_fit && max_block >= window.min && (max_block <= window.max || max_block <= first.section);
+    note_chosen_algorithm(shm_algo_name(direct ? ShmAlgo::kSingleCopy : ShmAlgo::kRounds));
     if (direct) {
       for (int step = 1; step < p; ++step) {
         int s = (me + step) % p;

@@ -28,11 +28,6 @@ namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): this file's own building blocks
 using algorithms::detail::make_scratch;
-using transport::shm::SingleCopyShape;
-
-// One-shot up to here; two-shot above (measured on 2 and 4 ranks, see
-// docs/performance.md).
-constexpr size_t kOneShotMaxBytes = size_t{32} << 10;
 
 // Copies `bytes` of a contribution into shared memory, premultiplied for
 // PREMUL_SUM; with streaming stores if `streaming` (Handoff, shm_handoff.h;
@@ -72,8 +67,8 @@ void reduce_everything(Call& call, void* data, size_t count, DType dtype, const 
 // A reduce of at most kPayloadBytes, eagerly (as a small broadcast, see
 // shm_move.cc): every rank writes its contribution into its slot of the
 // eager ring and only the root waits, for all of them, so the other ranks
-// run on. Open MPI's reduce runs ahead the same way; with rounds, a 4-rank
-// 8 B reduce on 2 cores took 12-14 us against its 3-6 us (2026-11-23).
+// run on. Open MPI's reduce runs ahead the same way; with rounds every
+// rank waited for every other (docs/tuning.md has the figures).
 void eager_reduce(Call& call, void* data, size_t count, DType dtype, const ReduceOp& op, int root) {
   const uint64_t n = call.begin_eager();
   FlagLine& mine = call.group.eager_slot(call.rank(), n);
@@ -107,10 +102,8 @@ void eager_reduce(Call& call, void* data, size_t count, DType dtype, const Reduc
 // The end of the call makes up for it: nobody reads the buffers of the
 // round before last once a rank returns (ranks that keep the result wait
 // for every rank's `reduced`, a reduce's other ranks for the root's, the
-// only rank that copies back), so the next call's rounds are safe.
-// 4 ranks on 2 cores, 64 MiB (2026-11-25, five alternating runs, medians):
-// 25.9 ms with two meetings a round of 256 KiB, 24.4 ms with one a round
-// of 128 KiB (28.3 at 256 KiB, 26.2 at 96 KiB); 2 ranks 11.0 -> 10.7 ms.
+// only rank that copies back), so the next call's rounds are safe. One
+// meeting a round instead of two saved about 6% at 4 ranks on 2 cores.
 // `root` < 0: every rank keeps the result (all_reduce); else only the
 // root copies it back (reduce).
 struct TwoShotRound {
@@ -241,10 +234,9 @@ void reduce_two_shot(Call& call, uint8_t* data, size_t count, DType dtype, const
 // every peer's tensor (process_vm_writev; for reduce only into the root's).
 // Every byte of every tensor is read once and written once, no shared
 // buffer is touched, and the ranks meet twice per call instead of twice per
-// round. 2 ranks (2026-11-25): 1 MiB 105 -> 59 us, 16 MiB 2.0 -> 1.4 ms,
-// 32 MiB 4.3 -> 3.3 ms; at 64 MiB 5% slower than two-shot, whose copies
-// back stream past the caches where the kernel's copy cannot (the window
-// ends at 32 MiB, transport/shm/shm_single_copy.cc). Not for PREMUL_SUM,
+// round. Past the caches two-shot wins again: its copies back stream past
+// them where the kernel's copy cannot (the window ends at 32 MiB,
+// algorithms/tuning/single_copy_windows.cc). Not for PREMUL_SUM,
 // whose factor would have to be applied to the peers' contributions and to
 // our own tensor.
 void single_copy_reduce(Call& call, uint8_t* data, size_t count, DType dtype, const ReduceOp& op, int root) {
@@ -304,20 +296,18 @@ void reduce_impl(Call& call, void* data, size_t count, DType dtype, const Reduce
     if (op.kind == ReduceOp::PREMUL_SUM) premultiply(data, count, dtype, op);
     return;
   }
-  // The choice is named for the flight recorder (docs/tuning.md).
-  if (root >= 0 && nbytes <= transport::shm::kPayloadBytes) {
-    note_chosen_algorithm("shm eager");
-    eager_reduce(call, data, count, dtype, op, root);
-  } else if (nbytes <= transport::shm::kPayloadBytes ||
-             (nbytes <= kOneShotMaxBytes && nbytes <= call.group.buffer_bytes())) {
-    note_chosen_algorithm("shm one-shot");
-    reduce_everything(call, data, count, dtype, op, root);
-  } else if (op.kind != ReduceOp::PREMUL_SUM && call.single_copy(SingleCopyShape::kReduce, nbytes)) {
-    note_chosen_algorithm("shm single copy");
-    single_copy_reduce(call, static_cast<uint8_t*>(data), count, dtype, op, root);
-  } else {
-    note_chosen_algorithm("shm two-shot");
-    reduce_two_shot(call, static_cast<uint8_t*>(data), count, dtype, op, root);
+  // The choice (algorithms/tuning/tuning.h) is named for the flight recorder.
+  const ShmAlgo algo = choose_shm_reduce(nbytes, root >= 0, op.kind == ReduceOp::PREMUL_SUM, call.facts());
+  note_chosen_algorithm(shm_algo_name(algo));
+  switch (algo) {
+    case ShmAlgo::kEager:
+      return eager_reduce(call, data, count, dtype, op, root);
+    case ShmAlgo::kOneShot:
+      return reduce_everything(call, data, count, dtype, op, root);
+    case ShmAlgo::kSingleCopy:
+      return single_copy_reduce(call, static_cast<uint8_t*>(data), count, dtype, op, root);
+    default:
+      return reduce_two_shot(call, static_cast<uint8_t*>(data), count, dtype, op, root);
   }
 }
 
@@ -410,6 +400,7 @@ void reduce_scatter_impl(const CallContext& ctx, ShmGroup& group, const BlockSou
     size_t largest = 0;
     for (size_t c : counts) largest = std::max(largest, c);
     if (largest == 0) return;
+    note_chosen_algorithm(shm_algo_name(ShmAlgo::kRounds));
     // This rank's own block is read in place when it lies in one piece of
     // memory; otherwise it is copied in like the others'.
     const uint8_t* own_block = premul ? nullptr : blocks.in_one_piece(static_cast<size_t>(me));

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "algorithms/tuning/tuning.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_group.h"
 
@@ -68,31 +69,12 @@ inline size_t two_shot_section(size_t round_count, int p, size_t element_bytes, 
 /// the message, instead of the readers copying all of it while the root
 /// waits. Whole 4 KiB units, so that each slice covers whole pages when the
 /// tensor starts on one. Below 32 KiB a second system call costs more than
-/// it saves: the readers copy everything (2 ranks, 2026-11-25: 16 KiB 1.2
-/// us read alone, 1.2-1.5 shared; 32 KiB 1.9 and 1.6-1.9; 1 MiB 47 and 17).
-inline constexpr size_t kBroadcastShareMinBytes = size_t{32} << 10;
+/// it saves: the readers copy everything (kBroadcastShareMinBytes,
+/// algorithms/tuning/tuning.h).
 inline size_t broadcast_pushed_bytes(size_t nbytes, int p) {
   if (nbytes < kBroadcastShareMinBytes) return 0;
   return nbytes / static_cast<size_t>(p) / 4096 * 4096;
 }
-
-// Two-shot rounds (all_reduce and reduce) are at most this long when ranks
-// outnumber cores. Ranks that take turns on a core evict each other's
-// lines; rounds that stay in L2 beat fewer, longer rounds there. 4 ranks on
-// 2 cores, 1 MiB buffers, all_reduce (2026-11-25): 4 MiB 1.7-2.2 -> 1.1-1.2
-// ms, 16 MiB 6.0 -> 4.7-5.3 ms, 64 MiB 29.8-30.5 -> 25.5-25.9 ms at 256
-// KiB; no change at 64 KiB-1 MiB. Since two-shot keeps two rounds in
-// flight (reduce_two_shot), 128 KiB: 64 MiB 24.4 ms against 28.3 at 256 KiB
-// and 26.2 at 96 KiB (medians of five alternating runs). With as many cores
-// as ranks shorter rounds gain nothing, and broadcast, all_gather,
-// reduce_scatter and all_to_all lose from shorter buffers (measured on the
-// same day; reduce was not measured apart).
-inline constexpr size_t kOversubscribedRoundBytes = size_t{128} << 10;
-
-// Single-copy reductions read this much per tile, over all peers (whole
-// pages): 2 ranks, 64 MiB (2026-11-25, a prototype): 64 KiB 7.2 ms, 128 KiB 7.1, 256 KiB 6.4,
-// 512 KiB 7.2, 1 MiB 8.7.
-inline constexpr size_t kSingleCopyTileBytes = size_t{256} << 10;
 
 /// Bytes a single-copy reduction over `p` ranks reads from each peer per
 /// tile: kSingleCopyTileBytes shared by the peers, in whole pages, at least

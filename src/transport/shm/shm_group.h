@@ -56,13 +56,6 @@ std::string host_identity();
 /// 0's value is used by all).
 inline constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
 
-/// Broadcasts of at least this many bytes, and gathers with blocks of at
-/// least this many, go through a ring of slots by default
-/// (algorithms/shm/shm_move.cc, where the measurements are); where the
-/// kernel's copy is slow, broadcast's single-copy window ends below it
-/// (shm_single_copy.cc).
-inline constexpr size_t kDefaultRingBytes = size_t{1} << 20;
-
 /// What a rank measured handing chunks over to other ranks
 /// (algorithms/shm/shm_handoff.h, Handoff): its last two probe times, in ns
 /// per MiB (0: none yet), of filling its buffer as a writer and of taking

@@ -13,11 +13,8 @@
 // every rank can read and write every other; the shared buffers stay the
 // fallback.
 //
-// Worth it for mid-size messages whose source sits in the caches: 64 KiB
-// took 2.7 us by CMA against 6.5-9.5 us in and out of a shared buffer, 2
-// ranks (2026-11-25). For large ones memory bandwidth decides, and CMA's
-// kernel copy (no streaming stores, pages pinned in batches) loses: 16 MiB
-// ran at 8.7 GB/s against 13.4 for memcpy.
+// Which blocks go this way is the collectives' choice
+// (algorithms/tuning/tuning.h, single_copy_window).
 
 #include <sys/types.h>
 
@@ -53,25 +50,9 @@ bool single_copy_allowed();
 /// at every call, replaces the measurement.
 bool kernel_copy_is_slow();
 
-/// The shapes of single-copy operations, which profit from it at different
-/// sizes: one source read by every other rank (scatter); one source whose
-/// owner writes part of every other rank's copy while they read the rest
-/// (broadcast); every rank's block read by every other (all_gather,
-/// gather); a block per pair (all_to_all); a piece of every rank's tensor
-/// read, reduced and written back by its owner (all_reduce, reduce).
-enum class SingleCopyShape { kOneSource, kShared, kGather, kAllToAll, kReduce };
-
-/// The block sizes, in bytes, with which an operation copies directly once
-/// the group's probe allowed it: [min, max] (empty when min > max).
-struct SingleCopyWindow {
-  size_t min;
-  size_t max;
-  bool contains(size_t bytes) const { return bytes >= min && bytes <= max; }
-  bool empty() const { return min > max; }
-};
-
 /// What a group agreed on at connect (ShmGroup::connect), so that every rank
-/// takes the same path in every call: the windows must not depend on one
+/// takes the same path in every call: single copy's windows
+/// (algorithms/tuning/tuning.h, single_copy_window) must not depend on one
 /// rank's own view (its CPU affinity, its environment).
 struct SingleCopySettings {
   /// Every rank can read and write every other rank's memory and allows it.
@@ -82,11 +63,9 @@ struct SingleCopySettings {
   /// is set they replace the measured windows for every shape.
   std::optional<size_t> min_bytes;
   std::optional<size_t> max_bytes;
-  /// Rank 0's kernel_copy_is_slow(): narrower windows (see the .cc).
+  /// Rank 0's kernel_copy_is_slow(): narrower windows.
   bool slow_kernel_copy = false;
 
-  /// The window of `shape` (empty when not enabled); see the .cc.
-  SingleCopyWindow window(SingleCopyShape shape) const;
   /// Sets min_bytes and max_bytes from this process's environment.
   void read_window_overrides();
 };

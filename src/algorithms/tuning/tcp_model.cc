@@ -1,4 +1,4 @@
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 
 #include <algorithm>
 #include <array>
@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "algorithms/patterns/chunking.h"
+#include "algorithms/tuning/tuning.h"
 #include "common/env.h"
 #include "tdist/errors.h"
 
@@ -395,10 +396,6 @@ TDIST_INSTANTIATE_ALGO(BarrierAlgo)
 
 namespace {
 
-// The last choice of this thread, for the flight recorder (a name with
-// static storage, so that keeping it costs one store).
-thread_local const char* t_chosen = nullptr;
-
 template <typename Algo, typename Select>
 Algo resolve(Algo requested, Select&& select) {
   Algo chosen = requested;
@@ -406,19 +403,11 @@ Algo resolve(Algo requested, Select&& select) {
     const std::optional<Algo> forced = env_algo<Algo>();
     chosen = forced ? *forced : select();
   }
-  t_chosen = algo_name(chosen);
+  note_chosen_algorithm(algo_name(chosen));
   return chosen;
 }
 
 }  // namespace
-
-const char* take_chosen_algorithm() {
-  return std::exchange(t_chosen, nullptr);
-}
-
-void note_chosen_algorithm(const char* name) {
-  t_chosen = name;
-}
 
 AllReduceAlgo resolve_algo(AllReduceAlgo requested, size_t bytes, int p) {
   return resolve(requested, [&] { return select_all_reduce(bytes, p); });

@@ -1,13 +1,13 @@
 #pragma once
 
 // Internal: choosing each collective's algorithm per call. Include as
-// "algorithms/selector.h".
+// "algorithms/tuning/tcp_model.h".
 //
 // The choice is a pure function of (bytes, group size), so every rank of a
 // group makes the same one. It minimises the alpha-beta-gamma cost of each
 // algorithm (Hockney's model as used by Thakur, Rabenseifner & Gropp 2005,
 // "Optimization of Collective Communication Operations in MPICH"; the
-// formulas are in selector.cc),
+// formulas are in tcp_model.cc),
 // except for all-to-all, where the model ignores what decides the matter
 // (contention of p - 1 concurrent transfers) and MPICH's threshold is used.
 //
@@ -41,7 +41,7 @@ struct CostModel {
   double delta;
 };
 
-/// Measured on the development host (TCP over loopback); selector.cc has
+/// Measured on the development host (TCP over loopback); tcp_model.cc has
 /// the figures and how they were taken.
 extern const CostModel kCostModel;
 
@@ -73,7 +73,7 @@ AllToAllAlgo select_all_to_all(size_t send_bytes, int p);
 BarrierAlgo select_barrier(int p);
 
 /// Algo is one of the enums of algorithms.h. Explicitly instantiated for
-/// each of them in selector.cc.
+/// each of them in tcp_model.cc.
 ///
 /// The algorithm's name as TDIST_ALGO_<OP> spells it ("auto" for kAuto).
 template <typename Algo>
@@ -91,7 +91,8 @@ template <typename Algo>
 std::optional<Algo> env_algo();
 
 /// What a call runs: `requested` unless kAuto, else the environment's
-/// choice, else the model's.
+/// choice, else the model's; recorded as the calling thread's choice
+/// (note_chosen_algorithm, tuning.h).
 AllReduceAlgo resolve_algo(AllReduceAlgo requested, size_t bytes, int p);
 BroadcastAlgo resolve_algo(BroadcastAlgo requested, size_t bytes, int p);
 ReduceAlgo resolve_algo(ReduceAlgo requested, size_t bytes, int p);
@@ -101,14 +102,5 @@ ScatterAlgo resolve_algo(ScatterAlgo requested, size_t bytes, int p);
 ReduceScatterAlgo resolve_algo(ReduceScatterAlgo requested, size_t bytes, int p);
 AllToAllAlgo resolve_algo(AllToAllAlgo requested, size_t bytes, int p);
 BarrierAlgo resolve_algo(BarrierAlgo requested, int p);
-
-/// The name of the algorithm the calling thread's last resolve_algo chose
-/// (a static string), or null if none since the last take: the flight
-/// recorder keeps it with the call.
-const char* take_chosen_algorithm();
-/// Records `name` (a static string) as the calling thread's choice, for
-/// the algorithms that choose without resolve_algo (shared memory, the
-/// hierarchy): "shm two-shot", "hierarchical". docs/tuning.md lists them.
-void note_chosen_algorithm(const char* name);
 
 }  // namespace tdist::algorithms

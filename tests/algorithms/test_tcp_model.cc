@@ -1,4 +1,4 @@
-// The selector: its choices at small and large sizes, that they are the
+// The TCP cost model (algorithms/tuning/tcp_model.h): its choices at small and large sizes, that they are the
 // model's cheapest, and the TDIST_ALGO_<OP> overrides.
 
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "algorithms/selector.h"
+#include "algorithms/tuning/tcp_model.h"
 #include "tdist/errors.h"
 
 namespace tdist::algorithms {
