@@ -3,8 +3,14 @@
 # build-fuzz and runs each for SECONDS (default 30) from its seed corpus.
 # Exits non-zero if any target crashes, printing the input that crashed it.
 #   scripts/fuzz.sh [SECONDS]          FUZZ_DIR=... keeps the grown corpora there
+#   scripts/fuzz.sh --build            only builds them (scripts/test.sh, before the tests)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+BUILD_ONLY=0
+if [[ ${1:-} == --build ]]; then
+  BUILD_ONLY=1
+  shift
+fi
 SECONDS_PER_TARGET=${1:-30}
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 TARGETS=(store_protocol tcp_wire init_method object_codec)
@@ -18,6 +24,7 @@ install_packages
 CC=clang CXX=clang++ cmake -S "$ROOT" -B "$FUZZ_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTDIST_FUZZ=ON -DTDIST_BUILD_TESTS=OFF -DTDIST_BUILD_PYTHON=OFF -DTDIST_BUILD_TORCH=OFF >/dev/null
 cmake --build "$FUZZ_BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]/#/fuzz_}"
+((BUILD_ONLY)) && exit 0
 
 # The repository's corpora are seeds only: a run grows a copy of them.
 work=${FUZZ_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tdist-fuzz.XXXXXX")}
