@@ -54,6 +54,18 @@ def _address_in_use(results):
                for word in ("Address already in use", "EADDRINUSE"))
 
 
+def _port_taken(output):
+    """Whether a rank's output (its stdout and stderr files) says its
+    store's port was in use."""
+    text = ""
+    for f in output:
+        f.seek(0)
+        text += f.read()
+    for f in output:
+        f.seek(0, os.SEEK_END)
+    return _address_in_use([RankResult(0, 1, text, "")])
+
+
 def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S, ports=1):
     """Runs HERE/script as `world_size` processes; returns RankResult per rank.
 
@@ -87,6 +99,13 @@ def _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp):
     for rank, proc in enumerate(procs):
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            if rank == 0 and proc.returncode != 0 and _port_taken(outputs[0]):
+                # Rank 0's store could not listen: the others would wait for
+                # it until the deadline. Stop them; run_ranks runs again.
+                for p in procs[1:]:
+                    p.kill()
+                    p.wait()
+                break
         except subprocess.TimeoutExpired:
             # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) prints every
             # thread's Python stack, which says where a rank hung.
