@@ -89,7 +89,7 @@ TEST(ShmChoice, ReductionsGoEagerOneShotSingleCopyThenTwoShotBySize) {
   facts.single_copy.enabled = false;
   EXPECT_EQ(choose_shm_reduce(MiB, false, false, facts), ShmAlgo::kTwoShot);
   facts = roomy_group();
-  facts.single_copy.oversubscribed = facts.oversubscribed = true;
+  facts.single_copy.oversubscribed = true;
   EXPECT_EQ(choose_shm_reduce(MiB, false, false, facts), ShmAlgo::kTwoShot);
 }
 
@@ -106,7 +106,7 @@ TEST(ShmChoice, BroadcastGoesEagerSingleCopyRingThenRounds) {
   EXPECT_EQ(choose_shm_broadcast(MiB, facts), ShmAlgo::kRing);
   // More ranks than cores: no single copy; the ring from 1 MiB.
   facts = roomy_group();
-  facts.single_copy.oversubscribed = facts.oversubscribed = true;
+  facts.single_copy.oversubscribed = true;
   EXPECT_EQ(choose_shm_broadcast(MiB - 1, facts), ShmAlgo::kRounds);
   EXPECT_EQ(choose_shm_broadcast(MiB, facts), ShmAlgo::kRing);
   // TDIST_SHM_RING_BYTES moves the ring's threshold.
@@ -125,7 +125,7 @@ TEST(ShmChoice, GathersAndScatterChooseByTheirLargestBlock) {
   EXPECT_EQ(choose_shm_scatter(16 * KiB, facts), ShmAlgo::kSingleCopy);
   EXPECT_EQ(choose_shm_scatter(MiB + 1, facts), ShmAlgo::kRounds);
   // More ranks than cores: the gathers' ring starts at 8 MiB, not 1.
-  facts.single_copy.oversubscribed = facts.oversubscribed = true;
+  facts.single_copy.oversubscribed = true;
   EXPECT_EQ(choose_shm_gather(4 * MiB, facts), ShmAlgo::kRounds);
   EXPECT_EQ(choose_shm_gather(8 * MiB, facts), ShmAlgo::kRing);
   EXPECT_EQ(shm_ring_threshold(false, facts), MiB);

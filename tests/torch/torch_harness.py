@@ -47,23 +47,24 @@ def _env(rank, world_size, port, extra):
     return env
 
 
+def _says_address_in_use(text):
+    return "Address already in use" in text or "EADDRINUSE" in text
+
+
 def _address_in_use(results):
     # The spec runner reports a program's error in its JSON output, on
     # stdout (and exits 1).
-    return any(word in r.stderr or word in r.stdout for r in results
-               for word in ("Address already in use", "EADDRINUSE"))
+    return any(_says_address_in_use(r.stderr) or _says_address_in_use(r.stdout) for r in results)
 
 
 def _port_taken(output):
-    """Whether a rank's output (its stdout and stderr files) says its
-    store's port was in use."""
-    text = ""
+    """Whether a rank's output files (stdout, stderr) say its store's port
+    was in use; they are left positioned at their ends."""
+    taken = False
     for f in output:
         f.seek(0)
-        text += f.read()
-    for f in output:
-        f.seek(0, os.SEEK_END)
-    return _address_in_use([RankResult(0, 1, text, "")])
+        taken = _says_address_in_use(f.read()) or taken
+    return taken
 
 
 def run_ranks(script, world_size, args=(), extra_env=None, deadline_s=DEADLINE_S, ports=1):

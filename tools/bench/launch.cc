@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpus.h"
 #include "tdist/errors.h"
 
 namespace tdist::bench {
@@ -50,37 +51,19 @@ int exit_code_of(int status) {
   return 2;
 }
 
-// The CPUs rank `rank` of `nproc` runs on: an even share of the CPUs this
-// process may use when the ranks do not outnumber them (as tdistrun binds
-// them, docs/launcher.md), else none (unbound). Left to the scheduler, two
-// ranks at times share one CPU, each waiting for the other to be scheduled:
-// a 2-rank 1 KiB all_reduce took 3.8-8.9 us in a third of the runs instead
-// of 0.41.
-std::vector<int> cpus_for(int rank, int nproc, const std::vector<int>& cpus) {
-  if (nproc < 2 || static_cast<size_t>(nproc) > cpus.size()) return {};
-  const size_t n = cpus.size();
-  const size_t r = static_cast<size_t>(rank);
-  const size_t p = static_cast<size_t>(nproc);
-  return {cpus.begin() + static_cast<std::ptrdiff_t>(r * n / p),
-          cpus.begin() + static_cast<std::ptrdiff_t>((r + 1) * n / p)};
-}
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 }  // namespace
 
 int launch_local(int nproc, char** argv) {
   const std::string port = std::to_string(free_port());
-  const std::vector<int> cpus = allowed_cpus();
+  // Ranks that do not outnumber the CPUs are bound to a share of them each,
+  // as tdistrun --bind-to auto binds them (docs/launcher.md): left to the
+  // scheduler, two ranks at times share one CPU, each waiting for the other
+  // to be scheduled (a 2-rank 1 KiB all_reduce took 3.8-8.9 us in a third
+  // of the runs instead of 0.41). More ranks stay unbound.
+  const std::vector<int> cpus = detail::allowed_cpus();
+  const std::vector<std::vector<int>> shares = nproc > 1 && static_cast<size_t>(nproc) <= cpus.size()
+                                                   ? detail::share_cpus(cpus, nproc)
+                                                   : std::vector<std::vector<int>>{};
   std::vector<pid_t> pids;
   const pid_t parent = getpid();
   for (int rank = 0; rank < nproc; ++rank) {
@@ -103,11 +86,12 @@ int launch_local(int nproc, char** argv) {
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       // NOLINTEND(concurrency-mt-unsafe)
-      const std::vector<int> mine = cpus_for(rank, nproc, cpus);
-      if (!mine.empty()) {
+      if (!shares.empty()) {
         cpu_set_t set;
         CPU_ZERO(&set);
-        for (int cpu : mine) CPU_SET(cpu, &set);
+        for (int cpu : shares[static_cast<size_t>(rank)]) {
+          if (cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+        }
         if (sched_setaffinity(0, sizeof(set), &set) != 0) std::perror("tdist-bench: sched_setaffinity");
       }
       execv("/proc/self/exe", argv);

@@ -86,8 +86,7 @@ struct Call {
   }
   /// What the group's tuning choices depend on (algorithms/tuning/tuning.h).
   ShmFacts facts() const {
-    return ShmFacts{group.buffer_bytes(), group.oversubscribed(), group.ring_bytes(),
-                    group.single_copy_settings()};
+    return ShmFacts{group.buffer_bytes(), group.ring_bytes(), group.single_copy_settings()};
   }
   /// Rank `peer`'s published address, at `offset` in its arrive line of round k.
   const void* address_of(int peer, uint64_t k, size_t offset = 0) const;

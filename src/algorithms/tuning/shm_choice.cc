@@ -63,7 +63,7 @@ ShmAlgo choose_shm_scatter(size_t largest_block, const ShmFacts& facts) {
 
 size_t shm_ring_threshold(bool gather, const ShmFacts& facts) {
   if (facts.ring_bytes) return *facts.ring_bytes;
-  return gather && facts.oversubscribed ? kOversubscribedGatherRingBytes : kDefaultRingBytes;
+  return gather && facts.single_copy.oversubscribed ? kOversubscribedGatherRingBytes : kDefaultRingBytes;
 }
 
 }  // namespace tdist::algorithms

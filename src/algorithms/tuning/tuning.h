@@ -62,10 +62,10 @@ const char* shm_algo_name(ShmAlgo algo);
 /// depends on (ShmGroup holds them; shm_facts in algorithms/shm/shm_call.h).
 struct ShmFacts {
   size_t buffer_bytes = 0;  // each rank's shared buffer
-  /// Some rank may run on fewer cores than the group has ranks.
-  bool oversubscribed = false;
   /// Rank 0's TDIST_SHM_RING_BYTES: replaces both ring thresholds.
   std::optional<size_t> ring_bytes;
+  /// Single copy's settings, and whether some rank may run on fewer cores
+  /// than the group has ranks (single_copy.oversubscribed).
   transport::shm::SingleCopySettings single_copy;
 };
 
