@@ -1,14 +1,16 @@
-/* Peer benchmark for tools/compare: an MPI library (Debian's Open MPI).
+/* Peer benchmark for tools/compare: an MPI library (Debian's Open MPI, Intel
+   MPI, MPICH: built with each one's mpicc).
 
    Measures each op the way tdist-bench does (same buffer sizes, warmup,
    `iters` back-to-back calls between two barriers, mean time on rank 0) and
    prints, on rank 0, one JSON object per row with tdist-bench's keys and
-   "lib": "mpi"; "errors" counts the wrong elements --check found over all
-   ranks (0 without --check). float32 only.
+   "lib": NAME ("mpi" unless --lib says otherwise; tools/compare names Intel
+   MPI's rows "impi" and MPICH's "mpich"); "errors" counts the wrong elements
+   --check found over all ranks (0 without --check). float32 only.
 
    build: mpicc -O2 -o mpi_bench mpi_bench.c
    run:   mpirun -np N ./mpi_bench --ops all_reduce,all_gather --sizes 8,1048576
-                                   [--iters N] [--warmup N] [--check] */
+                                   [--iters N] [--warmup N] [--check] [--lib NAME] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +113,7 @@ int main(int argc, char **argv) {
   int rank, p;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
-  const char *ops = "all_reduce", *sizes = "8,1024,65536,1048576";
+  const char *ops = "all_reduce", *sizes = "8,1024,65536,1048576", *lib = "mpi";
   int iters = 20, warmup = 5, do_check = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--ops") && i + 1 < argc) ops = argv[++i];
@@ -119,6 +121,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--check")) do_check = 1;
+    else if (!strcmp(argv[i], "--lib") && i + 1 < argc) lib = argv[++i];
     else {
       if (rank == 0) fprintf(stderr, "mpi_bench: unknown argument %s\n", argv[i]);
       MPI_Abort(MPI_COMM_WORLD, 2);
@@ -163,9 +166,9 @@ int main(int argc, char **argv) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double dt = (MPI_Wtime() - t0) / iters, algbw = nbytes / dt / 1e9;
       if (rank == 0) {
-        printf("{\"lib\": \"mpi\", \"op\": \"%s\", \"dtype\": \"float32\", \"world_size\": %d, \"bytes\": %ld, "
+        printf("{\"lib\": \"%s\", \"op\": \"%s\", \"dtype\": \"float32\", \"world_size\": %d, \"bytes\": %ld, "
                "\"time_us\": %.3f, \"algbw_GBps\": %.6g, \"busbw_GBps\": %.6g, \"errors\": %ld}\n",
-               kNames[op], p, nbytes, dt * 1e6, algbw, algbw * bus_factor(op, p), errors);
+               lib, kNames[op], p, nbytes, dt * 1e6, algbw, algbw * bus_factor(op, p), errors);
         fflush(stdout);
       }
       free(b.in);
