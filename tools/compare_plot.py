@@ -40,9 +40,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-LIB_ORDER = ["tdist", "gloo", "mpi"]
-LIB_LABEL = {"tdist": "tdist", "gloo": "torch Gloo", "mpi": "Open MPI"}
-LIB_COLOR = {"tdist": "tab:blue", "gloo": "tab:orange", "mpi": "tab:green"}
+LIB_ORDER = ["tdist", "gloo", "mpi", "impi", "mpich", "ccl"]
+LIB_LABEL = {"tdist": "tdist", "gloo": "torch Gloo", "mpi": "Open MPI", "impi": "Intel MPI", "mpich": "MPICH",
+             "ccl": "oneCCL"}
+LIB_COLOR = {"tdist": "tab:blue", "gloo": "tab:orange", "mpi": "tab:green", "impi": "tab:red", "mpich": "tab:purple",
+             "ccl": "tab:brown"}
 STYLES = ["-", "--", ":", "-."]
 OP_ORDER = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather",
             "scatter", "sendrecv", "barrier"]
@@ -178,7 +180,7 @@ def rounds_table(rows_path, floors):
         state = {r["run"]: r["time_us"] / 100 for r in floors.get((w, "ping_pong"), []) if "run" in r}
         floor_name = "tcp_exchange" if (w, "tcp_exchange") in floors else "copy"
         floor = {r["run"]: r["time_us"] for r in floors.get((w, floor_name), []) if "run" in r}
-        peers = [lib for lib in ("mpi", "gloo") if any(lib in v for v in by_run.values())]
+        peers = [lib for lib in ("mpi", "gloo", "impi", "mpich", "ccl") if any(lib in v for v in by_run.values())]
         # One unit for the table, from tdist's slowest round.
         scale, unit = (1e3, "ms") if max(v.get("tdist", 0) for v in by_run.values()) >= 1e3 else (1, "us")
         head = ["round"] + (["ping-pong (ns a pass)"] if state else []) + [f"tdist ({unit})"]
