@@ -222,6 +222,14 @@ TCPStoreClient::Reply TCPStoreClient::read_frame(Connection& c, Deadline deadlin
   reply.status = static_cast<Status>(status);
   tcpstore::PayloadReader header(reply.frame.data() + 5, 8);
   *id = header.u64();
+  // Request ids start at 1: an error for id 0 is the server's word on the
+  // connection itself (refused for its address's cap, or for want of file
+  // descriptors), sent before it closes it.
+  if (*id == 0 && reply.status == Status::kError) {
+    tcpstore::PayloadReader payload = reply.payload();
+    std::string message = payload.str();
+    throw DistNetworkError(payload.ok() ? message : "it refused this connection");
+  }
   return reply;
 }
 

@@ -21,10 +21,12 @@ class MemoryBudget {
 
   size_t limit() const { return limit_; }
   size_t used() const { return used_->load(std::memory_order_relaxed); }
+  /// The most ever charged at once: whether the budget held, not only now.
+  size_t peak() const { return peak_.load(std::memory_order_relaxed); }
   /// Whether `more` bytes still fit.
   bool fits(size_t more) const { return more <= limit_ && used() <= limit_ - more; }
 
-  void charge(size_t bytes) { used_->fetch_add(bytes, std::memory_order_relaxed); }
+  void charge(size_t bytes) { note_peak(used_->fetch_add(bytes, std::memory_order_relaxed) + bytes); }
   void release(size_t bytes) { used_->fetch_sub(bytes, std::memory_order_relaxed); }
   /// Moves a charge from `from` to `to` bytes.
   void recharge(size_t from, size_t to) {
@@ -48,8 +50,14 @@ class MemoryBudget {
   static constexpr size_t kValueOverhead = 64;
 
  private:
+  // Charges come from the loop thread only; the load-then-store is enough.
+  void note_peak(size_t now) {
+    if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
+  }
+
   size_t limit_;
   std::shared_ptr<std::atomic<size_t>> used_;
+  std::atomic<size_t> peak_{0};
 };
 
 }  // namespace tdist

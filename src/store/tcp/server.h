@@ -11,7 +11,9 @@
 /// request costs time linear in its size, keys + values + waiters + buffered
 /// frames share one memory budget, partial frames and silent new
 /// connections time out, and a reply to a GET shares the stored value instead
-/// of copying it. With a token, every connection must pass the handshake of
+/// of copying it. One peer address may hold a bounded number of connections,
+/// and descriptors are kept in reserve so that one address cannot lock the
+/// others out. With a token, every connection must pass the handshake of
 /// src/common/auth.h before anything else.
 
 #include <atomic>
@@ -70,7 +72,25 @@ struct TCPServerOptions {
   /// the token can neither lock the job's clients out nor hold more than
   /// this many handshake frames (256 bytes each) of memory.
   size_t max_unauthenticated = 1024;
+  /// How many connections one peer address may hold open; a new one past it
+  /// is refused with an error frame naming the address and the limit. 0
+  /// means max_connections_per_address_from_env(). Whatever the cap, when
+  /// the process nears RLIMIT_NOFILE the server keeps descriptors in reserve
+  /// for other addresses (docs/stores.md, "Limits").
+  size_t max_connections_per_address = 0;
 };
+
+/// Default of TCPServerOptions::max_connections_per_address: far above the
+/// ranks a host runs (or a NAT gateway fronts), far below a descriptor limit
+/// of tens of thousands.
+inline constexpr size_t kDefaultMaxConnectionsPerAddress = 1024;
+/// TDIST_STORE_MAX_CONNECTIONS_PER_ADDRESS if set (1 to 2^20), else
+/// kDefaultMaxConnectionsPerAddress; raises DistInvalidArgument otherwise.
+size_t max_connections_per_address_from_env();
+/// The most sockets the server closes in one event-loop turn (beyond the
+/// ones it closes to admit a new client): 19,000 clients leaving at once cost
+/// every other client one batch per turn, not one long turn.
+inline constexpr uint64_t kMaxClosesPerTurn = 128;
 
 /// Default of TCPServerOptions::memory_budget: 1 GiB.
 inline constexpr size_t kDefaultStoreMemoryBudget = size_t{1} << 30;
@@ -86,13 +106,17 @@ struct TCPServerStats {
   uint64_t waiters_parked = 0;    ///< GET/WAIT/WAIT_COUNT that had to wait
   uint64_t clients_rejected = 0;  ///< disconnected for breaking the rules
   uint64_t keys = 0;
-  uint64_t memory_used = 0;      ///< bytes charged to the memory budget now
-  uint64_t memory_budget = 0;    ///< the budget in force
-  uint64_t budget_refusals = 0;  ///< requests refused for the budget
-  uint64_t timeouts = 0;         ///< connections dropped by a timeout
-  uint64_t auth_refusals = 0;    ///< connections refused by authentication
-  uint64_t longest_turn_us = 0;  ///< CPU time of the longest event-loop turn so far:
-                                 ///< what one client's requests delay the others by
+  uint64_t memory_used = 0;            ///< bytes charged to the memory budget now
+  uint64_t memory_budget = 0;          ///< the budget in force
+  uint64_t budget_refusals = 0;        ///< requests refused for the budget
+  uint64_t timeouts = 0;               ///< connections dropped by a timeout
+  uint64_t auth_refusals = 0;          ///< connections refused by authentication
+  uint64_t longest_turn_us = 0;        ///< CPU time of the longest event-loop turn so far:
+                                       ///< what one client's requests delay the others by
+  uint64_t memory_peak = 0;            ///< the most ever charged to the memory budget at once
+  uint64_t connections_refused = 0;    ///< refused on arrival: per-address cap or short of descriptors
+  uint64_t connections_evicted = 0;    ///< closed to make room for other addresses' clients
+  uint64_t most_closed_in_a_turn = 0;  ///< sockets closed in the busiest loop turn
 };
 
 /// A TCPStore server. Construction starts the thread; destruction stops it

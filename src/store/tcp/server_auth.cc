@@ -91,6 +91,7 @@ bool TCPServer::Impl::authenticate(Connection& conn, const Request& request) {
       conn.auth = Connection::Auth::kOpen;
       unauthenticated.erase(conn.id);
       conn.served = true;
+      make_member(conn);
       TDIST_LOG(DEBUG) << where() << ": client " << conn.sock.peer() << " authenticated";
       return true;
     }

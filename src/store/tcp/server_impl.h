@@ -7,6 +7,7 @@
 //   server_waiters.cc  GET / WAIT / WAIT_COUNT that wait for keys
 //   server_auth.cc     the token handshake of a new connection
 //   server_limits.cc   the memory budget and the timeouts
+//   server_peers.cc    connections per peer address and the descriptor reserve
 // Everything here runs on the loop thread, except the atomic counters.
 
 #include <sys/epoll.h>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/auth.h"
@@ -49,16 +51,21 @@ struct OutFrame {
 struct Connection {
   uint64_t id = 0;
   Socket sock;
-  std::vector<uint8_t> in;                         // received, not yet parsed
-  size_t in_charged = 0;                           // bytes of `in` charged to the budget
-  std::deque<OutFrame> out;                        // replies not yet sent
-  size_t out_offset = 0;                           // bytes of out.front() already sent
-  size_t out_bytes = 0;                            // unsent bytes in all of out (shared values included)
-  size_t out_charged = 0;                          // unsent bytes of the heads (charged to the budget)
-  uint32_t events = 0;                             // the epoll mask registered
-  bool dead = false;                               // closed at the end of this loop turn
-  bool dirty = false;                              // in the flush list
-  bool pending = false;                            // whole requests left unprocessed this turn (in `ready`)
+  std::vector<uint8_t> in;   // received, not yet parsed
+  size_t in_charged = 0;     // bytes of `in` charged to the budget
+  size_t in_expected = 0;    // size of `in` once the partial frame at in[0] is whole (reserved in the budget)
+  std::deque<OutFrame> out;  // replies not yet sent
+  size_t out_offset = 0;     // bytes of out.front() already sent
+  size_t out_bytes = 0;      // unsent bytes in all of out (shared values included)
+  size_t out_charged = 0;    // unsent bytes of the heads (charged to the budget)
+  uint32_t events = 0;       // the epoll mask registered
+  bool dead = false;         // closed at the end of this loop turn
+  bool dirty = false;        // in the flush list
+  bool pending = false;      // whole requests left unprocessed this turn (in `ready`)
+  // A rank of the job as far as the server can tell: it proved the token,
+  // wrote or deleted a key, or waited for one. Never evicted to make room.
+  bool member = false;
+  std::string address;                             // the peer's host: the unit of the per-address cap
   std::unordered_map<uint64_t, uint64_t> waiters;  // request id -> waiter id
 
   // Timers (docs/stores.md, "Limits").
@@ -73,6 +80,15 @@ struct Connection {
   uint64_t discard = 0;
   uint64_t discard_id = 0;
   std::string discard_why;
+
+  // A large SET's value, read straight into the buffer that becomes the
+  // stored value: no 200 MiB copy when it is stored, no regrowth while it
+  // arrives. value_expected == 0: none on its way.
+  Bytes value_in;
+  size_t value_expected = 0;
+  size_t value_charged = 0;  // reserved in the budget when its header came
+  uint64_t value_id = 0;
+  std::string value_key;
 
   // The handshake, when the server has a token.
   enum class Auth { kOpen, kExpectBegin, kExpectProof };
@@ -124,10 +140,35 @@ struct TCPServer::Impl {
   void flush_dirty();
   void accept_all(const Socket& listener);
   void shed_one_connection(const Socket& listener);
+  /// Closes sockets of connections that went, at most kMaxClosesPerTurn
+  /// in all per turn.
+  void close_some();
+  void close_now(Socket& sock);
   void make_room_for_handshake();
   void check_timers();
   std::chrono::milliseconds tick() const;
   Connection* find(uint64_t id);
+
+  // server_peers.cc
+  /// Whether a connection just accepted from `address` may stay; refuses it
+  /// (error frame, close) if not. May evict another address's connection
+  /// to keep the descriptor reserve.
+  bool admit(Socket& sock, const std::string& address);
+  void count_in(Connection& conn);
+  void count_out(Connection& conn);
+  void make_member(Connection& conn);
+  size_t fds_in_use() const { return fd_baseline + connections.size() + closing.size(); }
+  /// Fewer than the reserve left after `more` descriptors.
+  bool short_of_fds(size_t more = 0) const;
+  void note_fd(int fd);
+  void recount_fds();
+  /// Closes a non-member connection (the oldest idle one it finds soon, else
+  /// the oldest) of the largest address holding more than `above`
+  /// connections that has one; false if there is none.
+  bool evict_one(size_t above, const std::string& why);
+  /// Under descriptor pressure: closes non-member connections idle for a
+  /// second, the largest addresses' first, until the reserve is back.
+  void close_idle_under_pressure();
 
   // server_io.cc
   void on_connection_event(uint64_t id, uint32_t events);
@@ -139,6 +180,10 @@ struct TCPServer::Impl {
   size_t frame_limit(const Connection& conn) const;
   void refuse_before_handshake(Connection& conn, uint64_t announced, const uint64_t* request_id);
   void charge_input(Connection& conn);
+  /// The partial frame at in[0] is a SET with a large value: reads the
+  /// value from now on straight into conn.value_in.
+  void start_streaming_value(Connection& conn);
+  void finish_streamed_value(Connection& conn);
   void flush(Connection& conn);
   void update_interest(Connection& conn);
   void enqueue(Connection& conn, std::vector<uint8_t> frame, KvMap::Value body = nullptr);
@@ -151,6 +196,7 @@ struct TCPServer::Impl {
 
   // server_kv.cc
   void handle(Connection& conn, const tcpstore::FrameView& frame);
+  void handle_request(Connection& conn, tcpstore::Request& request, size_t frame_bytes);
   void set(const std::string& key, Bytes value);
   void add(Connection& conn, const tcpstore::Request& request);
   void compare_set(Connection& conn, const tcpstore::Request& request);
@@ -205,6 +251,26 @@ struct TCPServer::Impl {
   std::vector<uint64_t> ready_list;
   uint64_t next_waiter_id = 1;
   uint64_t fd_exhaustion_warnings = 0;
+
+  // Peer addresses (server_peers.cc): how many connections each holds, and
+  // its non-member connections (oldest first), the ones that may be
+  // evicted when descriptors run short.
+  struct Peer {
+    size_t open = 0;
+    std::set<uint64_t> evictable;
+    uint64_t refused = 0;
+  };
+  std::unordered_map<std::string, Peer> peers;
+  std::set<std::pair<size_t, std::string>> peers_by_open;  // (open, address)
+  size_t fd_limit = 0;                                     // RLIMIT_NOFILE's soft limit (0: unlimited)
+  size_t fd_reserve = 0;   // descriptors kept for other addresses and the ranks
+  size_t fd_baseline = 0;  // descriptors of the process that are not our connections
+  ServerClock::time_point next_fd_recount;
+  // Sockets of connections that went, closed a batch per turn.
+  std::deque<Socket> closing;
+  uint64_t closed_this_turn = 0;
+  // More timers passed than one check drops: the next turn checks again.
+  bool timers_behind = false;
   ServerClock::time_point next_timer_check;
 
   std::atomic<uint64_t> stat_accepted{0};
@@ -217,6 +283,9 @@ struct TCPServer::Impl {
   std::atomic<uint64_t> stat_timeouts{0};
   std::atomic<uint64_t> stat_auth_refusals{0};
   std::atomic<uint64_t> stat_longest_turn_us{0};
+  std::atomic<uint64_t> stat_refused{0};
+  std::atomic<uint64_t> stat_evicted{0};
+  std::atomic<uint64_t> stat_most_closed{0};
 };
 
 }  // namespace tdist

@@ -36,9 +36,21 @@ void TCPServer::Impl::handle(Connection& conn, const tcpstore::FrameView& frame)
     reject(conn, "sent a bad request: " + error, &frame.id);
     return;
   }
+  handle_request(conn, request, frame.frame_size);
+}
+
+// `frame_bytes`: what the request's frame holds of the budget until it is
+// handled (0 for a streamed SET, whose value moved out of it).
+void TCPServer::Impl::handle_request(Connection& conn, Request& request, size_t frame_bytes) {
   if (authenticate(conn, request)) return;
   conn.served = true;
-  if (refuse_for_budget(conn, request, frame.frame_size)) return;
+  if (refuse_for_budget(conn, request, frame_bytes)) return;
+  // A client that writes keys is taken for a rank of the job: never closed
+  // to make room for others (server_peers.cc).
+  if (request.command == Command::kSet || request.command == Command::kAdd ||
+      request.command == Command::kCompareSet || request.command == Command::kDeleteKey) {
+    make_member(conn);
+  }
   FrameWriter reply(static_cast<uint8_t>(Status::kOk), request.id);
   const std::string& key = request.keys.empty() ? std::string() : request.keys.front();
   switch (request.command) {

@@ -135,6 +135,8 @@ void TCPServer::Impl::park(Connection& conn, Waiter waiter) {
                                           std::to_string(cost) + " bytes"));
     return;
   }
+  // A rank waiting for another's key is one of the job's clients.
+  make_member(conn);
   // A reused request id replaces the older waiter instead of orphaning it.
   if (auto old = conn.waiters.find(waiter.request); old != conn.waiters.end()) remove_waiter(old->second);
   uint64_t id = next_waiter_id++;
