@@ -10,6 +10,9 @@ usage:
       reduce_scatter) is named in the panel's title.
   /usr/bin/python3 tools/compare_plot.py --table ROWS.jsonl
       the figures as Markdown tables (one per world size) on stdout.
+  /usr/bin/python3 tools/compare_plot.py --op-tables ROWS.jsonl
+      one Markdown table per op: each size and world size a line, every
+      library's time, each peer's time over tdist's and the fastest peer's.
   /usr/bin/python3 tools/compare_plot.py --update-doc DOC.md ROWS.jsonl [--command CMD]
                                          [--build-dir DIR] [--load-before "1.0 0.9 0.8"]
       rewrites the part of DOC.md between the lines
@@ -362,6 +365,42 @@ def tables(rows):
     return "\n".join(out)
 
 
+def op_tables(rows):
+    """Markdown: one table per op, a line per (size, world size) with each
+    library's time, each peer's time over tdist's, and the fastest peer's
+    (below 1: that peer was faster than tdist)."""
+    by_key = {(r["world_size"], r["op"], r["bytes"], r["lib"]): r for r in rows}
+    libs = [lib for lib in LIB_ORDER if any(r["lib"] == lib for r in rows)]
+    peers = [lib for lib in libs if lib != "tdist"]
+    out = []
+    ops = sorted({r["op"] for r in rows}, key=lambda o: OP_ORDER.index(o) if o in OP_ORDER else 99)
+    for op in ops:
+        out.append(f"#### {op}\n")
+        head = ["size", "ranks"] + [f"{LIB_LABEL[lib]} (us)" for lib in libs]
+        if "tdist" in libs:
+            head += [f"{LIB_LABEL[p]} / tdist" for p in peers] + ["fastest peer / tdist"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "|".join([" --- "] * 2 + [" ---: "] * (len(head) - 2)) + "|")
+        keys = sorted({(r["bytes"], r["world_size"]) for r in rows if r["op"] == op})
+        for nbytes, w in keys:
+            got = {lib: by_key.get((w, op, nbytes, lib)) for lib in libs}
+            line = ["-" if op == "barrier" else human(nbytes, " "), str(w)]
+            line += [fmt_time(got[lib]["time_us"]) + (f" ({got[lib]['errors']} wrong!)" if got[lib]["errors"] else "")
+                     if got[lib] else "-" for lib in libs]
+            t = got.get("tdist")
+            if "tdist" in libs:
+                ratios = {p: got[p]["time_us"] / t["time_us"] for p in peers if t and got[p] and t["time_us"] > 0}
+                line += [fmt_ratio(ratios[p]) if p in ratios else "-" for p in peers]
+                if ratios:
+                    best = min(ratios, key=ratios.get)
+                    line.append(f"{fmt_ratio(ratios[best])} ({LIB_LABEL[best]})")
+                else:
+                    line.append("-")
+            out.append("| " + " | ".join(line) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 # ---- The generated part of docs/performance.md ----
 
 def run(cmd):
@@ -371,7 +410,23 @@ def run(cmd):
         return ""
 
 
-def machine(build_dir, load_before):
+def pip_peers(peers_dir):
+    """The pip-installed peers' versions, from tools/compare's venvs."""
+    names = {"impi-rt": "Intel MPI", "oneccl-cpu": "oneCCL (CPU)", "mpich": "MPICH"}
+    found = []
+    for venv in ("intel", "mpich"):
+        try:
+            with open(os.path.join(peers_dir, venv, ".requirements")) as f:
+                for line in f:
+                    pkg, _, version = line.strip().partition("==")
+                    if pkg in names:
+                        found.append(f"{names[pkg]} ({pkg}, pip) {version}")
+        except OSError:
+            pass
+    return found
+
+
+def machine(build_dir, load_before, peers_dir=None):
     info = {}
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -407,7 +462,7 @@ def machine(build_dir, load_before):
         f"- memory: {mem_kib / (1 << 20):.1f} GiB",
         f"- kernel: Linux {os.uname().release}; Debian {debian}",
         f"- peers: torch (python3-torch) {deb('python3-torch')}, Gloo backend; Open MPI (openmpi-bin) "
-        f"{deb('openmpi-bin')}",
+        f"{deb('openmpi-bin')}" + "".join(f"; {p}" for p in (pip_peers(peers_dir) if peers_dir else [])),
     ]
     # Which tdist was measured: the commit, and whether the tree differed
     # from it (read-only git commands).
@@ -427,7 +482,7 @@ def machine(build_dir, load_before):
     return "\n".join(lines)
 
 
-def update_doc(doc, rows_path, rows, command, build_dir, load_before, transport=None):
+def update_doc(doc, rows_path, rows, command, build_dir, load_before, transport=None, peers_dir=None):
     begin, end = markers(transport)
     with open(doc) as f:
         text = f.read()
@@ -437,7 +492,7 @@ def update_doc(doc, rows_path, rows, command, build_dir, load_before, transport=
         begin,
         f"Measured on {datetime.date.today().isoformat()} on this machine:",
         "",
-        machine(build_dir, load_before),
+        machine(build_dir, load_before, peers_dir),
         "",
         "Produced by (from the repository's root):",
         "",
@@ -481,21 +536,27 @@ def main():
     ap.add_argument("rows", help="the JSON lines tools/compare wrote")
     ap.add_argument("png", nargs="?", help="the chart to write")
     ap.add_argument("--table", action="store_true", help="print the Markdown tables")
+    ap.add_argument("--op-tables", action="store_true",
+                    help="print one Markdown table per op (every library's time, each peer's over tdist's)")
     ap.add_argument("--update-doc", metavar="DOC", help="rewrite DOC's generated part")
     ap.add_argument("--command", help="the command that produced the rows (for --update-doc)")
     ap.add_argument("--build-dir", help="tdist's build directory (for --update-doc: compiler, build type)")
     ap.add_argument("--load-before", help="/proc/loadavg's first three figures when the run began")
     ap.add_argument("--transport", help="tdist's transport in the rows (for --update-doc: tcp has its own part)")
+    ap.add_argument("--peers-dir", help="where tools/compare installed Intel MPI, oneCCL and MPICH (for --update-doc)")
     args = ap.parse_args()
-    if not (args.png or args.table or args.update_doc):
-        ap.error("give OUT.png, --table or --update-doc")
+    if not (args.png or args.table or args.op_tables or args.update_doc):
+        ap.error("give OUT.png, --table, --op-tables or --update-doc")
     rows = load_rows(args.rows)
     if args.png:
         plot(rows, args.png)
     if args.table:
         print(tables(rows))
+    if args.op_tables:
+        print(op_tables(rows))
     if args.update_doc:
-        update_doc(args.update_doc, args.rows, rows, args.command, args.build_dir, args.load_before, args.transport)
+        update_doc(args.update_doc, args.rows, rows, args.command, args.build_dir, args.load_before, args.transport,
+                   args.peers_dir)
 
 
 if __name__ == "__main__":
