@@ -15,6 +15,7 @@
 #include "forced_algorithms.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
+#include "transport/shm/shm_p2p_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace tdist {
@@ -112,11 +113,23 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
   // timeout, and an abort must not wait for it), then put in place under it.
   auto transport = transport::connect_tcp(*store, rank(), size(), tcp);
   auto domains = connect_collective_domains(*store, *transport, options().timeout);
+  std::unique_ptr<transport::Transport> shm_p2p;
+  if (domains.shm != nullptr) {
+    // Every rank is on this host: sends and receives go through shared
+    // memory too, with what the collectives' domain agreed on.
+    transport::shm::ShmP2pOptions p2p;
+    p2p.peer_read = domains.shm->single_copy();
+    p2p.policy = domains.shm->policy();
+    p2p.timeout = options().timeout;
+    p2p.watch = transport.get();
+    shm_p2p = transport::shm::connect_shm_p2p(*store, rank(), size(), p2p);
+  }
   {
     std::lock_guard<std::mutex> lock(links_mutex_);
     transport_ = std::move(transport);
+    shm_p2p_ = std::move(shm_p2p);
     domains_ = std::move(domains);
-    p2p_transport_.store(transport_.get(), std::memory_order_release);
+    p2p_transport_.store(shm_p2p_ ? shm_p2p_.get() : transport_.get(), std::memory_order_release);
     all_on_shared_memory_ = shm() != nullptr && forced_algos_ == 0;
   }
   trace_register(*store);
@@ -192,6 +205,7 @@ class ProcessGroupTdist::LinksPin {
     shm = group_.shm();
     local = group_.domains_.local.get();
     transport = group_.transport_.get();
+    shm_p2p = group_.shm_p2p_.get();
   }
   ~LinksPin() {
     {
@@ -206,6 +220,7 @@ class ProcessGroupTdist::LinksPin {
   transport::shm::ShmGroup* shm = nullptr;
   transport::shm::ShmGroup* local = nullptr;
   transport::Transport* transport = nullptr;
+  transport::Transport* shm_p2p = nullptr;
 
  private:
   const ProcessGroupTdist& group_;
@@ -216,6 +231,7 @@ void ProcessGroupTdist::disconnect() {
   recorder_.forget_group(trace_group_);
   CollectiveDomains domains;
   std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<transport::Transport> shm_p2p;
   {
     std::unique_lock<std::mutex> lock(links_mutex_);
     // Point-to-point calls (the plugin makes some from the transport's own
@@ -225,6 +241,7 @@ void ProcessGroupTdist::disconnect() {
     domains = std::move(domains_);
     domains_ = CollectiveDomains{};
     transport = std::move(transport_);
+    shm_p2p = std::move(shm_p2p_);
     all_on_shared_memory_ = false;
     // An abort or peer_crashed on another thread may be using them: new
     // ones cannot start on them (the members are empty), running ones end.
@@ -238,6 +255,7 @@ void ProcessGroupTdist::disconnect() {
   // declaration order, the shared memory before the domain that uses it).
   domains.domain.reset();
   domains = CollectiveDomains{};
+  shm_p2p.reset();  // it watches the TCP transport
   transport.reset();
 }
 
@@ -298,6 +316,7 @@ void ProcessGroupTdist::abort_links(const std::string& why) {
   using Kind = transport::shm::ShmGroup::AbortKind;
   if (links.shm != nullptr) links.shm->abort(why, Kind::kOther);
   if (links.local != nullptr) links.local->abort(why, Kind::kOther);
+  if (links.shm_p2p != nullptr) links.shm_p2p->abort(std::make_exception_ptr(DistBackendError(why)));
   if (links.transport != nullptr) links.transport->abort(std::make_exception_ptr(DistBackendError(why)));
 }
 

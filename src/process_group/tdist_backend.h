@@ -320,8 +320,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   // connections, instead of being erased when the rebuild ends.
   bool rebuilding_ = false;
   std::optional<std::string> abort_in_rebuild_;
-  // Guards the swap of the connections below (transport_, domains_,
-  // p2p_transport_) against abort() and peer_crashed() on other threads;
+  // Guards the swap of the connections below (transport_, shm_p2p_,
+  // domains_, p2p_transport_) against abort() and peer_crashed() on other threads;
   // links_pins_ counts those using them (LinksPin). Held only for the swap,
   // not for the rendezvous, so an abort never waits for a rebuild.
   mutable std::mutex links_mutex_;
@@ -332,7 +332,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   std::atomic<bool> unusable_{false};
   std::string unusable_reason_;
   std::unique_ptr<transport::Transport> transport_;
-  // transport_ as point-to-point calls read it: they may come from any
+  // Point-to-point messages over shared memory when every rank shares this
+  // host (null otherwise: they go over transport_). It watches transport_
+  // for dead peers, so it is destroyed first.
+  std::unique_ptr<transport::Transport> shm_p2p_;
+  // shm_p2p_ or transport_ as point-to-point calls read it: they may come from any
   // thread, even the old transport's loop while a rebuild destroys it.
   std::atomic<transport::Transport*> p2p_transport_{nullptr};
   // Destroyed before transport_, which the subset transports point into.

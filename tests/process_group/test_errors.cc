@@ -2,8 +2,10 @@
 // rank that never arrives gives an error naming it, never a hang.
 
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <unistd.h>
+#include <cstring>
 
 #include "pg_harness.h"
 #include "tdist/distributed.h"
@@ -236,6 +238,81 @@ TEST(PgErrors, AllToAllWithLargerSplitSizesTheRanksDisagreeOnIsAnError) {
 
 TEST(PgErrors, AKilledRankInALargeAllReduceIsReportedByEveryOtherRank) {
   EXPECT_EQ(kill_one_rank_in_all_reduce(4, "kill", size_t{16} << 20 /* 64 MiB */, 2), "");
+}
+
+// On one host the sender of a message that a receive refused (another
+// dtype) learns of it without receiving anything: its next send raises the
+// refusal, although the receiver stays alive and sends it nothing (over TCP
+// it may never learn: docs/errors.md). The receiver says through the store
+// that it refused, after its transport has put the refusal in the ring.
+TEST(PgErrors, OnOneHostTheSenderOfARefusedMessageLearnsOfIt) {
+  for (size_t count : {size_t{10}, size_t{1} << 16 /* read from the sender's memory */}) {
+    const std::string path = temp_path("refused");
+    auto outcomes = run_forked(
+        2,
+        [&](int rank) {
+          auto store = std::make_shared<FileStore>(path, 2);
+          ProcessGroupOptions options;
+          options.timeout = 20s;
+          auto pg = create_process_group("tdist", store, rank, 2, options);
+          const auto n = static_cast<int64_t>(count);
+          if (rank == 1) {
+            Tensor t = Tensor::zeros(DType::kFloat32, {n});
+            try {
+              pg->recv(t, 0, 7)->wait();
+              throw std::runtime_error("a recv of another dtype succeeded");
+            } catch (const DistBackendError&) {
+            }
+            store->set("refused", "1");
+            store->wait({"sender_knows"});
+            return;
+          }
+          std::string got;
+          try {
+            // The large one is read from this rank's memory: the send itself
+            // fails with the refusal; the small one is in the ring by then.
+            pg->send(Tensor::zeros(DType::kInt32, {n}), 1, 7)->wait();
+            store->wait({"refused"});
+            pg->send(Tensor::zeros(DType::kUInt8, {1}), 1, 8)->wait();
+          } catch (const DistError& e) {
+            got = e.what();
+          }
+          store->set("sender_knows", "1");
+          check(got.find("a send of rank 0 was refused") != std::string::npos &&
+                    got.find("rank 0 sent " + std::to_string(count) + " int32 elements but rank 1 receives " +
+                             std::to_string(count) + " float32") != std::string::npos,
+                "the sender's error: '" + got + "'");
+        },
+        40s);
+    for (const auto& outcome : outcomes)
+      EXPECT_TRUE(outcome.ok) << count << ": " << describe_failures(outcomes);
+    unlink(path.c_str());
+  }
+}
+
+// Two ranks pass a tensor to each other by send and recv (over shared
+// memory: one host); rank 1 dies in the second exchange. Rank 0's receive
+// fails naming it, for a message in the ring (8 B) and for one read
+// straight from the dead rank's memory (16 MiB).
+KillTestOp exchange_op() {
+  return {"send/recv", [](int) { return 3.0f; },
+          [](ProcessGroup& pg, Tensor& t) {
+            // Sends a copy: the peer may read it while t is being received into.
+            Tensor copy = Tensor::zeros(DType::kFloat32, {static_cast<int64_t>(t.numel())});
+            std::memcpy(copy.data(), t.data(), t.nbytes());
+            const int peer = 1 - pg.rank();
+            (void)pg.send(copy, peer, 5);
+            return pg.recv(t, peer, 5);
+          },
+          [](int) { return 3.0f; }};
+}
+
+TEST(PgErrors, AKilledRankInASmallSendRecvIsReportedByItsPeer) {
+  EXPECT_EQ(kill_one_rank_in(exchange_op(), 2, "kill_p2p_small", 2, 1), "");
+}
+
+TEST(PgErrors, AKilledRankInALargeSendRecvIsReportedByItsPeer) {
+  EXPECT_EQ(kill_one_rank_in(exchange_op(), 2, "kill_p2p_large", size_t{4} << 20 /* 16 MiB */, 1), "");
 }
 
 // Three ranks broadcast 64 MiB from rank 0 through a ring of slots (its

@@ -1,8 +1,11 @@
 // The contract of transport/transport.h, run over every transport: TCP
 // among the ranks, and a subset of a larger TCP group (SubsetTransport, as
 // the hierarchical collectives use it, its ranks in another order than the
-// parent's). Matching and order, sizes, unknown sizes, the call-matching
-// hooks, abort and a peer's goodbye. A new transport joins by adding its
+// parent's), and shared memory among the ranks of one host
+// (ShmP2pTransport), with large messages read straight from the sender's
+// memory and, again, streamed through the rings. Matching and order,
+// sizes, unknown sizes, the call-matching hooks, abort and a peer's
+// goodbye. A new transport joins by adding its
 // Kind to with() and to the instantiation below.
 
 #include <gtest/gtest.h>
@@ -15,6 +18,8 @@
 #include "common/call_signature.h"
 #include "multirank.h"
 #include "tdist/errors.h"
+#include "transport/shm/shm_group.h"
+#include "transport/shm/shm_p2p_transport.h"
 #include "transport/subset_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport_harness.h"
@@ -24,11 +29,29 @@ namespace {
 
 using transport::kAnySource;
 
-enum class Kind { kTcp, kSubset };
+enum class Kind { kTcp, kSubset, kShm, kShmStreamed };
 
 const char* kind_name(Kind kind) {
-  return kind == Kind::kTcp ? "tcp" : "subset";
+  switch (kind) {
+    case Kind::kTcp:
+      return "tcp";
+    case Kind::kSubset:
+      return "subset";
+    case Kind::kShm:
+      return "shm";
+    case Kind::kShmStreamed:
+      return "shm_streamed";
+  }
+  return "?";
 }
+
+// A rank's shared-memory transport and the TCP one it watches, destroyed
+// in that order.
+struct ShmRank {
+  std::shared_ptr<Transport> tcp;
+  std::unique_ptr<Transport> shm;
+  ~ShmRank() { shm.reset(); }
+};
 
 // The parent rank of subset rank i: the parent has n + 1 ranks, and the
 // subset takes ranks n, n - 1, ..., 1 (parent rank 0 only connects).
@@ -39,6 +62,25 @@ int parent_of(int n, int i) {
 // Runs fn on n ranks, each with a connected transport of `kind`.
 std::string with(Kind kind, Mode mode, int n, const std::function<void(Transport&, int)>& fn) {
   if (kind == Kind::kTcp) return with_transport(mode, n, fn);
+  if (kind == Kind::kShm || kind == Kind::kShmStreamed) {
+    return run_with_store(mode, n, [&](Store& store, int rank) -> KeepAlive {
+      auto ranks = std::make_shared<ShmRank>();
+      transport::TcpOptions tcp;
+      tcp.timeout = 30s;
+      ranks->tcp = transport::connect_tcp(store, rank, n, tcp);
+      // What a process group takes from its shared-memory domain: whether
+      // ranks may read each other's memory (agreed), and how to wait.
+      auto domain = transport::shm::ShmGroup::connect(store, rank, n, 30s);
+      transport::shm::ShmP2pOptions options;
+      options.peer_read = kind == Kind::kShm && domain->single_copy();
+      options.policy = domain->policy();
+      options.timeout = 30s;
+      options.watch = ranks->tcp.get();
+      ranks->shm = transport::shm::connect_shm_p2p(store, rank, n, options);
+      fn(*ranks->shm, rank);
+      return ranks;
+    });
+  }
   return run_with_store(mode, n + 1, [&](Store& store, int rank) -> KeepAlive {
     transport::TcpOptions options;
     options.timeout = 30s;
@@ -290,7 +332,7 @@ TEST_P(Conformance, TheCallMatchingHooksSeeAPeersMessages) {
               }
               const auto found = t.conflicting_message(mine);
               if (!found) throw std::runtime_error("conflicting_message did not report the peer's message");
-              const int sender = kind() == Kind::kTcp ? 1 : parent_of(n(), 1);
+              const int sender = kind() == Kind::kSubset ? parent_of(n(), 1) : 1;
               if (found->first != sender || !(found->second == theirs)) {
                 throw std::runtime_error("conflicting_message named rank " + std::to_string(found->first) +
                                          ", expected " + std::to_string(sender));
@@ -341,15 +383,14 @@ TEST_P(Conformance, AbortFailsPendingAndLaterRequestsHereAndAtThePeers) {
             "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Conformance,
-                         ::testing::Combine(::testing::Values(Kind::kTcp, Kind::kSubset),
-                                            ::testing::Values(Mode::kThreads, Mode::kProcesses),
-                                            ::testing::Values(1, 2, 3, 5, 8)),
-                         [](const auto& p) {
-                           return std::string(kind_name(std::get<0>(p.param))) + "_" +
-                                  mode_name(std::get<1>(p.param)) + "_" +
-                                  std::to_string(std::get<2>(p.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Transports, Conformance,
+    ::testing::Combine(::testing::Values(Kind::kTcp, Kind::kSubset, Kind::kShm, Kind::kShmStreamed),
+                       ::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(1, 2, 3, 5, 8)),
+    [](const auto& p) {
+      return std::string(kind_name(std::get<0>(p.param))) + "_" + mode_name(std::get<1>(p.param)) + "_" +
+             std::to_string(std::get<2>(p.param));
+    });
 
 }  // namespace
 }  // namespace tdist::testing

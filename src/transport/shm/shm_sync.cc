@@ -45,6 +45,23 @@ void wake_all(FlagLine& line) {
   syscall(SYS_futex, futex_word(line), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void ring_bell(FlagLine& line) {
+  // As publish: the seq_cst add and load pair with the sleeper's.
+  line.seq.fetch_add(1, std::memory_order_seq_cst);
+  if (line.sleepers.load(std::memory_order_seq_cst) != 0) wake_all(line);
+}
+
+void sleep_while_unchanged(const FlagLine& line, uint64_t seen, std::chrono::nanoseconds timeout) {
+  auto& sleepers = const_cast<std::atomic<uint32_t>&>(line.sleepers);
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (line.seq.load(std::memory_order_seq_cst) == seen) {
+    const auto ns = timeout.count();
+    timespec slice{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    syscall(SYS_futex, futex_word(line), FUTEX_WAIT, static_cast<uint32_t>(seen), &slice, nullptr, 0);
+  }
+  sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
 WaitPolicy WaitPolicy::for_oversubscription(bool oversubscribed) {
   WaitPolicy policy{32, 64};
   // With a core per rank the peer is probably running: spin a while before

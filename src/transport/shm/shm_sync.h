@@ -92,4 +92,13 @@ inline bool reached(const FlagLine& line, uint64_t target) {
 /// Wakes every sleeper of `line` (used when aborting).
 void wake_all(FlagLine& line);
 
+/// A line that many ranks bump (a doorbell: "there is news for you"): adds
+/// one to its seq and wakes its sleepers, if any.
+void ring_bell(FlagLine& line);
+
+/// Sleeps on `line` until its seq is no longer `seen` or `timeout` has
+/// passed (or a spurious wake-up): for a thread that has nothing to do until
+/// some rank bumps the line, and must look up now and then regardless.
+void sleep_while_unchanged(const FlagLine& line, uint64_t seen, std::chrono::nanoseconds timeout);
+
 }  // namespace tdist::transport::shm

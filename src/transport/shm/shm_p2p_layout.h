@@ -1,0 +1,158 @@
+#pragma once
+
+// The shared memory of point-to-point messages between the ranks of one
+// host (ShmP2pTransport, shm_p2p_transport.h): for every ordered pair of
+// ranks (s, d) a ring of slots (P2pLayout::ring_slots) that only s writes and only d
+// reads, and for every rank a doorbell that others bump when they have put
+// something in its rings or freed slots in the rings it writes.
+//
+//   [any_aborted line][rank areas, one per rank][ring counters, size x size]
+//   [slots: size x size rings of ring_slots slots of kP2pSlotBytes]
+//
+// A message takes one slot when its bytes fit beside the header; a larger
+// one goes either in a run of slots that follow each other in the ring
+// (Carry::kSlots: the receiver copies each out as it comes), or, when every
+// rank may read every other's memory, as a header alone that says where its
+// bytes lie in the sender (kPeerRead: the receiver copies them straight
+// into its buffer with process_vm_readv, then sends an acknowledgement
+// back, and only then does the send complete). Acknowledgements and
+// refusals (a receive of another dtype or count) are messages of their own
+// in the reverse ring, so they stay in order with the data.
+//
+// The pure arithmetic here (which protocol, how many slots, where things
+// lie) is tested in tests/transport/test_shm_p2p_layout.cc, the transport
+// in test_transport_conformance.cc.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/call_signature.h"
+#include "transport/shm/shm_sync.h"
+
+namespace tdist::transport::shm {
+
+/// Bytes of one slot, header included: two pages, so a streamed message
+/// moves in page-sized copies.
+inline constexpr size_t kP2pSlotBytes = 8192;
+inline constexpr size_t kP2pSlotHeaderBytes = 128;
+/// Message bytes a slot carries.
+inline constexpr size_t kP2pSlotPayload = kP2pSlotBytes - kP2pSlotHeaderBytes;
+/// Slots per ring: 16 (128 KiB per pair, enough to keep a streamed
+/// message flowing while the receiver copies) as long as all rings together
+/// stay within kP2pRingBudget, fewer (down to 2) for large hosts: the
+/// segment is touched only where used, but a container's /dev/shm (64 MiB
+/// by default under Docker) must hold what is.
+inline constexpr uint64_t kP2pMaxSlots = 16;
+inline constexpr uint64_t kP2pMinSlots = 2;
+inline constexpr size_t kP2pRingBudget = size_t{32} << 20;
+
+/// Messages from this size up go by a read of the sender's memory when the
+/// ranks allow it (docs/tuning.md has the measurement); smaller ones stream
+/// through the ring, which costs two copies but no system call.
+inline constexpr size_t kP2pPeerReadMinBytes = size_t{32} << 10;
+
+/// How long a large message may wait for its receive before the receiver
+/// copies it into a buffer of its own: a send must not depend on the
+/// receiver posting its receive (over TCP it does not, and two ranks that
+/// both send first must not wait for each other), yet a receive that comes
+/// soon should take the bytes straight from the sender (kPeerRead) or the
+/// ring (kSlots), in one copy and without a fresh buffer's page faults.
+/// "Soon" grows with the message: a receiver may still be copying the
+/// previous one of the same size (a 16 MiB copy takes a few ms here).
+inline std::chrono::nanoseconds p2p_patience(size_t bytes) {
+  constexpr int64_t kBaseNs = 2'000'000;
+  constexpr int64_t kNsPerKiB = 2'000;  // 0.5 GB/s: several times a copy's time
+  return std::chrono::nanoseconds(kBaseNs + static_cast<int64_t>(bytes >> 10) * kNsPerKiB);
+}
+
+enum class SlotKind : uint32_t {
+  kMessage = 1,  // a message's header (and, unless kPeerRead, its first bytes)
+  kMore = 2,     // the next bytes of a streamed message
+  kAck = 3,      // "I have read your kPeerRead message `id`": its send completes
+  kRefusal = 4,  // "a receive refused your message `id`": the payload says why
+};
+
+enum class Carry : uint32_t { kSlots = 0, kPeerRead = 1 };
+
+/// The start of every slot.
+struct SlotHeader {
+  SlotKind kind;
+  Carry carry;
+  uint64_t tag;
+  uint64_t total;    // the message's bytes (kMessage)
+  uint64_t chunk;    // bytes in this slot's payload
+  uint64_t id;       // the sender's number for the message, per pair
+  uint64_t address;  // kPeerRead: where the message lies in the sender's memory
+  tdist::detail::CallSignature sig;
+};
+static_assert(sizeof(SlotHeader) <= kP2pSlotHeaderBytes);
+
+/// One ring's positions, each on its own cache line: slots written by the
+/// sender and read (freed) by the receiver, both counting up forever.
+struct alignas(kCacheLine) RingCounters {
+  std::atomic<uint64_t> written;
+  /// Set by a sender that found the ring full: the receiver rings the
+  /// sender's bell when it frees a slot.
+  std::atomic<uint32_t> sender_waits;
+  alignas(kCacheLine) std::atomic<uint64_t> read;
+};
+static_assert(sizeof(RingCounters) == 2 * kCacheLine);
+
+/// One rank's own lines.
+struct alignas(kCacheLine) P2pRankArea {
+  FlagLine bell;        // bumped by anyone with news for this rank (knock)
+  FlagLine background;  // bumped as well while `listening`: wakes the rank's background thread
+  /// Nonzero while the rank's background thread sleeps waiting for news;
+  /// a thread of the rank that reads the rings itself clears it, so that
+  /// news for it does not also wake the background thread.
+  alignas(kCacheLine) std::atomic<uint32_t> listening;
+  FlagLine aborted;  // seq != 0: this rank aborted; payload[0]: the error's kind
+  FlagLine closed;   // seq != 0: this rank closed its transport (a goodbye)
+  char reason[1024];
+  uint64_t pid;
+};
+
+/// Tells rank `area`'s threads there is news: wakes the thread that waits
+/// for it, and the background thread if it listens.
+inline void knock(P2pRankArea& area) {
+  ring_bell(area.bell);
+  if (area.listening.load(std::memory_order_seq_cst) != 0) ring_bell(area.background);
+}
+
+/// How a message of `bytes` travels: kPeerRead only when the ranks allow it.
+inline Carry carry_for(size_t bytes, bool peer_read_allowed) {
+  return peer_read_allowed && bytes >= kP2pPeerReadMinBytes ? Carry::kPeerRead : Carry::kSlots;
+}
+
+/// Slots a message takes in the ring.
+inline uint64_t slots_for(size_t bytes, Carry carry) {
+  if (carry == Carry::kPeerRead || bytes <= kP2pSlotPayload) return 1;
+  return (bytes + kP2pSlotPayload - 1) / kP2pSlotPayload;
+}
+
+/// Where the parts of a segment for `size` ranks lie, and how many slots
+/// each ring has.
+struct P2pLayout {
+  explicit P2pLayout(int size);
+  size_t areas = 0;     // offset of rank 0's P2pRankArea
+  size_t counters = 0;  // offset of the (0, 0) RingCounters
+  size_t slots = 0;     // offset of ring (0, 0)'s first slot
+  size_t bytes = 0;     // the whole segment
+  uint64_t ring_slots = 0;
+  int size = 0;
+
+  size_t ring_index(int from, int to) const {
+    return static_cast<size_t>(from) * static_cast<size_t>(size) + static_cast<size_t>(to);
+  }
+  size_t counters_offset(int from, int to) const {
+    return counters + ring_index(from, to) * sizeof(RingCounters);
+  }
+  /// Slot n (counted forever) of the ring from `from` to `to`.
+  size_t slot_offset(int from, int to, uint64_t n) const {
+    return slots + (ring_index(from, to) * ring_slots + n % ring_slots) * kP2pSlotBytes;
+  }
+};
+
+}  // namespace tdist::transport::shm

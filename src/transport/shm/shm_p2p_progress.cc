@@ -1,0 +1,475 @@
+// ShmP2pTransport: moving the data. Reading every ring from the peers,
+// writing what is queued for them, copies out of peers' memory, the waits
+// of threads that move data themselves, the background thread, and the
+// checks that find aborted and vanished peers.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/completion_thread.h"
+#include "tdist/errors.h"
+#include "transport/shm/shm_p2p_transport.h"
+#include "transport/shm/shm_single_copy.h"
+
+namespace tdist::transport::shm {
+namespace {
+
+namespace sig = tdist::detail;
+
+// How often a thread that moves data looks for aborted and vanished peers.
+constexpr auto kCheckEvery = std::chrono::milliseconds(5);
+// How long the background thread sleeps between looks when nothing is
+// pending here (a knock wakes it sooner).
+constexpr auto kIdleSleep = std::chrono::milliseconds(50);
+// After a wait of the rank's own ends, the background thread looks in this
+// often, without listening, before it listens again: a rank that is
+// exchanging messages is back in a wait soon.
+constexpr auto kQuietAfterWait = std::chrono::milliseconds(1);
+
+// Thrown out of a wait's check to go back to moving data.
+struct StopWaiting {};
+
+// The transport whose data this thread moves in wait(), if any.
+thread_local const ShmP2pTransport* t_driving = nullptr;
+
+bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
+  return (want_src == kAnySource || want_src == src) && want_tag == tag;
+}
+
+}  // namespace
+
+bool ShmP2pTransport::progress() {
+  bool moved = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!closing_) {
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_) read_ring_locked(p, moved);
+      }
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_ && !outbox_[static_cast<size_t>(p)].empty()) moved = flush_locked(p) || moved;
+      }
+      buffer_waiting_reads_locked();
+      const auto now = coarse_now();
+      if (now >= next_check_) {
+        next_check_ = now + kCheckEvery;
+        check_failures_locked();
+      }
+    }
+  }
+  for (;;) {
+    std::optional<PeerRead> read;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (reads_.empty()) break;
+      read = std::move(reads_.front());
+      reads_.pop_front();
+    }
+    run_peer_read(*read);
+    moved = true;
+  }
+  // Marked as the transport's completion thread, as TCP's loop and driving
+  // threads are: a callback that waits for another point-to-point
+  // operation raises "would deadlock" instead of waiting for itself.
+  detail::CompletionThreadScope completing(static_cast<const Transport*>(this));
+  deliver_completions();
+  return moved;
+}
+
+void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
+  RingCounters& c = counters(p, rank_);
+  uint64_t& r = read_[static_cast<size_t>(p)];
+  uint64_t w = c.written.load(std::memory_order_acquire);
+  while (r < w) {
+    const uint8_t* s = slot(p, rank_, r);
+    SlotHeader header;
+    std::memcpy(&header, s, sizeof(header));
+    if (waits_in_ring_locked(p, header)) break;
+    read_slot_locked(p, header, s + kP2pSlotHeaderBytes);
+    ++r;
+    // seq_cst: pairs with the sender's sender_waits store and re-read.
+    c.read.store(r, std::memory_order_seq_cst);
+    if (c.sender_waits.load(std::memory_order_seq_cst) != 0) {
+      c.sender_waits.store(0, std::memory_order_relaxed);
+      knock(area(p));
+    }
+    moved = true;
+    if (r == w) w = c.written.load(std::memory_order_acquire);
+  }
+}
+
+bool ShmP2pTransport::waits_in_ring_locked(int p, const SlotHeader& header) {
+  const auto i = static_cast<size_t>(p);
+  if (header.kind != SlotKind::kMessage || header.carry != Carry::kSlots || header.total <= kP2pSlotPayload) {
+    return false;
+  }
+  const bool taken = std::any_of(posted_.begin(), posted_.end(),
+                                 [&](const RecvOp& op) { return matches(op.src, op.tag, p, header.tag); });
+  if (taken) {
+    held_since_[i] = {};
+    return false;
+  }
+  // A streamed message no receive takes yet stays in the ring (with what
+  // follows it from this peer) for a while: its receive may come soon, and
+  // then the bytes go straight into it instead of into a fresh buffer.
+  const auto now = coarse_now();
+  if (held_since_[i] == Clock::time_point{}) held_since_[i] = now;
+  if (now - held_since_[i] < p2p_patience(header.total)) return true;
+  held_since_[i] = {};
+  return false;
+}
+
+void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const uint8_t* payload) {
+  const auto i = static_cast<size_t>(p);
+  switch (header.kind) {
+    case SlotKind::kAck: {
+      auto it = awaiting_[i].find(header.id);
+      if (it != awaiting_[i].end()) {
+        completed(it->second, p, it->second->nbytes());
+        awaiting_[i].erase(it);
+      }
+      return;
+    }
+    case SlotKind::kRefusal: {
+      const std::string reason(reinterpret_cast<const char*>(payload), header.chunk);
+      auto error =
+          std::make_exception_ptr(DistBackendError("rank " + std::to_string(rank_) + ": a send of rank " +
+                                                   std::to_string(rank_) + " was refused: " + reason));
+      auto it = awaiting_[i].find(header.id);
+      if (it != awaiting_[i].end()) {
+        failed(it->second, error);
+        awaiting_[i].erase(it);
+      } else {
+        rejection_ = error;
+      }
+      return;
+    }
+    case SlotKind::kMore:
+      take_stream_locked(p, payload, header.chunk);
+      return;
+    case SlotKind::kMessage:
+      break;
+  }
+  if (!header.sig.empty() && header.sig.kind != sig::CallKind::kPointToPoint &&
+      header.sig.seq >= last_call_[i].seq)
+    last_call_[i] = header.sig;
+  const size_t got = header.carry == Carry::kSlots ? header.chunk : 0;
+  auto it = std::find_if(posted_.begin(), posted_.end(),
+                         [&](const RecvOp& op) { return matches(op.src, op.tag, p, header.tag); });
+  if (it != posted_.end()) {
+    RecvOp op = std::move(*it);
+    posted_.erase(it);
+    const bool more = deliver(op, p, header, payload, got);
+    if (header.carry == Carry::kSlots && got < header.total) {
+      Inbound& in = inbound_[i];
+      in = Inbound{};
+      in.into = more ? Inbound::Into::kReceive : Inbound::Into::kDiscard;
+      if (more) in.op = std::move(op);
+      in.total = header.total;
+      in.got = got;
+    }
+    return;
+  }
+  Incoming& m = unexpected_.emplace_back(Incoming{
+      p, header.tag, header.sig, header.total,
+      header.carry == Carry::kSlots && header.total > 0 ? detail::Scratch(header.total) : detail::Scratch()});
+  if (header.carry == Carry::kPeerRead) {
+    m.in_peer = true;
+    m.address = header.address;
+    m.id = header.id;
+    m.arrived = coarse_now();
+    return;
+  }
+  if (got > 0) std::memcpy(m.data.get(), payload, got);
+  m.got = got;
+  if (got < header.total) {
+    Inbound& in = inbound_[i];
+    in = Inbound{};
+    in.into = Inbound::Into::kUnexpected;
+    in.incoming = std::prev(unexpected_.end());
+    in.total = header.total;
+    in.got = got;
+  }
+}
+
+void ShmP2pTransport::take_stream_locked(int p, const uint8_t* payload, size_t n) {
+  Inbound& in = inbound_[static_cast<size_t>(p)];
+  switch (in.into) {
+    case Inbound::Into::kReceive:
+      std::memcpy(in.op->data + in.got, payload, n);
+      in.got += n;
+      if (in.got == in.total) {
+        completed(in.op->request, p, in.total);
+        in = Inbound{};
+      }
+      return;
+    case Inbound::Into::kUnexpected: {
+      Incoming& m = *in.incoming;
+      std::memcpy(m.data.get() + m.got, payload, n);
+      m.got += n;
+      in.got += n;
+      if (in.got < in.total) return;
+      if (m.claimed) {
+        RecvOp op = std::move(*m.claimed);
+        const SlotHeader header{SlotKind::kMessage, Carry::kSlots, m.tag, m.size, m.size, m.id, 0, m.sig};
+        (void)deliver(op, p, header, m.data.get(), m.size);
+        unexpected_.erase(in.incoming);
+      }
+      in = Inbound{};
+      return;
+    }
+    case Inbound::Into::kDiscard:
+      in.got += n;
+      if (in.got >= in.total) in = Inbound{};
+      return;
+    case Inbound::Into::kNothing:
+      return;  // the rest of a message whose peer was failed meanwhile
+  }
+}
+
+bool ShmP2pTransport::flush_locked(int p) {
+  const auto i = static_cast<size_t>(p);
+  auto& box = outbox_[i];
+  RingCounters& c = counters(rank_, p);
+  uint64_t& w = written_[i];
+  // The receiver's count as last read: looked up again only when the ring
+  // seems full, so a send that fits costs no read of the receiver's line.
+  uint64_t& r = freed_[i];
+  bool wrote = false;
+  while (!box.empty()) {
+    if (w - r >= layout_.ring_slots) {
+      r = c.read.load(std::memory_order_acquire);
+      if (w - r >= layout_.ring_slots) {
+        // Full: ask the receiver to knock when it frees a slot, then look
+        // again (it may have freed one before it saw the request).
+        c.sender_waits.store(1, std::memory_order_seq_cst);
+        r = c.read.load(std::memory_order_seq_cst);
+        if (w - r >= layout_.ring_slots) break;
+      }
+    }
+    Outgoing& m = box.front();
+    uint8_t* s = slot(rank_, p, w);
+    SlotHeader header = m.header;
+    if (m.started) header.kind = SlotKind::kMore;
+    size_t n = 0;
+    if (header.carry == Carry::kSlots) {
+      n = std::min(kP2pSlotPayload, static_cast<size_t>(header.total) - m.sent);
+      if (n > 0) std::memcpy(s + kP2pSlotHeaderBytes, m.data + m.sent, n);
+    }
+    header.chunk = n;
+    std::memcpy(s, &header, sizeof(header));
+    m.started = true;
+    m.sent += n;
+    c.written.store(++w, std::memory_order_release);
+    knock(area(p));
+    wrote = true;
+    if (header.carry == Carry::kPeerRead || m.sent == header.total) {
+      if (m.request) {
+        // A read of this rank's memory completes at the receiver's
+        // acknowledgement; bytes in the ring are sent.
+        if (header.carry == Carry::kPeerRead) {
+          awaiting_[i].emplace(header.id, m.request);
+        } else {
+          completed(m.request, p, header.total);
+        }
+      }
+      box.pop_front();
+    }
+  }
+  return wrote;
+}
+
+void ShmP2pTransport::buffer_waiting_reads_locked() {
+  if (unexpected_.empty()) return;
+  const auto now = coarse_now();
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    Incoming& m = *it;
+    if (!m.in_peer || now - m.arrived < p2p_patience(m.size)) {
+      ++it;
+      continue;
+    }
+    // No receive came for it: copy it here, so that its send completes.
+    detail::Scratch bytes(m.size);
+    try {
+      if (pids_[static_cast<size_t>(m.src)] == getpid()) {
+        std::memcpy(bytes.get(), reinterpret_cast<const void*>(static_cast<uintptr_t>(m.address)), m.size);
+      } else {
+        read_peer_memory(pids_[static_cast<size_t>(m.src)], m.src, bytes.get(),
+                         reinterpret_cast<const void*>(static_cast<uintptr_t>(m.address)), m.size);
+      }
+    } catch (const DistError&) {
+      // Its sender is gone; the failure checks say so to its receives.
+      it = unexpected_.erase(it);
+      continue;
+    }
+    m.data = std::move(bytes);
+    m.got = m.size;
+    m.in_peer = false;
+    acknowledge(m.src, m.id);
+    ++it;
+  }
+}
+
+void ShmP2pTransport::run_peer_read(PeerRead& read) {
+  std::exception_ptr error;
+  try {
+    const auto* from = reinterpret_cast<const void*>(static_cast<uintptr_t>(read.address));
+    const pid_t pid = pids_[static_cast<size_t>(read.src)];
+    if (pid == getpid()) {
+      std::memcpy(read.op.data, from, read.bytes);  // ranks that are threads of one process
+    } else {
+      read_peer_memory(pid, read.src, read.op.data, from, read.bytes);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error) {
+    failed(read.op.request, error);
+    return;
+  }
+  acknowledge(read.src, read.id);
+  completed(read.op.request, read.src, read.bytes);
+}
+
+void ShmP2pTransport::deliver_completions() {
+  std::vector<Completion> done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completions_.empty()) return;
+    done.swap(completions_);
+  }
+  // Outside the lock: callbacks may post new operations.
+  for (auto& c : done) {
+    if (c.error) {
+      c.request->fail(c.error);
+    } else {
+      c.request->complete(c.source, c.bytes);
+    }
+  }
+  // Another thread may wait for one of these while this one moved the data.
+  if (drivers_.load() > (t_driving == this ? 1 : 0)) ring_bell(area(rank_).bell);
+}
+
+void ShmP2pTransport::check_failures_locked() {
+  if (aborted_) return;
+  if (any_aborted_->seq.load(std::memory_order_acquire) != 0) {
+    for (int r = 0; r < size_; ++r) {
+      const P2pRankArea& theirs = area(r);
+      if (r == rank_ || theirs.aborted.seq.load(std::memory_order_acquire) == 0) continue;
+      const std::string reason(theirs.reason, strnlen(theirs.reason, sizeof(theirs.reason)));
+      const std::string message =
+          "rank " + std::to_string(rank_) + ": rank " + std::to_string(r) + " aborted the group: " + reason;
+      abort_locked(abort_error_of_kind(theirs.aborted.payload[0], message), false);
+      return;
+    }
+  }
+  if (options_.watch != nullptr) {
+    if (auto reason = options_.watch->abort_reason()) {
+      abort_locked(reason, false);
+      return;
+    }
+  }
+  for (int p = 0; p < size_; ++p) {
+    const auto i = static_cast<size_t>(p);
+    if (p == rank_ || gone_[i]) continue;
+    const P2pRankArea& theirs = area(p);
+    const pid_t pid = pids_[i];
+    const bool gone = theirs.closed.seq.load(std::memory_order_acquire) != 0 ||
+                      (options_.watch != nullptr && options_.watch->peer_failed(p)) ||
+                      (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH);
+    // What it sent before it went is still to be read first.
+    if (gone && read_[i] == counters(p, rank_).written.load(std::memory_order_acquire))
+      fail_peer_locked(p, gone_error(p, "receive from"));
+  }
+}
+
+bool ShmP2pTransport::anything_pending_locked() const {
+  if (!posted_.empty() || !reads_.empty()) return true;
+  for (const auto& m : unexpected_) {
+    if (m.claimed || m.in_peer) return true;
+  }
+  for (size_t i = 0; i < outbox_.size(); ++i) {
+    if (!outbox_[i].empty() || !awaiting_[i].empty() || inbound_[i].op) return true;
+  }
+  return false;
+}
+
+bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline) {
+  P2pRankArea& own = area(rank_);
+  drivers_.fetch_add(1);
+  // News for this thread need not wake the background thread too.
+  if (own.listening.exchange(0) != 0) muted_.store(true);
+  struct Leave {
+    ShmP2pTransport& t;
+    const ShmP2pTransport* previous = t_driving;
+    ~Leave() {
+      t_driving = previous;
+      t.last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
+      // The background thread was asleep, listening, when this thread
+      // began: wake it, so that it looks after what no wait will.
+      if (t.drivers_.fetch_sub(1) == 1 && t.muted_.exchange(false)) ring_bell(t.area(t.rank_).background);
+    }
+  } leave{*this};
+  t_driving = this;
+  auto next_pass = Clock::now() + kCheckEvery;
+  while (!request->done()) {
+    const uint64_t seen = own.bell.seq.load(std::memory_order_acquire);
+    if (progress()) {
+      next_pass = Clock::now() + kCheckEvery;
+      continue;
+    }
+    if (request->done()) break;
+    if (Clock::now() >= deadline) return false;
+    try {
+      wait_at_least(own.bell, seen + 1, options_.policy, [&] {
+        const auto now = Clock::now();
+        if (now >= deadline || now >= next_pass || request->done()) throw StopWaiting{};
+      });
+    } catch (const StopWaiting&) {
+      next_pass = Clock::now() + kCheckEvery;
+    }
+  }
+  return request->wait_until(deadline);
+}
+
+void ShmP2pTransport::run_background() {
+  P2pRankArea& own = area(rank_);
+  while (!stop_.load()) {
+    const uint64_t seen = own.bell.seq.load(std::memory_order_seq_cst);
+    const uint64_t woken = own.background.seq.load(std::memory_order_seq_cst);
+    if (drivers_.load() == 0 && progress()) continue;
+    std::chrono::nanoseconds sleep = kIdleSleep;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (anything_pending_locked()) sleep = kCheckEvery;
+      for (const auto& m : unexpected_) {
+        if (m.in_peer) sleep = std::min(sleep, p2p_patience(m.size));
+      }
+      for (const auto& since : held_since_) {
+        if (since != Clock::time_point{}) sleep = std::min<std::chrono::nanoseconds>(sleep, kCheckEvery);
+      }
+    }
+    // While the rank's own threads wait for messages now and then, they
+    // move the data: this thread looks in at intervals and does not
+    // listen, since a knock that woke it would cost the waiter's core a
+    // context switch per message.
+    const auto since_drive =
+        coarse_now().time_since_epoch() - Clock::duration(last_drive_end_.load(std::memory_order_relaxed));
+    if (drivers_.load() != 0 || since_drive < kQuietAfterWait) {
+      sleep_while_unchanged(own.background, woken,
+                            std::min<std::chrono::nanoseconds>(sleep, kQuietAfterWait));
+      continue;
+    }
+    // Idle: listen, so that a knock wakes this thread at once.
+    own.listening.store(1, std::memory_order_seq_cst);
+    if (own.bell.seq.load(std::memory_order_seq_cst) == seen && drivers_.load() == 0)
+      sleep_while_unchanged(own.background, woken, sleep);
+    if (own.listening.exchange(0) == 0) muted_.store(false);  // a waiter muted it meanwhile
+  }
+}
+
+}  // namespace tdist::transport::shm

@@ -1,0 +1,478 @@
+// ShmP2pTransport: connecting, posting sends and receives, matching
+// messages to receives (checking their signatures), abort and the peers
+// that are gone.
+
+#include "transport/shm/shm_p2p_transport.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error_text.h"
+#include "tdist/errors.h"
+
+namespace tdist::transport::shm {
+namespace {
+
+namespace sig = tdist::detail;
+
+bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
+  return (want_src == kAnySource || want_src == src) && want_tag == tag;
+}
+
+std::string op_text(const sig::CallSignature& mine, int src, uint64_t tag) {
+  if (mine.kind == sig::CallKind::kPointToPoint)
+    return "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag & 0xffffffffU) + ")";
+  return sig::call_kind_name(mine.kind);
+}
+
+}  // namespace
+
+uint8_t abort_kind_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistTimeoutError&) {
+    return 1;
+  } catch (const DistNetworkError&) {
+    return 2;
+  } catch (...) {
+    return 0;
+  }
+}
+
+std::exception_ptr abort_error_of_kind(uint8_t kind, const std::string& message) {
+  if (kind == 1) return std::make_exception_ptr(DistNetworkTimeoutError(message));
+  if (kind == 2) return std::make_exception_ptr(DistNetworkError(message));
+  return std::make_exception_ptr(DistBackendError(message));
+}
+
+P2pLayout::P2pLayout(int ranks) : size(ranks) {
+  const auto n = static_cast<size_t>(ranks);
+  constexpr size_t kPage = 4096;
+  areas = kPage;  // after the any_aborted line
+  counters = areas + (n * sizeof(P2pRankArea) + kPage - 1) / kPage * kPage;
+  slots = counters + (n * n * sizeof(RingCounters) + kPage - 1) / kPage * kPage;
+  ring_slots = std::clamp<uint64_t>(kP2pRingBudget / (n * n * kP2pSlotBytes), kP2pMinSlots, kP2pMaxSlots);
+  bytes = slots + n * n * ring_slots * kP2pSlotBytes;
+}
+
+std::unique_ptr<Transport> connect_shm_p2p(Store& store, int rank, int size, const ShmP2pOptions& options) {
+  const P2pLayout layout(size);
+  const std::string& prefix = options.prefix;
+  const std::string failed_mark = "!failed ";
+  Segment segment;
+  if (rank == 0) {
+    try {
+      segment = Segment::create(layout.bytes);
+    } catch (const std::exception& e) {
+      try {
+        store.set(prefix + "segment", to_bytes(failed_mark + e.what()));
+      } catch (...) {
+      }
+      throw;
+    }
+    store.set(prefix + "segment", to_bytes(segment.name()));
+  } else {
+    const std::string name = to_string(store.get(prefix + "segment"));
+    if (name.starts_with(failed_mark)) {
+      throw DistBackendError("shared-memory messages: rank 0 failed to set them up: " +
+                             name.substr(failed_mark.size()));
+    }
+    segment = Segment::open(name, layout.bytes);
+  }
+  auto* area = reinterpret_cast<P2pRankArea*>(segment.data() + layout.areas) + rank;
+  area->pid = static_cast<uint64_t>(getpid());
+  store.set(prefix + "mapped/" + std::to_string(rank), to_bytes("1"));
+  std::vector<std::string> mapped;
+  mapped.reserve(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
+  store.wait(mapped, options.timeout);
+  // Every rank has mapped it: the memory now goes with the last process
+  // that maps it, however it ends.
+  if (rank == 0) segment.unlink();
+  return std::make_unique<ShmP2pTransport>(std::move(segment), rank, size, options);
+}
+
+ShmP2pTransport::ShmP2pTransport(Segment segment, int rank, int size, const ShmP2pOptions& options)
+    : segment_(std::move(segment)),
+      layout_(size),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      any_aborted_(reinterpret_cast<FlagLine*>(segment_.data())) {
+  const auto n = static_cast<size_t>(size);
+  for (int r = 0; r < size; ++r) pids_.push_back(static_cast<pid_t>(area(r).pid));
+  outbox_.resize(n);
+  awaiting_.resize(n);
+  next_id_.assign(n, 0);
+  written_.assign(n, 0);
+  freed_.assign(n, 0);
+  read_.assign(n, 0);
+  inbound_.resize(n);
+  held_since_.resize(n);
+  gone_.resize(n);
+  last_call_.resize(n);
+  thread_ = std::thread([this] { run_background(); });
+}
+
+ShmP2pTransport::~ShmP2pTransport() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+    const bool pending = anything_pending_locked();
+    // Made only if an operation will carry it (see ~TcpTransport: making an
+    // error may symbolize a stack).
+    abort_locked(pending ? std::make_exception_ptr(
+                               DistBackendError("rank " + std::to_string(rank_) +
+                                                ": the transport was destroyed with this operation pending"))
+                         : std::make_exception_ptr(std::runtime_error("the transport was destroyed")),
+                 false);
+    // A goodbye: peers fail what they wait for from this rank, at once.
+    publish(area(rank_).closed, 1);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) knock(area(r));
+    }
+  }
+  stop_.store(true);
+  ring_bell(area(rank_).background);
+  if (thread_.joinable()) thread_.join();
+  deliver_completions();
+  // Threads still in wait() have had their requests failed; they leave
+  // before the memory they read goes.
+  while (drivers_.load() != 0) {
+    ring_bell(area(rank_).bell);
+    std::this_thread::yield();
+  }
+}
+
+P2pRankArea& ShmP2pTransport::area(int r) const {
+  return reinterpret_cast<P2pRankArea*>(segment_.data() + layout_.areas)[r];
+}
+
+RingCounters& ShmP2pTransport::counters(int from, int to) const {
+  return *reinterpret_cast<RingCounters*>(segment_.data() + layout_.counters_offset(from, to));
+}
+
+uint8_t* ShmP2pTransport::slot(int from, int to, uint64_t n) const {
+  return segment_.data() + layout_.slot_offset(from, to, n);
+}
+
+RequestPtr ShmP2pTransport::isend(int dst, uint64_t tag, const void* data, size_t nbytes,
+                                  const sig::CallSignature& sig) {
+  if (dst < 0 || dst >= size_) {
+    throw DistInvalidArgument("send: destination rank " + std::to_string(dst) + " is not in [0, " +
+                              std::to_string(size_) + ")");
+  }
+  auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto d = static_cast<size_t>(dst);
+    if (aborted_) {
+      failed(request, aborted_);
+    } else if (dst == rank_) {
+      // To oneself: straight into a receive, or the unexpected queue.
+      const SlotHeader header{SlotKind::kMessage, Carry::kSlots, tag, nbytes, nbytes, 0, 0, sig};
+      auto it = std::find_if(posted_.begin(), posted_.end(),
+                             [&](const RecvOp& op) { return matches(op.src, op.tag, rank_, tag); });
+      if (it != posted_.end()) {
+        RecvOp op = std::move(*it);
+        posted_.erase(it);
+        (void)deliver(op, rank_, header, bytes, nbytes);
+      } else {
+        Incoming& m = unexpected_.emplace_back(
+            Incoming{rank_, tag, sig, nbytes, nbytes > 0 ? detail::Scratch(nbytes) : detail::Scratch()});
+        if (nbytes > 0) std::memcpy(m.data.get(), bytes, nbytes);
+        m.got = nbytes;
+      }
+      completed(request, rank_, nbytes);
+    } else if (gone_[d]) {
+      failed(request, gone_error(dst, "send to"));
+    } else {
+      const Carry carry = carry_for(nbytes, options_.peer_read);
+      const SlotHeader header{
+          SlotKind::kMessage, carry, tag, nbytes, 0, next_id_[d]++, reinterpret_cast<uintptr_t>(bytes), sig};
+      outbox_[d].push_back(Outgoing{request, header, bytes});
+      // Nothing queued ahead: write now, from this thread (a small message
+      // then needs nobody else).
+      if (outbox_[d].size() == 1) flush_locked(dst);
+    }
+  }
+  deliver_completions();
+  return request;
+}
+
+RequestPtr ShmP2pTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes,
+                                  const sig::CallSignature& sig) {
+  auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, nbytes);
+  post_recv(RecvOp{src, tag, static_cast<uint8_t*>(data), nbytes, nullptr, request, sig});
+  return request;
+}
+
+RequestPtr ShmP2pTransport::irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) {
+  auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, SIZE_MAX);
+  post_recv(RecvOp{src, tag, nullptr, SIZE_MAX, std::move(out), request, {}});
+  return request;
+}
+
+void ShmP2pTransport::post_recv(RecvOp op) {
+  if (op.src != kAnySource && (op.src < 0 || op.src >= size_)) {
+    throw DistInvalidArgument("recv: source rank " + std::to_string(op.src) + " is not in [0, " +
+                              std::to_string(size_) + ")");
+  }
+  bool read_scheduled = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) {
+      failed(op.request, aborted_);
+    } else {
+      // The oldest matching message that came early wins.
+      auto it = std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Incoming& m) {
+        return !m.claimed && matches(op.src, op.tag, m.src, m.tag);
+      });
+      if (it != unexpected_.end()) {
+        Incoming& m = *it;
+        const SlotHeader header{SlotKind::kMessage,
+                                m.in_peer ? Carry::kPeerRead : Carry::kSlots,
+                                m.tag,
+                                m.size,
+                                m.got,
+                                m.id,
+                                m.address,
+                                m.sig};
+        if (m.in_peer || m.got == m.size) {
+          const size_t reads = reads_.size();
+          const int src = m.src;
+          detail::Scratch bytes = std::move(m.data);
+          unexpected_.erase(it);
+          (void)deliver(op, src, header, bytes.get(), header.chunk);
+          read_scheduled = reads_.size() > reads;
+        } else {
+          m.claimed = std::move(op);  // its last slots are still coming
+        }
+      } else if (op.src != kAnySource && gone_[static_cast<size_t>(op.src)]) {
+        failed(op.request, gone_error(op.src, "receive from"));
+      } else {
+        posted_.push_back(std::move(op));
+      }
+    }
+  }
+  // A copy out of the sender's memory is for a thread that moves data, not
+  // for this call: the next wait takes it, or the background thread (woken
+  // here only if it listens, i.e. the rank has not waited lately: a rank
+  // that posts and then waits would pay for the wake-up and share its core).
+  if (read_scheduled && area(rank_).listening.load() != 0) ring_bell(area(rank_).background);
+  deliver_completions();
+}
+
+bool ShmP2pTransport::deliver(RecvOp& op, int src, const SlotHeader& header, const uint8_t* data,
+                              size_t got) {
+  if (!op.sig.empty() && !header.sig.empty() && !(op.sig == header.sig)) {
+    refuse(op, src, header.sig, header.id);
+    return false;
+  }
+  const size_t total = header.total;
+  if (op.bytes) {
+    op.bytes->resize(total);
+    op.data = op.bytes->data();
+    op.capacity = total;
+  }
+  if (total > op.capacity) {
+    failed(op.request, std::make_exception_ptr(DistBackendError(
+                           "rank " + std::to_string(rank_) + ": receive from rank " + std::to_string(src) +
+                           " (tag " + std::to_string(op.tag) + "): the message has " + std::to_string(total) +
+                           " bytes but the receive buffer holds only " + std::to_string(op.capacity) +
+                           " (do the ranks pass tensors of different sizes?)")));
+    // The send completes, as over TCP: the receiver's error says enough.
+    if (header.carry == Carry::kPeerRead) acknowledge(src, header.id);
+    return false;
+  }
+  if (header.carry == Carry::kPeerRead) {
+    reads_.push_back(PeerRead{std::move(op), src, header.address, total, header.id});
+    return false;
+  }
+  if (got > 0) std::memcpy(op.data, data, got);
+  if (got == total) {
+    completed(op.request, src, total);
+    return false;
+  }
+  return true;
+}
+
+void ShmP2pTransport::refuse(RecvOp& op, int src, const sig::CallSignature& theirs, uint64_t id) {
+  auto error = std::make_exception_ptr(
+      DistBackendError("rank " + std::to_string(rank_) + ": " +
+                       sig::mismatch_message(op_text(op.sig, src, op.tag), op.sig, rank_, theirs, src)));
+  failed(op.request, error);
+  if (op.sig.kind != sig::CallKind::kPointToPoint || src == rank_) return;
+  // The sender learns why: its send fails if still pending (a read of its
+  // memory), else its next send or recv raises (take_rejection).
+  std::string text = exception_text(error);
+  if (text.size() > kP2pSlotPayload) text.resize(kP2pSlotPayload);
+  send_control(src, SlotKind::kRefusal, id, std::make_shared<std::string>(std::move(text)));
+}
+
+void ShmP2pTransport::send_control(int dst, SlotKind kind, uint64_t id, std::shared_ptr<std::string> text) {
+  const auto d = static_cast<size_t>(dst);
+  if (gone_[d]) return;
+  const size_t bytes = text ? text->size() : 0;
+  const SlotHeader header{kind, Carry::kSlots, 0, bytes, 0, id, 0, {}};
+  const auto* data = text ? reinterpret_cast<const uint8_t*>(text->data()) : nullptr;
+  outbox_[d].push_back(Outgoing{nullptr, header, data, 0, false, std::move(text)});
+  if (outbox_[d].size() == 1) flush_locked(dst);
+}
+
+void ShmP2pTransport::completed(const RequestPtr& request, int source, size_t bytes) {
+  completions_.push_back(Completion{request, source, bytes, nullptr});
+}
+
+void ShmP2pTransport::failed(const RequestPtr& request, std::exception_ptr error) {
+  completions_.push_back(Completion{request, -1, 0, std::move(error)});
+}
+
+std::optional<std::pair<int, sig::CallSignature>> ShmP2pTransport::conflicting_message(
+    const sig::CallSignature& mine) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& m : unexpected_) {
+    if (!m.sig.empty() && m.sig.kind != sig::CallKind::kPointToPoint &&
+        (m.sig.seq < mine.seq || (m.sig.seq == mine.seq && !(m.sig == mine))))
+      return std::make_pair(m.src, m.sig);
+  }
+  return std::nullopt;
+}
+
+std::exception_ptr ShmP2pTransport::take_rejection() {
+  std::exception_ptr rejection;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A refusal already in a ring counts, whether or not a thread of this
+    // rank has read it yet: the caller's send or recv raises it now.
+    bool moved = false;
+    if (!closing_) {
+      for (int p = 0; p < size_; ++p) {
+        if (p != rank_) read_ring_locked(p, moved);
+      }
+    }
+    rejection = std::exchange(rejection_, nullptr);
+  }
+  deliver_completions();
+  return rejection;
+}
+
+std::optional<sig::CallSignature> ShmP2pTransport::last_call_from(int peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer < 0 || peer >= size_ || last_call_[static_cast<size_t>(peer)].empty()) return std::nullopt;
+  return last_call_[static_cast<size_t>(peer)];
+}
+
+void ShmP2pTransport::abort(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    abort_locked(error, true);
+  }
+  deliver_completions();
+}
+
+std::exception_ptr ShmP2pTransport::abort_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_;
+}
+
+void ShmP2pTransport::abort_locked(const std::exception_ptr& error, bool tell_peers) {
+  if (aborted_) return;
+  aborted_ = error;
+  if (tell_peers) {
+    P2pRankArea& own = area(rank_);
+    const std::string text = exception_text(error);
+    const size_t n = std::min(text.size(), sizeof(own.reason) - 1);
+    std::memcpy(own.reason, text.data(), n);
+    own.reason[n] = '\0';
+    own.aborted.payload[0] = abort_kind_of(error);
+    publish(own.aborted, 1);
+    publish(*any_aborted_, 1);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) knock(area(r));
+    }
+  }
+  for (auto& op : posted_) failed(op.request, error);
+  posted_.clear();
+  for (auto& m : unexpected_) {
+    if (m.claimed) failed(m.claimed->request, error);
+  }
+  unexpected_.clear();
+  for (auto& in : inbound_) {
+    if (in.op) failed(in.op->request, error);
+    in = Inbound{};
+  }
+  for (auto& box : outbox_) {
+    for (auto& m : box) {
+      if (m.request) failed(m.request, error);
+    }
+    box.clear();
+  }
+  for (auto& waiting : awaiting_) {
+    for (auto& [id, request] : waiting) failed(request, error);
+    waiting.clear();
+  }
+  for (auto& read : reads_) failed(read.op.request, error);
+  reads_.clear();
+}
+
+std::exception_ptr ShmP2pTransport::gone_error(int peer, const char* what) const {
+  const bool closed = area(peer).closed.seq.load(std::memory_order_acquire) != 0;
+  return std::make_exception_ptr(
+      DistNetworkError("rank " + std::to_string(rank_) + ": " + what + " rank " + std::to_string(peer) +
+                       ": rank " + std::to_string(peer) +
+                       (closed ? " closed its connections (destroyed its group) first"
+                               : " is gone: its process ended or its connection closed")));
+}
+
+void ShmP2pTransport::fail_peer_locked(int p, const std::exception_ptr& error) {
+  const auto i = static_cast<size_t>(p);
+  gone_[i] = error;
+  const auto send_error = gone_error(p, "send to");
+  const auto recv_error = gone_error(p, "receive from");
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    if (it->src == p) {
+      failed(it->request, recv_error);
+      it = posted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    // Bytes still in its memory, or still to come, never will.
+    if (it->src == p && (it->in_peer || it->got < it->size)) {
+      if (it->claimed) failed(it->claimed->request, recv_error);
+      it = unexpected_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (inbound_[i].op) failed(inbound_[i].op->request, recv_error);
+  inbound_[i] = Inbound{};
+  for (auto& m : outbox_[i]) {
+    if (m.request) failed(m.request, send_error);
+  }
+  outbox_[i].clear();
+  for (auto& [id, request] : awaiting_[i]) failed(request, send_error);
+  awaiting_[i].clear();
+}
+
+bool ShmP2pTransport::peer_failed(int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (gone_[static_cast<size_t>(peer)]) return true;
+  }
+  return options_.watch != nullptr && options_.watch->peer_failed(peer);
+}
+
+bool ShmP2pTransport::peer_crashed(int peer) const {
+  return options_.watch != nullptr && options_.watch->peer_crashed(peer);
+}
+
+}  // namespace tdist::transport::shm
