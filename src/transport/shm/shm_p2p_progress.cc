@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/completion_thread.h"
+#include "common/stream_copy.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_p2p_transport.h"
 #include "transport/shm/shm_single_copy.h"
@@ -43,6 +44,7 @@ bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
 
 bool ShmP2pTransport::progress() {
   bool moved = false;
+  bool reads = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closing_) {
@@ -59,8 +61,9 @@ bool ShmP2pTransport::progress() {
         check_failures_locked();
       }
     }
+    reads = !reads_.empty();
   }
-  for (;;) {
+  while (reads) {
     std::optional<PeerRead> read;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -257,7 +260,17 @@ bool ShmP2pTransport::flush_locked(int p) {
     size_t n = 0;
     if (header.carry == Carry::kSlots) {
       n = std::min(kP2pSlotPayload, static_cast<size_t>(header.total) - m.sent);
-      if (n > 0) std::memcpy(s + kP2pSlotHeaderBytes, m.data + m.sent, n);
+      // The slots of a message that spans several go to memory with
+      // streaming stores: with ordinary ones every line of the slot was
+      // first fetched from the receiver's cache, which had just read it
+      // (2 ranks streaming 1 MiB: 3.8-4.3 ms with memcpy, 0.35-0.58 with
+      // stream_copy; 16 MiB 63-64 ms against 13-18, on a loaded 2-vCPU
+      // VM). A one-slot message stays cached for its reader.
+      if (n > 0 && header.total > kP2pSlotPayload) {
+        detail::stream_copy(s + kP2pSlotHeaderBytes, m.data + m.sent, n);
+      } else if (n > 0) {
+        std::memcpy(s + kP2pSlotHeaderBytes, m.data + m.sent, n);
+      }
     }
     header.chunk = n;
     std::memcpy(s, &header, sizeof(header));
@@ -341,6 +354,9 @@ void ShmP2pTransport::deliver_completions() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completions_.empty()) return;
     done.swap(completions_);
+    // The emptied vector's storage, kept by the last caller, takes the
+    // next ones: no allocation per message.
+    completions_.swap(spare_completions_);
   }
   // Outside the lock: callbacks may post new operations.
   for (auto& c : done) {
@@ -349,6 +365,11 @@ void ShmP2pTransport::deliver_completions() {
     } else {
       c.request->complete(c.source, c.bytes);
     }
+  }
+  done.clear();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (spare_completions_.capacity() < done.capacity()) spare_completions_.swap(done);
   }
   // Another thread may wait for one of these while this one moved the data.
   if (drivers_.load() > (t_driving == this ? 1 : 0)) ring_bell(area(rank_).bell);
@@ -401,8 +422,11 @@ bool ShmP2pTransport::anything_pending_locked() const {
 bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline) {
   P2pRankArea& own = area(rank_);
   drivers_.fetch_add(1);
-  // News for this thread need not wake the background thread too.
-  if (own.listening.exchange(0) != 0) muted_.store(true);
+  // News for this thread need not wake the background thread too. (Read
+  // first: an exchange would take the line from the peers that read it at
+  // every knock, twice per message.)
+  if (own.listening.load(std::memory_order_relaxed) != 0 && own.listening.exchange(0) != 0)
+    muted_.store(true);
   struct Leave {
     ShmP2pTransport& t;
     const ShmP2pTransport* previous = t_driving;

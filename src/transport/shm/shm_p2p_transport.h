@@ -217,6 +217,7 @@ class ShmP2pTransport final : public Transport {
   std::vector<tdist::detail::CallSignature> last_call_;             // per peer
   std::deque<PeerRead> reads_;
   std::vector<Completion> completions_;
+  std::vector<Completion> spare_completions_;  // see deliver_completions
   std::exception_ptr aborted_;
   std::exception_ptr rejection_;
   Clock::time_point next_check_{};
