@@ -14,6 +14,7 @@
 
 #include "completion_pool.h"
 #include "process_group_tdist.h"
+#include "tdist_c10d_store.h"
 #include "tdist/trace.h"
 
 namespace tdist::torch_plugin {
@@ -156,6 +157,49 @@ every rank has joined (or ``timeout`` passed).
           "torch_npu's spelling of get_comm_name (rankid picks a device there; tdist's groups have one "
           "name per group); torch_npu programs reach it as "
           "ProcessGroup._get_backend(device).get_hccl_comm_name(rank).");
+
+  py::class_<tdist::torch_plugin::TdistC10dStore, c10d::Store,
+             c10::intrusive_ptr<tdist::torch_plugin::TdistC10dStore>>(m, "TCPStore", R"(
+A torch.distributed Store over tdist's own TCPStore, for torch programs on any
+backend: ``init_process_group(backend, store=tdist.torch.TCPStore(...), rank=r,
+world_size=n)``. Its arguments are those of torch's TCPStore, but the master
+listens only on the addresses ``host_name`` resolves to (``listen_host``, or
+TDIST_STORE_LISTEN_HOST, says otherwise), and with the job's token
+(``auth_token``; by default TDIST_AUTH_TOKEN or TDIST_AUTH_TOKEN_FILE; ""
+turns it off) every connection is authenticated both ways. It speaks tdist's
+store protocol: its clients are tdist stores (this class, tdist.TCPStore,
+tdistrun's --agent-store), not torch's TCPStore. docs/security.md.
+)")
+      .def(py::init([](const std::string& host_name, int port, std::optional<int> world_size, bool is_master,
+                       std::chrono::milliseconds timeout, bool wait_for_workers, bool multi_tenant,
+                       std::optional<int> master_listen_fd, std::optional<std::string> listen_host,
+                       std::optional<std::string> auth_token) {
+             if (port < 0 || port > 65535) {
+               throw py::value_error("port must have value from 0 to 65535 but was " + std::to_string(port));
+             }
+             tdist::TCPStoreOptions options;
+             options.port = static_cast<uint16_t>(port);
+             options.world_size = world_size;
+             options.is_master = is_master;
+             options.timeout = timeout;
+             options.wait_for_workers = wait_for_workers;
+             options.multi_tenant = multi_tenant;
+             options.master_listen_fd = master_listen_fd.value_or(-1);
+             options.listen_host = std::move(listen_host);
+             options.auth_token = std::move(auth_token);
+             // Connecting (and the master's wait for its users) blocks.
+             py::gil_scoped_release no_gil;
+             return c10::make_intrusive<tdist::torch_plugin::TdistC10dStore>(host_name, options);
+           }),
+           py::arg("host_name"), py::arg("port"), py::arg("world_size") = py::none(), py::arg("is_master") = false,
+           py::arg("timeout") = std::chrono::milliseconds(std::chrono::minutes(5)),
+           py::arg("wait_for_workers") = true, py::arg("multi_tenant") = false,
+           py::arg("master_listen_fd") = py::none(), py::arg("listen_host") = py::none(),
+           py::arg("auth_token") = py::none())
+      .def_property_readonly("host", &tdist::torch_plugin::TdistC10dStore::host,
+                             "The host this store connects to.")
+      .def_property_readonly("port", &tdist::torch_plugin::TdistC10dStore::port,
+                             "The port of the server (the one picked when 0 was asked for).");
 
   // For the tests: what a profiler observer sees of record_param_comms events.
   m.def("_start_param_comms_observer", &tdist::torch_plugin::ParamCommsObserver::start);

@@ -14,6 +14,7 @@
 
 #include "c10d_store_adapter.h"
 #include "conversions.h"
+#include "tdist_c10d_store.h"
 #include "work_tdist.h"
 
 namespace tdist::torch_plugin {
@@ -144,11 +145,13 @@ std::vector<std::pair<Tensor, Tensor>> coalesced_pairs(const std::vector<at::Ten
   return pairs;
 }
 
-// The host of the TCPStore behind `store` (through any PrefixStores), or
-// empty: torch hands backends its store wrapped in one PrefixStore per group.
+// The host of the TCPStore (torch's or tdist.torch's) behind `store`
+// (through any PrefixStores), or empty: torch hands backends its store
+// wrapped in one PrefixStore per group.
 std::string tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
   for (int depth = 0; store && depth < 16; ++depth) {
     if (auto* tcp = dynamic_cast<c10d::TCPStore*>(store.get())) return tcp->getHost();
+    if (auto* ours = dynamic_cast<TdistC10dStore*>(store.get())) return ours->host();
     auto* prefix = dynamic_cast<c10d::PrefixStore*>(store.get());
     if (!prefix) break;
     store = prefix->getUnderlyingStore();
@@ -176,8 +179,8 @@ ProcessGroupTdist::ProcessGroupTdist(const c10::intrusive_ptr<c10d::Store>& stor
     options.global_ranks.assign(global_ranks.begin(), global_ranks.end());
   }
   // The transport advertises the local address that reaches the store's
-  // host (env://, tcp:// and TCPStore: that host; MASTER_ADDR otherwise, as
-  // for file://; loopback when neither is known).
+  // host (env://, tcp:// and either TCPStore: that host; MASTER_ADDR
+  // otherwise, as for file://; loopback when neither is known).
   options.master_host = tcp_store_host(store);
   if (options.master_host.empty()) {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): tdist never calls setenv
