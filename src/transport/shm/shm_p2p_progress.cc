@@ -307,12 +307,8 @@ void ShmP2pTransport::buffer_waiting_reads_locked() {
     // No receive came for it: copy it here, so that its send completes.
     detail::Scratch bytes(m.size);
     try {
-      if (pids_[static_cast<size_t>(m.src)] == getpid()) {
-        std::memcpy(bytes.get(), reinterpret_cast<const void*>(static_cast<uintptr_t>(m.address)), m.size);
-      } else {
-        read_peer_memory(pids_[static_cast<size_t>(m.src)], m.src, bytes.get(),
-                         reinterpret_cast<const void*>(static_cast<uintptr_t>(m.address)), m.size);
-      }
+      read_peer_memory(pids_[static_cast<size_t>(m.src)], m.src, bytes.get(),
+                       reinterpret_cast<const void*>(static_cast<uintptr_t>(m.address)), m.size);
     } catch (const DistError&) {
       // Its sender is gone; the failure checks say so to its receives.
       it = unexpected_.erase(it);
@@ -329,13 +325,11 @@ void ShmP2pTransport::buffer_waiting_reads_locked() {
 void ShmP2pTransport::run_peer_read(PeerRead& read) {
   std::exception_ptr error;
   try {
-    const auto* from = reinterpret_cast<const void*>(static_cast<uintptr_t>(read.address));
-    const pid_t pid = pids_[static_cast<size_t>(read.src)];
-    if (pid == getpid()) {
-      std::memcpy(read.op.data, from, read.bytes);  // ranks that are threads of one process
-    } else {
-      read_peer_memory(pid, read.src, read.op.data, from, read.bytes);
-    }
+    // Through the kernel even between ranks that are threads of one
+    // process: a sender that gave up (its wait timed out) may free its
+    // buffer meanwhile, which makes this copy fail instead of crash.
+    read_peer_memory(pids_[static_cast<size_t>(read.src)], read.src, read.op.data,
+                     reinterpret_cast<const void*>(static_cast<uintptr_t>(read.address)), read.bytes);
   } catch (...) {
     error = std::current_exception();
   }
