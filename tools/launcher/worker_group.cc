@@ -194,6 +194,12 @@ void WorkerGroup::start_one(Worker& worker, const std::vector<std::string>& base
   put("TORCHELASTIC_USE_AGENT_STORE", spec_.agent_store ? "True" : "False");
   put("TDIST_RESTART_COUNT", restarts);
   put("TDIST_MAX_RESTARTS", std::to_string(spec_.max_restarts));
+  // torch's own TCPStore listens on every interface and cannot
+  // authenticate: with this, a torch program's env:// makes tdist's store
+  // instead (tdist.torch, loaded with torch), which listens on MASTER_ADDR
+  // only and proves the job's token. An inherited value is kept
+  // ("torch": torch's store, as under torchrun).
+  if (!inherited("TDIST_TORCH_STORE")) put("TDIST_TORCH_STORE", "tdist");
   // torchrun's defaults, kept when the launcher's environment sets them.
   if (!inherited("NCCL_ASYNC_ERROR_HANDLING")) put("NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!inherited("OMP_NUM_THREADS") && spec_.nproc > 1) put("OMP_NUM_THREADS", "1");

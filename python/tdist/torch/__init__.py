@@ -30,6 +30,12 @@ Under mpirun, PMI launchers and srun the import also exports RANK,
 WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from the launcher's own
 variables when they are unset, so that torch's env:// finds the rank.
 
+With TDIST_TORCH_STORE=tdist (tdistrun sets it) torch's env:// and tcp://
+rendezvous use ``tdist.torch.TCPStore``, tdist's own store, for every
+backend: it listens only on MASTER_ADDR and authenticates with the job's
+token, where torch's TCPStore listens on every interface and cannot
+authenticate (see ``tdist.torch.store``).
+
 torch_npu's additions (``reinit_process_group``, the uneven all-gather and
 reduce-scatter, ``get_comm_name``, ``is_tdist_available``) are functions of
 this module; see ``tdist.torch.npu`` and docs/torch_npu.md.
@@ -56,6 +62,7 @@ except ImportError as _error:
         name="tdist.torch._plugin") from None
 from tdist.torch import backend as _backend  # noqa: E402
 from tdist.torch import compat as _compat  # noqa: E402
+from tdist.torch import store as _store  # noqa: E402
 from tdist.torch.npu import (  # noqa: E402
     all_gather_into_tensor_uneven,
     get_comm_name,
@@ -96,12 +103,14 @@ def _export_launcher_variables():
 _export_launcher_variables()
 _backend.register()
 _compat.install()
+_store.install()
+TCPStore = _store.TCPStore
 # Beside torch_npu's torch.distributed.is_hccl_available.
 if not hasattr(_dist, "is_tdist_available"):
     _dist.is_tdist_available = is_tdist_available
 # At exit, backend.py shuts the groups down and drains the futures'
 # completions, before the interpreter finalizes.
 
-__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "all_gather_into_tensor_uneven", "backend_of", "create_process_group",
-           "get_comm_name", "is_registered", "is_tdist_available", "reduce_scatter_tensor_uneven",
+__all__ = ["BACKEND_NAME", "ProcessGroupTdist", "TCPStore", "all_gather_into_tensor_uneven", "backend_of",
+           "create_process_group", "get_comm_name", "is_registered", "is_tdist_available", "reduce_scatter_tensor_uneven",
            "reinit_process_group"]
