@@ -1,8 +1,8 @@
 """tdist's own store for torch's env:// and tcp:// rendezvous.
 
 torch's TCPStore server listens on every interface, whatever MASTER_ADDR
-says (its libuv server binds ``::``, the older one the wildcard address;
-only a ``master_listen_fd`` the caller bound itself changes that), and its
+says (both its libuv server and the older one bind ``::``; only a
+``master_listen_fd`` the caller bound itself changes that), and its
 protocol has no authentication: anyone who reaches the port reads and writes
 the job's keys. ``tdist.torch.TCPStore`` is a torch Store over tdist's own
 TCPStore, which listens only where MASTER_ADDR resolves and, with the job's
@@ -59,20 +59,32 @@ def create_store(hostname, port, rank, world_size, timeout):
 _torch_create_c10d_store = None
 
 
-def _create_c10d_store(hostname, port, rank, world_size, timeout, use_libuv=True):
+def _create_c10d_store(hostname, port, rank, world_size, timeout, *args, **kwargs):
+    # *args: torch 2.3 added use_libuv; older torch 2 passes none.
     if tdist_store_requested():
         return create_store(hostname, port, rank, world_size, timeout)
-    return _torch_create_c10d_store(hostname, port, rank, world_size, timeout, use_libuv)
+    return _torch_create_c10d_store(hostname, port, rank, world_size, timeout, *args, **kwargs)
 
 
 def install():
     """Routes torch's env:// and tcp:// handlers (which both call the
     module's ``_create_c10d_store``) through the function above. Their URL
-    parsing and errors stay torch's."""
+    parsing and errors stay torch's. A torch without that function is left
+    alone (and warned about when TDIST_TORCH_STORE asks for tdist's store),
+    so that importing tdist.torch never fails for it."""
     global _torch_create_c10d_store
-    if _torch_create_c10d_store is None:
-        _torch_create_c10d_store = _rendezvous._create_c10d_store
-        _rendezvous._create_c10d_store = _create_c10d_store
+    if _torch_create_c10d_store is not None:
+        return
+    original = getattr(_rendezvous, "_create_c10d_store", None)
+    if original is None:
+        if os.environ.get(VARIABLE, "").strip().lower() == "tdist":
+            import warnings
+            warnings.warn(f"{VARIABLE}=tdist: this torch's rendezvous has no _create_c10d_store to route through "
+                          "tdist's store, so env:// and tcp:// make torch's own TCPStore (listening on every "
+                          "interface, without authentication); pass store=tdist.torch.TCPStore(...) instead")
+        return
+    _torch_create_c10d_store = original
+    _rendezvous._create_c10d_store = _create_c10d_store
 
 
 def uninstall():
