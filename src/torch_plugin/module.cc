@@ -14,8 +14,8 @@
 
 #include "completion_pool.h"
 #include "process_group_tdist.h"
-#include "tdist_c10d_store.h"
 #include "tdist/trace.h"
+#include "tdist_c10d_store.h"
 
 namespace tdist::torch_plugin {
 
@@ -191,7 +191,8 @@ tdistrun's --agent-store), not torch's TCPStore. docs/security.md.
              py::gil_scoped_release no_gil;
              return c10::make_intrusive<tdist::torch_plugin::TdistC10dStore>(host_name, options);
            }),
-           py::arg("host_name"), py::arg("port"), py::arg("world_size") = py::none(), py::arg("is_master") = false,
+           py::arg("host_name"), py::arg("port"), py::arg("world_size") = py::none(),
+           py::arg("is_master") = false,
            py::arg("timeout") = std::chrono::milliseconds(std::chrono::minutes(5)),
            py::arg("wait_for_workers") = true, py::arg("multi_tenant") = false,
            py::arg("master_listen_fd") = py::none(), py::arg("listen_host") = py::none(),
