@@ -12,6 +12,7 @@
 #include "common/completion_thread.h"
 #include "common/stream_copy.h"
 #include "tdist/errors.h"
+#include "transport/message_checks.h"
 #include "transport/shm/shm_p2p_transport.h"
 #include "transport/shm/shm_single_copy.h"
 
@@ -35,10 +36,6 @@ struct StopWaiting {};
 
 // The transport whose data this thread moves in wait(), if any.
 thread_local const ShmP2pTransport* t_driving = nullptr;
-
-bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
-  return (want_src == kAnySource || want_src == src) && want_tag == tag;
-}
 
 }  // namespace
 
@@ -109,8 +106,9 @@ bool ShmP2pTransport::waits_in_ring_locked(int p, const SlotHeader& header) {
   if (header.kind != SlotKind::kMessage || header.carry != Carry::kSlots || header.total <= kP2pSlotPayload) {
     return false;
   }
-  const bool taken = std::any_of(posted_.begin(), posted_.end(),
-                                 [&](const RecvOp& op) { return matches(op.src, op.tag, p, header.tag); });
+  const bool taken = std::any_of(posted_.begin(), posted_.end(), [&](const RecvOp& op) {
+    return receive_matches(op.src, op.tag, p, header.tag);
+  });
   if (taken) {
     held_since_[i] = {};
     return false;
@@ -138,9 +136,7 @@ void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const ui
     }
     case SlotKind::kRefusal: {
       const std::string reason(reinterpret_cast<const char*>(payload), header.chunk);
-      auto error =
-          std::make_exception_ptr(DistBackendError("rank " + std::to_string(rank_) + ": a send of rank " +
-                                                   std::to_string(rank_) + " was refused: " + reason));
+      auto error = refused_send_error(rank_, reason);
       auto it = awaiting_[i].find(header.id);
       if (it != awaiting_[i].end()) {
         failed(it->second, error);
@@ -161,7 +157,7 @@ void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const ui
     last_call_[i] = header.sig;
   const size_t got = header.carry == Carry::kSlots ? header.chunk : 0;
   auto it = std::find_if(posted_.begin(), posted_.end(),
-                         [&](const RecvOp& op) { return matches(op.src, op.tag, p, header.tag); });
+                         [&](const RecvOp& op) { return receive_matches(op.src, op.tag, p, header.tag); });
   if (it != posted_.end()) {
     RecvOp op = std::move(*it);
     posted_.erase(it);
@@ -397,8 +393,7 @@ void ShmP2pTransport::check_failures_locked() {
                       (options_.watch != nullptr && options_.watch->peer_failed(p)) ||
                       (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH);
     // What it sent before it went is still to be read first.
-    if (gone && read_[i] == counters(p, rank_).written.load(std::memory_order_acquire))
-      fail_peer_locked(p, gone_error(p, "receive from"));
+    if (gone && read_[i] == counters(p, rank_).written.load(std::memory_order_acquire)) fail_peer_locked(p);
   }
 }
 

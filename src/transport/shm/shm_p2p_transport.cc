@@ -4,30 +4,19 @@
 
 #include "transport/shm/shm_p2p_transport.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "common/error_text.h"
 #include "tdist/errors.h"
+#include "transport/message_checks.h"
 
 namespace tdist::transport::shm {
 namespace {
 
 namespace sig = tdist::detail;
-
-bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
-  return (want_src == kAnySource || want_src == src) && want_tag == tag;
-}
-
-std::string op_text(const sig::CallSignature& mine, int src, uint64_t tag) {
-  if (mine.kind == sig::CallKind::kPointToPoint)
-    return "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag & 0xffffffffU) + ")";
-  return sig::call_kind_name(mine.kind);
-}
 
 }  // namespace
 
@@ -113,7 +102,7 @@ ShmP2pTransport::ShmP2pTransport(Segment segment, int rank, int size, const ShmP
   read_.assign(n, 0);
   inbound_.resize(n);
   held_since_.resize(n);
-  gone_.resize(n);
+  gone_.assign(n, false);
   last_call_.resize(n);
   thread_ = std::thread([this] { run_background(); });
 }
@@ -177,7 +166,7 @@ RequestPtr ShmP2pTransport::isend(int dst, uint64_t tag, const void* data, size_
       // To oneself: straight into a receive, or the unexpected queue.
       const SlotHeader header{SlotKind::kMessage, Carry::kSlots, tag, nbytes, nbytes, 0, 0, sig};
       auto it = std::find_if(posted_.begin(), posted_.end(),
-                             [&](const RecvOp& op) { return matches(op.src, op.tag, rank_, tag); });
+                             [&](const RecvOp& op) { return receive_matches(op.src, op.tag, rank_, tag); });
       if (it != posted_.end()) {
         RecvOp op = std::move(*it);
         posted_.erase(it);
@@ -231,7 +220,7 @@ void ShmP2pTransport::post_recv(RecvOp op) {
     } else {
       // The oldest matching message that came early wins.
       auto it = std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Incoming& m) {
-        return !m.claimed && matches(op.src, op.tag, m.src, m.tag);
+        return !m.claimed && receive_matches(op.src, op.tag, m.src, m.tag);
       });
       if (it != unexpected_.end()) {
         Incoming& m = *it;
@@ -270,7 +259,7 @@ void ShmP2pTransport::post_recv(RecvOp op) {
 
 bool ShmP2pTransport::deliver(RecvOp& op, int src, const SlotHeader& header, const uint8_t* data,
                               size_t got) {
-  if (!op.sig.empty() && !header.sig.empty() && !(op.sig == header.sig)) {
+  if (signatures_differ(op.sig, header.sig)) {
     refuse(op, src, header.sig, header.id);
     return false;
   }
@@ -281,11 +270,7 @@ bool ShmP2pTransport::deliver(RecvOp& op, int src, const SlotHeader& header, con
     op.capacity = total;
   }
   if (total > op.capacity) {
-    failed(op.request, std::make_exception_ptr(DistBackendError(
-                           "rank " + std::to_string(rank_) + ": receive from rank " + std::to_string(src) +
-                           " (tag " + std::to_string(op.tag) + "): the message has " + std::to_string(total) +
-                           " bytes but the receive buffer holds only " + std::to_string(op.capacity) +
-                           " (do the ranks pass tensors of different sizes?)")));
+    failed(op.request, too_big_error(rank_, src, op.tag, total, op.capacity));
     // The send completes, as over TCP: the receiver's error says enough.
     if (header.carry == Carry::kPeerRead) acknowledge(src, header.id);
     return false;
@@ -303,9 +288,7 @@ bool ShmP2pTransport::deliver(RecvOp& op, int src, const SlotHeader& header, con
 }
 
 void ShmP2pTransport::refuse(RecvOp& op, int src, const sig::CallSignature& theirs, uint64_t id) {
-  auto error = std::make_exception_ptr(
-      DistBackendError("rank " + std::to_string(rank_) + ": " +
-                       sig::mismatch_message(op_text(op.sig, src, op.tag), op.sig, rank_, theirs, src)));
+  auto error = mismatch_error(rank_, src, op.tag, op.sig, theirs);
   failed(op.request, error);
   if (op.sig.kind != sig::CallKind::kPointToPoint || src == rank_) return;
   // The sender learns why: its send fails if still pending (a read of its
@@ -430,9 +413,9 @@ std::exception_ptr ShmP2pTransport::gone_error(int peer, const char* what) const
                                : " is gone: its process ended or its connection closed")));
 }
 
-void ShmP2pTransport::fail_peer_locked(int p, const std::exception_ptr& error) {
+void ShmP2pTransport::fail_peer_locked(int p) {
   const auto i = static_cast<size_t>(p);
-  gone_[i] = error;
+  gone_[i] = true;
   const auto send_error = gone_error(p, "send to");
   const auto recv_error = gone_error(p, "receive from");
   for (auto it = posted_.begin(); it != posted_.end();) {

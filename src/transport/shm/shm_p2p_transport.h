@@ -170,8 +170,8 @@ class ShmP2pTransport final : public Transport {
   void completed(const RequestPtr& request, int source, size_t bytes);
   void failed(const RequestPtr& request, std::exception_ptr error);
   void abort_locked(const std::exception_ptr& error, bool tell_peers);
-  /// Fails what involves peer `p`, which is gone (`error` says how).
-  void fail_peer_locked(int p, const std::exception_ptr& error);
+  /// Fails what involves peer `p`, which is gone, and what comes for it later.
+  void fail_peer_locked(int p);
   std::exception_ptr gone_error(int peer, const char* what) const;
 
   // ---- shm_p2p_progress.cc ----
@@ -213,8 +213,8 @@ class ShmP2pTransport final : public Transport {
   std::vector<uint64_t> read_;                                      // per peer: slots read from it
   std::vector<Inbound> inbound_;                                    // per peer
   std::vector<Clock::time_point> held_since_;                       // per peer: see waits_in_ring_locked
-  std::vector<std::exception_ptr> gone_;                            // per peer: why it is gone
-  std::vector<tdist::detail::CallSignature> last_call_;             // per peer
+  std::vector<bool> gone_;  // per peer: closed, died or lost (gone_error says which)
+  std::vector<tdist::detail::CallSignature> last_call_;  // per peer
   std::deque<PeerRead> reads_;
   std::vector<Completion> completions_;
   std::vector<Completion> spare_completions_;  // see deliver_completions

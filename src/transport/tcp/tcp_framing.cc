@@ -123,13 +123,13 @@ void TcpTransport::start_payload(Pair& pair) {
   pair.direct.reset();
   pair.target = nullptr;
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-    if (!matches(it->src, it->tag, pair.peer, h.tag)) continue;
+    if (!receive_matches(it->src, it->tag, pair.peer, h.tag)) continue;
     RecvOp op = std::move(*it);
     posted_.erase(it);
     if (op.bytes) {
       op.bytes->resize(h.size);
       pair.target = op.bytes->data();
-    } else if (h.size > op.capacity || signatures_differ(op, h.sig)) {
+    } else if (h.size > op.capacity || signatures_differ(op.sig, h.sig)) {
       // Read the message aside, then fail the receive naming both sizes
       // (or both calls: a message of another call never touches the
       // receiver's buffer).
@@ -157,9 +157,7 @@ void TcpTransport::finish_payload(Pair& pair) {
   if (pair.reading_reject) {
     pair.reading_reject = false;
     const std::string reason(pair.overflow.begin(), pair.overflow.end());
-    rejection_ =
-        std::make_exception_ptr(DistBackendError("rank " + std::to_string(rank_) + ": a send of rank " +
-                                                 std::to_string(rank_) + " was refused: " + reason));
+    rejection_ = refused_send_error(rank_, reason);
     return;
   }
   if (pair.reading_abort) {
@@ -179,12 +177,12 @@ void TcpTransport::finish_payload(Pair& pair) {
   if (pair.direct) {
     RecvOp op = std::move(*pair.direct);
     pair.direct.reset();
-    if (signatures_differ(op, pair.header.sig)) {
+    if (signatures_differ(op.sig, pair.header.sig)) {
       refuse_locked(op, pair.peer, pair.header.sig);
       pair.overflow.clear();
       pair.overflow.shrink_to_fit();
     } else if (!op.bytes && size > op.capacity) {
-      failed(op.request, too_big(rank_, pair.peer, op.tag, size, op.capacity));
+      failed(op.request, too_big_error(rank_, pair.peer, op.tag, size, op.capacity));
       pair.overflow.clear();
       pair.overflow.shrink_to_fit();
     } else {

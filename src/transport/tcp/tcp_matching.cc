@@ -130,7 +130,7 @@ void TcpTransport::match_recv(RecvOp op) {
   }
   // The oldest matching message that came early wins.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
-    if (it->claimed || !matches(op.src, op.tag, it->src, it->tag)) continue;
+    if (it->claimed || !receive_matches(op.src, op.tag, it->src, it->tag)) continue;
     if (it->complete) {
       finish_into(op, it->src, it->data.get(), it->size, it->sig);
       unexpected_.erase(it);
@@ -222,14 +222,14 @@ void TcpTransport::interrupt_loop() const {
 
 void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t size,
                                const tdist::detail::CallSignature& sig) {
-  if (signatures_differ(op, sig)) {
+  if (signatures_differ(op.sig, sig)) {
     refuse_locked(op, src, sig);
     return;
   }
   if (op.bytes) {
     op.bytes->assign(data, data + size);
   } else if (size > op.capacity) {
-    failed(op.request, too_big(rank_, src, op.tag, size, op.capacity));
+    failed(op.request, too_big_error(rank_, src, op.tag, size, op.capacity));
     return;
   } else if (size > 0) {
     std::memcpy(op.data, data, size);
@@ -238,7 +238,7 @@ void TcpTransport::finish_into(RecvOp& op, int src, const uint8_t* data, size_t 
 }
 
 void TcpTransport::refuse_locked(RecvOp& op, int src, const tdist::detail::CallSignature& theirs) {
-  std::exception_ptr error = signature_error(rank_, src, op, theirs);
+  std::exception_ptr error = mismatch_error(rank_, src, op.tag, op.sig, theirs);
   failed(op.request, error);
   if (op.sig.kind != tdist::detail::CallKind::kPointToPoint || src == rank_) return;
   // Collectives abort the group instead (every rank raises); a sender's
@@ -264,7 +264,7 @@ std::optional<tdist::detail::CallSignature> TcpTransport::last_call_from(int pee
 void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
                                  const tdist::detail::CallSignature& sig) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-    if (!matches(it->src, it->tag, src, tag)) continue;
+    if (!receive_matches(it->src, it->tag, src, tag)) continue;
     RecvOp op = std::move(*it);
     posted_.erase(it);
     finish_into(op, src, data, size, sig);

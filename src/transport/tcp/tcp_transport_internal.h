@@ -22,6 +22,7 @@
 
 #include "common/env.h"
 #include "tdist/errors.h"
+#include "transport/message_checks.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -99,34 +100,4 @@ inline uint64_t lane_id(int peer, size_t lane) {
   return (static_cast<uint64_t>(lane + 1) << 32) | static_cast<uint32_t>(peer);
 }
 
-inline bool matches(int want_src, uint64_t want_tag, int src, uint64_t tag) {
-  return (want_src == kAnySource || want_src == src) && want_tag == tag;
-}
-
-// A receive with a signature takes only a message with the same one (a
-// message without one, from a caller that checks nothing, passes).
-inline bool signatures_differ(const tcp::RecvOp& op, const tdist::detail::CallSignature& theirs) {
-  return !op.sig.empty() && !theirs.empty() && !(op.sig == theirs);
-}
-
-inline std::exception_ptr signature_error(int rank, int src, const tcp::RecvOp& op,
-                                          const tdist::detail::CallSignature& theirs) {
-  std::string what;
-  if (op.sig.kind == tdist::detail::CallKind::kPointToPoint) {
-    what = "recv from rank " + std::to_string(src) + " (tag " + std::to_string(op.tag & 0xffffffffU) + ")";
-  } else {
-    what = tdist::detail::call_kind_name(op.sig.kind);
-  }
-  return std::make_exception_ptr(
-      DistBackendError("rank " + std::to_string(rank) + ": " +
-                       tdist::detail::mismatch_message(what, op.sig, rank, theirs, src)));
-}
-
-inline std::exception_ptr too_big(int rank, int src, uint64_t tag, size_t size, size_t capacity) {
-  return std::make_exception_ptr(
-      DistBackendError("rank " + std::to_string(rank) + ": receive from rank " + std::to_string(src) +
-                       " (tag " + std::to_string(tag) + "): the message has " + std::to_string(size) +
-                       " bytes but the receive buffer holds only " + std::to_string(capacity) +
-                       " (do the ranks pass tensors of different sizes?)"));
-}
 }  // namespace tdist::transport::tcp::internal
