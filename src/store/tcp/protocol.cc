@@ -10,11 +10,6 @@ namespace {
 constexpr int64_t kMinMaxFrameBytes = 4096;
 constexpr int64_t kMaxMaxFrameBytes = std::numeric_limits<uint32_t>::max();
 
-uint32_t load_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
-
 uint64_t load_u64(const uint8_t* p) {
   return static_cast<uint64_t>(load_u32(p)) | static_cast<uint64_t>(load_u32(p + 4)) << 32;
 }

@@ -47,6 +47,12 @@
 
 namespace tdist::tcpstore {
 
+/// The little-endian 32-bit number at `p` (frame lengths and field sizes).
+inline uint32_t load_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+
 /// Bumped when the frame layout or a command changes incompatibly.
 inline constexpr uint32_t kProtocolVersion = 2;  // 2: AUTH_BEGIN / AUTH_PROOF
 /// u32 length + u8 code + u64 request id.

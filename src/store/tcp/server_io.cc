@@ -26,11 +26,6 @@ constexpr int kMaxRequestsPerTurn = 256;
 // more.
 constexpr size_t kStreamedFrameBytes = size_t{1} << 20;
 
-uint32_t load_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
-
 }  // namespace
 
 void TCPServer::Impl::on_connection_event(uint64_t id, uint32_t events) {
@@ -368,14 +363,14 @@ void TCPServer::Impl::start_streaming_value(Connection& conn) {
       conn.in[4] != static_cast<uint8_t>(tcpstore::Command::kSet)) {
     return;
   }
-  size_t total = size_t{4} + load_u32(conn.in.data());
+  size_t total = size_t{4} + tcpstore::load_u32(conn.in.data());
   // Only a frame within the limit and reserved in the budget (in_expected).
   if (total <= kStreamedFrameBytes || total <= conn.in.size() || conn.in_expected != total) return;
-  size_t key_bytes = load_u32(conn.in.data() + tcpstore::kHeaderBytes);
+  size_t key_bytes = tcpstore::load_u32(conn.in.data() + tcpstore::kHeaderBytes);
   size_t head = tcpstore::kHeaderBytes + 4 + key_bytes + 4;
   if (head > total) return;           // not a SET's layout: process_input rejects the whole frame
   if (conn.in.size() < head) return;  // a huge key: its frame stays in `in`
-  size_t value_bytes = load_u32(conn.in.data() + head - 4);
+  size_t value_bytes = tcpstore::load_u32(conn.in.data() + head - 4);
   if (head + value_bytes != total) return;  // decode_request rejects it once whole
   tcpstore::PayloadReader header(conn.in.data() + 5, 8);
   conn.value_id = header.u64();

@@ -16,11 +16,6 @@ namespace {
 constexpr int64_t kMinMemoryBudget = int64_t{1} << 20;
 constexpr int64_t kMaxMemoryBudget = int64_t{1} << 50;
 
-uint32_t load_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
-
 }  // namespace
 
 size_t memory_budget_from_env() {
@@ -47,7 +42,7 @@ bool TCPServer::Impl::refuse_for_budget(Connection& conn, size_t pos) {
   size_t have = conn.in.size() - pos;
   if (have < tcpstore::kHeaderBytes) return false;     // the id is needed for the error
   if (pos == 0 && conn.in_expected > 0) return false;  // reserved already
-  uint64_t total = uint64_t{4} + load_u32(conn.in.data() + pos);
+  uint64_t total = uint64_t{4} + tcpstore::load_u32(conn.in.data() + pos);
   if (total > frame_limit(conn) + 4 || total <= have) return false;  // process_input's cases
   size_t to_come = static_cast<size_t>(total - have);
   if (budget.fits(to_come)) {
