@@ -4,7 +4,8 @@
 // parent's), and shared memory among the ranks of one host
 // (ShmP2pTransport), with large messages read straight from the sender's
 // memory and, again, streamed through the rings. Matching and order,
-// sizes, unknown sizes, the call-matching hooks, abort and a peer's
+// sizes, unknown sizes, the call-matching hooks, a refused message's way
+// back to its sender, abort and a peer's
 // goodbye. A new transport joins by adding its
 // Kind to with() and to the instantiation below.
 
@@ -345,6 +346,48 @@ TEST_P(Conformance, TheCallMatchingHooksSeeAPeersMessages) {
               const auto last = t.last_call_from(1);
               if (!last || !(*last == theirs))
                 throw std::runtime_error("last_call_from does not give the peer's call");
+            }),
+            "");
+}
+
+// A receive of another signature refuses a point-to-point message: the
+// receiver's request fails naming both sides, and the refusal reaches the
+// sender, whose take_rejection hands it out once. (It comes before the
+// receiver's next message: messages of one pair keep their order.)
+TEST_P(Conformance, ARefusedMessageReachesItsSenderOnce) {
+  if (n() < 2) GTEST_SKIP();
+  using tdist::detail::p2p_signature;
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              const uint64_t tag = (uint64_t{1} << 63) | 4;
+              const uint64_t after_tag = tag + 1;
+              int32_t sent[4] = {1, 2, 3, 4};
+              uint8_t after = 0;
+              if (rank == 1) {
+                wait_ok(t.isend(0, tag, sent, sizeof(sent), p2p_signature(DType::kInt32, 4)));
+                wait_ok(t.irecv(0, after_tag, &after, 1, p2p_signature(DType::kUInt8, 1)));
+                std::exception_ptr refused = t.take_rejection();
+                if (!refused) throw std::runtime_error("the sender was not told of the refusal");
+                try {
+                  std::rethrow_exception(refused);
+                } catch (const DistError& e) {
+                  const std::string what = e.what();
+                  if (what.find("was refused") == std::string::npos ||
+                      what.find("4 int32 elements") == std::string::npos ||
+                      what.find("4 float32 elements") == std::string::npos)
+                    throw std::runtime_error("the refusal does not name both sides: " + what);
+                }
+                if (t.take_rejection()) throw std::runtime_error("the refusal was handed out twice");
+              } else if (rank == 0) {
+                float got[4] = {0, 0, 0, 0};
+                try {
+                  wait_ok(t.irecv(1, tag, got, sizeof(got), p2p_signature(DType::kFloat32, 4)));
+                  throw std::runtime_error("a receive of another dtype accepted the message");
+                } catch (const DistBackendError&) {
+                }
+                if (got[0] != 0 || got[3] != 0) throw std::runtime_error("the refused message was written");
+                wait_ok(t.isend(1, after_tag, &after, 1, p2p_signature(DType::kUInt8, 1)));
+                if (t.take_rejection()) throw std::runtime_error("the receiver holds a refusal of its own");
+              }
             }),
             "");
 }

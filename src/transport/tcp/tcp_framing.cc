@@ -6,6 +6,7 @@
 #include "transport/tcp/tcp_wire.h"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cerrno>
@@ -55,6 +56,8 @@ void TcpTransport::write_queue(Pair& pair, const Socket& socket, std::deque<Send
       op.sent += static_cast<size_t>(n);
     }
     if (op.sent == header_bytes + op.size) {
+      if (!op.raw && op.header.sig.kind == tdist::detail::CallKind::kPointToPoint)
+        pair.watch_for_refusal = true;
       SendOp done = std::move(op);
       sends.pop_front();
       sent_part(done);
@@ -89,6 +92,15 @@ bool TcpTransport::loop_reads_locked(const Pair& pair) const {
   // Something to read for: a posted receive, a message begun, or the
   // watch for dead peers (an idle socket is otherwise left to the kernel).
   return watch_ || !posted_.empty() || pair.in_payload || pair.header_got > 0 || pair.staged_len > 0;
+}
+
+bool TcpTransport::next_is_notice(const Pair& pair) const {
+  Header next{};
+  const ssize_t n = ::recv(pair.socket.fd(), &next, sizeof(next), MSG_PEEK | MSG_DONTWAIT);
+  // An end of stream, an error or a header not all there yet: read as usual
+  // (read_some names the end, or keeps the part).
+  if (n != static_cast<ssize_t>(sizeof(next))) return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+  return next.tag == kRejectTag || next.tag == kAbortTag || next.tag == kGoodbyeTag;
 }
 
 void TcpTransport::update_polling(Pair& pair) {

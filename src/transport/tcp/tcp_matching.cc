@@ -250,8 +250,40 @@ void TcpTransport::refuse_locked(RecvOp& op, int src, const tdist::detail::CallS
 }
 
 std::exception_ptr TcpTransport::take_rejection() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::exchange(rejection_, nullptr);
+  std::exception_ptr refused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!rejection_) read_arrived_refusals_locked();
+    refused = std::exchange(rejection_, nullptr);
+  }
+  flush();  // an abort notice read on the way fails what it concerns
+  return refused;
+}
+
+void TcpTransport::read_arrived_refusals_locked() {
+  // A refusal that has reached the socket by the time of the user's next
+  // call is raised by that call, whether or not the loop thread has read it
+  // yet: one poll of the connections that carried a message of ours, and a
+  // look at the next frame of those with bytes waiting.
+  refusal_poll_.clear();
+  for (const auto& pair : pairs_) {
+    if (pair.peer == rank_ || pair.closed || !pair.watch_for_refusal || pair.in_payload ||
+        pair.header_got > 0 || pair.staged_len > 0)
+      continue;
+    refusal_poll_.push_back(pollfd{pair.socket.fd(), POLLIN, 0});
+  }
+  if (refusal_poll_.empty() || ::poll(refusal_poll_.data(), refusal_poll_.size(), 0) <= 0) return;
+  size_t i = 0;
+  for (auto& pair : pairs_) {
+    if (i == refusal_poll_.size()) break;
+    if (pair.closed || pair.socket.fd() != refusal_poll_[i].fd) continue;
+    if (refusal_poll_[i++].revents == 0) continue;
+    if (next_is_notice(pair)) {
+      read_some(pair, kReadBudget);
+    } else {
+      pair.watch_for_refusal = false;  // another message first; the refusal comes behind it
+    }
+  }
 }
 
 std::optional<tdist::detail::CallSignature> TcpTransport::last_call_from(int peer) const {

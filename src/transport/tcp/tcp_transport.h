@@ -221,6 +221,10 @@ struct Pair {
   size_t payload_end = 0;      // payload bytes this connection carries
   int stripes_left = 0;        // lanes still reading the current message
   bool waiting_lanes = false;  // this connection is done with it; they are not
+  // A point-to-point message of ours went out since this connection's
+  // frames were last looked at: the user's next point-to-point call looks
+  // whether a refusal of it is the next frame (take_rejection).
+  bool watch_for_refusal = false;
 
   /// Something is queued to write, on any connection.
   bool sending() const {
@@ -318,6 +322,10 @@ class TcpTransport final : public Transport {
   void update_polling(tcp::Pair& pair);
   void update_all_polling_locked();
   bool loop_reads_locked(const tcp::Pair& pair) const;
+  // The next frame waiting in the socket is a refusal, abort or goodbye
+  // notice (or the stream ended), seen without consuming anything.
+  bool next_is_notice(const tcp::Pair& pair) const;
+  void read_arrived_refusals_locked();
   void read_some(tcp::Pair& pair, size_t budget);
   void advance(tcp::Pair& pair, size_t n);  // n more bytes read into the header or the payload
   void consume_staged(tcp::Pair& pair);     // the unconsumed bytes of the stage
@@ -371,7 +379,8 @@ class TcpTransport final : public Transport {
   bool loop_yielded_ = false;   // the loop saw events a driver was reading; it parks until the driver lets go
   mutable bool watch_ = false;  // the loop thread keeps reading even when nothing is pending
   mutable std::condition_variable loop_cv_;
-  std::vector<pollfd> poll_fds_;  // the driver's, rebuilt on each round
+  std::vector<pollfd> poll_fds_;      // the driver's, rebuilt on each round
+  std::vector<pollfd> refusal_poll_;  // read_arrived_refusals_locked's
   std::vector<uint64_t> poll_ids_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;         // wakes the loop thread from epoll_wait
