@@ -5,9 +5,8 @@
 // (ShmP2pTransport), with large messages read straight from the sender's
 // memory and, again, streamed through the rings. Matching and order,
 // sizes, unknown sizes, the call-matching hooks, a refused message's way
-// back to its sender, abort and a peer's
-// goodbye. A new transport joins by adding its
-// Kind to with() and to the instantiation below.
+// back to its sender, abort and a peer's goodbye. A new transport joins by
+// adding its Kind to with() and to the instantiation below.
 
 #include <gtest/gtest.h>
 
