@@ -62,8 +62,9 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
   auto request = transport.isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
-  // The callback keeps the tensor (and so the bytes being sent) alive.
-  request->on_complete([recorder = &recorder_, work, tensor, trace_id](transport::Request& r) {
+  // The callback keeps the work, and so its tensor (the bytes being sent),
+  // alive until the transport is done with them.
+  request->on_complete([recorder = &recorder_, work, trace_id](transport::Request& r) {
     detail::end_trace(*recorder, trace_id, r.error());
     work->finish(r.error());
   });
@@ -85,7 +86,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);
   auto request = transport.irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
   size_t expected = tensor.nbytes();
-  request->on_complete([recorder = &recorder_, work, tensor, expected, trace_id](transport::Request& r) {
+  request->on_complete([recorder = &recorder_, work, expected, trace_id](transport::Request& r) {
     std::exception_ptr error = r.error();
     if (!error && r.received_bytes() != expected) {
       error = std::make_exception_ptr(DistInvalidArgument("recv: the tensor has " + std::to_string(expected) +

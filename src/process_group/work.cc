@@ -139,14 +139,18 @@ int Work::source_rank() const {
 }
 
 void Work::finish(std::exception_ptr error, int source_rank) {
+  std::vector<Tensor> outputs;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     source_rank_ = source_rank;
+    // The future holds them from now on (a work finishes once; a copy cost
+    // allocations on every point-to-point message).
+    outputs.swap(outputs_);
   }
   if (error) {
     future_->set_error(std::move(error));
   } else {
-    future_->set_value(outputs_);
+    future_->set_value(std::move(outputs));
   }
 }
 

@@ -4,14 +4,14 @@ namespace tdist::transport {
 
 bool Request::wait_until(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
+  if (!done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); }))
+    return false;
   if (error_) std::rethrow_exception(error_);
   return true;
 }
 
 bool Request::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
+  return done_.load(std::memory_order_acquire);
 }
 
 std::exception_ptr Request::error() const {
@@ -32,8 +32,12 @@ size_t Request::received_bytes() const {
 void Request::on_complete(std::function<void(Request&)> callback) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
-      callbacks_.push_back(std::move(callback));
+    if (!done_.load(std::memory_order_relaxed)) {
+      if (!first_callback_) {
+        first_callback_ = std::move(callback);
+      } else {
+        callbacks_.push_back(std::move(callback));
+      }
       return;
     }
   }
@@ -41,11 +45,14 @@ void Request::on_complete(std::function<void(Request&)> callback) {
 }
 
 void Request::run_callbacks() {
+  std::function<void(Request&)> first;
   std::vector<std::function<void(Request&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    first.swap(first_callback_);
     callbacks.swap(callbacks_);
   }
+  if (first) first(*this);
   for (auto& callback : callbacks) callback(*this);
 }
 
@@ -63,13 +70,13 @@ bool Request::settle(int source, size_t received_bytes, std::exception_ptr error
   bool callbacks_left = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
-      done_ = true;
+    if (!done_.load(std::memory_order_relaxed)) {
       source_ = source;
       received_bytes_ = received_bytes;
       error_ = std::move(error);
+      done_.store(true, std::memory_order_release);
     }
-    callbacks_left = !callbacks_.empty();
+    callbacks_left = first_callback_ || !callbacks_.empty();
   }
   done_cv_.notify_all();
   return callbacks_left;

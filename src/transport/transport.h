@@ -27,6 +27,7 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -111,10 +112,15 @@ class Request {
   const size_t nbytes_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
-  bool done_ = false;
+  // Set under mutex_ once the rest is; read without it by done(), which
+  // waiting threads poll between looks at the memory they wait on.
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
   int source_ = -1;
   size_t received_bytes_ = 0;
+  // The first callback in place, the rest in a list: most requests have
+  // one (a work's), and the list would cost an allocation per message.
+  std::function<void(Request&)> first_callback_;
   std::vector<std::function<void(Request&)>> callbacks_;
 };
 
