@@ -14,11 +14,11 @@ import numpy
 import paddle  # python/requirements-dev.txt
 import pytest
 
+from paddle_launch import TIMEOUT, launch
 from tdist._C import DistInvalidArgument
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "paddle_programs")
-TIMEOUT = 180
 
 SCRIPTS = {
     # script: (its tdist import line, paddle's)
@@ -30,34 +30,8 @@ SCRIPTS = {
 def run(script, nprocs, out_dir, library, tmp_path):
     """Runs `script` on `nprocs` local ranks with `library`'s launcher and
     returns the ranks' saved arrays."""
-    source = os.path.join(PROGRAMS, script)
-    if library == "paddle":
-        ours, theirs = SCRIPTS[script]
-        text = open(source).read()
-        assert text.count(ours + "\n") == 1, f"{script} must import tdist in exactly one line: {ours}"
-        source = os.path.join(tmp_path, "paddle_" + script)
-        with open(source, "w") as f:
-            f.write(text.replace(ours + "\n", theirs + "\n"))
-        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nprocs),
-               "--log_dir", os.path.join(tmp_path, "paddle_log"), source]
-    else:
-        cmd = [sys.executable, "-m", "tdist.paddle.launch", "--nproc_per_node", str(nprocs), source]
     os.makedirs(out_dir)
-    env = dict(os.environ, FLEET_TRAIN_OUT=out_dir)
-    # paddle's own gloo groups at 4 ranks sometimes fail to connect ("connect
-    # [127.0.0.1]:403: Connection refused" in about 1 run of 4 here, with no
-    # tdist involved); only a failure of the reference inside gloo's TCP
-    # transport is run again.
-    for _ in range(3):
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
-        logs = ""
-        if library == "paddle" and os.path.isdir(os.path.join(tmp_path, "paddle_log")):
-            for name in sorted(os.listdir(os.path.join(tmp_path, "paddle_log"))):
-                logs += open(os.path.join(tmp_path, "paddle_log", name)).read()[-2000:]
-        if not (library == "paddle" and result.returncode != 0
-                and "gloo/transport/tcp/" in result.stdout + result.stderr + logs):
-            break
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + logs
+    launch(os.path.join(PROGRAMS, script), nprocs, library, tmp_path, SCRIPTS[script], {"FLEET_TRAIN_OUT": out_dir})
     return [dict(numpy.load(os.path.join(out_dir, f"rank{r}.npz"))) for r in range(nprocs)]
 
 
