@@ -57,7 +57,7 @@ def worker(library, ops, sizes, out_path):
         piece = max(1, count // world)
         ins = [paddle.ones([piece], "float32") for _ in range(world)]
         outs = [paddle.empty([piece], "float32") for _ in range(world)]
-        return lambda: dist.alltoall(ins, outs)
+        return lambda: dist.alltoall(outs, ins)
 
     rows = []
     for op in ops:

@@ -46,15 +46,16 @@ def reduce_scatter(tensor, tensor_list, op=ReduceOp.SUM, group=None, sync_op=Tru
     return stream.reduce_scatter(tensor, tensor_list, op, group, sync_op)
 
 
-def alltoall(in_tensor_list, out_tensor_list, group=None, sync_op=True):
+def alltoall(out_tensor_list, in_tensor_list, group=None, sync_op=True):
     """Sends ``in_tensor_list[r]`` to group rank r and receives rank r's into
-    ``out_tensor_list[r]`` (an empty list is extended). Note the order:
-    input first, unlike stream.alltoall."""
+    ``out_tensor_list[r]`` (an empty list is extended). The output comes
+    first, as in paddle 3 (paddle 2 put the input first)."""
     return stream.alltoall(out_tensor_list, in_tensor_list, group, sync_op, False)
 
 
-def alltoall_single(in_tensor, out_tensor, in_split_sizes=None, out_split_sizes=None, group=None, sync_op=True):
-    """all-to-all on one tensor each (input first, unlike stream.alltoall_single)."""
+def alltoall_single(out_tensor, in_tensor, in_split_sizes=None, out_split_sizes=None, group=None, sync_op=True):
+    """all-to-all on one tensor each, output first as in paddle 3 (whose
+    split sizes come input first, unlike stream.alltoall_single's)."""
     return stream.alltoall_single(out_tensor, in_tensor, out_split_sizes, in_split_sizes, group, sync_op, False)
 
 

@@ -176,7 +176,7 @@ def all_gather_object_doc_example(paddle, rank, n):
 def alltoall_doc_example(paddle, rank, n):
     out_tensor_list = []
     ins = [paddle.to_tensor([[rank * 100 + r, r]]) for r in range(n)]
-    dist.alltoall(ins, out_tensor_list)
+    dist.alltoall(out_tensor_list, ins)
     assert len(out_tensor_list) == n
     for r, t in enumerate(out_tensor_list):
         eq(t, [[r * 100 + rank, rank]])
@@ -186,13 +186,13 @@ def alltoall_doc_example(paddle, rank, n):
 def alltoall_single_doc_cases(paddle, rank, n):
     data = numpy.arange(n, dtype=numpy.int64) + rank * n
     output = numpy.empty(n, numpy.int64)
-    dist.alltoall_single(data, output)
+    dist.alltoall_single(output, data)
     eq(output, [r * n + rank for r in range(n)])
     in_split_sizes = [i + 1 for i in range(n)]
     out_split_sizes = [rank + 1 for _ in range(n)]
     data = numpy.ones([sum(in_split_sizes), n], numpy.float32) * rank
     output = numpy.empty([(rank + 1) * n, n], numpy.float32)
-    task = dist.alltoall_single(data, output, in_split_sizes, out_split_sizes, sync_op=False)
+    task = dist.alltoall_single(output, data, in_split_sizes, out_split_sizes, sync_op=False)
     task.wait()
     eq(output, numpy.repeat(numpy.arange(n, dtype=numpy.float32), rank + 1)[:, None] * numpy.ones(n, numpy.float32))
     # zero-size splits: rank r sends nothing to rank 0
@@ -200,7 +200,7 @@ def alltoall_single_doc_cases(paddle, rank, n):
     outs = [1] * n if rank != 0 else [0] * n
     x = numpy.full(sum(ins), rank, numpy.int32)
     y = numpy.full(sum(outs), -1, numpy.int32)
-    dist.alltoall_single(x, y, ins, outs)
+    dist.alltoall_single(y, x, ins, outs)
     eq(y, [] if rank == 0 else list(range(n)))
 
 
