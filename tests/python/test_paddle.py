@@ -72,6 +72,34 @@ def test_the_paddle_only_cases_pass_on_paddles_own_backend_too(world_size, tmp_p
         assert logs.count(f"passed {name}\n") == world_size, (name, logs[-3000:])
 
 
+def test_every_function_paddle_also_has_takes_paddles_parameters():
+    """Names, order and defaults of the parameters of every function that
+    tdist.paddle and tdist.paddle.stream share with paddle.distributed and
+    its stream module, as installed (python/requirements-dev.txt pins
+    paddle): a paddle program's keyword and positional calls mean the same
+    on both."""
+    import inspect
+
+    import paddle.distributed
+    import tdist.paddle.stream
+
+    def parameters(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    compared = []
+    for theirs, ours in ((paddle.distributed, dist), (paddle.distributed.communication.stream, tdist.paddle.stream)):
+        for name in sorted(dir(ours)):
+            if name.startswith("_") or not hasattr(theirs, name):
+                continue
+            their_fn, our_fn = getattr(theirs, name), getattr(ours, name)
+            if inspect.isclass(their_fn) or not callable(their_fn) or not callable(our_fn):
+                continue
+            assert parameters(our_fn) == parameters(their_fn), f"{ours.__name__}.{name}"
+            compared.append(name)
+    assert {"all_reduce", "alltoall", "alltoall_single", "init_parallel_env", "new_group", "gather"} <= set(compared)
+    assert len(compared) > 40
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_gloo_context(world_size):
     endpoint = f"127.0.0.1:{free_port()}"

@@ -27,8 +27,9 @@ def is_initialized():
     return _group.is_initialized()
 
 
-def init_parallel_env():
+def init_parallel_env(nccl_config=None):
     """Joins the other ranks and returns the global Group (id 0).
+    `nccl_config` (NCCL's settings) is taken and ignored, as by paddle on CPUs.
 
     Rank and world size come from PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM (or
     RANK / WORLD_SIZE), the meeting point from MASTER_ADDR:MASTER_PORT, else
@@ -62,11 +63,12 @@ def init_parallel_env():
     return group
 
 
-def new_group(ranks=None, backend=None, timeout=_default_timeout):
+def new_group(ranks=None, backend=None, timeout=_default_timeout, nccl_comm_init_option=0, nccl_config=None):
     """Creates a group of the given global ranks (all when None) and returns
     its Group on every rank (with rank -1 on non-members). Every rank of the
     global group must call it, in the same order. `backend`: None, "gloo"
-    or "auto" (tdist's CPU backend); GPU backends raise."""
+    or "auto" (tdist's CPU backend); GPU backends raise. The NCCL options
+    are taken and ignored, as by paddle on CPUs."""
     if not _group.is_initialized():
         raise AssertionError("Call paddle.distributed.init_parallel_env first to initialize the distributed "
                              "environment.")

@@ -186,8 +186,8 @@ def scatter(tensor, tensor_or_tensor_list=None, src=0, group=None, sync_op=True,
     return task_of(work, "scatter", g)
 
 
-def gather(tensor, tensor_list=None, dst=0, group=None, sync_op=True, use_calc_stream=False):
-    """Gathers every rank's `tensor` into `tensor_list` of global rank `dst`
+def gather(tensor, gather_list=None, dst=0, group=None, sync_op=True, use_calc_stream=False):
+    """Gathers every rank's `tensor` into `gather_list` of global rank `dst`
     (filled with new tensors like `tensor` when empty); other ranks' lists
     are ignored (with a warning if given)."""
     g = _start(group, "gather", sync_op, use_calc_stream)
@@ -195,18 +195,18 @@ def gather(tensor, tensor_list=None, dst=0, group=None, sync_op=True, use_calc_s
         return None
     inp = as_tdist(tensor, "gather", "tensor")
     if dst != tdist.get_rank():
-        if tensor_list is not None:
-            warnings.warn("Specific `tensor_list` is meaningless for rank which is not dst.")
+        if gather_list is not None:
+            warnings.warn("Specific `gather_list` is meaningless for rank which is not dst.")
         outs = None
     else:
-        if tensor_list is None:
-            raise AssertionError("gather: tensor_list must not be None on the dst rank")
-        if len(tensor_list) == 0:
-            tensor_list += [empty_like(tensor) for _ in range(g.nranks)]
-        if len(tensor_list) != g.nranks:
-            raise AssertionError(f"gather: tensor_list has {len(tensor_list)} tensors but the group has "
+        if gather_list is None:
+            raise AssertionError("gather: gather_list must not be None on the dst rank")
+        if len(gather_list) == 0:
+            gather_list += [empty_like(tensor) for _ in range(g.nranks)]
+        if len(gather_list) != g.nranks:
+            raise AssertionError(f"gather: gather_list has {len(gather_list)} tensors but the group has "
                                  f"{g.nranks} ranks")
-        outs = as_tdist_list(tensor_list, "gather", "tensor_list")
+        outs = as_tdist_list(gather_list, "gather", "gather_list")
     _group.group_rank_or_throw(dst, g, "gather", "dst")
     return task_of(tdist.gather(inp, outs, int(dst), _group.tdist_group(g), async_op=not sync_op), "gather", g)
 
