@@ -4,7 +4,7 @@
 // no process group, works or flight recorder. What tdist-bench --op sendrecv
 // measures above this is the process group's cost per call.
 //
-//   build/bin/tdist_shm_p2p_floor [bytes=8] [iterations=200000] [streamed]
+//   build/bin/tdist-shm-p2p-floor [bytes=8] [iterations=200000] [streamed]
 //
 // streamed: large messages go through the rings even where the ranks may
 // read each other's memory.
