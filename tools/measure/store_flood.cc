@@ -6,6 +6,7 @@
 //
 //     tdist-store-flood --attack hog|drop|timeout|big-sets [--connections N]
 //                       [--processes P] [--addresses A] [--seconds S]
+//                       [--attacker-nice N]
 //
 //   hog      P attackers hold N connections each (a PING on each unless
 //            --silent), for S seconds
@@ -25,6 +26,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -61,6 +63,7 @@ struct Args {
   double seconds = 5;
   bool silent = false;
   size_t value_mib = 200;
+  int attacker_nice = 0;
 };
 
 // One attacker: opens its connections (from 127.0.<k>.2, round robin over
@@ -125,7 +128,7 @@ struct Child {
 };
 
 template <typename Fn>
-Child fork_child(Fn body) {
+Child fork_child(int nice_value, Fn body) {
   int go[2];
   int report[2];
   if (::pipe(go) != 0 || ::pipe(report) != 0) std::exit(2);
@@ -133,6 +136,11 @@ Child fork_child(Fn body) {
   if (pid == 0) {
     ::close(go[1]);
     ::close(report[0]);
+    if (nice_value > 0) {
+      sched_param normal{};
+      ::sched_setscheduler(0, SCHED_OTHER, &normal);
+      (void)!::nice(nice_value);
+    }
     body(go[0], report[1]);
   }
   ::close(go[0]);
@@ -257,6 +265,10 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", args.seconds, "how long the connections are held")->check(CLI::PositiveNumber);
   app.add_flag("--silent", args.silent, "no PING on the attackers' connections");
   app.add_option("--value-mib", args.value_mib, "big-sets: the size of each value");
+  app.add_option("--attacker-nice", args.attacker_nice,
+                 "the attackers' nice value (they run under the normal scheduler even when this "
+                 "program runs under chrt): attackers on other hosts take none of this host's CPUs")
+      ->check(CLI::Range(0, 19));
   CLI11_PARSE(app, argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -276,10 +288,11 @@ int main(int argc, char** argv) {
   std::vector<Child> children;
   for (int p = 0; p < args.processes; ++p) {
     if (args.attack == "big-sets") {
-      children.push_back(fork_child([&](int go, int report) { big_setter(args, port, go, report); }));
+      children.push_back(
+          fork_child(args.attacker_nice, [&](int go, int report) { big_setter(args, port, go, report); }));
     } else {
       // The attackers connect once the server listens: their first word.
-      children.push_back(fork_child([&, p](int go, int report) {
+      children.push_back(fork_child(args.attacker_nice, [&, p](int go, int report) {
         char start = 0;
         (void)!::read(go, &start, 1);
         attacker(p, args, port, go, report);
