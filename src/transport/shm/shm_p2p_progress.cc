@@ -34,6 +34,29 @@ constexpr auto kQuietAfterWait = std::chrono::milliseconds(1);
 // Thrown out of a wait's check to go back to moving data.
 struct StopWaiting {};
 
+// Polls of a ring's count before a waiter turns to the doorbell (a few
+// microseconds: an exchange's reply is usually there by then; past them
+// the doorbell's wait yields and sleeps, for ranks that share a core).
+constexpr int kRingPolls = 2048;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// True once the ring's count is no longer `written` or the request is done,
+// within kRingPolls looks.
+bool ring_moved_soon(const RingCounters& ring, uint64_t written, const Request& request) {
+  for (int i = 0; i < kRingPolls; ++i) {
+    if (ring.written.load(std::memory_order_acquire) != written || request.done()) return true;
+    cpu_relax();
+  }
+  return false;
+}
+
 // The transport whose data this thread moves in wait(), if any.
 thread_local const ShmP2pTransport* t_driving = nullptr;
 
@@ -431,14 +454,28 @@ bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline
   // The coarse clock (a few ns, a tick behind): read on every wait, where
   // the precise one was a twentieth of a small exchange's time.
   auto next_pass = coarse_now() + kCheckEvery;
+  // Whatever completes a request with one peer (its message, the
+  // acknowledgement of a read of ours, a refusal) comes through that peer's
+  // ring: a waiter watches the ring's count first, and the doorbell only
+  // after a while. A doorbell read on every message would take its line
+  // from the peer, whose atomic ring of it then waits for the line back.
+  const int peer = request->peer();
+  const RingCounters* ring = peer >= 0 && peer < size_ && peer != rank_ ? &counters(peer, rank_) : nullptr;
   while (!request->done()) {
-    const uint64_t seen = own.bell.seq.load(std::memory_order_acquire);
+    const uint64_t written = ring != nullptr ? ring->written.load(std::memory_order_acquire) : 0;
     if (progress()) {
       next_pass = coarse_now() + kCheckEvery;
       continue;
     }
     if (request->done()) break;
     if (coarse_now() >= deadline && Clock::now() >= deadline) return false;
+    if (ring != nullptr && ring_moved_soon(*ring, written, *request)) continue;
+    const uint64_t seen = own.bell.seq.load(std::memory_order_acquire);
+    if (progress()) {
+      next_pass = coarse_now() + kCheckEvery;
+      continue;
+    }
+    if (request->done()) break;
     try {
       wait_at_least(own.bell, seen + 1, options_.policy, [&] {
         const auto now = Clock::now();
