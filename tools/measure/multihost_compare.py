@@ -19,8 +19,8 @@ trip (1-byte ping-pong between host 0 and host 1), the floor of a small
 all_reduce.
 
 How each library runs across the hosts (a fresh testbed for every run):
-tdist (tdist-bench) and Gloo (torch.distributed's, Debian's python3-torch,
-run by tools/peers/gloo_bench.py) under tdistrun, one agent per host, with
+tdist (tdist-bench) and Gloo (the torch.distributed of the Python that runs
+this tool, by tools/peers/gloo_bench.py) under tdistrun, one agent per host, with
 TDIST_SOCKET_IFNAME / GLOO_SOCKET_IFNAME set to the hosts' interfaces. The
 MPIs (tools/peers/mpi_bench.c) and oneCCL (tools/peers/ccl_bench.cpp), which
 tools/peers/setup installs and builds, are started by their own launcher
@@ -482,7 +482,9 @@ def main():
                 limit = host_bytes(op, size, args.hosts, per_host) / rate * 1e6 if rate else None
                 row = {"hosts": args.hosts, "ranks_per_host": per_host, "link": args.link, "nics": args.nics,
                        "rounds": args.rounds, "op": op, "bytes": size,
-                       **{f"{lib}_us": times[lib] for lib in run_libs}, "link_limit_us": limit, "rtt_us": rtt}
+                       **{f"{lib}_us": times[lib] for lib in run_libs}, "link_limit_us": limit, "rtt_us": rtt,
+                       # Every round's time, in the order they ran.
+                       "runs_us": {lib: [r["time_us"] for r in results[lib] if r["bytes"] == size] for lib in run_libs}}
                 out_rows.append(row)
                 share = f"{limit / t:.2f}" if t and limit else "-"
                 cells = [f"{args.hosts}x{per_host}", op, str(size), ms(t)] + [ms(times[lib]) for lib in peers] + \
