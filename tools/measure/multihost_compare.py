@@ -66,9 +66,9 @@ PEERS = ("mpi", "impi", "mpich", "ccl")  # started by an MPI launcher, made read
 COLOURS = {"tdist": "tab:blue", "gloo": "tab:orange", "mpi": "tab:green", "impi": "tab:red", "mpich": "tab:purple",
            "ccl": "tab:brown"}
 AGENT = os.path.join(HERE, "netns_rsh")
+LACKS = set()  # what a library said it lacks, said once
 # The MPIs and oneCCL allocate temporaries per call; glibc is told to keep
 # freed memory, as tools/compare does for them (docs/performance.md).
-LACKS = set()  # what a library said it lacks, said once
 PEER_MALLOC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 
 RTT = r"""
