@@ -258,3 +258,37 @@ def test_the_multihost_comparison_runs_and_knows_each_ops_link_limit(tmp_path):
                             str(tmp_path / "rows.jsonl"), "--plot", str(tmp_path / "again.png")],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and (tmp_path / "again.png").stat().st_size > 1000, again.stderr
+
+
+def test_the_agent_runs_a_command_in_a_hosts_namespace_under_its_name_and_refuses_other_hosts():
+    agent_path = os.path.join(ROOT, "tools", "measure", "netns_rsh")
+    bed = testbed.Testbed(2)
+    with bed:
+        env = {**os.environ, "NETNS_RSH_HOSTS": f"{bed.addr(0)}={bed.host_ns(0)} {bed.addr(1)}={bed.host_ns(1)}"}
+        # As a launcher calls ssh: options first, then the host and a command line for its shell.
+        ran = subprocess.run([agent_path, "-x", "-o", "BatchMode=yes", bed.addr(1), "hostname; ip -o -4 addr show eth0"],
+                             capture_output=True, text=True, timeout=30, env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.splitlines()[0] == bed.host_ns(1) and f"{bed.addr(1)}/24" in ran.stdout, ran.stdout
+        refused = subprocess.run([agent_path, "127.0.0.1", "true"], capture_output=True, text=True, timeout=30, env=env)
+        assert refused.returncode == 255 and "not one of the testbed's" in refused.stderr
+
+
+def test_the_multihost_comparison_holds_every_peer_to_the_testbeds_interfaces():
+    compare = load_tool("multihost_compare")
+    args = type("Args", (), {"iters": 10, "nics": 2, "hosts": 2, "peer_bin": "/bin", "peers_dir": "/peers"})()
+    hosts = ["10.77.0.1", "10.77.0.2"]
+    for lib in compare.PEERS:
+        command, env = compare.peer_command(args, lib, hosts, 2, "all_reduce", 1 << 20, "/tmp/kvs")
+        line = " ".join(command)
+        assert compare.AGENT in command and "--check" in command, line  # started through the agent, checked
+        assert "10.77.0.2" in line and "lo" not in command, line
+        if lib == "mpi":
+            assert "btl_tcp_if_include eth0,eth1" in line and "oob_tcp_if_include eth0" in line, line
+        elif lib == "mpich":
+            assert "-iface eth0" in line and env["UCX_TLS"] == "tcp" and env["UCX_NET_DEVICES"] == "eth0,eth1", line
+        else:
+            assert env["I_MPI_FABRICS"] == "shm:ofi" and env["FI_PROVIDER"] == "tcp" and env["FI_TCP_IFACE"] == "eth0"
+            assert env["I_MPI_HYDRA_IFACE"] == "eth0"
+            if lib == "ccl":
+                assert env["CCL_KVS_IFACE"] == "eth0" and env["CCL_BENCH_KVS_FILE"] == "/tmp/kvs"
