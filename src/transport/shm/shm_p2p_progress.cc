@@ -35,17 +35,10 @@ constexpr auto kQuietAfterWait = std::chrono::milliseconds(1);
 struct StopWaiting {};
 
 // Polls of a ring's count before a waiter turns to the doorbell (a few
-// microseconds: an exchange's reply is usually there by then; past them
-// the doorbell's wait yields and sleeps, for ranks that share a core).
-constexpr int kRingPolls = 2048;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+// microseconds, as many as the doorbell's wait spins before it first
+// yields: an exchange's reply is usually there by then, and past them that
+// wait yields and sleeps, for ranks that share a core).
+constexpr int kRingPolls = 256;
 
 // True once the ring's count is no longer `written` or the request is done,
 // within kRingPolls looks.

@@ -24,14 +24,6 @@ uint32_t* futex_word(const FlagLine& line) {
 // Between failure checks a sleeper wakes at least this often.
 constexpr long kSleepSliceNs = 2'000'000;
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 }  // namespace
 
 void publish(FlagLine& line, uint64_t value) {

@@ -84,6 +84,17 @@ struct WaitEnd {
 /// milliseconds while waiting; its exception propagates.
 WaitEnd wait_at_least(const FlagLine& line, uint64_t target, const WaitPolicy& policy, FailureCheck check);
 
+/// One beat of a spin: tells the CPU the thread is polling (a sibling
+/// hyperthread gets the core's resources, and leaving the loop costs no
+/// pipeline flush).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 /// True once line.seq >= target (acquire), without waiting.
 inline bool reached(const FlagLine& line, uint64_t target) {
   return line.seq.load(std::memory_order_acquire) >= target;
