@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,13 @@ struct TcpOptions {
   /// sockets themselves while they wait), more for RPC, whose every
   /// message the loop thread takes (src/rpc/rpc_spin.h).
   std::chrono::microseconds loop_spin{0};
+  /// Called on the connecting thread at least every 100 ms while
+  /// connect_tcp waits for its peers (to accept their connections, or
+  /// between attempts to reach one that refuses); may throw, which gives
+  /// the connect up with that exception. A group uses it to leave a
+  /// generation that a later one has superseded (ProcessGroupTdist::
+  /// connect_generation). Empty: none.
+  std::function<void()> while_waiting;
 };
 
 /// Measured on loopback, 2 ranks on 2 cores, 2026-11-23: a 64 MiB
