@@ -177,11 +177,12 @@ void ProcessGroupTdist::startup_barrier(std::chrono::milliseconds timeout) {
   try {
     algorithms::barrier(ctx);
   } catch (const DistError&) {
-    // Crashes do not break the transport yet and nothing here aborts it: a
-    // broken transport means a peer's abort notice, and a peer that could
-    // abort the group had passed this barrier, so every rank had reached
-    // it. The group is made; its first call raises that abort.
-    if (!transport_->abort_reason()) throw;
+    // A peer's abort notice: a peer that could abort the group had passed
+    // this barrier, so every rank had reached it. The group is made; its
+    // first call raises that abort. Anything else (a peer that crashed, or
+    // left for a later generation, which this barrier's failure aborted
+    // the transport for) means the group was not made.
+    if (!transport_->aborted_by_peer()) throw;
   }
   // From now on a peer that goes without a goodbye has crashed: every call
   // fails at once, naming it.
@@ -254,7 +255,14 @@ void ProcessGroupTdist::connect_generation() {
     // The latest generation begun, if it is later (entered in order: the
     // first one not begun ends the search).
     while (store_->check({entered_key(generation + 1)})) ++generation;
-    mine = store_->add(my_key, generation - mine);
+    const int64_t entered = store_->add(my_key, generation - mine);
+    if (entered != generation) {
+      throw DistBackendError("connecting generation " + std::to_string(generation) + " of the group: rank " +
+                             std::to_string(rank()) + "'s count in the store went from " +
+                             std::to_string(mine) + " to " + std::to_string(entered) + " instead of " +
+                             std::to_string(generation) + ": another process is rank " +
+                             std::to_string(rank()) + " of this group too");
+    }
     store_->set(entered_key(generation), to_bytes("1"));
     {
       // shrink and agree count their rounds from 0 in each generation, as a
@@ -307,7 +315,7 @@ void ProcessGroupTdist::connect_generation() {
                                               "once and a replacement creates the group anew): "));
     }
     disconnect();
-    ++generation;
+    mine = generation++;
   }
 }
 

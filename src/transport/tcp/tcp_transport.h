@@ -277,6 +277,7 @@ class TcpTransport final : public Transport {
   /// Turned on, a peer that crashed meanwhile breaks the group at once.
   void set_crash_breaks_group(bool breaks) override;
   std::exception_ptr abort_reason() const override;
+  bool aborted_by_peer() const override;
   bool peer_failed(int peer) const override;
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
@@ -361,6 +362,7 @@ class TcpTransport final : public Transport {
   std::list<tcp::RecvOp> posted_;
   std::list<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
+  bool aborted_by_peer_ = false;  // aborted_ is a peer's abort notice; guarded by mutex_
   std::vector<Completion> completions_;
   bool sweeping_ = false;                      // close_pair is reading the other connections
   bool broken_by_crash_ = false;               // a peer died without saying goodbye
