@@ -29,9 +29,11 @@ Every rank runs that agreement right after init_process_group too: when a
 rank dies during start-up, its replacement may meet the others' first
 connect. A rank whose agreement fails (another rank died meanwhile: a
 replacement in its own init, a survivor during the rebuild) rebuilds and
-agrees again. A replacement whose predecessor had saved its final weights
-takes them as its checkpoint, and exits at once if every rank's are saved
-(or if its init_process_group fails once they all are).
+agrees again. A replacement that finds final weights saved (its
+predecessor's, or, if that died before it saved them, another rank's: all
+ranks hold the same weights) takes them as its checkpoint, and saves them as
+its own and exits at once if every other rank has saved its own (or if its
+init_process_group fails once they all have).
 
 With --out DIR each rank writes DIR/weights_<rank>.npy at the end, the kill
 time (DIR/killed, time.monotonic(), which is CLOCK_MONOTONIC: one clock for
@@ -166,13 +168,19 @@ def main():
     w = np.zeros(DIM)
     step = 0
     has_state = not replacement  # a first incarnation starts from step 0
-    finished = replacement and bool(weights) and os.path.exists(weights[rank])
+    saved = [path for path in weights if os.path.exists(path)]
+    others_done = bool(weights) and all(os.path.exists(path) for r, path in enumerate(weights) if r != rank)
+    finished = replacement and bool(saved)
     if finished:
-        # The rank this process replaces had trained every step and saved
-        # its weights: they are a checkpoint of the last step.
-        w, step, has_state = np.load(weights[rank]), args.steps, True
-        if all(os.path.exists(path) for path in weights):
-            print(f"rank {rank}: replacement, every rank had finished already", flush=True)
+        # A rank had trained every step and saved its weights: they are
+        # every rank's (all hold the same weights), a checkpoint of the last
+        # step. Its own, if the rank this process replaces saved them.
+        mine = weights[rank] if weights[rank] in saved else saved[0]
+        w, step, has_state = np.load(mine), args.steps, True
+        if others_done:
+            # Every other rank finished and left: so has this one.
+            save_weights(weights[rank], w)
+            print(f"rank {rank}: replacement, every other rank had finished already", flush=True)
             return 0
 
     if replacement and args.out:
@@ -187,9 +195,10 @@ def main():
         # during start-up meets the first connect of the others.
         w, step, root = synchronize(w, step, has_state, False, rank, args.out)
     except dist.DistError:
-        if finished and all(os.path.exists(path) for path in weights):
-            # The others finished too meanwhile, and left: nobody needed this process.
-            print(f"rank {rank}: replacement, every rank finished meanwhile", flush=True)
+        if finished and all(os.path.exists(path) for r, path in enumerate(weights) if r != rank):
+            # The others finished meanwhile, and left: so has this one.
+            save_weights(weights[rank], w)
+            print(f"rank {rank}: replacement, every other rank finished meanwhile", flush=True)
             return 0
         raise
     if replacement:

@@ -4,7 +4,7 @@ examples/recovery_train.py on 4 ranks under tdistrun --restart-policy=failed,
 with a rank killed by SIGKILL
 
 - at start-up: the test kills rank 2 50 to 250 ms after tdistrun started it
-  (while Python starts) or 0 to 300 ms after it called init_process_group (while
+  (while Python starts) or 0 to 200 ms after it called init_process_group (while
   it joins the group's first connect, waits there for the others, or has
   just made it);
 - and then its replacement during its own init_process_group: rank 2 kills
@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, os.pardir, os.pardir, "examples", "recovery_train.py")
 
 RANKS = 4
-STEPS = 60
+STEPS = 100
 VICTIM = 2
 SURVIVOR_KILLED_IN_REBUILD = 1
 # The group's timeout: what a rank waits for a peer that never comes.
@@ -148,7 +148,7 @@ def trial(kind, expected, rng):
                 time.sleep(delay)  # the chosen moment, not a wait for an event
             else:
                 # During the group's first connect: joining it, waiting there for the others, or just past it.
-                delay = rng.uniform(0.0, 0.3)
+                delay = rng.uniform(0.0, 0.2)
                 did = f"rank {VICTIM} killed {delay * 1000:.0f} ms into its init_process_group"
                 text = wait_for_file(os.path.join(out, f"init_{VICTIM}.0"), deadline)
                 time.sleep(delay)  # the chosen moment
