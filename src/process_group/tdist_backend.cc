@@ -176,13 +176,16 @@ void ProcessGroupTdist::startup_barrier(std::chrono::milliseconds timeout) {
   ctx.deadline = algorithms::Clock::now() + ctx.timeout;
   try {
     algorithms::barrier(ctx);
-  } catch (const DistError&) {
-    // A peer's abort notice: a peer that could abort the group had passed
-    // this barrier, so every rank had reached it. The group is made; its
-    // first call raises that abort. Anything else (a peer that crashed, or
-    // left for a later generation, which this barrier's failure aborted
-    // the transport for) means the group was not made.
-    if (!transport_->aborted_by_peer()) throw;
+  } catch (const DistError& e) {
+    // A peer's abort() (its notice, a DistBackendError): a peer that could
+    // abort the group had passed this barrier, so every rank had reached
+    // it. The group is made; its first call raises that abort. Anything
+    // else means it may not be: a peer that crashed or left for a later
+    // generation (a DistNetworkError, which the barrier's failure passes on
+    // to the others as its own abort notice, of that kind), or a timeout.
+    if (!transport_->aborted_by_peer() || dynamic_cast<const DistNetworkError*>(&e) != nullptr ||
+        dynamic_cast<const DistTimeoutError*>(&e) != nullptr)
+      throw;
   }
   // From now on a peer that goes without a goodbye has crashed: every call
   // fails at once, naming it.
@@ -287,9 +290,11 @@ void ProcessGroupTdist::connect_generation() {
                         << " of the group was superseded while connecting; moving to the next";
       } catch (const DistError& e) {
         // A member that died during the connect (or gave it up) fails it
-        // here; its replacement, or the member itself, begins the next
-        // generation. Errors that no later generation can mend are raised.
-        if (dynamic_cast<const DistInvalidArgument*>(&e) != nullptr ||
+        // here with a DistNetworkError (a connection refused, reset or
+        // closed, the start-up barrier); its replacement, or the member
+        // itself, begins the next generation. Other errors (a bad setting,
+        // a peer that reported one, the store) no later generation mends.
+        if (dynamic_cast<const DistNetworkError*>(&e) == nullptr ||
             dynamic_cast<const DistStoreError*>(&e) != nullptr || SteadyClock::now() >= deadline)
           throw;
         const std::exception_ptr failure = std::current_exception();
