@@ -4,15 +4,16 @@ examples/recovery_train.py on 4 ranks under tdistrun --restart-policy=failed,
 with a rank killed by SIGKILL
 
 - at start-up: the test kills rank 2 50 to 250 ms after tdistrun started it
-  (while Python starts) or 0 to 200 ms after it called init_process_group (while
-  it joins the group's first connect, waits there for the others, or has
-  just made it);
+  (while Python starts) or 0 to 100 ms after the last rank called
+  init_process_group (while it joins the group's first connect, waits there
+  for the others, or has just made it);
 - and then its replacement during its own init_process_group: rank 2 kills
-  itself at a random step, and the test kills the process that replaces it
-  0 to 200 ms after it called init_process_group;
+  itself at a random step of the first half, and the test kills the process
+  that replaces it 0 to 200 ms after it called init_process_group;
 - after it saved its final weights (the example's --kill-after-save);
-- during a rebuild: rank 2 kills itself at a random step, and the test kills
-  rank 1, a survivor, 0 to 1.2 s after it called reinit_process_group.
+- during a rebuild: rank 2 kills itself at a random step of the first half,
+  and the test kills rank 1, a survivor, 0 to 1 s after it called
+  reinit_process_group.
 
 Every job must exit 0 with every rank's final weights equal, bit for bit,
 to those of the same run without a kill. The ctest entry runs one trial of
@@ -39,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, os.pardir, os.pardir, "examples", "recovery_train.py")
 
 RANKS = 4
-STEPS = 100
+STEPS = 200
 VICTIM = 2
 SURVIVOR_KILLED_IN_REBUILD = 1
 # The group's timeout: what a rank waits for a peer that never comes.
@@ -107,10 +108,14 @@ def wait_for_file(path, deadline):
 
 
 def kill(pid):
+    """SIGKILLs `pid`; False if it had exited already (gone, or a zombie not yet reaped)."""
     try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
         os.kill(pid, signal.SIGKILL)
         return True
-    except ProcessLookupError:
+    except (ProcessLookupError, FileNotFoundError):
         return False
 
 
@@ -132,7 +137,7 @@ def trial(kind, expected, rng):
     with the reference's weights on every rank, else (what went wrong, what
     was done)."""
     with tempfile.TemporaryDirectory(prefix=f"tdist-convergence-{kind}-") as out:
-        kill_step = rng.randrange(1, STEPS - 1)
+        kill_step = rng.randrange(1, STEPS // 2)
         start = time.monotonic()
         deadline = start + JOB_DEADLINE
         if kind == "startup":
@@ -147,12 +152,14 @@ def trial(kind, expected, rng):
                     time.sleep(0.002)
                 time.sleep(delay)  # the chosen moment, not a wait for an event
             else:
-                # During the group's first connect: joining it, waiting there for the others, or just past it.
-                delay = rng.uniform(0.0, 0.2)
-                did = f"rank {VICTIM} killed {delay * 1000:.0f} ms into its init_process_group"
-                text = wait_for_file(os.path.join(out, f"init_{VICTIM}.0"), deadline)
+                # During the group's first connect, which cannot be made before
+                # the last rank calls init_process_group: joining it, waiting
+                # there for the others, or just past it.
+                delay = rng.uniform(0.0, 0.1)
+                did = f"rank {VICTIM} killed {delay * 1000:.0f} ms after the last rank called init_process_group"
+                texts = [wait_for_file(os.path.join(out, f"init_{r}.0"), deadline) for r in range(RANKS)]
                 time.sleep(delay)  # the chosen moment
-                pid = None if text is None else int(text)
+                pid = None if None in texts else int(texts[VICTIM])
             if pid is None or not kill(pid):
                 job.kill()
                 finish(job, deadline)
@@ -167,14 +174,16 @@ def trial(kind, expected, rng):
                 finish(job, time.monotonic())
                 return "the replacement never called init_process_group", did
             time.sleep(delay)  # the chosen moment
-            kill(int(text))
+            if not kill(int(text)):
+                finish(job, deadline)
+                return "the process to kill had exited before its moment came", did
         elif kind == "after_save":
             did = f"rank {VICTIM} killed after it saved its final weights"
             job = launch(out, VICTIM, -1, kill_after_save=True)
         elif kind == "during_reinit":
             # The rebuild first closes the old connections (up to 1 s after
             # a crash, docs/fault-tolerance.md), then connects anew.
-            delay = rng.uniform(0.0, 1.2)
+            delay = rng.uniform(0.0, 1.0)
             victim2 = SURVIVOR_KILLED_IN_REBUILD
             did = (f"rank {VICTIM} killed at step {kill_step}, rank {victim2} {delay * 1000:.0f} ms into its "
                    f"reinit_process_group")
@@ -184,7 +193,9 @@ def trial(kind, expected, rng):
                 finish(job, time.monotonic())
                 return f"rank {victim2} never called reinit_process_group", did
             time.sleep(delay)  # the chosen moment
-            kill(int(text))
+            if not kill(int(text)):
+                finish(job, deadline)
+                return "the process to kill had exited before its moment came", did
         else:
             raise ValueError(kind)
         code, stdout, stderr = finish(job, deadline)
