@@ -41,10 +41,12 @@ every process of the host) and, after a recovery, the time it trains again
 (DIR/resumed_<rank>), and when the replacement's Python has started and
 imported everything (DIR/started_<rank>); tools/measure/recovery_time.py and
 tests/python/test_recovery.py read them. It also writes its pid to
-DIR/init_<rank>.<restart count> before init_process_group and to
+DIR/init_<rank>.<restart count> before init_process_group (and
+DIR/inited_... once it returned) and to
 DIR/reinit_<rank>.<restart count>.<attempt> before each
-reinit_process_group, for tests/python/test_recovery_convergence.py, which
-kills ranks at those moments.
+reinit_process_group (and DIR/rebuilt_... once it returned), for
+tests/python/test_recovery_convergence.py, which kills ranks at those
+moments.
 """
 
 import argparse
@@ -138,6 +140,8 @@ def synchronize(w, step, has_state, rebuild, rank, out_dir):
                     # The test that kills a rank during a rebuild waits for this.
                     mark(os.path.join(out_dir, f"reinit_{rank}.{restart_count()}.{attempt}"))
                 dist.reinit_process_group()
+                if out_dir:
+                    mark(os.path.join(out_dir, f"rebuilt_{rank}.{restart_count()}.{attempt}"))
             return agree_on_state(w, step, has_state)
         except dist.DistError as e:
             if attempt == MAX_REBUILDS:
@@ -191,6 +195,8 @@ def main():
         mark(os.path.join(args.out, f"init_{rank}.{restart_count()}"))
     try:
         dist.init_process_group("tdist", timeout=timedelta(seconds=args.timeout))
+        if args.out:
+            mark(os.path.join(args.out, f"inited_{rank}.{restart_count()}"))
         # Every rank, not only a replacement: one that replaces a rank killed
         # during start-up meets the first connect of the others.
         w, step, root = synchronize(w, step, has_state, False, rank, args.out)
