@@ -3,8 +3,11 @@
 
 #include "tdist_backend.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <stdexcept>
 
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include "common/env.h"
 #include "common/error_text.h"
 #include "forced_algorithms.h"
+#include "store/kv_map.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "transport/shm/shm_p2p_transport.h"
@@ -53,6 +57,91 @@ std::string generation_prefix(int64_t generation) {
   return "tdist/gen/" + std::to_string(generation) + "/";
 }
 
+// Set by every rank that enters generation g. Generations are entered in
+// order (connect_generation), so g + 1 entered means "a later generation
+// than g began".
+std::string entered_key(int64_t generation) {
+  return generation_prefix(generation) + "entered";
+}
+
+int64_t read_count(Store& store, const std::string& key) {
+  return store.add(key, 0);
+}
+
+// Thrown inside the connect of generation g once a member has entered
+// g + 1: g can then never complete, and connect_generation moves on.
+class GenerationSuperseded : public std::runtime_error {
+ public:
+  GenerationSuperseded() : std::runtime_error("a later generation of the group began") {}
+};
+
+using SteadyClock = std::chrono::steady_clock;
+
+// How often a connect that waits for its peers asks whether its generation
+// was superseded.
+constexpr std::chrono::milliseconds kWatchSlice{100};
+
+// The store of one connect: while armed, its blocking reads (get, wait)
+// wait in slices of kWatchSlice and run `watch` between them, which throws
+// GenerationSuperseded to give the connect up. disarm() ends that once the
+// connect is made: the group keeps the store for its call notes.
+class WatchedStore final : public Store {
+ public:
+  WatchedStore(std::shared_ptr<Store> store, std::function<void()> watch)
+      : Store(store->timeout()), store_(std::move(store)), watch_(std::move(watch)) {}
+
+  void set(const std::string& key, const Bytes& value) override { store_->set(key, value); }
+  using Store::set;
+  Bytes get(const std::string& key) override {
+    if (armed_.load(std::memory_order_acquire)) wait_watching("get", {key}, timeout());
+    return store_->get(key);
+  }
+  int64_t add(const std::string& key, int64_t amount) override { return store_->add(key, amount); }
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    return store_->compare_set(key, expected, desired);
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+  using Store::wait;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override {
+    if (!armed_.load(std::memory_order_acquire)) return store_->wait(keys, timeout);
+    wait_watching("wait", keys, timeout);
+  }
+  int64_t num_keys() override { return store_->num_keys(); }
+  bool delete_key(const std::string& key) override { return store_->delete_key(key); }
+  void set_timeout(Duration timeout) override {
+    Store::set_timeout(timeout);
+    store_->set_timeout(timeout);
+  }
+
+  void disarm() { armed_.store(false, std::memory_order_release); }
+
+ private:
+  void wait_watching(const std::string& op, const std::vector<std::string>& keys, Duration timeout) {
+    const auto deadline = SteadyClock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::ceil<Duration>(deadline - SteadyClock::now());
+      try {
+        store_->wait(keys, std::clamp(left, Duration(1), kWatchSlice));
+        return;
+      } catch (const DistTimeoutError&) {
+        if (left <= kWatchSlice) {
+          std::vector<std::string> missing;
+          for (const auto& key : keys) {
+            if (!store_->check({key})) missing.push_back(key);
+          }
+          throw DistStoreTimeoutError(
+              wait_timeout_message("store", op, missing, timeout, "(the group's connect)"));
+        }
+      }
+      watch_();
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  std::function<void()> watch_;
+  std::atomic<bool> armed_{true};
+};
+
 }  // namespace
 
 // By value: the signature every backend factory has (see process_group.cc).
@@ -80,29 +169,35 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   executor_.start();
 }
 
-void ProcessGroupTdist::startup_barrier() {
+void ProcessGroupTdist::startup_barrier(std::chrono::milliseconds timeout) {
   algorithms::CallContext ctx{
       .transport = *transport_, .op = "connect", .seq = algorithms::CallContext::kStartupSeq};
-  ctx.timeout = options().timeout;
+  ctx.timeout = timeout;
   ctx.deadline = algorithms::Clock::now() + ctx.timeout;
   try {
     algorithms::barrier(ctx);
-  } catch (const DistError&) {
-    // Crashes do not break the transport yet and nothing here aborts it: a
-    // broken transport means a peer's abort notice, and a peer that could
+  } catch (const DistError& e) {
+    // A peer's abort() (its notice, a DistBackendError): a peer that could
     // abort the group had passed this barrier, so every rank had reached
-    // it. The group is made; its first call raises that abort.
-    if (!transport_->abort_reason()) throw;
+    // it. The group is made; its first call raises that abort. Anything
+    // else means it may not be: a peer that crashed or left for a later
+    // generation (a DistNetworkError, which the barrier's failure passes on
+    // to the others as its own abort notice, of that kind), or a timeout.
+    if (!transport_->aborted_by_peer() || dynamic_cast<const DistNetworkError*>(&e) != nullptr ||
+        dynamic_cast<const DistTimeoutError*>(&e) != nullptr)
+      throw;
   }
   // From now on a peer that goes without a goodbye has crashed: every call
   // fails at once, naming it.
   transport_->set_crash_breaks_group(true);
 }
 
-void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
+void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store, std::chrono::milliseconds timeout,
+                                std::function<void()> while_waiting) {
   notes_ = std::make_unique<detail::StoreCallNotes>(store, rank(), size());
   transport::TcpOptions tcp;
-  tcp.timeout = options().timeout;
+  tcp.timeout = timeout;
+  tcp.while_waiting = std::move(while_waiting);
   tcp.reach_host = options().master_host;
   // Until the start-up barrier has passed, a peer that closes its
   // connections may just have finished its own connect and exited (a job
@@ -112,7 +207,7 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
   // Made aside, without links_mutex_ (the rendezvous may take the group's
   // timeout, and an abort must not wait for it), then put in place under it.
   auto transport = transport::connect_tcp(*store, rank(), size(), tcp);
-  auto domains = connect_collective_domains(*store, *transport, options().timeout);
+  auto domains = connect_collective_domains(*store, *transport, timeout);
   std::unique_ptr<transport::Transport> shm_p2p;
   if (domains.shm != nullptr) {
     // Every rank is on this host: sends and receives go through shared
@@ -120,7 +215,7 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
     transport::shm::ShmP2pOptions p2p;
     p2p.peer_read = domains.shm->single_copy();
     p2p.policy = domains.shm->policy();
-    p2p.timeout = options().timeout;
+    p2p.timeout = timeout;
     p2p.watch = transport.get();
     shm_p2p = transport::shm::connect_shm_p2p(*store, rank(), size(), p2p);
   }
@@ -138,30 +233,94 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store) {
 }
 
 void ProcessGroupTdist::connect_generation() {
-  // This rank's k-th connect of the group is generation k, counted in the
-  // group's store: the survivors' reinit and a replacement's first connect
-  // (a new process with the same rank and store) both land on the dead
-  // rank's count + 1, and so meet.
-  const int64_t generation = store_->add(generation_key(rank()), 1);
-  {
-    // shrink and agree count their rounds from 0 in each generation, as a
-    // replacement (a new process) does.
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_ = generation;
-    ft_rounds_ = 0;
-  }
-  try {
-    connect(std::make_shared<PrefixStore>(generation_prefix(generation), store_));
-    startup_barrier();
-  } catch (const DistError&) {
-    // Ranks at other generations wait for each other in vain: say who.
-    const std::string others = other_generations();
-    if (others.empty()) throw;
-    std::rethrow_exception(with_context(std::current_exception(),
-                                        "connecting generation " + std::to_string(generation) +
-                                            " of the group, but " + others +
-                                            " (after a failure every survivor calls reinit_process_group "
-                                            "once and a replacement creates the group anew): "));
+  // Generation g of the group is the g-th connect that its members make
+  // together; "tdist/generation/<rank>" holds the latest one each rank
+  // entered. A rank enters the next generation after its own latest, or
+  // the latest any member entered if that is higher: generations are thus
+  // entered in order, one more than any before at most. The survivors'
+  // reinit and a replacement's creation (a new process with the rank's
+  // store count) land on the same generation, the one after the dead
+  // rank's. A generation that a member leaves before it is made (the
+  // member died, or moved to a later one) can never be made: once a later
+  // one has begun, the ranks still waiting in it move on to that, and a
+  // rank whose connect failed (a member died during it) waits for a later
+  // one to begin (a replacement's), all within the group's timeout.
+  const auto timeout = options().timeout;
+  const auto deadline = SteadyClock::now() + timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::ceil<std::chrono::milliseconds>(deadline - SteadyClock::now()));
+  };
+  const std::string my_key = generation_key(rank());
+  int64_t mine = read_count(*store_, my_key);
+  int64_t generation = mine + 1;
+  for (;;) {
+    // The latest generation begun, if it is later (entered in order: the
+    // first one not begun ends the search).
+    while (store_->check({entered_key(generation + 1)})) ++generation;
+    const int64_t entered = store_->add(my_key, generation - mine);
+    if (entered != generation) {
+      throw DistBackendError("connecting generation " + std::to_string(generation) + " of the group: rank " +
+                             std::to_string(rank()) + "'s count in the store went from " +
+                             std::to_string(mine) + " to " + std::to_string(entered) + " instead of " +
+                             std::to_string(generation) + ": another process is rank " +
+                             std::to_string(rank()) + " of this group too");
+    }
+    store_->set(entered_key(generation), to_bytes("1"));
+    {
+      // shrink and agree count their rounds from 0 in each generation, as a
+      // replacement (a new process) does.
+      std::lock_guard<std::mutex> lock(mutex_);
+      generation_ = generation;
+      ft_rounds_ = 0;
+    }
+    auto superseded = [store = store_, next = entered_key(generation + 1)] {
+      if (store->check({next})) throw GenerationSuperseded();
+    };
+    auto watched = std::make_shared<WatchedStore>(
+        std::make_shared<PrefixStore>(generation_prefix(generation), store_), superseded);
+    try {
+      try {
+        connect(watched, left(), superseded);
+        watched->disarm();
+        startup_barrier(left());
+        return;
+      } catch (const GenerationSuperseded&) {
+        TDIST_LOG(INFO) << "rank " << rank() << ": generation " << generation
+                        << " of the group was superseded while connecting; moving to the next";
+      } catch (const DistError& e) {
+        // A member that died during the connect (or gave it up) fails it
+        // here with a DistNetworkError (a connection refused, reset or
+        // closed, the start-up barrier); its replacement, or the member
+        // itself, begins the next generation. Other errors (a bad setting,
+        // a peer that reported one, the store) no later generation mends.
+        if (dynamic_cast<const DistNetworkError*>(&e) == nullptr ||
+            dynamic_cast<const DistStoreError*>(&e) != nullptr || SteadyClock::now() >= deadline)
+          throw;
+        const std::exception_ptr failure = std::current_exception();
+        disconnect();
+        bool later = false;
+        try {
+          store_->wait({entered_key(generation + 1)}, left());
+          later = true;
+        } catch (const DistTimeoutError&) {
+        }
+        if (!later) std::rethrow_exception(failure);
+        TDIST_LOG(INFO) << "rank " << rank() << ": connecting generation " << generation
+                        << " of the group failed (" << e.what() << "), and a later one began; moving to it";
+      }
+    } catch (const DistError&) {
+      // Ranks at other generations wait for each other in vain: say who.
+      const std::string others = other_generations();
+      if (others.empty()) throw;
+      std::rethrow_exception(with_context(std::current_exception(),
+                                          "connecting generation " + std::to_string(generation) +
+                                              " of the group, but " + others +
+                                              " (after a failure every survivor calls reinit_process_group "
+                                              "once and a replacement creates the group anew): "));
+    }
+    disconnect();
+    mine = generation++;
   }
 }
 

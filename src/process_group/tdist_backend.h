@@ -126,20 +126,28 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// The shared-memory group when every rank is on this host, else null.
   transport::shm::ShmGroup* shm() const { return domains_.shm.get(); }
   /// Makes the transport, the collective domains and the call notes over
-  /// `store` (the constructor's and reinit's rendezvous).
-  void connect(const std::shared_ptr<Store>& store);
-  /// connect() as this rank's next generation of the group: generation k
-  /// is this rank's k-th connect, counted in the group's store under
-  /// "tdist/generation/<rank>", and meets under "tdist/gen/<k>/". The
+  /// `store` (the constructor's and reinit's rendezvous), within `timeout`;
+  /// `while_waiting` (TcpOptions::while_waiting) may give it up.
+  void connect(const std::shared_ptr<Store>& store, std::chrono::milliseconds timeout,
+               std::function<void()> while_waiting);
+  /// connect() as the group's next generation, which its members agree on
+  /// in the group's store: generation k is their k-th connect together and
+  /// meets under "tdist/gen/<k>/"; "tdist/generation/<rank>" holds the
+  /// latest generation each rank entered. A rank enters the generation
+  /// after its own latest, or the latest one begun if that is higher. The
   /// survivors' reinit() and a replacement's constructor (a new process
-  /// with the same rank and store) thus both land on count + 1 of the rank
-  /// that died. A failed connect names the ranks at other generations.
+  /// with the same rank and store) thus both land on the generation after
+  /// the dead rank's. A rank that waits in a generation that a later one
+  /// has superseded (a member died during the connect, and its replacement
+  /// began the next one) moves on to that, and one whose connect failed
+  /// waits for a later one; all within the group's timeout. A connect that
+  /// fails names the ranks at other generations.
   void connect_generation();
   /// Returns once every rank of the group has made the last store read of
   /// its creation: the store's host (rank 0 of a job, which may exit as
   /// soon as its own init returns) then never goes while a peer still
   /// reads from it. A barrier over TCP, outside the calls' sequence.
-  void startup_barrier();
+  void startup_barrier(std::chrono::milliseconds timeout);
   /// "rank 2 is at generation 1, ..." for the members whose count differs
   /// from this rank's; empty if none does (or the store is gone).
   std::string other_generations() const;

@@ -61,6 +61,7 @@ class SubsetTransport final : public Transport {
   bool peer_failed(int peer) const override { return parent_.peer_failed(member(peer)); }
   bool peer_crashed(int peer) const override { return parent_.peer_crashed(member(peer)); }
   std::exception_ptr abort_reason() const override { return parent_.abort_reason(); }
+  bool aborted_by_peer() const override { return parent_.aborted_by_peer(); }
   void set_crash_breaks_group(bool breaks) override { parent_.set_crash_breaks_group(breaks); }
   std::exception_ptr take_rejection() override { return parent_.take_rejection(); }
   std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override {

@@ -208,6 +208,9 @@ class Transport {
   /// abort notice (with that peer's reason), or the crash that broke the
   /// group; null while the transport is usable.
   virtual std::exception_ptr abort_reason() const { return nullptr; }
+  /// True if abort_reason() is a peer's abort notice (not this rank's own
+  /// abort, nor a crash). Default: false.
+  virtual bool aborted_by_peer() const { return false; }
   /// True if `peer` is known to be dead or disconnected.
   virtual bool peer_failed(int peer) const = 0;
   /// True if `peer` is known to have died: its connection broke without

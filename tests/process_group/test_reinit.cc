@@ -4,6 +4,9 @@
 // as forked processes, 1 to 5 of them (8 for the name).
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <set>
@@ -14,6 +17,7 @@
 #include "pg_harness.h"
 #include "tdist/distributed.h"
 #include "tdist/errors.h"
+#include "tdist/file_store.h"
 
 namespace tdist::testing {
 namespace {
@@ -221,6 +225,112 @@ INSTANTIATE_TEST_SUITE_P(Worlds, ReplacedRank,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(2, 3, 5)),
                          worlds_param_name);
+
+// A store whose process dies (SIGKILL) right after it wrote a key ending in
+// `trigger`: a rank killed at that point of its connect.
+class DyingStore final : public Store {
+ public:
+  DyingStore(std::shared_ptr<Store> store, std::string trigger)
+      : Store(store->timeout()), store_(std::move(store)), trigger_(std::move(trigger)) {}
+  void set(const std::string& key, const Bytes& value) override {
+    store_->set(key, value);
+    if (key.ends_with(trigger_)) raise(SIGKILL);
+  }
+  using Store::set;
+  Bytes get(const std::string& key) override { return store_->get(key); }
+  int64_t add(const std::string& key, int64_t amount) override { return store_->add(key, amount); }
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {
+    return store_->compare_set(key, expected, desired);
+  }
+  bool check(const std::vector<std::string>& keys) override { return store_->check(keys); }
+  using Store::wait;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override { store_->wait(keys, timeout); }
+  int64_t num_keys() override { return store_->num_keys(); }
+  bool delete_key(const std::string& key) override { return store_->delete_key(key); }
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::string trigger_;
+};
+
+// Forks a process that creates rank `rank`'s group over the FileStore at
+// `path` and dies at `trigger` of its connect; returns once it died there.
+void die_in_connect(const std::string& path, int rank, int size, const std::string& trigger,
+                    const ProcessGroupOptions& options) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    try {
+      auto store = std::make_shared<DyingStore>(std::make_shared<FileStore>(path), trigger);
+      create_process_group("tdist", store, rank, size, options);
+    } catch (...) {
+    }
+    _exit(3);  // it never wrote the trigger
+  }
+  check(pid > 0, "fork failed");
+  int status = 0;
+  check(waitpid(pid, &status, 0) == pid, "waitpid failed");
+  check(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+        "rank " + std::to_string(rank) + "'s doomed process did not die at '" + trigger + "' of its connect");
+}
+
+// Every member agrees on one generation: each rank's count in the store is
+// `expected`.
+void check_generations(Store& store, int size, int64_t expected) {
+  for (int r = 0; r < size; ++r) {
+    const int64_t theirs = store.add("tdist/generation/" + std::to_string(r), 0);
+    check(theirs == expected, "rank " + std::to_string(r) + " is at generation " + std::to_string(theirs) +
+                                  ", expected " + std::to_string(expected));
+  }
+}
+
+// Rank 1's process dies in the middle of its connect (issue 49), three
+// times: in the group's creation once it published its TCP address (rank 0
+// waits for its connection, rank 2 connects to a listener that is gone),
+// in a rebuild once its TCP connections were made (the others wait for it
+// in the shared memory's setup), and in a rebuild right after it entered
+// the generation. Each time a new process takes its place, and the others'
+// creation or rebuild, which began in the generation the dead process
+// entered, moves on to the replacement's: every rank ends at the same
+// generation, and the group sums and passes messages.
+TEST(ReplacedRank, AProcessThatDiesInItsConnectDoesNotStrandTheOthers) {
+  constexpr int kSize = 3;
+  constexpr int kVictim = 1;
+  const std::string path = temp_path("replaced_in_connect");
+  const std::vector<std::string> triggers = {"tcp/addr/1", "shm/host/1", "/entered"};
+  auto outcomes = run_forked(
+      kSize,
+      [&](int rank) {
+        // Users not counted: the doomed processes open it too.
+        auto store = std::make_shared<FileStore>(path);
+        ProcessGroupOptions options;
+        options.timeout = 30s;
+        Group pg;
+        int64_t generation = 0;
+        for (size_t round = 0; round < triggers.size(); ++round) {
+          if (rank == kVictim) {
+            pg.reset();  // leaves the group (the others rebuild it)
+            die_in_connect(path, rank, kSize, triggers[round], options);
+            pg = create_process_group("tdist", store, rank, kSize, options);
+          } else if (!pg) {
+            pg = create_process_group("tdist", store, rank, kSize, options);
+          } else {
+            pg->reinit(true);
+          }
+          generation += 2;  // the dead process's and its replacement's
+          check_generations(*store, kSize, generation);
+          checked_all_reduce(*pg, 1001, static_cast<int>(round));
+          checked_ring(*pg);
+          // Nobody leaves before everyone checked (the victim's next round
+          // begins by leaving).
+          const std::string done = "checked/" + std::to_string(round);
+          if (store->add(done, 1) == kSize) store->set(done + "/all", "1");
+          store->wait({done + "/all"});
+        }
+      },
+      120s);
+  unlink(path.c_str());
+  EXPECT_EQ(describe_failures(outcomes), "");
+}
 
 // A rank that rebuilds once more than the others waits for a generation
 // they never reach: its rebuild fails at the timeout naming the ranks that

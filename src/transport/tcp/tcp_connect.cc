@@ -184,6 +184,12 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
     ConnectOptions connect_options;
     connect_options.domain = ErrorDomain::kNetwork;
     connect_options.what = where + " connecting to rank " + std::to_string(peer);
+    if (options.while_waiting) {
+      // A peer publishes its address once it listens: one that refuses has
+      // died, or given this connect up (TcpOptions::while_waiting).
+      connect_options.max_backoff = std::chrono::milliseconds(100);
+      connect_options.on_retry = [&](int, int) { options.while_waiting(); };
+    }
     for (int c = 0; c < connections; ++c) {
       const HostPort& target = targets[static_cast<size_t>(c) % targets.size()];
       Socket socket = connect_with_retry(target.host, target.port, deadline, connect_options);
@@ -232,6 +238,14 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
   std::vector<pollfd> pfds;
   size_t next = 0;  // the listener to accept from first, taken in turns
   for (int accepted = 0; accepted < size - 1 - rank;) {
+    if (options.while_waiting) {
+      try {
+        options.while_waiting();
+      } catch (...) {
+        desk.close_all("the accepting rank gave the connect up");
+        throw;
+      }
+    }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now()).count();
     pfds.clear();
     // Always accepting: a full desk makes room for a new connection (GreetingDesk::add).

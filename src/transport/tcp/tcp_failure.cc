@@ -97,6 +97,11 @@ std::exception_ptr TcpTransport::abort_reason() const {
   return aborted_;
 }
 
+bool TcpTransport::aborted_by_peer() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_by_peer_;
+}
+
 void TcpTransport::break_locked(std::exception_ptr error) {
   if (!aborted_) aborted_ = error;
   error = aborted_;

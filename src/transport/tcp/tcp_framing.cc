@@ -181,7 +181,10 @@ void TcpTransport::finish_payload(Pair& pair) {
         notice.kind == tcp::AbortKind::kTimeout   ? std::make_exception_ptr(DistNetworkTimeoutError(message))
         : notice.kind == tcp::AbortKind::kBackend ? std::make_exception_ptr(DistBackendError(message))
                                                   : std::make_exception_ptr(DistNetworkError(message));
-    if (!aborted_) TDIST_LOG(WARNING) << "tcp transport: " << message;
+    if (!aborted_) {
+      TDIST_LOG(WARNING) << "tcp transport: " << message;
+      aborted_by_peer_ = true;
+    }
     pair.said_goodbye = true;
     break_locked(error);
     return;

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -73,6 +74,13 @@ struct TcpOptions {
   /// sockets themselves while they wait), more for RPC, whose every
   /// message the loop thread takes (src/rpc/rpc_spin.h).
   std::chrono::microseconds loop_spin{0};
+  /// Called on the connecting thread at least every 100 ms while
+  /// connect_tcp waits for its peers (to accept their connections, or
+  /// between attempts to reach one that refuses); may throw, which gives
+  /// the connect up with that exception. A group uses it to leave a
+  /// generation that a later one has superseded (ProcessGroupTdist::
+  /// connect_generation). Empty: none.
+  std::function<void()> while_waiting;
 };
 
 /// Measured on loopback, 2 ranks on 2 cores, 2026-11-23: a 64 MiB
@@ -273,6 +281,7 @@ class TcpTransport final : public Transport {
   /// Turned on, a peer that crashed meanwhile breaks the group at once.
   void set_crash_breaks_group(bool breaks) override;
   std::exception_ptr abort_reason() const override;
+  bool aborted_by_peer() const override;
   bool peer_failed(int peer) const override;
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
@@ -361,6 +370,7 @@ class TcpTransport final : public Transport {
   std::list<tcp::RecvOp> posted_;
   std::list<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
+  bool aborted_by_peer_ = false;  // aborted_ is a peer's abort notice; guarded by mutex_
   std::vector<Completion> completions_;
   bool sweeping_ = false;                      // close_pair is reading the other connections
   bool broken_by_crash_ = false;               // a peer died without saying goodbye
