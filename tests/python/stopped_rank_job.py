@@ -1,9 +1,13 @@
 """A rank of test_stopped_rank.py, started as its own process with env://
 variables (rank 0 hosts the group's TCPStore): a loop of all_reduces in
-which one rank stops itself (SIGSTOP) before iteration K. The others write
-what their failing call raised, and how long it took, to $JOB_OUT/<rank>.json.
+which one rank misbehaves. The others write what their failing call
+raised, and how long it took, to $JOB_OUT/<rank>.json.
 
-    stopped_rank_job.py VICTIM K TIMEOUT_S
+    stopped_rank_job.py stop VICTIM K TIMEOUT_S
+        the victim stops itself (SIGSTOP) before iteration K
+    stopped_rank_job.py kill VICTIM K TIMEOUT_S
+        every rank writes $JOB_OUT/ready.<rank> after iteration K and goes
+        on until a call fails: the test kills the victim meanwhile
 """
 
 import json
@@ -19,24 +23,29 @@ import tdist as dist
 
 
 def main():
-    victim, k, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    mode, victim, k, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    out = os.environ["JOB_OUT"]
     dist.init_process_group("tdist", timeout=timedelta(seconds=timeout))
     rank = dist.get_rank()
     x = np.ones(1000, np.float32)
     result = {"rank": rank, "error": None}
-    for i in range(k + 1):
-        if rank == victim and i == k:
+    # A killed peer fails the loop at once; the bound only keeps a broken
+    # test from running for ever.
+    for i in range(k + 1 if mode == "stop" else k + 10_000_000):
+        if mode == "stop" and rank == victim and i == k:
             os.kill(os.getpid(), signal.SIGSTOP)
+        if mode == "kill" and i == k:
+            open(os.path.join(out, "ready.%d" % rank), "w").close()
         began = time.monotonic()
         try:
             dist.all_reduce(x)
         except dist.DistError as e:
             result.update(error=type(e).__name__, message=str(e), elapsed=time.monotonic() - began, call=i)
             break
-    with open(os.path.join(os.environ["JOB_OUT"], "%d.json" % rank), "w") as f:
+    with open(os.path.join(out, "%d.json" % rank), "w") as f:
         json.dump(result, f)
-    # The group cannot be destroyed in order with a rank stopped; the test
-    # has what it needs.
+    # The group cannot be destroyed in order with a rank stopped or dead;
+    # the test has what it needs.
     os._exit(0)
 
 
