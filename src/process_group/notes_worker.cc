@@ -69,7 +69,9 @@ bool NotesWorker::run(std::function<void()> job_fn, Clock::time_point until) {
   auto job = std::make_shared<Job>();
   job->fn = std::move(job_fn);
   std::unique_lock<std::mutex> lock(s->mutex);
-  if (s->job) return false;  // an earlier job still runs (its store does not answer)
+  // An earlier job (a note posted a moment ago) goes first; one that is
+  // still running at `until` has a store that does not answer.
+  if (!s->cv.wait_until(lock, until, [&] { return !s->job; })) return false;
   s->job = job;
   s->cv.notify_all();
   s->cv.wait_until(lock, until, [&] { return job->done; });

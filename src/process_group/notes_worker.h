@@ -7,7 +7,8 @@
 // TCPStore behind the torch plugin waits out its own timeout, the group's,
 // for a host that was stopped; a FileStore on a stuck file system blocks).
 // A job that runs past its caller's deadline finishes (or fails) on the
-// worker meanwhile, and the worker refuses new jobs until then. Started on
+// worker meanwhile; later jobs wait for it, each caller no longer than its
+// own deadline, and post() drops a job while one runs. Started on
 // the first job: groups whose calls never wait long have no thread.
 
 #include <chrono>
@@ -29,10 +30,10 @@ class NotesWorker {
   NotesWorker(const NotesWorker&) = delete;
   NotesWorker& operator=(const NotesWorker&) = delete;
 
-  /// Runs `job` on the worker and waits for it until `until`. True if it
-  /// ran and returned; false if it threw, was still running at `until`, or
-  /// the worker was busy with an earlier job. `job` must own what it
-  /// touches: it may outlive this call.
+  /// Runs `job` on the worker, after the job before it, and waits for it
+  /// until `until`. True if it ran and returned; false if it threw, or it
+  /// or the job before it was still running at `until`. `job` must own
+  /// what it touches: it may outlive this call.
   bool run(std::function<void()> job, Clock::time_point until);
   /// Hands `job` to the worker and returns at once: false if the worker
   /// was busy with an earlier job (then `job` does not run).
