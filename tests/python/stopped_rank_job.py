@@ -44,8 +44,14 @@ def main():
             break
     with open(os.path.join(out, "%d.json" % rank), "w") as f:
         json.dump(result, f)
-    # The group cannot be destroyed in order with a rank stopped or dead;
-    # the test has what it needs.
+    if mode == "kill":
+        # In order, as a program that catches the error would: a survivor
+        # that just vanished would be a dead peer to those still in their
+        # call (its transport keeps the connections open a moment on
+        # destruction, for them to learn of the death from the dead rank).
+        dist.destroy_process_group()
+    # The group cannot be destroyed in order with a rank stopped; the test
+    # has what it needs.
     os._exit(0)
 
 

@@ -74,13 +74,16 @@ def _run_job(tmp_path, victim, transport, mode="stop", world=WORLD):
     return results, trace_dir
 
 
-def _trace_blames(trace_dir, victim):
+def _trace_blames(trace_dir, victim, surely=True):
     """tdist-trace's summary, checked to name `victim` alone as behind or
-    missing from a call."""
+    missing from a call (`surely`: to name it so; a killed rank may have
+    been in the furthest call when it died)."""
     text = subprocess.run([TOOL, str(trace_dir)], capture_output=True, text=True, timeout=60).stdout
-    assert re.findall(r"behind: rank (\d+)", text) == [str(victim)], text
+    behind = re.findall(r"behind: rank (\d+)", text)
     missing = re.findall(r"first call a rank is missing from: #\d+ .*: ranks? [\d, ]+ in it, ranks? ([\d, ]+) ", text)
-    assert missing == [str(victim)], text
+    if surely:
+        assert behind == [str(victim)] and missing == [str(victim)], text
+    assert set(behind) <= {str(victim)} and set(missing) <= {str(victim)}, text
     return text
 
 
@@ -139,5 +142,5 @@ def test_tdist_trace_names_a_killed_rank_alone(tmp_path, transport):
             what = f"trial {trial}, rank {result['rank']}: {result}"
             assert result["error"] in ("DistNetworkError", "DistBackendError"), what
             assert blamed_ranks(result["message"]) == {victim}, what
-        text = _trace_blames(trace_dir, victim)
+        text = _trace_blames(trace_dir, victim, surely=False)
         assert f"died: rank {victim} (its connections closed without a goodbye" in text, text
