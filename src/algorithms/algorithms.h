@@ -41,29 +41,45 @@ using transport::RequestPtr;
 /// of only the peer it happened to wait for (in a ring, a neighbour waiting
 /// for the same missing rank); and with which signature (a broadcast whose
 /// ranks all think another is the root moves nothing anyone could compare).
+///
+/// The notes are diagnostics, and the store may not answer (its host
+/// stopped or cut off): every read or write gives up at `until` (a call's
+/// deadline while it waits; kLateNotes from the failure once it has failed),
+/// returning "nothing known", so that they never hold a call past its
+/// timeout by more than kLateNotes.
 class CallNotes {
  public:
   virtual ~CallNotes() = default;
-  /// The call failed with `error` (abort_call, before the transport's abort).
+  /// The call failed with `error` (abort_call, before the transport's
+  /// abort); gives up kLateNotes from now.
   virtual void failed(const std::exception_ptr& error) noexcept = 0;
   /// This rank is in call `sig.seq`, passing `sig`.
-  virtual void arrived(const tdist::detail::CallSignature& sig) noexcept = 0;
+  virtual void arrived(const tdist::detail::CallSignature& sig, Clock::time_point until) noexcept = 0;
   /// The group's ranks, this one aside, that have not said they are in call
-  /// `seq` (empty if that cannot be told).
-  virtual std::vector<int> missing(uint64_t seq) noexcept = 0;
+  /// `seq`; nothing if that cannot be told (the store does not answer).
+  virtual std::optional<std::vector<int>> missing(uint64_t seq, Clock::time_point until) noexcept = 0;
   /// A rank that said it is in call `mine.seq` with another signature: its
   /// rank and signature.
   virtual std::optional<std::pair<int, tdist::detail::CallSignature>> differing(
-      const tdist::detail::CallSignature& mine) noexcept = 0;
+      const tdist::detail::CallSignature& mine, Clock::time_point until) noexcept = 0;
   /// The reason a rank left with failed() (the group's first), if any.
-  virtual std::optional<std::string> failure() noexcept { return std::nullopt; }
+  virtual std::optional<std::string> failure(Clock::time_point until) noexcept {
+    (void)until;
+    return std::nullopt;
+  }
 };
+
+/// How long the notes may take once a call has failed or timed out (its
+/// timeout's message, the reason a peer left): a live store answers in
+/// microseconds, a loaded one in milliseconds.
+inline constexpr std::chrono::milliseconds kLateNotes{500};
 
 struct CallContext;
 
 /// What a call that waits long does now and then (wait_all over TCP, the
 /// failure checks of a shared-memory wait): past half its timeout (at most
-/// a second) it tells ctx.notes that it is in the call, and from then on
+/// a second) it tells ctx.notes, and its peers through ctx.transport
+/// (Transport::announce_waiting), that it is in the call, and from then on
 /// compares, every 200 ms, the signatures that the others left there,
 /// raising DistBackendError on a mismatch, or with the reason a peer left
 /// when it failed the group (a peer's abort notice may never be read by a
@@ -237,9 +253,20 @@ void check_unmatched(const CallContext& ctx);
 /// ctx.rank()).
 void throw_if_unmatched(const CallContext& ctx, int my_rank = -1);
 
-/// For a timeout's message: "; rank 1 never said it reached this call (it
-/// is behind, stopped or dead)", or "" when every rank did or nobody knows.
-std::string missing_ranks_text(const CallContext& ctx);
+/// The message of a call that timed out waiting for `waited` (ranks of
+/// the group; transport::kAnySource: any rank), with `details` on what it
+/// waited for: "<label>: Timed out after N ms waiting for rank 2<details>",
+/// then "; rank 1 never said it reached this call (behind, stopped or
+/// dead)" when such ranks are known: from ctx.notes (the group's store),
+/// less the ranks that said so through the transport or sent this rank a
+/// message of the call when `transport_knows` (a thread that waits on TCP
+/// reads what peers send; one that waits on shared memory may not), or
+/// from the transport alone when the store does not answer. A rank waited
+/// for that is not among them reached the call and waits in turn (a ring's
+/// neighbour): then the missing ranks are named as the ones waited for,
+/// and the healthy one, with its details, not at all.
+std::string timeout_text(const CallContext& ctx, const std::vector<int>& waited, const std::string& details,
+                         bool transport_knows);
 
 /// wait_all of one request.
 void wait_one(const CallContext& ctx, const RequestPtr& request);

@@ -22,29 +22,71 @@ using patterns::kNoPeer;
 // live one until the deadline. Completions still wake the waiter at once.
 constexpr auto kErrorPollInterval = std::chrono::milliseconds(50);
 
-std::string timeout_message(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
+// The peers of the requests still pending (kAnySource for an any-source receive).
+std::vector<int> pending_peers(const std::vector<RequestPtr>& requests) {
   std::set<int> peers;
   for (const auto& request : requests) {
     if (request && !request->done()) peers.insert(request->peer());
   }
-  std::string who;
-  if (peers.count(transport::kAnySource) != 0) {
-    who = "any rank";
-  } else {
-    who = peers.size() == 1 ? "rank " : "ranks ";
-    bool first = true;
-    for (int peer : peers) {
-      if (!first) who += ", ";
-      who += std::to_string(peer);
-      first = false;
+  return {peers.begin(), peers.end()};
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (std::find(ranks.begin(), ranks.end(), transport::kAnySource) != ranks.end()) return "any rank";
+  std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) who += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+  return who;
+}
+
+// Whether rank r said through the transport that it waits in this call, or
+// sent this rank a message of it: either way it reached the call.
+bool reached_by_transport(const CallContext& ctx, int r) {
+  const auto waiting = ctx.transport.waiting_in(r);
+  if (waiting && *waiting >= ctx.seq) return true;
+  const auto last = ctx.transport.last_call_from(r);
+  return last && last->seq >= ctx.seq;
+}
+
+// The ranks that never said they reached the call (see timeout_text).
+std::vector<int> missing_ranks(const CallContext& ctx, bool transport_knows) {
+  if (ctx.notes == nullptr) return {};
+  const bool told = transport_knows && ctx.transport.tells_waiting();
+  if (told) ctx.transport.take_in();
+  std::optional<std::vector<int>> missing = ctx.notes->missing(ctx.seq, Clock::now() + kLateNotes);
+  if (!missing) {
+    if (!told) return {};
+    // The store does not answer (its host may be the rank that stopped):
+    // the transport alone tells.
+    missing.emplace();
+    for (int r = 0; r < ctx.size(); ++r) {
+      if (r != ctx.rank()) missing->push_back(r);
     }
   }
-  return ctx.label() + ": Timed out after " + std::to_string(ctx.timeout.count()) + " ms waiting for " + who;
+  if (told) std::erase_if(*missing, [&](int r) { return reached_by_transport(ctx, r); });
+  return *missing;
 }
 
 }  // namespace
 
 namespace detail {
+
+std::string timeout_text(const CallContext& ctx, const std::vector<int>& waited, const std::string& details,
+                         bool transport_knows) {
+  const std::string head =
+      ctx.label() + ": Timed out after " + std::to_string(ctx.timeout.count()) + " ms waiting for ";
+  const std::vector<int> missing = missing_ranks(ctx, transport_knows);
+  if (missing.empty()) return head + ranks_text(waited) + details;
+  const std::string tail = "; " + ranks_text(missing) +
+                           (missing.size() == 1 ? " never said it" : " never said they") +
+                           " reached this call (behind, stopped or dead)";
+  const bool all_missing = std::all_of(waited.begin(), waited.end(), [&](int r) {
+    return std::find(missing.begin(), missing.end(), r) != missing.end();
+  });
+  // A rank waited for that reached the call waits in turn: it is not the
+  // one to name.
+  if (!all_missing) return head + ranks_text(missing) + tail;
+  return head + ranks_text(waited) + details + tail;
+}
 
 void throw_if_unmatched(const CallContext& ctx, int my_rank) {
   if (ctx.sig.empty()) return;
@@ -76,30 +118,22 @@ void LongWait::poll(const CallContext& ctx, int my_rank) {
     noted = true;
     tdist::detail::CallSignature sig = ctx.sig;
     sig.seq = ctx.seq;
-    ctx.notes->arrived(sig);
+    // The transport first: the store may take its whole budget to fail.
+    ctx.transport.announce_waiting(sig);
+    ctx.notes->arrived(sig, ctx.deadline);
   }
   if (now < next_compare) return;
   next_compare = now + std::chrono::milliseconds(200);
   if (!ctx.sig.empty()) {
-    if (const auto other = ctx.notes->differing(ctx.sig)) {
+    if (const auto other = ctx.notes->differing(ctx.sig, ctx.deadline)) {
       throw DistBackendError(tdist::detail::mismatch_message(
           ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.rank(), other->second, other->first));
     }
   }
-  if (const auto reason = ctx.notes->failure()) throw DistBackendError(*reason);
+  if (const auto reason = ctx.notes->failure(ctx.deadline)) throw DistBackendError(*reason);
 }
 
 namespace detail {
-
-std::string missing_ranks_text(const CallContext& ctx) {
-  if (ctx.notes == nullptr) return "";
-  const std::vector<int> missing = ctx.notes->missing(ctx.seq);
-  if (missing.empty()) return "";
-  std::string who = missing.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < missing.size(); ++i) who += (i > 0 ? ", " : "") + std::to_string(missing[i]);
-  return "; " + who + (missing.size() == 1 ? " never said it" : " never said they") +
-         " reached this call (behind, stopped or dead)";
-}
 
 void check_unmatched(const CallContext& ctx) {
   try {
@@ -141,8 +175,8 @@ void wait_all(const CallContext& ctx, const std::vector<RequestPtr>& requests) {
       if (Clock::now() >= ctx.deadline) {
         // Name the peers before the last look: a peer's abort that fails
         // the requests now would otherwise leave none to name.
-        std::string message = timeout_message(ctx, requests);
-        if (!request->done()) throw DistTimeoutError(message + detail::missing_ranks_text(ctx));
+        std::string message = detail::timeout_text(ctx, pending_peers(requests), "", true);
+        if (!request->done()) throw DistTimeoutError(message);
       }
     }
   } catch (...) {

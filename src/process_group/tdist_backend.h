@@ -14,7 +14,8 @@
 //                     checks and trace, the domain it runs in
 //   tdist_ops.cc      the collectives: argument checks, signature, body
 //   tdist_p2p.cc      send and recv
-//   call_notes.cc     the notes calls leave in the store (StoreCallNotes)
+//   call_notes.cc     the notes calls leave in the store (StoreCallNotes),
+//                     through the thread of notes_worker.cc
 
 #include <atomic>
 #include <condition_variable>

@@ -107,7 +107,7 @@ void ProcessGroupTdist::execute(detail::QueuedCall& task) {
 std::exception_ptr ProcessGroupTdist::explain(const std::exception_ptr& error, std::string_view op,
                                               uint64_t seq) const {
   if (error_kind(error) != ErrorKind::kNetwork) return error;
-  const auto reason = notes_->failure();
+  const auto reason = notes_->failure(algorithms::Clock::now() + algorithms::kLateNotes);
   if (!reason) return error;
   return std::make_exception_ptr(DistBackendError(std::string(op) + " (call #" + std::to_string(seq) +
                                                   " in this group): a peer aborted the group: " + *reason));

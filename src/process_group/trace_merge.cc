@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -137,6 +138,45 @@ std::optional<std::pair<int64_t, std::string>> last_begun(const GroupView& g, in
   return best;
 }
 
+// The members that a failed call's error says died, by the transports'
+// words for a connection that closed without a goodbye ("rank 2
+// (127.0.0.1:41163) closed the connection; the peer process probably
+// died", "rank 2 died or closed its connection"), as global ranks.
+std::set<int> named_dead(const GroupView& g, const json& e) {
+  static const std::regex dead(
+      R"(rank (\d+) \([^)]*\) [^;]*; the peer process probably died|rank (\d+) died or closed its connection)");
+  std::set<int> out;
+  const std::string error = e.value("error", "");
+  for (auto it = std::sregex_iterator(error.begin(), error.end(), dead); it != std::sregex_iterator(); ++it) {
+    const std::string r = (*it)[1].matched ? (*it)[1].str() : (*it)[2].str();
+    const size_t index = std::stoul(r);
+    if (index < g.members.size()) out.insert(g.members[index]);
+  }
+  return out;
+}
+
+// The ranks whose last call failed because a peer died: where they stopped
+// tells when the connection broke, not that they were late (a survivor
+// still finishing call N-1 when a peer that had gone on to N was killed).
+// Who died, as their errors say.
+struct CutOff {
+  std::set<int> ranks;
+  std::map<int, std::vector<int>> dead;  // dead rank -> the ranks whose errors name it
+};
+CutOff cut_off_by_deaths(const GroupView& g) {
+  CutOff out;
+  for (const auto& [rank, view] : g.ranks) {
+    if (view.calls.empty()) continue;
+    const json& last = *view.calls.rbegin()->second;
+    if (last.value("state", "") != "failed") continue;
+    const std::set<int> dead = named_dead(g, last);
+    if (dead.empty() || dead.count(rank)) continue;
+    out.ranks.insert(rank);
+    for (int d : dead) out.dead[d].push_back(rank);
+  }
+  return out;
+}
+
 void summarize_group(std::ostringstream& out, const GroupView& g) {
   out << "group of ranks [" << join(g.members) << "] (" << g.transport << ")\n";
   // The last call every rank that dumped completed.
@@ -165,6 +205,7 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
     for (const auto& [seq, e] : view.calls) seqs.insert(seq);
   std::map<int, std::optional<std::pair<int64_t, std::string>>> latest;
   for (int m : g.members) latest[m] = last_begun(g, m);
+  const CutOff cut_off = cut_off_by_deaths(g);
   bool reported = false;
   for (int64_t seq : seqs) {
     std::map<std::string, std::vector<int>> by_call;
@@ -174,6 +215,8 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
       auto it = g.ranks.find(m);
       if (it != g.ranks.end() && it->second.calls.count(seq)) {
         by_call[describe(*it->second.calls.at(seq))].push_back(m);
+      } else if (cut_off.ranks.count(m)) {
+        continue;  // stopped by a death, not late
       } else if (latest[m] && latest[m]->first < seq) {
         absent.push_back(m);
       } else if (it != g.ranks.end()) {
@@ -204,16 +247,24 @@ void summarize_group(std::ostringstream& out, const GroupView& g) {
     out << "  every rank" << (silent.empty() ? "" : " that left a dump")
         << " made the same calls in the same order\n";
   }
-  // Who is behind: the lowest last call begun.
+  // Who died, as the errors of the ranks it cut off say.
+  for (const auto& [dead, witnesses] : cut_off.dead) {
+    out << "  died: rank " << dead << " (its connections closed without a goodbye, as the error of "
+        << ranks_text(witnesses) << " says)";
+    if (latest[dead]) out << "; its last call: #" << latest[dead]->first << " " << latest[dead]->second;
+    out << "\n";
+  }
+  // Who is behind: the lowest last call begun, of the ranks a death did
+  // not stop.
   std::optional<int64_t> lowest, highest;
   for (const auto& [m, last] : latest) {
     if (!last) continue;
-    lowest = lowest ? std::min(*lowest, last->first) : last->first;
+    if (!cut_off.ranks.count(m)) lowest = lowest ? std::min(*lowest, last->first) : last->first;
     highest = highest ? std::max(*highest, last->first) : last->first;
   }
   if (lowest && highest && *lowest < *highest) {
     for (const auto& [m, last] : latest) {
-      if (last && last->first == *lowest) {
+      if (last && last->first == *lowest && !cut_off.ranks.count(m)) {
         out << "  behind: rank " << m << ", " << (*highest - *lowest)
             << " call(s) behind the furthest; its last call: #" << last->first << " " << last->second << "\n";
       }

@@ -197,6 +197,25 @@ class Transport {
   /// that keeps no records this rank can read.
   virtual std::optional<tdist::detail::CallSignature> last_call_from(int peer) const { return std::nullopt; }
 
+  /// Tells every peer, best effort, that this rank has waited long in call
+  /// `sig.seq` (algorithms::LongWait), on the data path: a timeout can then
+  /// tell the peers that are in the call, waiting too, from the one that
+  /// never came, even where the group's store (which keeps the same notes)
+  /// does not answer, its host being the rank that stopped. Default: peers
+  /// hear nothing (tells_waiting() is false).
+  virtual void announce_waiting(const tdist::detail::CallSignature& sig) { (void)sig; }
+  /// Whether peers hear announce_waiting and waiting_in reports it.
+  virtual bool tells_waiting() const { return false; }
+  /// Reads what peers have sent so far, without waiting: before a timeout
+  /// reads waiting_in, which its thread may not have driven for a while
+  /// (it waited for the store meanwhile).
+  virtual void take_in() {}
+  /// The newest call in which `peer` said it waits long, if it said so.
+  virtual std::optional<uint64_t> waiting_in(int peer) const {
+    (void)peer;
+    return std::nullopt;
+  }
+
   /// Fails every pending and future request with `error` (e.g. the group was
   /// aborted or destroyed).
   virtual void abort(std::exception_ptr error) = 0;

@@ -155,11 +155,13 @@ INSTANTIATE_TEST_SUITE_P(Worlds, Recorded,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
                                             ::testing::Values(1, 2, 3, 5)));
 
-// A dump as a rank would write it: one group of `world` ranks, calls
-// (seq, op, state, started ns) and what it read of its peers' last calls.
+// A dump as a rank would write it: one group of `world` ranks over
+// `transport`, calls (seq, op, state, started ns), failed ones with
+// `error`, and what it read of its peers' last calls.
 std::string dump_of(int rank, int world,
                     const std::vector<std::tuple<int, std::string, std::string, int64_t>>& calls,
-                    const json& peers_last_call = json::object()) {
+                    const json& peers_last_call = json::object(),
+                    const std::string& transport = "shared memory", const std::string& error = "") {
   json ranks = json::array();
   for (int r = 0; r < world; ++r) ranks.push_back(r);
   json entries = json::array();
@@ -174,6 +176,7 @@ std::string dump_of(int rank, int world,
                        {"queued_ns", started},
                        {"started_ns", started},
                        {"finished_ns", started + 1000}});
+    if (state == "failed" && !error.empty()) entries.back()["error"] = error;
   }
   return json{{"rank", rank},
               {"reason", "test"},
@@ -183,7 +186,7 @@ std::string dump_of(int rank, int world,
                  {"rank", rank},
                  {"size", world},
                  {"global_ranks", ranks},
-                 {"transport", "shared memory"},
+                 {"transport", transport},
                  {"peers_last_call", peers_last_call}}}},
               {"entries", entries}}
       .dump();
@@ -210,6 +213,37 @@ TEST(TraceMerge, NamesTheRankBehindFromWhatItsPeersRead) {
       << text;
   EXPECT_NE(text.find("behind: rank 2, 1 call(s) behind the furthest; its last call: #1 all_reduce"),
             std::string::npos)
+      << text;
+}
+
+// Rank 2 was killed in call #10 over TCP, after it had sent its part of
+// #9 to rank 0 but before rank 1 had all of #9: rank 1 failed #9, ranks 0
+// and 3 failed #10, each naming rank 2's closed connection. Rank 1 is not
+// behind (the death stopped it where it was), and rank 2 is named as dead
+// (issue 49: tdist-trace named such a survivor "behind" in 6 of 120 trials).
+TEST(TraceMerge, ASurvivorThatADeathStoppedACallEarlierIsNotBehind) {
+  auto calls = [](int failed_at) {
+    std::vector<std::tuple<int, std::string, std::string, int64_t>> out;
+    for (int seq = 0; seq <= failed_at; ++seq)
+      out.emplace_back(seq, "all_reduce", seq < failed_at ? "completed" : "failed", 100 * seq);
+    return out;
+  };
+  auto died = [](int rank, int seq) {
+    return "rank " + std::to_string(rank) + ": all_reduce (call #" + std::to_string(seq) +
+           " in this group): rank 2 (127.0.0.1:41163) closed the connection; the peer process probably died "
+           "or "
+           "was killed";
+  };
+  const json peers = {{"2", {{"seq", 10}, {"op", "all_reduce"}, {"dtype", "float32"}, {"count", 4}}}};
+  const std::string text = summarize_traces({dump_of(0, 4, calls(10), peers, "tcp", died(0, 10)),
+                                             dump_of(1, 4, calls(9), json::object(), "tcp", died(1, 9)),
+                                             dump_of(3, 4, calls(10), json::object(), "tcp", died(3, 10))});
+  EXPECT_EQ(text.find("behind"), std::string::npos) << text;
+  EXPECT_EQ(text.find("missing from"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("died: rank 2 (its connections closed without a goodbye, as the error of ranks 0, 1, 3 "
+                "says); its last call: #10 all_reduce float32 x 4 (its newest message that reached rank 0)"),
+      std::string::npos)
       << text;
 }
 

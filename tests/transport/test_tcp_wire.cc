@@ -96,15 +96,15 @@ TEST(TcpWire, PeersOfOtherWireVersionsAreNamedNotMisread) {
   const tcp::GreetingCheck old = check(v1, sizeof(v1));
   EXPECT_EQ(old.status, tcp::GreetingStatus::kInvalid);
   EXPECT_NE(old.reason.find("older build (wire version 1"), std::string::npos) << old.reason;
-  const tcp::Hello newer = with([](auto& h) { h.version = 4; });
+  const tcp::Hello newer = with([](auto& h) { h.version = 5; });
   const tcp::GreetingCheck later = check(&newer, 8);
   EXPECT_EQ(later.status, tcp::GreetingStatus::kInvalid);
-  EXPECT_NE(later.reason.find("wire version 4, this build speaks 3"), std::string::npos) << later.reason;
+  EXPECT_NE(later.reason.find("wire version 5, this build speaks 4"), std::string::npos) << later.reason;
   // Version 2 stripes from another size across several interfaces.
   const tcp::Hello older = with([](auto& h) { h.version = 2; });
   const tcp::GreetingCheck before = check(&older, 8);
   EXPECT_EQ(before.status, tcp::GreetingStatus::kInvalid);
-  EXPECT_NE(before.reason.find("wire version 2, this build speaks 3"), std::string::npos) << before.reason;
+  EXPECT_NE(before.reason.find("wire version 2, this build speaks 4"), std::string::npos) << before.reason;
 }
 
 TEST(TcpWire, RepliesHaveTheSizesOfTheirKinds) {

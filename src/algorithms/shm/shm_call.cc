@@ -97,10 +97,11 @@ void Call::check_deadline(int peer, const FlagLine& line, uint64_t target, const
           ": it must have finished " + std::to_string(target) + " and has finished " + std::to_string(seen);
       break;
   }
-  throw DistTimeoutError(
-      std::string(ctx.op) + " (call #" + std::to_string(ctx.seq) + " in this group): Timed out after " +
-      std::to_string(ctx.timeout.count()) + " ms waiting for rank " + std::to_string(group.group_rank(peer)) +
-      " over shared memory (for " + what + progress + ")" + algorithms::detail::missing_ranks_text(ctx));
+  // Only the store tells who never came: this thread does not read what
+  // peers send over TCP meanwhile.
+  throw DistTimeoutError(algorithms::detail::timeout_text(
+      ctx, {group.group_rank(peer)}, std::string(" over shared memory (for ") + what + progress + ")",
+      false));
 }
 
 void Call::wait(const FlagLine& line, uint64_t target, int peer, const char* what, Counts counts) const {

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -234,6 +235,10 @@ void TcpTransport::advance(Pair& pair, size_t n) {
       if (pair.header.size > 0) return;
     } else if (pair.header.tag == kGoodbyeTag) {
       pair.said_goodbye = true;
+      pair.header_got = 0;
+      return;
+    } else if (pair.header.tag == kWaitingTag) {
+      pair.waiting_in = std::max(pair.waiting_in.value_or(0), pair.header.sig.seq);
       pair.header_got = 0;
       return;
     } else {

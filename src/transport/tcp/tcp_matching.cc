@@ -293,6 +293,41 @@ std::optional<tdist::detail::CallSignature> TcpTransport::last_call_from(int pee
   return pairs_[peer].last_call;
 }
 
+void TcpTransport::announce_waiting(const tdist::detail::CallSignature& sig) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return;
+    for (const auto& pair : pairs_) {
+      if (pair.peer == rank_ || pair.closed) continue;
+      // A header alone: queued behind what is being sent to that peer, and
+      // nobody waits for it.
+      auto request = std::make_shared<Request>(Request::Kind::kSend, pair.peer, kWaitingTag, 0);
+      post_send(request, pair.peer, kWaitingTag, nullptr, 0, sig);
+    }
+  }
+  flush();
+}
+
+void TcpTransport::take_in() {
+  {
+    // Non-blocking reads, under the lock as every read is, so any thread
+    // may: the driver's or the loop thread's next poll finds the rest.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& pair : pairs_) {
+      if (pair.peer == rank_ || pair.closed) continue;
+      read_some(pair, kReadBudget);
+      update_polling(pair);
+    }
+  }
+  flush();
+}
+
+std::optional<uint64_t> TcpTransport::waiting_in(int peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer < 0 || static_cast<size_t>(peer) >= pairs_.size()) return std::nullopt;
+  return pairs_[peer].waiting_in;
+}
+
 void TcpTransport::deliver_local(int src, uint64_t tag, const uint8_t* data, size_t size,
                                  const tdist::detail::CallSignature& sig) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {

@@ -213,6 +213,7 @@ struct Pair {
   // Reading.
   Header header{};
   tdist::detail::CallSignature last_call{};  // of the newest collective message read (last_call_from)
+  std::optional<uint64_t> waiting_in;        // the newest call it said it waits in (announce_waiting)
   size_t header_got = 0;
   bool in_payload = false;
   size_t payload_got = 0;
@@ -286,6 +287,10 @@ class TcpTransport final : public Transport {
   bool peer_crashed(int peer) const override;
   std::exception_ptr take_rejection() override;
   std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override;
+  void announce_waiting(const tdist::detail::CallSignature& sig) override;
+  bool tells_waiting() const override { return true; }
+  void take_in() override;
+  std::optional<uint64_t> waiting_in(int peer) const override;
 
  private:
   // Completions found under the lock are queued and delivered by flush()

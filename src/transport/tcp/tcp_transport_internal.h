@@ -56,6 +56,9 @@ constexpr uint64_t kAbortTag = ~uint64_t{0} - 1;
 // send or recv.
 constexpr uint64_t kRejectTag = ~uint64_t{0} - 2;
 // kMaxAbortReason (tcp_wire.h) bounds refusals too.
+// "I have waited long in the call of this header's signature (its seq)":
+// no payload (announce_waiting).
+constexpr uint64_t kWaitingTag = ~uint64_t{0} - 3;
 
 // Bytes read from one peer before the lock is released and other peers (and
 // threads posting operations) get their turn; epoll is level-triggered, so

@@ -30,8 +30,11 @@ inline constexpr uint32_t kHelloMagicV1 = 0x74647374;  // "tdst"
 inline constexpr uint32_t kHelloMagic = 0x74647332;    // "tds2"
 /// 3: a pair whose accepting rank listens on several interfaces stripes
 /// messages from 64 KiB on (tcp_transport.h), where version 2 striped from
-/// 1 MiB: the two would frame such messages differently.
-inline constexpr uint32_t kWireVersion = 3;
+/// 1 MiB: the two would frame such messages differently. 4: a rank that
+/// waits long in a call says so to its peers (a header of its own tag,
+/// TcpTransport::announce_waiting), which version 3 would take for a
+/// message no receive ever takes.
+inline constexpr uint32_t kWireVersion = 4;
 
 /// A rank's identity for one connect: fresh random bytes it publishes with
 /// its address, so that a connection names the generation of the group it
