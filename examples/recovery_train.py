@@ -169,6 +169,11 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     replacement = restart_count() > 0
     weights = [os.path.join(args.out, f"weights_{r}.npy") for r in range(world)] if args.out else []
+    if weights and not replacement and os.path.exists(weights[rank]):
+        # An earlier run's: a replacement must find only this run's final
+        # weights (it takes them and may leave at once). Every first
+        # incarnation is past this before any rank can die in training.
+        os.remove(weights[rank])
     w = np.zeros(DIM)
     step = 0
     has_state = not replacement  # a first incarnation starts from step 0
