@@ -96,6 +96,16 @@ def rank_pid(launcher_pid, rank, restart):
     return None
 
 
+def until_moment(delay, returned_mark):
+    """Waits until `delay` seconds have passed or the call being timed has
+    returned (its mark file exists): the moment of a kill. Returns when it
+    began and whether the call had returned."""
+    began = time.monotonic()
+    while time.monotonic() < began + delay and not os.path.exists(returned_mark):
+        time.sleep(0.002)  # polls the mark: the call's end may come before the moment
+    return began, os.path.exists(returned_mark)
+
+
 def wait_for_file(path, deadline):
     """The content of `path` once it exists (the example writes its marks
     whole, by rename), or None at `deadline`."""
@@ -172,11 +182,8 @@ def trial(kind, expected, rng):
             if text is None:
                 finish(job, time.monotonic())
                 return "the replacement never called init_process_group", f"rank {VICTIM} killed at step {kill_step}"
-            began = time.monotonic()
-            inited = os.path.join(out, f"inited_{VICTIM}.1")
-            while time.monotonic() < began + delay and not os.path.exists(inited):
-                time.sleep(0.002)  # until the chosen moment, or the init's end if that comes first
-            came = "once it had returned" if os.path.exists(inited) else "into it"
+            began, returned = until_moment(delay, os.path.join(out, f"inited_{VICTIM}.1"))
+            came = "once it had returned" if returned else "into it"
             did = (f"rank {VICTIM} killed at step {kill_step}, its replacement "
                    f"{(time.monotonic() - began) * 1000:.0f} ms after it called init_process_group ({came})")
             if not kill(int(text)):
@@ -196,11 +203,8 @@ def trial(kind, expected, rng):
             if text is None:
                 finish(job, time.monotonic())
                 return f"rank {victim2} never called reinit_process_group", f"rank {VICTIM} killed at step {kill_step}"
-            began = time.monotonic()
-            rebuilt = os.path.join(out, f"rebuilt_{victim2}.0.0")
-            while time.monotonic() < began + delay and not os.path.exists(rebuilt):
-                time.sleep(0.002)  # until the chosen moment, or the rebuild's end if that comes first
-            came = "once the rebuild had returned" if os.path.exists(rebuilt) else "into its reinit_process_group"
+            began, returned = until_moment(delay, os.path.join(out, f"rebuilt_{victim2}.0.0"))
+            came = "once the rebuild had returned" if returned else "into its reinit_process_group"
             did = (f"rank {VICTIM} killed at step {kill_step}, rank {victim2} "
                    f"{(time.monotonic() - began) * 1000:.0f} ms after it called reinit_process_group ({came})")
             if not kill(int(text)):
