@@ -101,7 +101,7 @@ bool TcpTransport::next_is_notice(const Pair& pair) const {
   // An end of stream, an error or a header not all there yet: read as usual
   // (read_some names the end, or keeps the part).
   if (n != static_cast<ssize_t>(sizeof(next))) return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
-  return next.tag == kRejectTag || next.tag == kAbortTag || next.tag == kGoodbyeTag;
+  return is_notice_tag(next.tag);
 }
 
 void TcpTransport::update_polling(Pair& pair) {

@@ -336,8 +336,9 @@ class TcpTransport final : public Transport {
   void update_polling(tcp::Pair& pair);
   void update_all_polling_locked();
   bool loop_reads_locked(const tcp::Pair& pair) const;
-  // The next frame waiting in the socket is a refusal, abort or goodbye
-  // notice (or the stream ended), seen without consuming anything.
+  // The next frame waiting in the socket is one of the transport's notices
+  // (a refusal, an abort, a goodbye, a peer waiting in a call), or the
+  // stream ended: seen without consuming anything.
   bool next_is_notice(const tcp::Pair& pair) const;
   void read_arrived_refusals_locked();
   void read_some(tcp::Pair& pair, size_t budget);

@@ -59,6 +59,10 @@ constexpr uint64_t kRejectTag = ~uint64_t{0} - 2;
 // "I have waited long in the call of this header's signature (its seq)":
 // no payload (announce_waiting).
 constexpr uint64_t kWaitingTag = ~uint64_t{0} - 3;
+// The transport's own frames (the four above), which no receive matches.
+constexpr bool is_notice_tag(uint64_t tag) {
+  return tag >= kWaitingTag;
+}
 
 // Bytes read from one peer before the lock is released and other peers (and
 // threads posting operations) get their turn; epoll is level-triggered, so
