@@ -118,6 +118,24 @@ def wait_for_file(path, deadline):
     return None
 
 
+def kill_inside(job, out, called_mark, returned_mark, delay, deadline, who, whom, call, kill_step):
+    """SIGKILLs the process that wrote `called_mark` (its pid) when it
+    called `call`, `delay` seconds into the call or once the call returned
+    (`returned_mark`). Returns (why the trial failed or None, what was done)."""
+    text = wait_for_file(os.path.join(out, called_mark), deadline)
+    if text is None:
+        finish(job, time.monotonic())
+        return f"{who} never called {call}", f"rank {VICTIM} killed at step {kill_step}"
+    began, returned = until_moment(delay, os.path.join(out, returned_mark))
+    came = "once it had returned" if returned else f"into its {call}"
+    did = (f"rank {VICTIM} killed at step {kill_step}, {whom} "
+           f"{(time.monotonic() - began) * 1000:.0f} ms after it called {call} ({came})")
+    if not kill(int(text)):
+        finish(job, deadline)
+        return "the process to kill had exited before its moment came", did
+    return None, did
+
+
 def kill(pid):
     """SIGKILLs `pid`; False if it had exited already (gone, or a zombie not yet reaped)."""
     try:
@@ -178,17 +196,10 @@ def trial(kind, expected, rng):
         elif kind == "replacement_init":
             delay = rng.uniform(0.0, 0.2)
             job = launch(out, VICTIM, kill_step)
-            text = wait_for_file(os.path.join(out, f"init_{VICTIM}.1"), deadline)
-            if text is None:
-                finish(job, time.monotonic())
-                return "the replacement never called init_process_group", f"rank {VICTIM} killed at step {kill_step}"
-            began, returned = until_moment(delay, os.path.join(out, f"inited_{VICTIM}.1"))
-            came = "once it had returned" if returned else "into it"
-            did = (f"rank {VICTIM} killed at step {kill_step}, its replacement "
-                   f"{(time.monotonic() - began) * 1000:.0f} ms after it called init_process_group ({came})")
-            if not kill(int(text)):
-                finish(job, deadline)
-                return "the process to kill had exited before its moment came", did
+            failed, did = kill_inside(job, out, f"init_{VICTIM}.1", f"inited_{VICTIM}.1", delay, deadline,
+                                      "the replacement", "its replacement", "init_process_group", kill_step)
+            if failed:
+                return failed, did
         elif kind == "after_save":
             did = f"rank {VICTIM} killed after it saved its final weights"
             job = launch(out, VICTIM, -1, kill_after_save=True)
@@ -199,17 +210,10 @@ def trial(kind, expected, rng):
             delay = rng.uniform(0.0, 1.0)
             victim2 = SURVIVOR_KILLED_IN_REBUILD
             job = launch(out, VICTIM, kill_step)
-            text = wait_for_file(os.path.join(out, f"reinit_{victim2}.0.0"), deadline)
-            if text is None:
-                finish(job, time.monotonic())
-                return f"rank {victim2} never called reinit_process_group", f"rank {VICTIM} killed at step {kill_step}"
-            began, returned = until_moment(delay, os.path.join(out, f"rebuilt_{victim2}.0.0"))
-            came = "once the rebuild had returned" if returned else "into its reinit_process_group"
-            did = (f"rank {VICTIM} killed at step {kill_step}, rank {victim2} "
-                   f"{(time.monotonic() - began) * 1000:.0f} ms after it called reinit_process_group ({came})")
-            if not kill(int(text)):
-                finish(job, deadline)
-                return "the process to kill had exited before its moment came", did
+            failed, did = kill_inside(job, out, f"reinit_{victim2}.0.0", f"rebuilt_{victim2}.0.0", delay, deadline,
+                                      f"rank {victim2}", f"rank {victim2}", "reinit_process_group", kill_step)
+            if failed:
+                return failed, did
         else:
             raise ValueError(kind)
         code, stdout, stderr = finish(job, deadline)
