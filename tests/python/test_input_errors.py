@@ -16,25 +16,33 @@ from harness import PG_TIMEOUT, run_ranks
 
 
 def _mismatch_names_the_users_tag(rank, world):
-    # int64[3] into float32[3]: the error names the user's tag, never the
-    # tag on the wire (top bit set: 9223372036854775808 for tag 0).
+    # int64[3] into float32[3]: the errors name the user's tag, never the
+    # tag on the wire (top bit set: 9223372036854775808 for tag 0). The
+    # receiver raises at its recv; the sender learns of the refusal at its
+    # next send (here a probe on tag 5, after a barrier that rank 1 enters
+    # only once it has refused), which raises it instead of sending.
     messages = []
     for tag in (0, 2**31 - 1):
         if rank == 0:
             dist.send(np.array([1, 2, 3], np.int64), 1, tag=tag)
+            dist.barrier()
+            with pytest.raises(dist.DistBackendError, match="was refused") as info:
+                dist.send(np.zeros(1, np.uint8), 1, tag=5)
         else:
             with pytest.raises(dist.DistBackendError) as info:
                 dist.recv(np.zeros(3, np.float32), 0, tag=tag)
-            messages.append(str(info.value))
+            dist.barrier()
+        messages.append(str(info.value))
+        dist.barrier()
     return messages
 
 
 def test_a_p2p_mismatch_names_the_users_tag():
-    messages = run_ranks(_mismatch_names_the_users_tag, 2)[1]
-    assert "recv from rank 0 (tag 0): rank 0 sent 3 int64 elements" in messages[0], messages[0]
-    assert "(tag 2147483647)" in messages[1], messages[1]
-    for message in messages:
-        assert "9223372036854775808" not in message and "92233720" not in message, message
+    for messages in run_ranks(_mismatch_names_the_users_tag, 2):
+        assert "recv from rank 0 (tag 0): rank 0 sent 3 int64 elements" in messages[0], messages[0]
+        assert "(tag 2147483647)" in messages[1], messages[1]
+        for message in messages:
+            assert "9223372036854775808" not in message and "92233720" not in message, message
 
 
 def _bad_tags(rank, world):
