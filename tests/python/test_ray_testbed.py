@@ -46,8 +46,9 @@ def _tail(path, lines=20):
 
 class RayHosts:
     """A Ray node in each host of `bed`: the head in host 0 (with the GCS at
-    PORT), a worker node in host 1. Each binds its host's address, keeps its
-    files in a temporary directory of its own and has 2 CPUs."""
+    PORT), a worker node in host 1. Each is given its host's address
+    (--node-ip-address), keeps its files in a temporary directory of its
+    own and has 2 CPUs."""
 
     def __init__(self, bed):
         self.bed = bed
@@ -61,6 +62,13 @@ class RayHosts:
         # a host, so the ranks of different hosts talk over the link.
         self.envs = [bed.env_for(i, base) for i in range(2)]
 
+    def popen(self, i, args, **kwargs):
+        """`args` in host i. It gets SIGKILL if this process dies without
+        cleaning up (say, killed at ctest's deadline): a `ray start --block`
+        then has its reaper stop the node's GCS and raylet, whose workers
+        exit after them."""
+        return self.bed.popen(i, ["setpriv", "--pdeathsig", "KILL", *args], stdin=subprocess.DEVNULL, **kwargs)
+
     def node_dir(self, i):
         return os.path.join(self.tmp, f"node{i}")
 
@@ -69,13 +77,12 @@ class RayHosts:
         for i in range(2):
             args = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
                     f"--node-ip-address={self.bed.addr(i)}", f"--temp-dir={self.node_dir(i)}", "--num-cpus=2",
-                    "--object-store-memory=100000000"]  # 100 MB of /dev/shm, Ray's minimum is 75 MB
+                    "--object-store-memory=100000000"]  # of /dev/shm; Ray's minimum is 75 MiB
             if i == 0:
                 args += ["--head", f"--port={PORT}", "--include-dashboard=false"]
             else:
                 args += [f"--address={self.bed.addr(0)}:{PORT}"]
-            proc = self.bed.popen(i, args, env=self.envs[i], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+            proc = self.popen(i, args, env=self.envs[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             self.nodes.append((proc, Lines(proc.stdout)))
             if not self.nodes[-1][1].wait_for("Ray runtime started", 1, START_DEADLINE):
                 return f"the Ray node in host {i} did not start within {START_DEADLINE} s\n{self.logs()}"
@@ -104,8 +111,8 @@ class RayHosts:
     def run(self, case, directory):
         """Runs `case` of the driver in host 0: its result (the RESULT line's JSON)."""
         env = {**self.envs[0], "RAY_ADDRESS": f"{self.bed.addr(0)}:{PORT}"}
-        proc = self.bed.popen(0, [sys.executable, DRIVER, case, str(directory)], env=env, cwd=HERE,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = self.popen(0, [sys.executable, DRIVER, case, str(directory)], env=env, cwd=HERE,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=CASE_DEADLINE[case])
         except subprocess.TimeoutExpired:
@@ -124,6 +131,8 @@ def hosts():
     reason = namespaces_unavailable()
     if reason is None and importlib.util.find_spec("ray") is None:
         reason = "ray is not installed (python/requirements-dev.txt: ray[train])"
+    if reason is None and shutil.which("setpriv") is None:
+        reason = "setpriv (util-linux) is not installed"
     if reason:
         pytest.skip(reason)
     with testbed.Testbed(2) as bed:
