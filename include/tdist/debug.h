@@ -12,7 +12,11 @@
 /// - TORCH_SHOW_CPP_STACKTRACES=1: every tdist exception's message ends with
 ///   the C++ stack where it was raised (errors.h).
 
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace tdist {
 
@@ -45,12 +49,31 @@ void set_show_cpp_stacktraces(bool show);
 namespace detail {
 /// What starts the stack in an exception's message.
 inline constexpr const char* kCppStackMarker = "\nException raised from ";
-/// `message` followed by the calling thread's C++ stack when
-/// show_cpp_stacktraces() and `message` carries none yet (an error rebuilt
-/// from another keeps the first one's stack); else `message`.
-std::string with_cpp_stack(const std::string& message);
-/// `what` without the stack with_cpp_stack() added, if any.
+/// `what` without the stack LazyCppStack added, if any.
 std::string without_cpp_stack(const std::string& what);
+
+/// The stack an error was raised with, taken as bare return addresses when
+/// the error is made and named (symbols, file:line) only when its message
+/// is first read: naming reads the modules' debug information, about half
+/// a second in a new process, and most errors are never read (a peer's
+/// clean close, made into an error that no operation ever carries).
+class LazyCppStack {
+ public:
+  /// The calling thread's stack, or null when !show_cpp_stacktraces() or
+  /// `message` carries a stack already (an error rebuilt from another).
+  static std::shared_ptr<LazyCppStack> capture_for(const std::string& message);
+  /// `message`, kCppStackMarker, the function that raised, and the frames
+  /// from there outwards; made once (the same `message` every time: the
+  /// error's own).
+  const char* text(const char* message) const noexcept;
+
+ private:
+  std::vector<uintptr_t> pcs_;
+  mutable std::once_flag once_;
+  mutable std::string text_;
+};
+/// How many stacks LazyCppStack has named in this process (for tests).
+uint64_t cpp_stacks_named();
 }  // namespace detail
 
 }  // namespace tdist

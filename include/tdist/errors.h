@@ -21,6 +21,7 @@
 /// With TORCH_SHOW_CPP_STACKTRACES=1 (debug.h) what() ends with the C++
 /// stack where the error was first raised, as torch's errors do.
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -31,7 +32,16 @@ namespace tdist {
 /// Base of every exception tdist throws at its API boundary.
 class DistError : public std::runtime_error {
  public:
-  explicit DistError(const std::string& what) : std::runtime_error(detail::with_cpp_stack(what)) {}
+  explicit DistError(const std::string& what)
+      : std::runtime_error(what), stack_(detail::LazyCppStack::capture_for(what)) {}
+  /// The message, then (TORCH_SHOW_CPP_STACKTRACES=1) the stack, named on
+  /// the first call.
+  const char* what() const noexcept override {
+    return stack_ ? stack_->text(std::runtime_error::what()) : std::runtime_error::what();
+  }
+
+ private:
+  std::shared_ptr<detail::LazyCppStack> stack_;  // shared by copies
 };
 
 /// A backend-specific failure (a collective that a backend does not support,

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -77,10 +78,29 @@ std::string symbol_at(uintptr_t pc) {
   return name;
 }
 
-std::vector<Frame> capture() {
+int add_pc(void* data, uintptr_t pc) {
+  auto& pcs = *static_cast<std::vector<uintptr_t>*>(data);
+  if (pc == static_cast<uintptr_t>(-1)) return 1;
+  pcs.push_back(pc);
+  return pcs.size() >= kMaxFrames ? 1 : 0;
+}
+
+// The return addresses alone: unwinding, without reading debug information.
+std::vector<uintptr_t> capture_pcs() {
+  std::vector<uintptr_t> pcs;
+  if (state() != nullptr) backtrace_simple(state(), /*skip=*/0, add_pc, ignore_error, &pcs);
+  return pcs;
+}
+
+std::vector<Frame> name_frames(const std::vector<uintptr_t>& pcs) {
   std::vector<Frame> frames;
   if (state() == nullptr) return frames;
-  backtrace_full(state(), /*skip=*/0, add_frame, ignore_error, &frames);
+  for (uintptr_t pc : pcs) {
+    const size_t before = frames.size();
+    backtrace_pcinfo(state(), pc, add_frame, ignore_error, &frames);
+    if (frames.size() == before) frames.push_back({pc, "", "", 0});
+    if (frames.size() >= kMaxFrames) break;
+  }
   // A pc's frames are its inlined calls, innermost first, then the function
   // that holds the code. The debug information names some functions only
   // briefly ("TestBody", "capture" for members and anonymous namespaces);
@@ -95,14 +115,21 @@ std::vector<Frame> capture() {
 
 #else
 
-std::vector<Frame> capture() {
+std::vector<uintptr_t> capture_pcs() {
   void* addresses[kMaxFrames];
   const int depth = backtrace(addresses, kMaxFrames);
+  std::vector<uintptr_t> pcs;
+  for (int i = 1; i < depth; ++i)
+    pcs.push_back(reinterpret_cast<uintptr_t>(addresses[i]));  // 0 is this function
+  return pcs;
+}
+
+std::vector<Frame> name_frames(const std::vector<uintptr_t>& pcs) {
   std::vector<Frame> frames;
-  for (int i = 1; i < depth; ++i) {  // 0 is this function
+  for (uintptr_t pc : pcs) {
     Dl_info info{};
-    const bool found = dladdr(addresses[i], &info) != 0 && info.dli_sname != nullptr;
-    frames.push_back({reinterpret_cast<uintptr_t>(addresses[i]), found ? demangle(info.dli_sname) : ""});
+    const bool found = dladdr(reinterpret_cast<void*>(pc), &info) != 0 && info.dli_sname != nullptr;
+    frames.push_back({pc, found ? demangle(info.dli_sname) : ""});
   }
   return frames;
 }
@@ -118,9 +145,7 @@ bool ends_with(const std::string& text, const std::string& end) {
 bool is_error_machinery(const Frame& frame) {
   if (ends_with(frame.file, "cpp_stack.cc") || ends_with(frame.file, "tdist/errors.h")) return true;
   const std::string& name = frame.function;
-  if (name.rfind("tdist::detail::", 0) == 0 &&
-      (name.find("with_cpp_stack") != std::string::npos || name.find("capture") != std::string::npos))
-    return true;
+  if (name.rfind("tdist::detail::", 0) == 0 && name.find("capture") != std::string::npos) return true;
   if (name.rfind("tdist::Dist", 0) != 0) return false;
   const size_t colons = name.find("::", 7);
   return colons != std::string::npos && name.compare(colons, 6, "::Dist") == 0;
@@ -144,9 +169,13 @@ std::string describe(const Frame& frame) {
 
 }  // namespace
 
-std::string with_cpp_stack(const std::string& message) {
-  if (!show_cpp_stacktraces() || message.find(kCppStackMarker) != std::string::npos) return message;
-  std::vector<Frame> frames = capture();
+namespace {
+
+std::atomic<uint64_t> stacks_named{0};
+
+std::string stack_text(const std::string& message, const std::vector<uintptr_t>& pcs) {
+  stacks_named.fetch_add(1, std::memory_order_relaxed);
+  std::vector<Frame> frames = name_frames(pcs);
   size_t first = 0;
   while (first < frames.size() && is_error_machinery(frames[first])) ++first;
   std::string origin;
@@ -157,6 +186,28 @@ std::string with_cpp_stack(const std::string& message) {
     text += "\nframe #" + std::to_string(i - first) + ": " + frame;
   }
   return message + kCppStackMarker + origin + " (most recent call first):" + text;
+}
+
+}  // namespace
+
+std::shared_ptr<LazyCppStack> LazyCppStack::capture_for(const std::string& message) {
+  if (!show_cpp_stacktraces() || message.find(kCppStackMarker) != std::string::npos) return nullptr;
+  auto stack = std::make_shared<LazyCppStack>();
+  stack->pcs_ = capture_pcs();
+  return stack;
+}
+
+const char* LazyCppStack::text(const char* message) const noexcept {
+  try {
+    std::call_once(once_, [&] { text_ = stack_text(message, pcs_); });
+    return text_.c_str();
+  } catch (...) {
+    return message;  // out of memory while naming the frames: the message alone
+  }
+}
+
+uint64_t cpp_stacks_named() {
+  return stacks_named.load(std::memory_order_relaxed);
 }
 
 std::string without_cpp_stack(const std::string& what) {
