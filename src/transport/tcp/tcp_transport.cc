@@ -119,11 +119,10 @@ TcpTransport::~TcpTransport() {
   // a goodbye, and a clean shutdown is not their error.
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // The error is made only if an operation will carry it: making one may
-    // capture and symbolize a C++ stack (TORCH_SHOW_CPP_STACKTRACES=1, which
-    // torch's test harness sets), about a second per destroyed group. With
-    // nothing pending, the error never reaches anyone, and a bare one closes
-    // the connections alike.
+    // The DistBackendError is made only if an operation will carry it
+    // (with TORCH_SHOW_CPP_STACKTRACES=1 it unwinds the stack). With nothing
+    // pending, the error never reaches anyone, and a bare one closes the
+    // connections alike.
     abort_locked(pending_locked()
                      ? std::make_exception_ptr(
                            DistBackendError("rank " + std::to_string(rank_) +
