@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -175,7 +176,16 @@ std::atomic<uint64_t> stacks_named{0};
 
 std::string stack_text(const std::string& message, const std::vector<uintptr_t>& pcs) {
   stacks_named.fetch_add(1, std::memory_order_relaxed);
-  std::vector<Frame> frames = name_frames(pcs);
+  std::vector<Frame> frames;
+  {
+    // One naming at a time: libbacktrace's threaded state synchronizes
+    // with atomics of a library built without ThreadSanitizer, which sees
+    // two threads reading the same debug information as a race; errors
+    // are rare, and waiting for another's naming costs nothing that counts.
+    static std::mutex naming;
+    std::lock_guard<std::mutex> lock(naming);
+    frames = name_frames(pcs);
+  }
   size_t first = 0;
   while (first < frames.size() && is_error_machinery(frames[first])) ++first;
   std::string origin;
