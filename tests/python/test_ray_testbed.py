@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from testbed_tool import HERE, Lines, namespaces_unavailable, testbed
+from testbed_tool import HERE, Lines, namespaces_unavailable, running, testbed
 
 DRIVER = os.path.join(HERE, "ray_testbed_driver.py")
 PORT = 6379  # the head's GCS port: free in a fresh namespace
@@ -136,15 +136,7 @@ def hosts():
     if reason:
         pytest.skip(reason)
     with testbed.Testbed(2) as bed:
-        ray_hosts = RayHosts(bed)
-        try:
-            problem = ray_hosts.start()
-            if problem:
-                # Root with ray installed: the cluster must come up.
-                pytest.fail(f"the Ray cluster on the testbed did not come up: {problem}")
-            yield ray_hosts
-        finally:
-            ray_hosts.stop()
+        yield from running(RayHosts(bed), "the Ray cluster on the testbed")
 
 
 def check_places(bed, places):

@@ -31,7 +31,7 @@ import time
 import pytest
 
 from launcher_env import check_report, free_port, without_launcher_variables
-from testbed_tool import namespaces_unavailable, testbed
+from testbed_tool import namespaces_unavailable, running, testbed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, os.pardir, os.pardir)
@@ -301,25 +301,12 @@ def _unavailable():
     return None
 
 
-def _running(cluster):
-    """Starts the cluster, yields it and stops it."""
-    try:
-        problem = cluster.start()
-        if problem:
-            # Root with Slurm installed: the cluster must come up (a skip
-            # here would let a broken setup pass unnoticed).
-            pytest.fail(f"the private Slurm cluster did not come up: {problem}")
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 @pytest.fixture(scope="module")
 def slurm():
     reason = _unavailable()
     if reason:
         pytest.skip(reason)
-    yield from _running(Cluster())
+    yield from running(Cluster(), "the private Slurm cluster")
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +317,7 @@ def slurm_on_testbed():
     if reason:
         pytest.skip(reason)
     with testbed.Testbed(len(NODES)) as bed:
-        yield from _running(Cluster(bed))
+        yield from running(Cluster(bed), "the private Slurm cluster")
 
 
 def labelled(output):

@@ -3,7 +3,8 @@
 other tool of tools/ as a module too (load_tool). Also what the testbed's
 test files share: tdistrun's command line on every host (agent), the
 environment of a tdist job (tdist_env), a job that loops over all_reduce
-until a fault (loop_then) and a reader of a process's output (Lines)."""
+until a fault (loop_then), a reader of a process's output (Lines) and the
+start and stop of a cluster around a fixture (running)."""
 
 import importlib.util
 import os
@@ -119,3 +120,17 @@ def loop_then(action, group_timeout):
         for out in outs:
             out.wait_for("\0", 1, timeout=10)  # the rest of the output
     return [(out.text(), p.returncode) for out, p in zip(outs, procs)]
+
+
+def running(cluster, what):
+    """Starts `cluster` (its start() returns what went wrong, or None),
+    yields it and stops it. A cluster that does not come up fails the test:
+    the fixture skipped already where the machine cannot run it, so a skip
+    here would let a broken setup pass unnoticed."""
+    try:
+        problem = cluster.start()
+        if problem:
+            pytest.fail(f"{what} did not come up: {problem}")
+        yield cluster
+    finally:
+        cluster.stop()
