@@ -14,9 +14,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 namespace tdist {
 
@@ -57,22 +55,15 @@ std::string without_cpp_stack(const std::string& what);
 /// is first read: naming reads the modules' debug information, about half
 /// a second in a new process, and most errors are never read (a peer's
 /// clean close, made into an error that no operation ever carries).
-class LazyCppStack {
- public:
-  /// The calling thread's stack, or null when !show_cpp_stacktraces() or
-  /// `message` carries a stack already (an error rebuilt from another).
-  static std::shared_ptr<LazyCppStack> capture_for(const std::string& message);
-  /// `message`, kCppStackMarker, the function that raised, and the frames
-  /// from there outwards; made once (the same `message` every time: the
-  /// error's own).
-  const char* text(const char* message) const noexcept;
-
- private:
-  std::vector<uintptr_t> pcs_;
-  mutable std::once_flag once_;
-  mutable std::string text_;
-};
-/// How many stacks LazyCppStack has named in this process (for tests).
+struct LazyCppStack;
+/// The calling thread's stack, or null when !show_cpp_stacktraces() or
+/// `message` carries a stack already (an error rebuilt from another).
+std::shared_ptr<const LazyCppStack> capture_cpp_stack(const std::string& message);
+/// `message`, kCppStackMarker, the function that raised, and the frames
+/// from there outwards; made once per stack (the same `message` every time:
+/// its error's own).
+const char* cpp_stack_text(const LazyCppStack& stack, const char* message) noexcept;
+/// How many stacks cpp_stack_text has named in this process (for tests).
 uint64_t cpp_stacks_named();
 }  // namespace detail
 

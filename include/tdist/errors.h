@@ -33,15 +33,15 @@ namespace tdist {
 class DistError : public std::runtime_error {
  public:
   explicit DistError(const std::string& what)
-      : std::runtime_error(what), stack_(detail::LazyCppStack::capture_for(what)) {}
+      : std::runtime_error(what), stack_(detail::capture_cpp_stack(what)) {}
   /// The message, then (TORCH_SHOW_CPP_STACKTRACES=1) the stack, named on
   /// the first call.
   const char* what() const noexcept override {
-    return stack_ ? stack_->text(std::runtime_error::what()) : std::runtime_error::what();
+    return stack_ ? detail::cpp_stack_text(*stack_, std::runtime_error::what()) : std::runtime_error::what();
   }
 
  private:
-  std::shared_ptr<detail::LazyCppStack> stack_;  // shared by copies
+  std::shared_ptr<const detail::LazyCppStack> stack_;  // shared by copies
 };
 
 /// A backend-specific failure (a collective that a backend does not support,

@@ -168,10 +168,6 @@ std::string describe(const Frame& frame) {
   return out.str();
 }
 
-}  // namespace
-
-namespace {
-
 std::atomic<uint64_t> stacks_named{0};
 
 std::string stack_text(const std::string& message, const std::vector<uintptr_t>& pcs) {
@@ -200,17 +196,23 @@ std::string stack_text(const std::string& message, const std::vector<uintptr_t>&
 
 }  // namespace
 
-std::shared_ptr<LazyCppStack> LazyCppStack::capture_for(const std::string& message) {
+struct LazyCppStack {
+  std::vector<uintptr_t> pcs;
+  mutable std::once_flag once;
+  mutable std::string text;
+};
+
+std::shared_ptr<const LazyCppStack> capture_cpp_stack(const std::string& message) {
   if (!show_cpp_stacktraces() || message.find(kCppStackMarker) != std::string::npos) return nullptr;
   auto stack = std::make_shared<LazyCppStack>();
-  stack->pcs_ = capture_pcs();
+  stack->pcs = capture_pcs();
   return stack;
 }
 
-const char* LazyCppStack::text(const char* message) const noexcept {
+const char* cpp_stack_text(const LazyCppStack& stack, const char* message) noexcept {
   try {
-    std::call_once(once_, [&] { text_ = stack_text(message, pcs_); });
-    return text_.c_str();
+    std::call_once(stack.once, [&] { stack.text = stack_text(message, stack.pcs); });
+    return stack.text.c_str();
   } catch (...) {
     return message;  // out of memory while naming the frames: the message alone
   }
