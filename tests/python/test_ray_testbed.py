@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from testbed_tool import HERE, Lines, namespaces_unavailable, running, testbed
+from testbed_tool import HERE, Lines, namespaces_unavailable, running, tail, testbed
 
 DRIVER = os.path.join(HERE, "ray_testbed_driver.py")
 PORT = 6379  # the head's GCS port: free in a fresh namespace
@@ -34,14 +34,6 @@ STOP_DEADLINE = 10  # seconds to kill everything left in the hosts
 # three times what each takes here on 2 busy cores (5, 8, 30 and 42 s); all
 # of them and the start fit in the ctest entry's 420 s.
 CASE_DEADLINE = {"actors": 45, "torch": 45, "trainer": 90, "killed": 120}
-
-
-def _tail(path, lines=20):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError as e:
-        return f"({e})"
 
 
 class RayHosts:
@@ -95,7 +87,7 @@ class RayHosts:
             for name in ("raylet.out", "gcs_server.out"):
                 path = os.path.join(self.node_dir(i), "session_latest", "logs", name)
                 if os.path.exists(path):
-                    parts.append(f"--- host {i} {name}:\n{_tail(path)}")
+                    parts.append(f"--- host {i} {name}:\n{tail(path, 20)}")
         return "\n".join(parts)
 
     def stop(self):

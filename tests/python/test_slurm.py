@@ -31,7 +31,7 @@ import time
 import pytest
 
 from launcher_env import check_report, free_port, without_launcher_variables
-from testbed_tool import namespaces_unavailable, running, testbed
+from testbed_tool import namespaces_unavailable, running, tail, testbed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, os.pardir, os.pardir)
@@ -49,14 +49,6 @@ TOOLS = ("munged", "mungekey", "munge", "slurmctld", "slurmd", "srun", "sinfo", 
 def _tool(name):
     """Absolute path of `name`, looking in /usr/sbin and /sbin too (the daemons live there, outside some PATHs)."""
     return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"]))
-
-
-def _tail(path, lines=15):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError as e:
-        return f"({e})"
 
 
 SLURM_CONF = """\
@@ -155,7 +147,7 @@ class Cluster:
     def _logs(self):
         names = ["munged.log"] + [name + ".out" for name, _ in self.daemons] + \
                 ["slurmctld.log"] + [f"slurmd-{n}.log" for n in NODES]
-        return "\n".join(f"--- {n}:\n{_tail(self.path('log', n))}" for n in names
+        return "\n".join(f"--- {n}:\n{tail(self.path('log', n), 15)}" for n in names
                          if os.path.exists(self.path("log", n)))
 
     def _wait_until(self, ready, what, deadline):

@@ -3,8 +3,9 @@
 other tool of tools/ as a module too (load_tool). Also what the testbed's
 test files share: tdistrun's command line on every host (agent), the
 environment of a tdist job (tdist_env), a job that loops over all_reduce
-until a fault (loop_then), a reader of a process's output (Lines) and the
-start and stop of a cluster around a fixture (running)."""
+until a fault (loop_then), a reader of a process's output (Lines), the
+start and stop of a cluster around a fixture (running) and the end of a
+log (tail)."""
 
 import importlib.util
 import os
@@ -134,3 +135,12 @@ def running(cluster, what):
         yield cluster
     finally:
         cluster.stop()
+
+
+def tail(path, lines):
+    """The last `lines` lines of the file at `path`, or why it cannot be read."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as e:
+        return f"({e})"
