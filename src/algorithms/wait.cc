@@ -38,31 +38,35 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return who;
 }
 
-// Whether rank r said through the transport that it waits in this call, or
-// sent this rank a message of it: either way it reached the call.
-bool reached_by_transport(const CallContext& ctx, int r) {
-  const auto waiting = ctx.transport.waiting_in(r);
+// Whether group rank r said through the transport that it waits in this
+// call, or sent this rank a message of it: either way it reached the call.
+bool reached_by_transport(const CallContext& ctx, transport::Transport& group, int r) {
+  const auto waiting = group.waiting_in(r);
   if (waiting && *waiting >= ctx.seq) return true;
-  const auto last = ctx.transport.last_call_from(r);
+  const auto last = group.last_call_from(r);
   return last && last->seq >= ctx.seq;
 }
 
-// The ranks that never said they reached the call (see timeout_text).
+// The group ranks that never said they reached the call (see timeout_text).
+// A crossing of the hierarchy runs on a subset of the group's ranks, but
+// the rank it waits for may be blocked behind one outside the subset: the
+// question is asked of the whole group.
 std::vector<int> missing_ranks(const CallContext& ctx, bool transport_knows) {
   if (ctx.notes == nullptr) return {};
-  const bool told = transport_knows && ctx.transport.tells_waiting();
-  if (told) ctx.transport.take_in();
+  transport::Transport& group = ctx.transport.whole();
+  const bool told = transport_knows && group.tells_waiting();
+  if (told) group.take_in();
   std::optional<std::vector<int>> missing = ctx.notes->missing(ctx.seq, Clock::now() + kLateNotes);
   if (!missing) {
     if (!told) return {};
     // The store does not answer (its host may be the rank that stopped):
     // the transport alone tells.
     missing.emplace();
-    for (int r = 0; r < ctx.size(); ++r) {
-      if (r != ctx.rank()) missing->push_back(r);
+    for (int r = 0; r < group.size(); ++r) {
+      if (r != group.rank()) missing->push_back(r);
     }
   }
-  if (told) std::erase_if(*missing, [&](int r) { return reached_by_transport(ctx, r); });
+  if (told) std::erase_if(*missing, [&](int r) { return reached_by_transport(ctx, group, r); });
   return *missing;
 }
 

@@ -67,6 +67,14 @@ class SubsetTransport final : public Transport {
   std::optional<tdist::detail::CallSignature> last_call_from(int peer) const override {
     return parent_.last_call_from(member(peer));
   }
+  // A rank that waits long in a crossing or in its host's shared memory
+  // tells every rank of the group, not only this subset's: a rank of
+  // another subset may be the one blocked behind it (issue 49).
+  void announce_waiting(const tdist::detail::CallSignature& sig) override { parent_.announce_waiting(sig); }
+  bool tells_waiting() const override { return parent_.tells_waiting(); }
+  void take_in() override { parent_.take_in(); }
+  std::optional<uint64_t> waiting_in(int peer) const override { return parent_.waiting_in(member(peer)); }
+  Transport& whole() override { return parent_.whole(); }
 
  private:
   int member(int r) const {

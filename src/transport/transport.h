@@ -215,6 +215,11 @@ class Transport {
     (void)peer;
     return std::nullopt;
   }
+  /// The transport that numbers ranks as the group does: this one, or the
+  /// whole of which it is a view (SubsetTransport). A call's notes, its
+  /// requests' peers and its timeout message count ranks there, so the
+  /// waiting notices are read there too.
+  virtual Transport& whole() { return *this; }
 
   /// Fails every pending and future request with `error` (e.g. the group was
   /// aborted or destroyed).

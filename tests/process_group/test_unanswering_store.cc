@@ -17,6 +17,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "pg_harness.h"
 #include "tdist/errors.h"
@@ -92,69 +93,95 @@ std::string without_relays(const std::string& what) {
   return std::regex_replace(what, relays, "$1");
 }
 
-// 3 forked ranks over each transport; rank 2 stays away from all_reduce #1
-// (until the others are done) and every store freezes once call #0 is
-// done everywhere. Ranks 0 and 1 must time out within the group's 2 s and
-// a grace far below the store's 20 s hang, naming rank 2 and no other.
-TEST(PgErrors, AStoreThatStopsAnsweringDoesNotDelayATimeoutNorHideTheMissingRank) {
+// Forked ranks over each transport; the last rank stays away from
+// all_reduce #1 (until the others are done) and every store freezes once
+// call #0 is done everywhere. The others must time out within the group's
+// 2 s and a grace far below the store's 20 s hang, naming the missing rank
+// and no other.
+struct Case {
+  const char* transport;
+  int size;
+  int hosts;  // > 1: TDIST_HOST_ID plays hosts, and the group runs the hierarchy
+};
+
+void expect_only_the_missing_rank_named(const Case& c) {
   constexpr auto kTimeout = 2000ms;
   constexpr auto kGrace = 3s;  // a deadline, not a measurement: the store would add 20 s per note
-  for (const char* transport : {"auto", "tcp"}) {
-    const std::string path = temp_path("frozen");
-    int gate[2];
-    ASSERT_EQ(pipe(gate), 0);
-    auto outcomes = run_forked(
-        3,
-        [&](int rank) {
-          // NOLINTNEXTLINE(concurrency-mt-unsafe): a forked child, before its group's threads
-          setenv("TDIST_TRANSPORT", transport, 1);
-          auto store = std::make_shared<FreezingStore>(std::make_shared<FileStore>(path, 3), 20s);
-          ProcessGroupOptions options;
-          options.timeout = kTimeout;
-          auto pg = create_process_group("tdist", store, rank, 3, options);
-          Tensor t = Tensor::zeros(DType::kFloat32, {1000});
-          pg->barrier()->wait();  // call #0 everywhere: the group is up
-          store->freeze();
-          if (rank == 2) {
-            char c[2];
-            size_t got = 0;
-            while (got < 2) {
-              const ssize_t n = read(gate[0], c + got, 2 - got);
-              if (n <= 0) break;
-              got += static_cast<size_t>(n);
-            }
-            _exit(0);  // the group cannot end in order without the others' store
+  const int missing = c.size - 1;
+  const std::string path = temp_path("frozen");
+  int gate[2];
+  ASSERT_EQ(pipe(gate), 0);
+  auto outcomes = run_forked(
+      c.size,
+      [&](int rank) {
+        // NOLINTBEGIN(concurrency-mt-unsafe): a forked child, before its group's threads
+        setenv("TDIST_TRANSPORT", c.transport, 1);
+        if (c.hosts > 1) setenv("TDIST_HOST_ID", std::to_string(rank % c.hosts).c_str(), 1);
+        // NOLINTEND(concurrency-mt-unsafe)
+        auto store = std::make_shared<FreezingStore>(std::make_shared<FileStore>(path, c.size), 20s);
+        ProcessGroupOptions options;
+        options.timeout = kTimeout;
+        auto pg = create_process_group("tdist", store, rank, c.size, options);
+        Tensor t = Tensor::zeros(DType::kFloat32, {1000});
+        pg->barrier()->wait();  // call #0 everywhere: the group is up
+        store->freeze();
+        if (rank == missing) {
+          std::vector<char> ones(static_cast<size_t>(missing));
+          size_t got = 0;
+          while (got < ones.size()) {
+            const ssize_t n = read(gate[0], ones.data() + got, ones.size() - got);
+            if (n <= 0) break;
+            got += static_cast<size_t>(n);
           }
-          const auto began = SteadyClock::now();
-          std::string what;
-          try {
-            pg->all_reduce(t, ReduceOp::SUM)->wait();
-          } catch (const DistError& e) {
-            what = e.what();
-          }
-          const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - began);
-          const char one = 1;
-          (void)!write(gate[1], &one, 1);
-          // The group cannot shut down in order on a store that does not
-          // answer: what went wrong goes to stderr, and the rank ends here.
-          std::string problem;
-          const std::string blamed = without_relays(what);
-          if (what.find("Timed out after 2000 ms waiting for rank 2") == std::string::npos)
-            problem = "rank 2 is not named as the rank waited for";
-          if (blamed.find(rank == 0 ? "rank 1" : "rank 0") != std::string::npos)
-            problem = "names a healthy rank";
-          if (took >= kTimeout + kGrace) problem = "took " + std::to_string(took.count()) + " ms";
-          if (!problem.empty())
-            std::fprintf(stderr, "rank %d (%s): %s: '%s'\n", rank, transport, problem.c_str(), what.c_str());
-          std::fflush(stderr);
-          _exit(problem.empty() ? 0 : 1);
-        },
-        60s);
-    close(gate[0]);
-    close(gate[1]);
-    unlink(path.c_str());
-    EXPECT_EQ(describe_failures(outcomes), "") << transport;
-  }
+          _exit(0);  // the group cannot end in order without the others' store
+        }
+        const auto began = SteadyClock::now();
+        std::string what;
+        try {
+          pg->all_reduce(t, ReduceOp::SUM)->wait();
+        } catch (const DistError& e) {
+          what = e.what();
+        }
+        const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - began);
+        const char one = 1;
+        (void)!write(gate[1], &one, 1);
+        // The group cannot shut down in order on a store that does not
+        // answer: what went wrong goes to stderr, and the rank ends here.
+        std::string problem;
+        const std::string blamed = without_relays(what);
+        if (!std::regex_search(what, std::regex("Timed out after 2000 ms waiting for rank " +
+                                                std::to_string(missing) + "($|[^0-9])")))
+          problem = "rank " + std::to_string(missing) + " is not named as the rank waited for";
+        for (int healthy = 0; healthy < missing; ++healthy) {
+          if (healthy != rank && blamed.find("rank " + std::to_string(healthy)) != std::string::npos)
+            problem = "names rank " + std::to_string(healthy) + ", which is healthy";
+        }
+        if (took >= kTimeout + kGrace) problem = "took " + std::to_string(took.count()) + " ms";
+        if (!problem.empty()) {
+          std::fprintf(stderr, "rank %d (%s, %d hosts): %s: '%s'\n", rank, c.transport, c.hosts, problem.c_str(),
+                       what.c_str());
+        }
+        std::fflush(stderr);
+        _exit(problem.empty() ? 0 : 1);
+      },
+      60s);
+  close(gate[0]);
+  close(gate[1]);
+  unlink(path.c_str());
+  EXPECT_EQ(describe_failures(outcomes), "") << c.transport << ", " << c.hosts << " hosts";
+}
+
+TEST(PgErrors, AStoreThatStopsAnsweringDoesNotDelayATimeoutNorHideTheMissingRank) {
+  expect_only_the_missing_rank_named({"auto", 3, 1});
+  expect_only_the_missing_rank_named({"tcp", 3, 1});
+}
+
+// 2 hosts x 2 ranks (ranks 0 and 2 on one): rank 0 waits in the crossing
+// for rank 1, which waits in its host's shared memory for rank 3. Only
+// rank 1's waiting notice, sent through the subset of the hierarchy to the
+// whole group, tells rank 0 that rank 1 is in the call.
+TEST(PgErrors, AcrossHostsAStoppedStoreStillLetsTheWaitingNoticesNameTheMissingRank) {
+  expect_only_the_missing_rank_named({"auto", 4, 2});
 }
 
 }  // namespace
