@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <memory>
 #include <set>
 #include <string>
@@ -137,6 +138,7 @@ struct TCPServer::Impl {
   void run();
   void loop_once(epoll_event* events, int count);
   void serve_ready();
+  void serve_on_accept(Connection& conn);
   void flush_dirty();
   void accept_all(const Socket& listener);
   void shed_one_connection(const Socket& listener);
@@ -162,6 +164,8 @@ struct TCPServer::Impl {
   bool short_of_fds(size_t more = 0) const;
   void note_fd(int fd);
   void recount_fds();
+  void recount_fds_aside();
+  void grow_fd_table() const;
   /// Closes a non-member connection (the oldest idle one it finds soon, else
   /// the oldest) of the largest address holding more than `above`
   /// connections that has one; false if there is none.
@@ -265,6 +269,8 @@ struct TCPServer::Impl {
   size_t fd_limit = 0;                                     // RLIMIT_NOFILE's soft limit (0: unlimited)
   size_t fd_reserve = 0;   // descriptors kept for other addresses and the ranks
   size_t fd_baseline = 0;  // descriptors of the process that are not our connections
+  std::future<size_t> fd_count;  // /proc/self/fd being counted aside (recount_fds_aside)
+  size_t fd_count_ours = 0;       // our connections when that count started
   ServerClock::time_point next_fd_recount;
   // Sockets of connections that went, closed a batch per turn.
   std::deque<Socket> closing;
