@@ -158,8 +158,8 @@ void expect_only_the_missing_rank_named(const Case& c) {
         }
         if (took >= kTimeout + kGrace) problem = "took " + std::to_string(took.count()) + " ms";
         if (!problem.empty()) {
-          std::fprintf(stderr, "rank %d (%s, %d hosts): %s: '%s'\n", rank, c.transport, c.hosts, problem.c_str(),
-                       what.c_str());
+          std::fprintf(stderr, "rank %d (%s, %d hosts): %s: '%s'\n", rank, c.transport, c.hosts,
+                       problem.c_str(), what.c_str());
         }
         std::fflush(stderr);
         _exit(problem.empty() ? 0 : 1);

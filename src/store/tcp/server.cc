@@ -23,21 +23,6 @@ constexpr uint64_t kWakeTag = 0;
 constexpr uint64_t kFirstListenerTag = 1;
 constexpr uint64_t kFirstConnectionId = uint64_t{1} << 16;
 constexpr size_t kReadChunk = size_t{64} << 10;
-// Accepts per listener event: the kernel's queue of connections not yet
-// accepted is first come first served, so a new client waits behind every
-// connection of a flood queued before it. Accepting is what a turn does
-// first and most, up to this much time (each connection admitted or
-// refused: a refusal is a send and a close, 512 of them took 16 ms), the
-// other clients' requests after it. A slice of 128 accepts per turn, with
-// 256 events served between, kept a new client 53-105 ms behind 18,000
-// connecting attackers (tdist-store-flood --attack drop).
-constexpr auto kAcceptBudget = std::chrono::milliseconds(4);
-constexpr int kAcceptsBetweenClockReads = 16;
-// A connection from an address that holds at most this many is read from as
-// soon as it is accepted, not after the events of the turn (a flood's
-// thousands of ready connections): a client with a connection or two gets
-// its first answer in the turn that accepts it.
-constexpr size_t kServedOnAcceptAtMost = 4;
 constexpr int kMaxEvents = 256;
 
 bool means_every_interface(const std::string& host) {
@@ -161,31 +146,13 @@ void TCPServer::Impl::open() {
   thread = std::thread([this] { run(); });
 }
 
-// The kernel grows a process's descriptor table by doubling it, and with
-// other threads in the process each growth waits for an RCU grace period:
-// tens of milliseconds in which the accepting thread serves no one, five
-// times on the way to 18,000 connections (a new client waited 60-95 ms
-// behind such a flood). The table is grown once, now, to the descriptors
-// the server may use (at most 65,536: half a megabyte).
-void TCPServer::Impl::grow_fd_table() const {
-  constexpr size_t kMostGrownTo = 65536;
-  const size_t want = fd_limit == 0 ? kMostGrownTo : std::min(fd_limit, kMostGrownTo);  // 0: unlimited
-  if (spare_fd < 0) return;
-  const int top = static_cast<int>(want) - 1;
-  if (top <= spare_fd) return;
-  // fcntl(F_DUPFD) takes the lowest free descriptor at or above `top`: the
-  // table grows to hold it; closing it leaves the table grown.
-  int fd = ::fcntl(spare_fd, F_DUPFD_CLOEXEC, top);
-  if (fd >= 0) ::close(fd);
-}
-
 void TCPServer::Impl::run() {
   epoll_event events[kMaxEvents];
   const int tick_ms = static_cast<int>(tick().count());
   while (!stopping.load()) {
     // Requests, closes or timers left over from the last turn: look for
     // events, do not wait.
-    bool behind = !ready_list.empty() || !closing.empty() || timers_behind;
+    bool behind = !ready_list.empty() || !closing.empty() || timers_behind || pending.count > 0;
     int count = ::epoll_wait(epoll_fd, events, kMaxEvents, behind ? 0 : tick_ms);
     if (count < 0) {
       if (errno == EINTR) continue;
@@ -216,6 +183,8 @@ void TCPServer::Impl::run() {
   }
 }
 
+// New connections first (server_accept.cc says why), then the requests of
+// those already admitted.
 void TCPServer::Impl::loop_once(epoll_event* events, int count) {
   for (int i = 0; i < count; ++i) {
     uint64_t tag = events[i].data.u64;
@@ -225,15 +194,19 @@ void TCPServer::Impl::loop_once(epoll_event* events, int count) {
       if (stopping.load()) return;
     } else if (tag < kFirstConnectionId) {
       accept_all(listeners.at(tag - kFirstListenerTag));
-    } else {
-      Connection* conn = find(tag);
-      if (conn == nullptr || conn->dead) continue;
-      try {
-        on_connection_event(tag, events[i].events);
-      } catch (const std::exception& e) {
-        // bad_alloc and the like: drop this client, keep serving the rest.
-        reject(*conn, std::string("internal error while serving it: ") + e.what(), nullptr);
-      }
+    }
+  }
+  admit_pending();
+  for (int i = 0; i < count; ++i) {
+    uint64_t tag = events[i].data.u64;
+    if (tag < kFirstConnectionId) continue;
+    Connection* conn = find(tag);
+    if (conn == nullptr || conn->dead) continue;
+    try {
+      on_connection_event(tag, events[i].events);
+    } catch (const std::exception& e) {
+      // bad_alloc and the like: drop this client, keep serving the rest.
+      reject(*conn, std::string("internal error while serving it: ") + e.what(), nullptr);
     }
   }
 }
@@ -253,111 +226,6 @@ void TCPServer::Impl::flush_dirty() {
 Connection* TCPServer::Impl::find(uint64_t id) {
   auto it = connections.find(id);
   return it == connections.end() ? nullptr : it->second.get();
-}
-
-void TCPServer::Impl::accept_all(const Socket& listener) {
-  const auto give_up = ServerClock::now() + kAcceptBudget;
-  for (int i = 1;; ++i) {
-    if (i % kAcceptsBetweenClockReads == 0 && ServerClock::now() >= give_up) return;
-    int error = 0;
-    Socket sock = accept_connection(listener, &error);
-    if (!sock) {
-      if (error == EAGAIN) return;
-      if (error == EMFILE || error == ENFILE) {
-        shed_one_connection(listener);
-        return;
-      }
-      if (error == ECONNABORTED || error == EPROTO || error == EPERM) continue;
-      TDIST_LOG(WARNING) << where() << ": accept failed: " << errno_text(error);
-      return;
-    }
-    note_fd(sock.fd());
-    std::string address = sock.peer_address().host();
-    if (!admit(sock, address)) continue;
-    auto conn = std::make_unique<Connection>();
-    conn->address = std::move(address);
-    conn->id = next_connection_id++;
-    conn->sock = std::move(sock);
-    conn->events = EPOLLIN;
-    conn->accepted = conn->last_active = conn->last_sent = ServerClock::now();
-    if (options.auth_token) {
-      make_room_for_handshake();
-      conn->auth = Connection::Auth::kExpectBegin;
-      unauthenticated.insert(conn->id);
-    }
-    epoll_event ev{};
-    ev.events = conn->events;
-    ev.data.u64 = conn->id;
-    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, conn->sock.fd(), &ev) != 0) {
-      TDIST_LOG(WARNING) << where() << ": cannot watch client " << conn->sock.peer() << ": "
-                         << errno_text(errno);
-      continue;
-    }
-    TDIST_LOG(DEBUG) << where() << ": client " << conn->sock.peer() << " connected";
-    Connection& added = *conn;
-    connections.emplace(conn->id, std::move(conn));
-    count_in(added);
-    stat_accepted.fetch_add(1);
-    stat_open.fetch_add(1);
-    if (peers[added.address].open <= kServedOnAcceptAtMost) serve_on_accept(added);
-  }
-}
-
-// What a client sent with its connect (a first request) is served now, in
-// the turn that accepted it; its sending of replies as every other's.
-void TCPServer::Impl::serve_on_accept(Connection& conn) {
-  try {
-    read_from(conn);
-  } catch (const std::exception& e) {
-    reject(conn, std::string("internal error while serving it: ") + e.what(), nullptr);
-  }
-}
-
-// The handshake's places are all taken: the oldest connection in it has had
-// the longest to prove the token and is closed, so that a flood of clients
-// without it delays a real client by at most one handshake, never locks it
-// out.
-void TCPServer::Impl::make_room_for_handshake() {
-  if (options.max_unauthenticated == 0) return;
-  while (unauthenticated.size() >= options.max_unauthenticated) {
-    Connection* oldest = find(*unauthenticated.begin());
-    if (oldest == nullptr) {
-      unauthenticated.erase(unauthenticated.begin());
-      continue;
-    }
-    stat_auth_refusals.fetch_add(1);
-    reject(*oldest,
-           "had not authenticated when " + std::to_string(options.max_unauthenticated) +
-               " connections were in the handshake (the limit); the oldest is closed to let a new one in",
-           nullptr);
-  }
-}
-
-// Out of file descriptors (other threads took what the reserve kept, or the
-// count of them was off): the count is corrected, and connections of the
-// largest addresses are closed so that the pending client gets in on the
-// next turn. With none to close, the pending connection would keep the
-// level-triggered listener readable forever: it is accepted with the spare
-// fd and closed at once, so the client sees a reset and retries.
-void TCPServer::Impl::shed_one_connection(const Socket& listener) {
-  size_t ours = connections.size() + closing.size();
-  if (fd_limit > ours) fd_baseline = std::max(fd_baseline, fd_limit - ours);
-  if (evict_one(0, "closed: the server ran out of file descriptors (RLIMIT_NOFILE " +
-                       std::to_string(fd_limit) + ") and this address holds the most connections")) {
-    return;
-  }
-  if (fd_exhaustion_warnings++ % 1000 == 0) {
-    TDIST_LOG(WARNING) << where() << ": out of file descriptors with " << connections.size()
-                       << " clients connected, none of which may be closed for others; refusing new clients "
-                          "(raise RLIMIT_NOFILE)";
-  }
-  if (spare_fd >= 0) {
-    ::close(spare_fd);
-    spare_fd = -1;
-  }
-  int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd >= 0) ::close(fd);
-  spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 // ---- TCPServer ----------------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 // The TCPStore server's internals, shared by its source files:
 //   server.cc          listening, the event loop, timers, the public class
+//   server_accept.cc   new connections: accepted, held by address, admitted in turn
 //   server_io.cc       framing: reading requests, queueing and sending replies
 //   server_kv.cc       the key-value core: one request at a time
 //   server_waiters.cc  GET / WAIT / WAIT_COUNT that wait for keys
 //   server_auth.cc     the token handshake of a new connection
 //   server_limits.cc   the memory budget and the timeouts
 //   server_peers.cc    connections per peer address and the descriptor reserve
-// Everything here runs on the loop thread, except the atomic counters.
+// Everything here runs on the loop thread, except the atomic counters and
+// the count of descriptors aside (recount_fds_aside).
 
 #include <sys/epoll.h>
 
@@ -138,18 +140,24 @@ struct TCPServer::Impl {
   void run();
   void loop_once(epoll_event* events, int count);
   void serve_ready();
-  void serve_on_accept(Connection& conn);
   void flush_dirty();
-  void accept_all(const Socket& listener);
-  void shed_one_connection(const Socket& listener);
   /// Closes sockets of connections that went, at most kMaxClosesPerTurn
   /// in all per turn.
   void close_some();
   void close_now(Socket& sock);
-  void make_room_for_handshake();
   void check_timers();
   std::chrono::milliseconds tick() const;
   Connection* find(uint64_t id);
+
+  // server_accept.cc
+  /// Takes connections from the kernel's queue into `pending`, briefly.
+  void accept_all(const Socket& listener);
+  /// Admits pending connections, one address at a time, briefly.
+  void admit_pending();
+  void add_connection(Socket sock, std::string address);
+  void shed_one_connection(const Socket& listener);
+  void make_room_for_handshake();
+  void grow_fd_table() const;
 
   // server_peers.cc
   /// Whether a connection just accepted from `address` may stay; refuses it
@@ -159,13 +167,14 @@ struct TCPServer::Impl {
   void count_in(Connection& conn);
   void count_out(Connection& conn);
   void make_member(Connection& conn);
-  size_t fds_in_use() const { return fd_baseline + connections.size() + closing.size(); }
+  /// Descriptors of ours: connections, those closing, those accepted and not yet admitted.
+  size_t our_fds() const { return connections.size() + closing.size() + pending.count; }
+  size_t fds_in_use() const { return fd_baseline + our_fds(); }
   /// Fewer than the reserve left after `more` descriptors.
   bool short_of_fds(size_t more = 0) const;
   void note_fd(int fd);
   void recount_fds();
   void recount_fds_aside();
-  void grow_fd_table() const;
   /// Closes a non-member connection (the oldest idle one it finds soon, else
   /// the oldest) of the largest address holding more than `above`
   /// connections that has one; false if there is none.
@@ -251,6 +260,14 @@ struct TCPServer::Impl {
   // With a token: the connections still in the handshake, oldest (lowest
   // id) first, at most options.max_unauthenticated.
   std::set<uint64_t> unauthenticated;
+  // Connections accepted and not yet admitted, by peer address
+  // (server_accept.cc); the addresses in the order they are admitted from.
+  struct Pending {
+    std::unordered_map<std::string, std::deque<Socket>> by_address;
+    std::deque<std::string> turn;
+    size_t count = 0;
+  };
+  Pending pending;
   // Connections with requests left over from their last turn.
   std::vector<uint64_t> ready_list;
   uint64_t next_waiter_id = 1;
@@ -267,10 +284,10 @@ struct TCPServer::Impl {
   std::unordered_map<std::string, Peer> peers;
   std::set<std::pair<size_t, std::string>> peers_by_open;  // (open, address)
   size_t fd_limit = 0;                                     // RLIMIT_NOFILE's soft limit (0: unlimited)
-  size_t fd_reserve = 0;   // descriptors kept for other addresses and the ranks
-  size_t fd_baseline = 0;  // descriptors of the process that are not our connections
+  size_t fd_reserve = 0;         // descriptors kept for other addresses and the ranks
+  size_t fd_baseline = 0;        // descriptors of the process that are not our connections
   std::future<size_t> fd_count;  // /proc/self/fd being counted aside (recount_fds_aside)
-  size_t fd_count_ours = 0;       // our connections when that count started
+  size_t fd_count_ours = 0;      // our connections when that count started
   ServerClock::time_point next_fd_recount;
   // Sockets of connections that went, closed a batch per turn.
   std::deque<Socket> closing;

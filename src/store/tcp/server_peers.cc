@@ -50,6 +50,7 @@ size_t count_open_fds() {
   DIR* dir = ::opendir("/proc/self/fd");
   if (dir == nullptr) return 0;
   size_t count = 0;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): readdir is safe on a stream no other thread reads
   while (const dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] != '.') ++count;
   }
@@ -77,7 +78,7 @@ bool TCPServer::Impl::short_of_fds(size_t more) const {
 // 0..N are taken, a floor of what the process uses (other threads' sockets
 // and files) beside our connections.
 void TCPServer::Impl::note_fd(int fd) {
-  size_t ours = connections.size() + closing.size() + 1;  // + this one, not yet a connection
+  size_t ours = our_fds() + 1;  // + this one, not yet counted
   size_t floor = static_cast<size_t>(fd) + 1;
   if (floor > fd_baseline + ours) fd_baseline = floor - ours;
 }
@@ -85,7 +86,7 @@ void TCPServer::Impl::note_fd(int fd) {
 void TCPServer::Impl::recount_fds() {
   fd_limit = soft_fd_limit();
   fd_reserve = std::clamp(fd_limit / 16, kMinReserve, kMaxReserve);
-  size_t ours = connections.size() + closing.size();
+  size_t ours = our_fds();
   size_t open = count_open_fds();
   fd_baseline = open > ours ? open - ours : 0;
   next_fd_recount = ServerClock::now() + kFdRecountEvery;
@@ -97,7 +98,7 @@ void TCPServer::Impl::recount_fds() {
 // connections are counted at the start and at the end of the read, and the
 // fewer is taken: the baseline errs high, towards keeping descriptors.
 void TCPServer::Impl::recount_fds_aside() {
-  size_t ours = connections.size() + closing.size();
+  size_t ours = our_fds();
   if (fd_count.valid()) {
     if (fd_count.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
     size_t open = fd_count.get();
