@@ -13,6 +13,13 @@ PROGRAMS = os.path.join(HERE, "paddle_programs")
 sys.path.insert(0, PROGRAMS)
 
 import paddle_cases  # noqa: E402
+
+try:
+    # One case passes a torch tensor: imported once here, the ranks forked
+    # below have it, instead of 1.5 s of import in each of them.
+    import torch  # noqa: E402, F401
+except ImportError:  # pragma: no cover - torch is optional
+    pass
 import tdist.paddle as dist  # noqa: E402
 from harness import run_ranks  # noqa: E402
 from tdist._spawn import free_port  # noqa: E402
