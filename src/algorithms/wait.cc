@@ -55,8 +55,10 @@ std::vector<int> missing_ranks(const CallContext& ctx, bool transport_knows) {
   if (ctx.notes == nullptr) return {};
   transport::Transport& group = ctx.transport.whole();
   const bool told = transport_knows && group.tells_waiting();
-  if (told) group.take_in();
   std::optional<std::vector<int>> missing = ctx.notes->missing(ctx.seq, Clock::now() + kLateNotes);
+  // After the store, which may take half a second not to answer: the
+  // notices that came meanwhile count too.
+  if (told) group.take_in();
   if (!missing) {
     if (!told) return {};
     // The store does not answer (its host may be the rank that stopped):
@@ -94,7 +96,7 @@ std::string timeout_text(const CallContext& ctx, const std::vector<int>& waited,
 
 void throw_if_unmatched(const CallContext& ctx, int my_rank) {
   if (ctx.sig.empty()) return;
-  const int me = my_rank >= 0 ? my_rank : ctx.rank();
+  const int me = my_rank >= 0 ? my_rank : ctx.transport.whole().rank();  // the group's number, not a subset's
   const auto conflict = ctx.transport.conflicting_message(ctx.sig);
   if (!conflict) return;
   const auto& [peer, theirs] = *conflict;
@@ -131,7 +133,8 @@ void LongWait::poll(const CallContext& ctx, int my_rank) {
   if (!ctx.sig.empty()) {
     if (const auto other = ctx.notes->differing(ctx.sig, ctx.deadline)) {
       throw DistBackendError(tdist::detail::mismatch_message(
-          ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.rank(), other->second, other->first));
+          ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.transport.whole().rank(), other->second,
+          other->first));
     }
   }
   if (const auto reason = ctx.notes->failure(ctx.deadline)) throw DistBackendError(*reason);

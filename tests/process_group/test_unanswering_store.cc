@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pg_harness.h"
+#include "process_group/tdist_backend.h"
 #include "tdist/errors.h"
 #include "tdist/file_store.h"
 
@@ -122,6 +123,11 @@ void expect_only_the_missing_rank_named(const Case& c) {
         ProcessGroupOptions options;
         options.timeout = kTimeout;
         auto pg = create_process_group("tdist", store, rank, c.size, options);
+        if ((c.hosts > 1) != dynamic_cast<ProcessGroupTdist&>(*pg).hierarchical()) {
+          std::fprintf(stderr, "rank %d: the group %s the hierarchy\n", rank,
+                       c.hosts > 1 ? "does not run" : "runs");
+          _exit(2);
+        }
         Tensor t = Tensor::zeros(DType::kFloat32, {1000});
         pg->barrier()->wait();  // call #0 everywhere: the group is up
         store->freeze();

@@ -375,9 +375,12 @@ TEST(Rpc, ANestedCallInheritsWhatIsLeftOfItsCallersDeadline) {
       with_agents(Mode::kThreads, 2,
                   [&](Agent& agent, int rank) {
                     if (rank != 0) return;
+                    // Both calls end at the same deadline: the outer one
+                    // times out, or gets test.nested's reply, sent as soon
+                    // as its own call gave up (which of the two comes first
+                    // is the scheduler's). What is tested is below.
                     try {
                       agent.call_sync("worker1", "test.nested", Message{bytes_of("worker0"), {}}, 300ms);
-                      throw std::runtime_error("the outer call did not time out");
                     } catch (const DistTimeoutError&) {
                     }
                   }),

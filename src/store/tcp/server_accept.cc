@@ -32,6 +32,12 @@ namespace {
 constexpr auto kAcceptBudget = std::chrono::milliseconds(2);
 constexpr auto kAdmitBudget = std::chrono::milliseconds(4);
 constexpr int kBetweenClockReads = 16;
+// At most this many connections are held accepted and not yet admitted,
+// and only while two reserves of descriptors are left (one for the ranks
+// and other addresses, one so that those held never press on connections
+// already admitted): past that the rest wait in the kernel's queue, and a
+// flood cannot take the process's descriptors through this one.
+constexpr size_t kMostPending = 16384;
 // A connection from an address that holds at most this many is read from as
 // soon as it is admitted, not after the events of the turn (a flood's
 // thousands of ready connections): a client with a connection or two gets
@@ -63,6 +69,7 @@ void TCPServer::Impl::accept_all(const Socket& listener) {
   const auto give_up = ServerClock::now() + kAcceptBudget;
   for (int i = 1;; ++i) {
     if (i % kBetweenClockReads == 0 && ServerClock::now() >= give_up) return;
+    if (pending.count >= kMostPending || (pending.count > 0 && short_of_fds(fd_reserve + 1))) return;
     int error = 0;
     Socket sock = accept_connection(listener, &error);
     if (!sock) {
@@ -79,10 +86,10 @@ void TCPServer::Impl::accept_all(const Socket& listener) {
     }
     note_fd(sock.fd());
     std::string address = sock.peer_address().host();
-    auto [it, added] = pending.by_address.try_emplace(std::move(address));
-    if (it->second.empty()) pending.turn.push_back(it->first);
-    it->second.push_back(std::move(sock));
+    auto& queue = pending.by_address[address];
+    queue.push_back(std::move(sock));
     ++pending.count;
+    if (queue.size() == 1) pending.turn.push_back(std::move(address));
   }
 }
 

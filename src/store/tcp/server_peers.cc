@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include "common/env.h"
 #include "store/tcp/server_impl.h"
@@ -32,8 +33,10 @@ constexpr size_t kMinReserve = 16;
 constexpr size_t kMaxReserve = 1024;
 // Non-member connections idle this long are closed while descriptors are short.
 constexpr auto kPressureIdle = std::chrono::seconds(1);
-// /proc/self/fd is counted at most this often, and only when short.
+// /proc/self/fd is counted at most this often, on a thread aside from this
+// many of our descriptors (below, it takes well under a millisecond).
 constexpr auto kFdRecountEvery = std::chrono::seconds(1);
+constexpr size_t kCountAsideFrom = 1024;
 // How many of an address's evictable connections are looked at for an idle one.
 constexpr int kEvictionScan = 64;
 // Refusals of one address logged: the first, then one in this many.
@@ -88,12 +91,12 @@ void TCPServer::Impl::recount_fds() {
   fd_reserve = std::clamp(fd_limit / 16, kMinReserve, kMaxReserve);
   size_t ours = our_fds();
   size_t open = count_open_fds();
-  fd_baseline = open > ours ? open - ours : 0;
+  if (open > 0) fd_baseline = open > ours ? open - ours : 0;  // 0: not counted, the old baseline stays
   next_fd_recount = ServerClock::now() + kFdRecountEvery;
 }
 
 // Reading /proc/self/fd takes 17-46 ms with 18,000 descriptors open, long
-// enough to keep every client waiting: under pressure it is read on a
+// enough to keep every client waiting: with many open it is read on a
 // thread of its own, and the loop takes the count in a later turn. Our
 // connections are counted at the start and at the end of the read, and the
 // fewer is taken: the baseline errs high, towards keeping descriptors.
@@ -103,15 +106,25 @@ void TCPServer::Impl::recount_fds_aside() {
     if (fd_count.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
     size_t open = fd_count.get();
     ours = std::min(ours, fd_count_ours);
-    fd_baseline = open > ours ? open - ours : 0;
+    if (open > 0) fd_baseline = open > ours ? open - ours : 0;
     next_fd_recount = ServerClock::now() + kFdRecountEvery;
     return;
   }
   if (ServerClock::now() < next_fd_recount) return;
+  if (ours < kCountAsideFrom) {
+    recount_fds();
+    return;
+  }
   fd_limit = soft_fd_limit();
   fd_reserve = std::clamp(fd_limit / 16, kMinReserve, kMaxReserve);
   fd_count_ours = ours;
-  fd_count = std::async(std::launch::async, count_open_fds);
+  try {
+    fd_count = std::async(std::launch::async, count_open_fds);
+  } catch (const std::system_error&) {
+    // No thread to be had (a process or thread limit): the baseline stays
+    // as it is until the next try.
+    next_fd_recount = ServerClock::now() + kFdRecountEvery;
+  }
 }
 
 bool TCPServer::Impl::admit(Socket& sock, const std::string& address) {
