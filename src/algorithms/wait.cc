@@ -47,6 +47,12 @@ bool reached_by_transport(const CallContext& ctx, transport::Transport& group, i
   return last && last->seq >= ctx.seq;
 }
 
+// This rank's number in the group: `my_rank` when the caller knows it, else
+// the group transport's (a crossing's own transport numbers a subset).
+int caller_rank(const CallContext& ctx, int my_rank) {
+  return my_rank >= 0 ? my_rank : ctx.transport.whole().rank();
+}
+
 // The group ranks that never said they reached the call (see timeout_text).
 // A crossing of the hierarchy runs on a subset of the group's ranks, but
 // the rank it waits for may be blocked behind one outside the subset: the
@@ -96,7 +102,7 @@ std::string timeout_text(const CallContext& ctx, const std::vector<int>& waited,
 
 void throw_if_unmatched(const CallContext& ctx, int my_rank) {
   if (ctx.sig.empty()) return;
-  const int me = my_rank >= 0 ? my_rank : ctx.transport.whole().rank();  // the group's number, not a subset's
+  const int me = caller_rank(ctx, my_rank);
   const auto conflict = ctx.transport.conflicting_message(ctx.sig);
   if (!conflict) return;
   const auto& [peer, theirs] = *conflict;
@@ -132,9 +138,8 @@ void LongWait::poll(const CallContext& ctx, int my_rank) {
   next_compare = now + std::chrono::milliseconds(200);
   if (!ctx.sig.empty()) {
     if (const auto other = ctx.notes->differing(ctx.sig, ctx.deadline)) {
-      throw DistBackendError(tdist::detail::mismatch_message(
-          ctx.op, ctx.sig, my_rank >= 0 ? my_rank : ctx.transport.whole().rank(), other->second,
-          other->first));
+      throw DistBackendError(tdist::detail::mismatch_message(ctx.op, ctx.sig, caller_rank(ctx, my_rank),
+                                                             other->second, other->first));
     }
   }
   if (const auto reason = ctx.notes->failure(ctx.deadline)) throw DistBackendError(*reason);

@@ -91,8 +91,7 @@ class _PromptPolling:
         time.sleep(self.POLL_S if seconds == self.HARNESS_POLL_S else seconds)
 
 
-distributed_test.time = _PromptPolling()
-common_distributed.time = _PromptPolling()
+distributed_test.time = common_distributed.time = _PromptPolling()
 
 
 class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):

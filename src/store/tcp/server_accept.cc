@@ -43,27 +43,8 @@ constexpr size_t kMostPending = 16384;
 // thousands of ready connections): a client with a connection or two gets
 // its first answer in the turn that admits it.
 constexpr size_t kServedOnAdmitAtMost = 4;
-// The descriptor table is grown to at most this many at start (half a MiB).
-constexpr size_t kMostFdTableGrownTo = 65536;
 
 }  // namespace
-
-// The kernel grows a process's descriptor table by doubling it, and with
-// other threads in the process each growth waits for an RCU grace period:
-// tens of milliseconds in which the server accepts no one, five times on
-// the way to 18,000 connections. The table is grown once, at start, to the
-// descriptors the server may use.
-void TCPServer::Impl::grow_fd_table() const {
-  // fd_limit 0: unlimited.
-  const size_t want = fd_limit == 0 ? kMostFdTableGrownTo : std::min(fd_limit, kMostFdTableGrownTo);
-  if (spare_fd < 0) return;
-  const int top = static_cast<int>(want) - 1;
-  if (top <= spare_fd) return;
-  // F_DUPFD takes the lowest free descriptor at or above `top`: the table
-  // grows to hold it, and stays grown when it is closed.
-  int fd = ::fcntl(spare_fd, F_DUPFD_CLOEXEC, top);
-  if (fd >= 0) ::close(fd);
-}
 
 void TCPServer::Impl::accept_all(const Socket& listener) {
   const auto give_up = ServerClock::now() + kAcceptBudget;
@@ -99,16 +80,16 @@ void TCPServer::Impl::admit_pending() {
   const auto give_up = ServerClock::now() + kAdmitBudget;
   for (int i = 1; !pending.turn.empty(); ++i) {
     if (i % kBetweenClockReads == 0 && ServerClock::now() >= give_up) return;
-    auto it = pending.by_address.find(pending.turn.front());
+    std::string address = std::move(pending.turn.front());
     pending.turn.pop_front();
+    auto it = pending.by_address.find(address);
     Socket sock = std::move(it->second.front());
     it->second.pop_front();
     --pending.count;
-    std::string address = it->first;
     if (it->second.empty()) {
       pending.by_address.erase(it);
     } else {
-      pending.turn.push_back(address);
+      pending.turn.push_back(address);  // its next connection, a round later
     }
     add_connection(std::move(sock), std::move(address));
   }
@@ -142,7 +123,7 @@ void TCPServer::Impl::add_connection(Socket sock, std::string address) {
   count_in(added);
   stat_accepted.fetch_add(1);
   stat_open.fetch_add(1);
-  if (peers[added.address].open > kServedOnAdmitAtMost) return;
+  if (peers.at(added.address).open > kServedOnAdmitAtMost) return;
   // What it sent with its connect (a first request) is served now; its
   // replies go out with every other's at the end of the turn.
   try {

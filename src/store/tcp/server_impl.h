@@ -10,7 +10,7 @@
 //   server_limits.cc   the memory budget and the timeouts
 //   server_peers.cc    connections per peer address and the descriptor reserve
 // Everything here runs on the loop thread, except the atomic counters and
-// the count of descriptors aside (recount_fds_aside).
+// the count of descriptors aside (recount_fds_when_due).
 
 #include <sys/epoll.h>
 
@@ -157,7 +157,6 @@ struct TCPServer::Impl {
   void add_connection(Socket sock, std::string address);
   void shed_one_connection(const Socket& listener);
   void make_room_for_handshake();
-  void grow_fd_table() const;
 
   // server_peers.cc
   /// Whether a connection just accepted from `address` may stay; refuses it
@@ -173,8 +172,12 @@ struct TCPServer::Impl {
   /// Fewer than the reserve left after `more` descriptors.
   bool short_of_fds(size_t more = 0) const;
   void note_fd(int fd);
+  void read_fd_limit();
+  void take_fd_count(size_t open, size_t ours);
   void recount_fds();
-  void recount_fds_aside();
+  /// Every second: /proc/self/fd counted, on a thread aside when many are ours.
+  void recount_fds_when_due();
+  void grow_fd_table() const;
   /// Closes a non-member connection (the oldest idle one it finds soon, else
   /// the oldest) of the largest address holding more than `above`
   /// connections that has one; false if there is none.
@@ -286,7 +289,7 @@ struct TCPServer::Impl {
   size_t fd_limit = 0;                                     // RLIMIT_NOFILE's soft limit (0: unlimited)
   size_t fd_reserve = 0;         // descriptors kept for other addresses and the ranks
   size_t fd_baseline = 0;        // descriptors of the process that are not our connections
-  std::future<size_t> fd_count;  // /proc/self/fd being counted aside (recount_fds_aside)
+  std::future<size_t> fd_count;  // /proc/self/fd being counted aside (recount_fds_when_due)
   size_t fd_count_ours = 0;      // our connections when that count started
   ServerClock::time_point next_fd_recount;
   // Sockets of connections that went, closed a batch per turn.

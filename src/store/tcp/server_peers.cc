@@ -12,8 +12,10 @@
 // never evicted; the cap bounds what any address, members included, holds.
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -34,9 +36,11 @@ constexpr size_t kMaxReserve = 1024;
 // Non-member connections idle this long are closed while descriptors are short.
 constexpr auto kPressureIdle = std::chrono::seconds(1);
 // /proc/self/fd is counted at most this often, on a thread aside from this
-// many of our descriptors (below, it takes well under a millisecond).
+// many of our descriptors (below, it takes about a millisecond at most).
 constexpr auto kFdRecountEvery = std::chrono::seconds(1);
 constexpr size_t kCountAsideFrom = 1024;
+// The descriptor table is grown to at most this many at start (half a MiB).
+constexpr size_t kMostFdTableGrownTo = 65536;
 // How many of an address's evictable connections are looked at for an idle one.
 constexpr int kEvictionScan = 64;
 // Refusals of one address logged: the first, then one in this many.
@@ -86,13 +90,21 @@ void TCPServer::Impl::note_fd(int fd) {
   if (floor > fd_baseline + ours) fd_baseline = floor - ours;
 }
 
-void TCPServer::Impl::recount_fds() {
+void TCPServer::Impl::read_fd_limit() {
   fd_limit = soft_fd_limit();
   fd_reserve = std::clamp(fd_limit / 16, kMinReserve, kMaxReserve);
-  size_t ours = our_fds();
-  size_t open = count_open_fds();
-  if (open > 0) fd_baseline = open > ours ? open - ours : 0;  // 0: not counted, the old baseline stays
+}
+
+// `open` descriptors counted in the process (0: not counted, the baseline
+// stays), `ours` of them our connections'.
+void TCPServer::Impl::take_fd_count(size_t open, size_t ours) {
+  if (open > 0) fd_baseline = open > ours ? open - ours : 0;
   next_fd_recount = ServerClock::now() + kFdRecountEvery;
+}
+
+void TCPServer::Impl::recount_fds() {
+  read_fd_limit();
+  take_fd_count(count_open_fds(), our_fds());
 }
 
 // Reading /proc/self/fd takes 17-46 ms with 18,000 descriptors open, long
@@ -100,24 +112,19 @@ void TCPServer::Impl::recount_fds() {
 // thread of its own, and the loop takes the count in a later turn. Our
 // connections are counted at the start and at the end of the read, and the
 // fewer is taken: the baseline errs high, towards keeping descriptors.
-void TCPServer::Impl::recount_fds_aside() {
-  size_t ours = our_fds();
+void TCPServer::Impl::recount_fds_when_due() {
   if (fd_count.valid()) {
     if (fd_count.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-    size_t open = fd_count.get();
-    ours = std::min(ours, fd_count_ours);
-    if (open > 0) fd_baseline = open > ours ? open - ours : 0;
-    next_fd_recount = ServerClock::now() + kFdRecountEvery;
+    take_fd_count(fd_count.get(), std::min(our_fds(), fd_count_ours));
     return;
   }
   if (ServerClock::now() < next_fd_recount) return;
-  if (ours < kCountAsideFrom) {
+  if (our_fds() < kCountAsideFrom) {
     recount_fds();
     return;
   }
-  fd_limit = soft_fd_limit();
-  fd_reserve = std::clamp(fd_limit / 16, kMinReserve, kMaxReserve);
-  fd_count_ours = ours;
+  read_fd_limit();
+  fd_count_ours = our_fds();
   try {
     fd_count = std::async(std::launch::async, count_open_fds);
   } catch (const std::system_error&) {
@@ -125,6 +132,22 @@ void TCPServer::Impl::recount_fds_aside() {
     // as it is until the next try.
     next_fd_recount = ServerClock::now() + kFdRecountEvery;
   }
+}
+
+// The kernel grows a process's descriptor table by doubling it, and with
+// other threads in the process each growth waits for an RCU grace period:
+// tens of milliseconds in which the server accepts no one, five times on
+// the way to 18,000 connections. The table is grown once, at start, to the
+// descriptors the server may use (at most kMostFdTableGrownTo).
+void TCPServer::Impl::grow_fd_table() const {
+  const size_t want =
+      fd_limit == 0 ? kMostFdTableGrownTo : std::min(fd_limit, kMostFdTableGrownTo);  // 0: unlimited
+  const int top = static_cast<int>(want) - 1;
+  if (spare_fd < 0 || top <= spare_fd) return;
+  // F_DUPFD takes the lowest free descriptor at or above `top`: the table
+  // grows to hold it, and stays grown when it is closed.
+  int fd = ::fcntl(spare_fd, F_DUPFD_CLOEXEC, top);
+  if (fd >= 0) ::close(fd);
 }
 
 bool TCPServer::Impl::admit(Socket& sock, const std::string& address) {
@@ -230,7 +253,7 @@ bool TCPServer::Impl::evict_one(size_t above, const std::string& why) {
 
 void TCPServer::Impl::close_idle_under_pressure() {
   auto now = ServerClock::now();
-  recount_fds_aside();
+  recount_fds_when_due();
   if (!short_of_fds()) return;
   // Back to two reserves free, a turn's closes at a time.
   size_t want = std::min<size_t>(fds_in_use() + 2 * fd_reserve - fd_limit, kMaxClosesPerTurn);
