@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 
+import torch_forks
 from tdist._spawn import free_port  # below the ephemeral range; see its comment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,14 +88,15 @@ def _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp):
     # pipe (64 KiB) would block on it while this process read another
     # rank's, and ranks that wait for each other (a collective, the plugin's
     # leave at exit) would then wait out their timeouts.
+    # (Named files, outside the ranks' working directory: a rank forked by
+    # torch_forks.py opens them by name.)
     procs, outputs = [], []
     for rank in range(world_size):
         subst = {"port": port_list[0], "ports": ",".join(map(str, port_list)), "rank": rank, "tmp": tmp}
         argv = [PYTHON, os.path.join(HERE, script)] + [str(a).format(**subst) for a in args]
-        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        out, err = (tempfile.NamedTemporaryFile("w+", prefix="tdist-rank%d-" % rank, suffix=s) for s in (".out", ".err"))
         outputs.append((out, err))
-        procs.append(subprocess.Popen(argv, stdout=out, stderr=err, text=True,
-                                      env=_env(rank, world_size, port_list[0], extra_env), cwd=tmp))
+        procs.append(torch_forks.start(argv, _env(rank, world_size, port_list[0], extra_env), tmp, out, err))
     deadline = time.monotonic() + deadline_s
     killed = set()
     for rank, proc in enumerate(procs):

@@ -1,0 +1,117 @@
+"""A fork server for the torch tests' rank processes (torch_harness.py).
+
+Importing torch costs 1.3-1.5 s of CPU per process on a 2-vCPU VM, and the
+torch tests start about a hundred rank processes: minutes of the suite's
+CPU. This process imports torch once, then forks a child per request, and
+the child becomes what `python SCRIPT ARGS...` would be: its argv, its
+environment, its working directory, its stdin (/dev/null), stdout and
+stderr (files), the script's directory first on sys.path, the tdist backend
+loaded as torch's autoload would have loaded it, the debug level read from
+its environment; then it runs the script as __main__ and ends through the
+interpreter's own exit (atexit handlers, module teardown, C++ static
+destructors), not os._exit, so the tests of exits still test them.
+
+What a forked child cannot change (settings read when torch is imported:
+OMP_*, MKL_*, TORCH_* but the debug level, PYTHON*) torch_harness.py
+compares and runs such ranks as fresh processes instead.
+
+Protocol, one JSON object per line. Requests on stdin:
+  {"argv": [...], "env": {...}, "cwd": DIR, "stdout": PATH, "stderr": PATH}
+      answered {"pid": N} once forked;
+  {"signal": N, "pid": N}: sends a signal to a child that has not ended
+      (only this process knows whether the pid is still its child's);
+Unprompted, on stdout: {"ended": N, "returncode": RC} when a child ends
+(RC as subprocess gives it: -N for a signal). End of stdin: this process
+kills its children and ends.
+"""
+
+import gc
+import json
+import os
+import runpy
+import select
+import signal
+import sys
+
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # each child autoloads with its own environment
+import torch  # noqa: E402,F401  the point of this process
+import torch.distributed  # noqa: E402
+
+
+def _reply(obj):
+    os.write(1, (json.dumps(obj) + "\n").encode())
+
+
+def _become(request):
+    """In a forked child: the process `python argv...` would have been."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        out = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(out, fd)
+        os.close(out)
+    os.close(null)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    script = request["argv"][1]
+    sys.argv = request["argv"][1:]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    gc.unfreeze()
+    torch.distributed.set_debug_level_from_env()
+    if torch._is_device_backend_autoload_enabled():
+        torch._import_device_backends()
+    return script
+
+
+def serve():
+    """Answers requests until stdin ends; returns (in a forked child only)
+    the script that child is to run."""
+    gc.collect()
+    gc.freeze()  # the children's collections then leave the shared pages alone
+    if len(os.listdir("/proc/self/task")) != 1:
+        # fork() keeps only the forking thread: a child could inherit a lock
+        # some other thread held. Say so; the harness starts fresh processes.
+        _reply({"error": "threads running after import torch: %s" % os.listdir("/proc/self/task")})
+        return None
+    _reply({"ready": True})
+    children = {}  # pidfd -> pid
+    pending = b""
+    while True:
+        readable, _, _ = select.select([0] + list(children), [], [])
+        for fd in readable:
+            if fd in children:
+                pid = children.pop(fd)
+                os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                _reply({"ended": pid, "returncode": os.waitstatus_to_exitcode(status)})
+                continue
+            chunk = os.read(0, 65536)
+            if not chunk:
+                for pid in children.values():
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                return None
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                if "signal" in request:
+                    if request["pid"] in children.values():
+                        os.kill(request["pid"], request["signal"])
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    for other in children:
+                        os.close(other)
+                    return _become(request)
+                children[os.pidfd_open(pid)] = pid
+                _reply({"pid": pid})
+
+
+if __name__ == "__main__":
+    if serve() is None:
+        sys.exit(0)
+    # A child, from here on: the script's exceptions and exit are the
+    # interpreter's, as they would be in `python SCRIPT`.
+    runpy.run_path(sys.argv[0], run_name="__main__")
