@@ -3,7 +3,7 @@
 // Runs a group's operations one at a time, in the order they were called:
 // queued ones on the executor's worker thread, and a blocking call with
 // nothing queued or running before it on the caller's own thread (inline:
-// see blocking_call.h), which saves two thread hand-offs per call.
+// see tdist/blocking_call.h), which saves two thread hand-offs per call.
 //
 // The state is one atomic word, so that an inline call claims the group
 // with one compare-and-swap and no lock:

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "blocking_call.h"
+#include "tdist/blocking_call.h"
 #include "distributed_state.h"
 #include "flight_recorder.h"
 #include "group_resolve.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "blocking_call.h"
+#include "tdist/blocking_call.h"
 #include "distributed_state.h"
 #include "group_resolve.h"
 #include "object_codec.h"

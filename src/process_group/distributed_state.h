@@ -120,7 +120,7 @@ inline int to_group_rank(const ProcessGroup& g, int global_rank, const char* op,
 }
 
 // A blocking call that the backend ran on this thread returns no work: it
-// is done (see blocking_call.h).
+// is done (see tdist/blocking_call.h).
 inline WorkPtr finish(const WorkPtr& work, bool async_op) {
   if (async_op) return work;
   if (work) work->wait();

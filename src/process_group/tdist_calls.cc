@@ -5,7 +5,7 @@
 
 #include <optional>
 #include "algorithms/tuning/tuning.h"
-#include "blocking_call.h"
+#include "tdist/blocking_call.h"
 #include "common/completion_thread.h"
 #include "common/error_text.h"
 #include "forced_algorithms.h"

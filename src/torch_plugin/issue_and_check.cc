@@ -5,18 +5,20 @@
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <string>
 
 #include "conversions.h"
 #include "process_group_tdist.h"
 #include "sparse_all_reduce.h"
+#include "tdist/blocking_call.h"
 #include "tdist/errors.h"
 #include "work_tdist.h"
 
 namespace tdist::torch_plugin {
 
-void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work,
+void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work, bool caller_waits,
                                std::function<std::vector<WorkPtr>()> issue, std::function<void()> finalize) {
   // The caller's per-call timeout goes with the call when it is deferred
   // (and issued later, on the thread that completes the staged operation).
@@ -25,6 +27,8 @@ void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work,
     const ScopedCallTimeout per_call(timeout);
     std::vector<WorkPtr> issued = issue();
     issued_ += issued.size();
+    // A null work: the operation ran on this thread and is done.
+    issued.erase(std::remove(issued.begin(), issued.end(), nullptr), issued.end());
     complete_when_done(work, issued, finalize);
   };
   bool deferred = order_->defer([&] {
@@ -37,7 +41,14 @@ void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work,
                                },
                                [work](std::exception_ptr error) { work->complete(std::move(error)); }};
   });
-  if (!deferred) start();  // errors reach the caller
+  if (!deferred) {
+    // torch's caller waits for this call at once (its asyncOp is false): the
+    // first tdist operation it issues may then run on this thread, saving
+    // the hand-offs to tdist's worker thread and back (tdist/blocking_call.h).
+    // Never for a deferred call, which this thread does not wait for.
+    const detail::BlockingCallScope blocking(static_cast<const ProcessGroup*>(pg_.get()), caller_waits);
+    start();  // errors reach the caller
+  }
 }
 
 void ProcessGroupTdist::run_collective(const std::function<WorkPtr()>& issue) {
@@ -66,9 +77,14 @@ void ProcessGroupTdist::run_collective(const std::function<WorkPtr()>& issue) {
     done->wait();
     return;
   }
-  WorkPtr work = issue();
+  // This thread waits at once: the operation may run on it (as launch()).
+  WorkPtr work;
+  {
+    const detail::BlockingCallScope blocking(static_cast<const ProcessGroup*>(pg_.get()), true);
+    work = issue();
+  }
   ++issued_;
-  work->wait();
+  if (work) work->wait();  // null: done on this thread
 }
 
 void ProcessGroupTdist::check_call(const detail_check::Call& call) {

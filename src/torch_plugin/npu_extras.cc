@@ -27,7 +27,7 @@ WorkHandle ProcessGroupTdist::all_gather_into_tensor_uneven(at::Tensor& output, 
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input}, {input});
     Tensor out = to_tdist(output, op, "output");
     Tensor in = to_tdist(input, op, "input");
-    launch(work, [this, out, in, splits = std::move(output_split_sizes)] {
+    launch(work, false, [this, out, in, splits = std::move(output_split_sizes)] {
       return std::vector<WorkPtr>{pg_->all_gather_into_tensor_uneven(out, in, splits)};
     });
     return work;
@@ -48,7 +48,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter_tensor_uneven(at::Tensor& output, a
     Tensor out = to_tdist(output, op, "output");
     Tensor in = to_tdist(input, op, "input");
     ReduceOp reduce = to_tdist_op(reduce_op, op);
-    launch(work, [this, out, in, reduce, splits = std::move(input_split_sizes)] {
+    launch(work, false, [this, out, in, reduce, splits = std::move(input_split_sizes)] {
       return std::vector<WorkPtr>{pg_->reduce_scatter_tensor_uneven(out, in, splits, reduce)};
     });
     return work;

@@ -11,6 +11,8 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <type_traits>
+#include <utility>
 
 #include "c10d_store_adapter.h"
 #include "conversions.h"
@@ -25,6 +27,23 @@ using WorkHandle = c10::intrusive_ptr<c10d::Work>;
 
 std::vector<WorkPtr> parts(WorkPtr part) {
   return {std::move(part)};
+}
+
+// torch 2.7 and later say in each call's options whether the caller waits
+// for the work at once (asyncOp false: torch.distributed's functions with
+// async_op=False); older torch does not, and its calls run as asynchronous ones.
+template <typename Options, typename = void>
+struct HasAsyncOp : std::false_type {};
+template <typename Options>
+struct HasAsyncOp<Options, std::void_t<decltype(std::declval<Options>().asyncOp)>> : std::true_type {};
+
+template <typename Options>
+bool waits_at_once(const Options& opts) {
+  if constexpr (HasAsyncOp<Options>::value) {
+    return !opts.asyncOp;
+  } else {
+    return false;
+  }
 }
 
 int64_t total_numel(const std::vector<at::Tensor>& tensors) {
@@ -290,7 +309,7 @@ WorkHandle ProcessGroupTdist::broadcast(std::vector<at::Tensor>& tensors,
     auto comms = record_comms({op, t.numel(), t.numel(), t.scalar_type()});
     auto work = make_work(c10d::OpType::BROADCAST, op, {t}, {}, {t});
     Tensor tensor = to_tdist(t, op, "tensor");
-    launch(work, [this, tensor, root] { return parts(pg_->broadcast(tensor, root)); });
+    launch(work, waits_at_once(opts), [this, tensor, root] { return parts(pg_->broadcast(tensor, root)); });
     return work;
   });
 }
@@ -307,7 +326,7 @@ WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
     auto work = make_work(c10d::OpType::ALLREDUCE, op, {t}, {}, {t});
     Tensor tensor = to_tdist(t, op, "tensor");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, [this, tensor, reduce] { return parts(pg_->all_reduce(tensor, reduce)); });
+    launch(work, waits_at_once(opts), [this, tensor, reduce] { return parts(pg_->all_reduce(tensor, reduce)); });
     return work;
   });
 }
@@ -330,7 +349,7 @@ WorkHandle ProcessGroupTdist::allreduce_coalesced(std::vector<at::Tensor>& tenso
     Tensor flat_t = to_tdist(flat, op, "tensors");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
     launch(
-        work, [this, flat_t, reduce] { return parts(pg_->all_reduce(flat_t, reduce)); },
+        work, waits_at_once(opts), [this, flat_t, reduce] { return parts(pg_->all_reduce(flat_t, reduce)); },
         [tensors, flat] { unflatten_into(flat, 0, tensors); });
     return work;
   });
@@ -348,7 +367,7 @@ WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10
     auto work = make_work(c10d::OpType::REDUCE, op, {t}, {}, {t});
     Tensor tensor = to_tdist(t, op, "tensor");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, [this, tensor, root, reduce] { return parts(pg_->reduce(tensor, root, reduce)); });
+    launch(work, waits_at_once(opts), [this, tensor, root, reduce] { return parts(pg_->reduce(tensor, root, reduce)); });
     return work;
   });
 }
@@ -367,7 +386,7 @@ WorkHandle ProcessGroupTdist::allgather(std::vector<std::vector<at::Tensor>>& ou
     auto work = make_work(c10d::OpType::ALLGATHER, op, list, {input}, {input});
     auto outs = to_tdist(list, op, "tensor_list entry");
     Tensor in = to_tdist(input, op, "tensor");
-    launch(work, [this, outs, in] { return parts(pg_->all_gather(outs, in)); });
+    launch(work, waits_at_once(opts), [this, outs, in] { return parts(pg_->all_gather(outs, in)); });
     return work;
   });
 }
@@ -382,7 +401,7 @@ WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& in
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input}, {input});
     Tensor out = to_tdist(output, op, "output_tensor");
     Tensor in = to_tdist(input, op, "input_tensor");
-    launch(work, [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); });
+    launch(work, waits_at_once(opts), [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); });
     return work;
   });
 }
@@ -401,7 +420,7 @@ WorkHandle ProcessGroupTdist::allgather_into_tensor_coalesced(std::vector<at::Te
     if (detail_) check_call({op, -1, {dc::list("outputs", outputs), dc::list("inputs", inputs)}});
     auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
     auto work = make_work(c10d::OpType::COALESCED, op, outputs, inputs, inputs);
-    launch(work, [this, pairs] {
+    launch(work, waits_at_once(opts), [this, pairs] {
       std::vector<WorkPtr> issued;
       for (const auto& [out, in] : pairs) issued.push_back(pg_->all_gather_into_tensor(out, in));
       return issued;
@@ -421,7 +440,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter_tensor_coalesced(std::vector<at::Te
     auto comms = record_comms({op, total_numel(inputs), total_numel(outputs), first_dtype(inputs)});
     auto work = make_work(c10d::OpType::COALESCED, op, outputs, inputs, inputs);
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, [this, pairs, reduce] {
+    launch(work, waits_at_once(opts), [this, pairs, reduce] {
       std::vector<WorkPtr> issued;
       for (const auto& [out, in] : pairs) issued.push_back(pg_->reduce_scatter_tensor(out, in, reduce));
       return issued;
@@ -454,7 +473,7 @@ WorkHandle ProcessGroupTdist::allgather_coalesced(std::vector<std::vector<at::Te
     Tensor out = to_tdist(flat_out, op, "output");
     Tensor in = to_tdist(flat_in, op, "input");
     launch(
-        work, [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); },
+        work, waits_at_once(opts), [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); },
         [outputs, flat_in, flat_out] {
           for (size_t r = 0; r < outputs.size(); ++r) {
             unflatten_into(flat_out, static_cast<int64_t>(r) * flat_in.numel(), outputs[r]);
@@ -483,7 +502,7 @@ WorkHandle ProcessGroupTdist::gather(std::vector<std::vector<at::Tensor>>& outpu
     auto work = make_work(c10d::OpType::GATHER, op, list, {input}, {input});
     auto outs = to_tdist(list, op, "gather_list entry");
     Tensor in = to_tdist(input, op, "tensor");
-    launch(work, [this, outs, in, root] { return parts(pg_->gather(outs, in, root)); });
+    launch(work, waits_at_once(opts), [this, outs, in, root] { return parts(pg_->gather(outs, in, root)); });
     return work;
   });
 }
@@ -509,7 +528,7 @@ WorkHandle ProcessGroupTdist::scatter(std::vector<at::Tensor>& outputs,
     auto work = make_work(c10d::OpType::SCATTER, op, {output}, list, list);
     Tensor out = to_tdist(output, op, "tensor");
     auto ins = to_tdist(list, op, "scatter_list entry");
-    launch(work, [this, out, ins, root] { return parts(pg_->scatter(out, ins, root)); });
+    launch(work, waits_at_once(opts), [this, out, ins, root] { return parts(pg_->scatter(out, ins, root)); });
     return work;
   });
 }
@@ -530,7 +549,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
     Tensor out = to_tdist(output, op, "output");
     auto ins = to_tdist(list, op, "input_list entry");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, [this, out, ins, reduce] { return parts(pg_->reduce_scatter(out, ins, reduce)); });
+    launch(work, waits_at_once(opts), [this, out, ins, reduce] { return parts(pg_->reduce_scatter(out, ins, reduce)); });
     return work;
   });
 }
@@ -546,7 +565,7 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
     Tensor out = to_tdist(output, op, "output");
     Tensor in = to_tdist(input, op, "input");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, [this, out, in, reduce] { return parts(pg_->reduce_scatter_tensor(out, in, reduce)); });
+    launch(work, waits_at_once(opts), [this, out, in, reduce] { return parts(pg_->reduce_scatter_tensor(out, in, reduce)); });
     return work;
   });
 }
@@ -571,7 +590,7 @@ WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& inpu
     auto work = make_work(c10d::OpType::ALLTOALL_BASE, op, {output}, {input}, {input});
     Tensor out = to_tdist(output, op, "output");
     Tensor in = to_tdist(input, op, "input");
-    launch(work, [this, out, in, out_splits = output_split_sizes, in_splits = input_split_sizes] {
+    launch(work, waits_at_once(opts), [this, out, in, out_splits = output_split_sizes, in_splits = input_split_sizes] {
       return parts(pg_->all_to_all_single(out, in, out_splits, in_splits));
     });
     return work;
@@ -594,7 +613,7 @@ WorkHandle ProcessGroupTdist::alltoall(std::vector<at::Tensor>& outputs, std::ve
     auto work = make_work(c10d::OpType::ALLTOALL, op, outputs, inputs, inputs);
     auto outs = to_tdist(outputs, op, "output_tensor_list entry");
     auto ins = to_tdist(inputs, op, "input_tensor_list entry");
-    launch(work, [this, outs, ins] { return parts(pg_->all_to_all(outs, ins)); });
+    launch(work, waits_at_once(opts), [this, outs, ins] { return parts(pg_->all_to_all(outs, ins)); });
     return work;
   });
 }
@@ -606,7 +625,7 @@ WorkHandle ProcessGroupTdist::barrier(const c10d::BarrierOptions& opts) {
     if (detail_) check_call({op, -1, {}});
     auto comms = record_comms({op});
     auto work = make_work(c10d::OpType::BARRIER, op, {}, {});
-    launch(work, [this] { return parts(pg_->barrier()); });
+    launch(work, waits_at_once(opts), [this] { return parts(pg_->barrier()); });
     return work;
   });
 }

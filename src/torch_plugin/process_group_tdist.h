@@ -161,9 +161,10 @@ class ProcessGroupTdist final : public c10d::Backend {
                                           const char* title = nullptr);
   /// Issues `work`'s tdist collectives (`issue` returns them) now, or in call
   /// order after a staged operation (issue_order.h), and completes `work`
-  /// once they finish and `finalize` has run.
-  void launch(const c10::intrusive_ptr<WorkTdist>& work, std::function<std::vector<WorkPtr>()> issue,
-              std::function<void()> finalize = {});
+  /// once they finish and `finalize` has run. `caller_waits`: torch waits
+  /// for `work` at once (waits_at_once below).
+  void launch(const c10::intrusive_ptr<WorkTdist>& work, bool caller_waits,
+              std::function<std::vector<WorkPtr>()> issue, std::function<void()> finalize = {});
   /// Issues one collective as launch() does and waits for it (DETAIL checks).
   void run_collective(const std::function<WorkPtr()>& issue);
   /// DETAIL: raises on every rank unless all ranks describe `call` alike.

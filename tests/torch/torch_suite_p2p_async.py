@@ -197,6 +197,37 @@ def check_futures(ctx):
             assert_equal(f.value()[0], torch.full((2,), float(ctx.world_size)), "value after wait")
 
 
+def check_blocking_calls_run_on_the_caller_and_async_ones_do_not_wait_for_peers(ctx):
+    # torch 2.7+ passes asyncOp=False for async_op=False: the caller waits at
+    # once, so the backend runs the call on the caller's thread when nothing
+    # is queued before it (a new group's first call) and hands back a work
+    # that is already done.
+    if not hasattr(dist.AllreduceOptions(), "asyncOp"):
+        return  # older torch: every call runs as an asynchronous one
+    group = dist.new_group(ctx.ranks)
+    backend = group._get_backend(torch.device("cpu"))
+    t = torch.full((5,), float(ctx.rank + 1))
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    work = backend.allreduce([t], opts)
+    assert work.is_completed() and work.is_success(), "a blocking all_reduce was not done when issued"
+    assert_equal(t, torch.full((5,), float(sum(r + 1 for r in ctx.ranks))), "blocking all_reduce")
+    # An asynchronous call returns before its peers have made theirs: rank 0
+    # tells the others only once its call has returned (were it waiting for
+    # them, they would wait for the key until the store's timeout).
+    store = dist.distributed_c10d._get_default_store()
+    u = torch.full((3,), float(ctx.rank))
+    if ctx.rank == 0:
+        work = dist.all_reduce(u, group=group, async_op=True)
+        store.set("async all_reduce issued", "yes")
+        work.wait()
+    else:
+        store.wait(["async all_reduce issued"])
+        dist.all_reduce(u, group=group)
+    assert_equal(u, torch.full((3,), float(sum(ctx.ranks))), "async all_reduce issued before its peers")
+    dist.destroy_process_group(group)
+
+
 def check_work_wait_timeout(ctx):
     # A receive whose message is sent only after the barrier cannot complete
     # within its first wait: Work.wait(timeout) raises, the receive stays

@@ -1,7 +1,9 @@
 #pragma once
 
-// Set by the functional API (distributed_calls.cc) while it issues a call with
-// async_op=false on a group, whose caller will block on the result at once.
+// Set while a call is issued on a group whose caller will block on the
+// result at once: by the functional API (distributed_calls.cc) for
+// async_op=false, and by the torch plugin for torch's asyncOp=false
+// (torch.distributed's functions with async_op=False, torch 2.7 and later).
 // That group's backend may then run the operation on the caller's thread,
 // when nothing is queued before it, and save the hand-offs to and from its
 // worker thread (a few microseconds each, most of a small collective's
