@@ -326,7 +326,8 @@ WorkHandle ProcessGroupTdist::allreduce(std::vector<at::Tensor>& tensors,
     auto work = make_work(c10d::OpType::ALLREDUCE, op, {t}, {}, {t});
     Tensor tensor = to_tdist(t, op, "tensor");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, waits_at_once(opts), [this, tensor, reduce] { return parts(pg_->all_reduce(tensor, reduce)); });
+    launch(work, waits_at_once(opts),
+           [this, tensor, reduce] { return parts(pg_->all_reduce(tensor, reduce)); });
     return work;
   });
 }
@@ -367,7 +368,8 @@ WorkHandle ProcessGroupTdist::reduce(std::vector<at::Tensor>& tensors, const c10
     auto work = make_work(c10d::OpType::REDUCE, op, {t}, {}, {t});
     Tensor tensor = to_tdist(t, op, "tensor");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, waits_at_once(opts), [this, tensor, root, reduce] { return parts(pg_->reduce(tensor, root, reduce)); });
+    launch(work, waits_at_once(opts),
+           [this, tensor, root, reduce] { return parts(pg_->reduce(tensor, root, reduce)); });
     return work;
   });
 }
@@ -401,7 +403,8 @@ WorkHandle ProcessGroupTdist::_allgather_base(at::Tensor& output, at::Tensor& in
     auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output}, {input}, {input});
     Tensor out = to_tdist(output, op, "output_tensor");
     Tensor in = to_tdist(input, op, "input_tensor");
-    launch(work, waits_at_once(opts), [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); });
+    launch(work, waits_at_once(opts),
+           [this, out, in] { return parts(pg_->all_gather_into_tensor(out, in)); });
     return work;
   });
 }
@@ -549,7 +552,8 @@ WorkHandle ProcessGroupTdist::reduce_scatter(std::vector<at::Tensor>& outputs,
     Tensor out = to_tdist(output, op, "output");
     auto ins = to_tdist(list, op, "input_list entry");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, waits_at_once(opts), [this, out, ins, reduce] { return parts(pg_->reduce_scatter(out, ins, reduce)); });
+    launch(work, waits_at_once(opts),
+           [this, out, ins, reduce] { return parts(pg_->reduce_scatter(out, ins, reduce)); });
     return work;
   });
 }
@@ -565,7 +569,8 @@ WorkHandle ProcessGroupTdist::_reduce_scatter_base(at::Tensor& output, at::Tenso
     Tensor out = to_tdist(output, op, "output");
     Tensor in = to_tdist(input, op, "input");
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
-    launch(work, waits_at_once(opts), [this, out, in, reduce] { return parts(pg_->reduce_scatter_tensor(out, in, reduce)); });
+    launch(work, waits_at_once(opts),
+           [this, out, in, reduce] { return parts(pg_->reduce_scatter_tensor(out, in, reduce)); });
     return work;
   });
 }
@@ -590,9 +595,10 @@ WorkHandle ProcessGroupTdist::alltoall_base(at::Tensor& output, at::Tensor& inpu
     auto work = make_work(c10d::OpType::ALLTOALL_BASE, op, {output}, {input}, {input});
     Tensor out = to_tdist(output, op, "output");
     Tensor in = to_tdist(input, op, "input");
-    launch(work, waits_at_once(opts), [this, out, in, out_splits = output_split_sizes, in_splits = input_split_sizes] {
-      return parts(pg_->all_to_all_single(out, in, out_splits, in_splits));
-    });
+    launch(work, waits_at_once(opts),
+           [this, out, in, out_splits = output_split_sizes, in_splits = input_split_sizes] {
+             return parts(pg_->all_to_all_single(out, in, out_splits, in_splits));
+           });
     return work;
   });
 }
