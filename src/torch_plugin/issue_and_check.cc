@@ -47,7 +47,16 @@ void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work, bool c
     // the hand-offs to tdist's worker thread and back (tdist/blocking_call.h).
     // Never for a deferred call, which this thread does not wait for.
     const detail::BlockingCallScope blocking(static_cast<const ProcessGroup*>(pg_.get()), caller_waits);
-    start();  // errors reach the caller
+    try {
+      start();
+    } catch (...) {
+      // The error reaches the caller; the work fails with it too, for
+      // whoever else holds it (endCoalescing's work waits for it). A call
+      // that failed on this thread took its sequence number.
+      issued_ = pg_->sequence_number();
+      work->complete(std::current_exception());
+      throw;
+    }
   }
 }
 
@@ -79,9 +88,12 @@ void ProcessGroupTdist::run_collective(const std::function<WorkPtr()>& issue) {
   }
   // This thread waits at once: the operation may run on it (as launch()).
   WorkPtr work;
-  {
+  try {
     const detail::BlockingCallScope blocking(static_cast<const ProcessGroup*>(pg_.get()), true);
     work = issue();
+  } catch (...) {
+    issued_ = pg_->sequence_number();  // as launch()
+    throw;
   }
   ++issued_;
   if (work) work->wait();  // null: done on this thread

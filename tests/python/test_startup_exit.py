@@ -72,6 +72,13 @@ def _run_many(path):
     # by the plugin's run) alone instead of copying every page they sit on.
     gc.collect()
     gc.freeze()
+    try:
+        _run_many_frozen(path)
+    finally:
+        gc.unfreeze()
+
+
+def _run_many_frozen(path):
     ctx = multiprocessing.get_context("fork")
     failures = []
     run, taken = 0, []

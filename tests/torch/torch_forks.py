@@ -38,7 +38,10 @@ class _Zygote:
         self.env = env
         self.proc = subprocess.Popen([PYTHON, os.path.join(HERE, "torch_zygote.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, cwd=HERE)
-        first = json.loads(self.proc.stdout.readline() or "{}")
+        try:
+            first = json.loads(self.proc.stdout.readline() or "{}")
+        except ValueError:
+            first = {"error": "its first answer was not JSON"}
         if not first.get("ready"):
             self.close()
             raise RuntimeError("torch_zygote.py did not start: %s" % (first.get("error") or "no answer"))
@@ -51,16 +54,22 @@ class _Zygote:
 
     def _read(self):
         for line in self.proc.stdout:
-            answer = json.loads(line)
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue  # not the server's (it writes JSON only)
             if "ended" in answer:
                 with self.changed:
                     self.ended[answer["ended"]] = answer["returncode"]
                     self.changed.notify_all()
             else:
+                with self.changed:  # a reused pid: not the earlier rank's exit
+                    self.ended.pop(answer["pid"], None)
                 self.pids.put(answer["pid"])
-        with self.changed:  # the fork server ended: so did its children
+        with self.changed:  # the fork server ended: so did its children (their parent-death signal)
             self.gone = True
             self.changed.notify_all()
+        self.pids.put(None)
 
     gone = False
 
@@ -72,18 +81,32 @@ class _Zygote:
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
 
+    def usable(self):
+        return not self.gone and self.proc.poll() is None
+
     def start(self, argv, env, cwd, stdout_path, stderr_path):
+        """A forked rank, or None if the fork server has ended."""
         with self.lock:
-            self._send({"argv": argv, "env": env, "cwd": cwd, "stdout": stdout_path, "stderr": stderr_path})
-            return _ForkedRank(self, self.pids.get(timeout=60))
+            try:
+                self._send({"argv": argv, "env": env, "cwd": cwd, "stdout": stdout_path, "stderr": stderr_path})
+            except OSError:  # BrokenPipeError: the server has ended
+                return None
+            pid = self.pids.get()  # None once the server has ended
+            return _ForkedRank(self, pid) if pid is not None else None
 
     def signal(self, pid, signum):
         with self.lock:
-            self._send({"signal": int(signum), "pid": pid})
+            try:
+                self._send({"signal": int(signum), "pid": pid})
+            except OSError:
+                pass  # the server has ended, and its children with it
 
     def close(self):
         if self.proc.poll() is None:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()  # the server kills its children and ends
+            except OSError:
+                pass
             self.proc.wait()
 
 
@@ -93,7 +116,7 @@ class _ForkedRank:
 
     def poll(self):
         with self.zygote.changed:
-            self.returncode = self.zygote.ended.get(self.pid)
+            self.returncode = self.zygote.ended.get(self.pid, -signal.SIGKILL if self.zygote.gone else None)
         return self.returncode
 
     def wait(self, timeout=None):
@@ -118,6 +141,10 @@ def _zygote_for(env):
     global _zygote, _zygote_failed
     if os.environ.get("TDIST_TEST_FRESH_RANKS") == "1" or _zygote_failed:
         return None
+    if _zygote is not None and not _zygote.usable():
+        print("torch_forks: the fork server ended; a new one starts", file=sys.stderr)
+        _zygote.close()
+        _zygote = None
     if _zygote is None:
         base = {k: v for k, v in env.items() if not _per_child(k)}
         try:
@@ -131,6 +158,7 @@ def _zygote_for(env):
 
 def start(argv, env, cwd, stdout, stderr):
     zygote = _zygote_for(env) if argv[0] == PYTHON else None
-    if zygote is None:
+    forked = zygote.start(argv, env, cwd, stdout.name, stderr.name) if zygote is not None else None
+    if forked is None:
         return subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True, env=env, cwd=cwd)
-    return zygote.start(argv, env, cwd, stdout.name, stderr.name)
+    return forked

@@ -201,15 +201,15 @@ def check_blocking_calls_run_on_the_caller_and_async_ones_do_not_wait_for_peers(
     # torch 2.7+ passes asyncOp=False for async_op=False: the caller waits at
     # once, so the backend runs the call on the caller's thread when nothing
     # is queued before it (a new group's first call) and hands back a work
-    # that is already done.
+    # that is already done. Through torch's ProcessGroup and dispatcher, as
+    # dist.all_reduce calls it.
     if not hasattr(dist.AllreduceOptions(), "asyncOp"):
         return  # older torch: every call runs as an asynchronous one
     group = dist.new_group(ctx.ranks)
-    backend = group._get_backend(torch.device("cpu"))
     t = torch.full((5,), float(ctx.rank + 1))
     opts = dist.AllreduceOptions()
     opts.asyncOp = False
-    work = backend.allreduce([t], opts)
+    work = group.allreduce([t], opts)
     assert work.is_completed() and work.is_success(), "a blocking all_reduce was not done when issued"
     assert_equal(t, torch.full((5,), float(sum(r + 1 for r in ctx.ranks))), "blocking all_reduce")
     # An asynchronous call returns before its peers have made theirs: rank 0

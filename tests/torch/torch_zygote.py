@@ -25,13 +25,14 @@ Unprompted, on stdout: {"ended": N, "returncode": RC} when a child ends
 kills its children and ends.
 """
 
+import ctypes
 import gc
 import json
 import os
-import runpy
 import select
 import signal
 import sys
+import types
 
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # each child autoloads with its own environment
 import torch  # noqa: E402,F401  the point of this process
@@ -40,6 +41,17 @@ import torch.distributed  # noqa: E402
 
 def _reply(obj):
     os.write(1, (json.dumps(obj) + "\n").encode())
+
+
+def _die_with(parent):
+    """The child ends if this fork server does (a killed pytest, a crash):
+    a fresh rank would have been killed by the harness's deadline, an
+    orphan would hold its ports and a core until its group's timeout."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the server ended before prctl took effect
+        os._exit(1)
 
 
 def _become(request):
@@ -100,8 +112,10 @@ def serve():
                     if request["pid"] in children.values():
                         os.kill(request["pid"], request["signal"])
                     continue
+                server = os.getpid()
                 pid = os.fork()
                 if pid == 0:
+                    _die_with(server)
                     for other in children:
                         os.close(other)
                     return _become(request)
@@ -112,6 +126,14 @@ def serve():
 if __name__ == "__main__":
     if serve() is None:
         sys.exit(0)
-    # A child, from here on: the script's exceptions and exit are the
-    # interpreter's, as they would be in `python SCRIPT`.
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    # A child, from here on. The script runs in a __main__ module of its own
+    # that stays until the interpreter finalizes (as `python SCRIPT`'s does:
+    # its globals outlive the atexit handlers), and its exceptions and exit
+    # are the interpreter's.
+    _main = types.ModuleType("__main__")
+    _main.__file__ = sys.argv[0]
+    _main.__builtins__ = __builtins__
+    sys.modules["__main__"] = _main
+    with open(sys.argv[0], "rb") as _source:
+        _code = compile(_source.read(), sys.argv[0], "exec")
+    exec(_code, _main.__dict__)
