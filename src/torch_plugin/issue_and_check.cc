@@ -51,12 +51,21 @@ void ProcessGroupTdist::launch(const c10::intrusive_ptr<WorkTdist>& work, bool c
       start();
     } catch (...) {
       // The error reaches the caller; the work fails with it too, for
-      // whoever else holds it (endCoalescing's work waits for it). A call
-      // that failed on this thread took its sequence number.
-      issued_ = pg_->sequence_number();
+      // whoever else holds it (endCoalescing's work waits for it).
+      count_failed_issue();
       work->complete(std::current_exception());
       throw;
     }
+  }
+}
+
+void ProcessGroupTdist::count_failed_issue() {
+  // A call that failed on this thread took its sequence number (an error
+  // before it ran took none); the group's count then covers every call
+  // issued, as nothing was queued before one that ran here.
+  uint64_t issued = issued_.load();
+  const uint64_t started = pg_->sequence_number();
+  while (started > issued && !issued_.compare_exchange_weak(issued, started)) {
   }
 }
 
@@ -92,7 +101,7 @@ void ProcessGroupTdist::run_collective(const std::function<WorkPtr()>& issue) {
     const detail::BlockingCallScope blocking(static_cast<const ProcessGroup*>(pg_.get()), true);
     work = issue();
   } catch (...) {
-    issued_ = pg_->sequence_number();  // as launch()
+    count_failed_issue();
     throw;
   }
   ++issued_;

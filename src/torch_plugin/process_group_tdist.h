@@ -162,9 +162,13 @@ class ProcessGroupTdist final : public c10d::Backend {
   /// Issues `work`'s tdist collectives (`issue` returns them) now, or in call
   /// order after a staged operation (issue_order.h), and completes `work`
   /// once they finish and `finalize` has run. `caller_waits`: torch waits
-  /// for `work` at once (waits_at_once below).
+  /// for `work` at once (waits_at_once in process_group_tdist.cc), so the
+  /// first collective may run on this thread.
   void launch(const c10::intrusive_ptr<WorkTdist>& work, bool caller_waits,
               std::function<std::vector<WorkPtr>()> issue, std::function<void()> finalize = {});
+  /// After an issue that threw: issued_ catches up with a call that took its
+  /// sequence number on this thread before it failed.
+  void count_failed_issue();
   /// Issues one collective as launch() does and waits for it (DETAIL checks).
   void run_collective(const std::function<WorkPtr()>& issue);
   /// DETAIL: raises on every rank unless all ranks describe `call` alike.

@@ -22,9 +22,9 @@ PYTHON = sys.executable
 
 # Read after the rank's script starts (by tdist, by torch's launch-time
 # code, by set_debug_level_from_env in the child), or not at all (pytest's
-# PYTEST_CURRENT_TEST): a forked child may have its own. Any other difference from the fork server's environment (OMP_*,
-# MKL_*, PYTHON*, TORCH_*: read while torch is imported) needs a fresh
-# interpreter.
+# PYTEST_CURRENT_TEST): a forked child may have its own. Any other
+# difference from the fork server's environment (OMP_*, MKL_*, PYTHON*,
+# TORCH_*: read while torch is imported) needs a fresh interpreter.
 _PER_CHILD = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
               "GROUP_RANK", "TORCH_DISTRIBUTED_DEBUG", "GLOO_SOCKET_IFNAME"}
 
@@ -47,7 +47,8 @@ class _Zygote:
             raise RuntimeError("torch_zygote.py did not start: %s" % (first.get("error") or "no answer"))
         self.lock = threading.Lock()  # one request and its answer at a time
         self.pids = queue.Queue()
-        self.ended = {}
+        self.ended = {}  # pid -> returncode, guarded by `changed`
+        self.gone = False  # the server has ended (and its children with it), guarded by `changed`
         self.changed = threading.Condition()
         threading.Thread(target=self._read, name="torch_zygote answers", daemon=True).start()
         atexit.register(self.close)
@@ -71,7 +72,9 @@ class _Zygote:
             self.changed.notify_all()
         self.pids.put(None)
 
-    gone = False
+    def returncode_locked(self, pid):
+        """`pid`'s exit code, -SIGKILL if the server ended first, else None."""
+        return self.ended.get(pid, -signal.SIGKILL if self.gone else None)
 
     def suits(self, env):
         keys = set(env) | set(self.env)
@@ -116,14 +119,15 @@ class _ForkedRank:
 
     def poll(self):
         with self.zygote.changed:
-            self.returncode = self.zygote.ended.get(self.pid, -signal.SIGKILL if self.zygote.gone else None)
+            self.returncode = self.zygote.returncode_locked(self.pid)
         return self.returncode
 
     def wait(self, timeout=None):
         with self.zygote.changed:
-            if not self.zygote.changed.wait_for(lambda: self.pid in self.zygote.ended or self.zygote.gone, timeout):
+            ended = self.zygote.changed.wait_for(lambda: self.zygote.returncode_locked(self.pid) is not None, timeout)
+            if not ended:
                 raise subprocess.TimeoutExpired(["rank %d" % self.pid], timeout)
-            self.returncode = self.zygote.ended.get(self.pid, -signal.SIGKILL)
+            self.returncode = self.zygote.returncode_locked(self.pid)
         return self.returncode
 
     def send_signal(self, signum):

@@ -94,7 +94,8 @@ def _run_once(script, world_size, args, extra_env, deadline_s, port_list, tmp):
     for rank in range(world_size):
         subst = {"port": port_list[0], "ports": ",".join(map(str, port_list)), "rank": rank, "tmp": tmp}
         argv = [PYTHON, os.path.join(HERE, script)] + [str(a).format(**subst) for a in args]
-        out, err = (tempfile.NamedTemporaryFile("w+", prefix="tdist-rank%d-" % rank, suffix=s) for s in (".out", ".err"))
+        out, err = (tempfile.NamedTemporaryFile("w+", prefix="tdist-rank%d-" % rank, suffix=suffix)
+                    for suffix in (".out", ".err"))
         outputs.append((out, err))
         procs.append(torch_forks.start(argv, _env(rank, world_size, port_list[0], extra_env), tmp, out, err))
     deadline = time.monotonic() + deadline_s

@@ -12,7 +12,7 @@ interpreter's own exit (atexit handlers, module teardown, C++ static
 destructors), not os._exit, so the tests of exits still test them.
 
 What a forked child cannot change (settings read when torch is imported:
-OMP_*, MKL_*, TORCH_* but the debug level, PYTHON*) torch_harness.py
+OMP_*, MKL_*, TORCH_* but the debug level, PYTHON*) torch_forks.py
 compares and runs such ranks as fresh processes instead.
 
 Protocol, one JSON object per line. Requests on stdin:
@@ -107,20 +107,28 @@ def serve():
             pending += chunk
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
-                request = json.loads(line)
-                if "signal" in request:
-                    if request["pid"] in children.values():
-                        os.kill(request["pid"], request["signal"])
-                    continue
-                server = os.getpid()
-                pid = os.fork()
-                if pid == 0:
-                    _die_with(server)
-                    for other in children:
-                        os.close(other)
-                    return _become(request)
-                children[os.pidfd_open(pid)] = pid
-                _reply({"pid": pid})
+                script = _answer(json.loads(line), children)
+                if script is not None:
+                    return script
+
+
+def _answer(request, children):
+    """Signals a child, or forks one (registered in `children`, pidfd ->
+    pid); returns, in the new child only, the script it is to run."""
+    if "signal" in request:
+        if request["pid"] in children.values():
+            os.kill(request["pid"], request["signal"])
+        return None
+    server = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _die_with(server)
+        for other in children:
+            os.close(other)
+        return _become(request)
+    children[os.pidfd_open(pid)] = pid
+    _reply({"pid": pid})
+    return None
 
 
 if __name__ == "__main__":
