@@ -15,6 +15,7 @@
 #include "common/completion_thread.h"
 #include "common/env.h"
 #include "common/error_text.h"
+#include "common/owned_by_process.h"
 #include "forced_algorithms.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -78,7 +79,10 @@ using detail::WatchedStore;
 // NOLINTNEXTLINE(performance-unnecessary-value-param)
 Group make_tdist_process_group(std::shared_ptr<Store> store, int rank, int size,
                                const ProcessGroupOptions& options) {
-  return std::make_shared<ProcessGroupTdist>(std::move(store), rank, size, options);
+  // Its worker, transports and shared memory are this process's: a forked
+  // child's copy is not destroyed (common/owned_by_process.h).
+  return detail::owned_by_this_process(
+      std::make_unique<ProcessGroupTdist>(std::move(store), rank, size, options));
 }
 
 ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int rank, int size,
@@ -349,11 +353,22 @@ void ProcessGroupTdist::disconnect() {
 }
 
 void ProcessGroupTdist::check_usable(std::string_view op) const {
-  if (unusable_.load(std::memory_order_acquire))
+  if (unusable_.load(std::memory_order_acquire) || forked_copy())
     throw DistBackendError(std::string(op) + ": " + unusable_text());
 }
 
+bool ProcessGroupTdist::forked_copy() const {
+  return owner_pid_ != detail::this_process_id();
+}
+
 std::string ProcessGroupTdist::unusable_text() const {
+  // Not under mutex_: a parent's thread may have held it when it forked.
+  if (forked_copy()) {
+    return "this process group belongs to process " + std::to_string(owner_pid_) +
+           "; this is a child forked from it (pid " + std::to_string(detail::this_process_id()) +
+           "), where it cannot run calls: its connections, threads and shared memory are the parent's. "
+           "Make a new group in the child (destroy_process_group, then init_process_group)";
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   return unusable_reason_;
 }
@@ -367,6 +382,9 @@ void ProcessGroupTdist::set_unusable(std::string reason) {
 }
 
 void ProcessGroupTdist::abort(const std::string& reason) {
+  // A forked child's copy cannot run calls anyway (check_usable); aborting
+  // it must not abort the parent's links, which it shares.
+  if (forked_copy()) return;
   const auto& global = global_ranks();
   std::string why = "the group was aborted by rank " + std::to_string(rank());
   if (global[static_cast<size_t>(rank())] != rank()) {
@@ -485,6 +503,9 @@ void ProcessGroupTdist::stop_worker(const char* why) {
 
 void ProcessGroupTdist::shutdown() {
   if (shut_down_.exchange(true)) return;
+  // A forked child's copy has no worker to stop and leaves the parent's
+  // links alone (common/owned_by_process.h).
+  if (forked_copy()) return;
   // The worker finishes what is queued (it leaves once the queue is empty).
   stop_worker("shut down");
   set_unusable("the process group was shut down (destroy_process_group)");

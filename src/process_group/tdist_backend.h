@@ -30,6 +30,7 @@
 #include "call_executor.h"
 #include "call_notes.h"
 #include "common/function_ref.h"
+#include "common/owned_by_process.h"
 #include "flight_recorder.h"
 #include "forced_algorithms.h"
 #include "tdist/process_group.h"
@@ -168,6 +169,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Raises why the group cannot run calls (aborted, or a failed rebuild).
   void check_usable(std::string_view op) const;
   std::string unusable_text() const;
+  // This object is a forked child's copy of its maker's group.
+  bool forked_copy() const;
   void set_unusable(std::string reason);
   /// Registers the group with the flight recorder (its peers' call records
   /// on shared memory name who arrived last).
@@ -339,6 +342,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Set while the group cannot run calls (abort(), a failed rebuild);
   // unusable_reason_ (guarded by mutex_) says why.
   std::atomic<bool> unusable_{false};
+  const pid_t owner_pid_ = detail::this_process_id();  // forked_copy() compares
   std::string unusable_reason_;
   std::unique_ptr<transport::Transport> transport_;
   // Point-to-point messages over shared memory when every rank shares this

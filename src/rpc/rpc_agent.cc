@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/owned_by_process.h"
+
 namespace tdist::rpc::detail {
 
 // The deadline of the call this thread serves, if any: calls it makes
@@ -270,7 +272,9 @@ namespace tdist::rpc {
 std::shared_ptr<Agent> Agent::start(const std::string& name, int rank, int world_size,
                                     std::shared_ptr<Store> store, const AgentOptions& options) {
   if (!store) throw DistInvalidArgument("rpc: init_rpc needs a store");
-  return std::make_shared<detail::AgentImpl>(name, rank, world_size, std::move(store), options);
+  // A forked child's copy does not shut the parent's agent down.
+  return tdist::detail::owned_by_this_process(
+      std::make_unique<detail::AgentImpl>(name, rank, world_size, std::move(store), options));
 }
 
 }  // namespace tdist::rpc

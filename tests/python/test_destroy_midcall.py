@@ -1,12 +1,15 @@
 """destroy_process_group() from another thread while a call of the group
 is in progress: the call raises a DistBackendError that names the destroy,
 nothing is freed under it (the process goes on and can start a new group),
-on shared memory and over TCP, for blocking and async calls. And a receive
-from the receiver's own rank fails at once instead of waiting forever."""
+on shared memory and over TCP, for blocking and async calls. A receive
+from the receiver's own rank fails at once instead of waiting forever. And a
+child forked from a rank can neither use nor break its parent's group."""
 
+import gc
 import os
 import tempfile
 import threading
+import traceback
 from datetime import timedelta
 
 import numpy as np
@@ -93,3 +96,46 @@ def test_a_receive_from_the_own_rank_is_refused_at_once(world):
     for rank, messages in enumerate(run_ranks(_recv_from_self, world)):
         for message in messages:
             assert f"src {rank} is this rank; a rank cannot receive from itself" in message, message
+
+
+def _child_of_a_rank(rank, world, result_fd):
+    """In a child forked from a rank: its copy of the group refuses calls,
+    destroy_process_group and the copy's release return at once."""
+    result = b"ok"
+    try:
+        with pytest.raises(dist.DistBackendError) as info:
+            dist.all_reduce(np.ones(3, np.float32))
+        assert "this is a child forked from it" in str(info.value), str(info.value)
+        dist.destroy_process_group()  # the copy's worker is not joined: it is not in this process
+        gc.collect()
+    except BaseException:  # reported to the rank
+        result = traceback.format_exc().encode()
+    os.write(result_fd, result)
+    os._exit(0)
+
+
+def _fork_a_child_then_reduce(rank, world):
+    tensor = np.full(5, rank + 1, np.float32)
+    dist.all_reduce(tensor)  # the group's links and worker exist before the fork
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child_of_a_rank(rank, world, write_fd)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        said = pipe.read()  # until the child exits (or the harness's deadline)
+    _, status = os.waitpid(pid, 0)
+    assert said == b"ok" and os.waitstatus_to_exitcode(status) == 0, said.decode()
+    # The child left the parent's links alone: the group still works.
+    tensor = np.arange(7, dtype=np.float32) * (rank + 1)
+    dist.all_reduce(tensor)
+    return tensor
+
+
+@pytest.mark.parametrize("env", TRANSPORTS, ids=["shm", "tcp"])
+@pytest.mark.parametrize("world", [1, 3])
+def test_a_child_forked_from_a_rank_cannot_use_its_group_and_leaves_it_working(env, world):
+    expected = np.arange(7, dtype=np.float32) * sum(range(1, world + 1))
+    for result in run_ranks(_fork_a_child_then_reduce, world, env=env):
+        np.testing.assert_array_equal(result, expected)

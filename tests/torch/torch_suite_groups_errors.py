@@ -1,7 +1,10 @@
 """Subgroups (new_group), the monitored barrier, and errors: argument errors
-raised before any communication, and deadlines of a group whose peer never
-comes."""
+raised before any communication, deadlines of a group whose peer never
+comes, and a child forked from a rank."""
 
+import gc
+import os
+import traceback
 from datetime import timedelta
 
 import torch
@@ -53,6 +56,37 @@ def _check_group(ctx, ranks, group):
         work.wait()
         assert_equal(got, torch.tensor([prv]), "recv in group %s" % ranks)
     dist.barrier(group=group)
+
+
+def check_a_forked_child_cannot_use_the_group_and_leaves_it_working(ctx):
+    # A child forked from a rank (a DataLoader worker, say) has a copy of the
+    # group but not its worker thread or links: a call there fails, naming
+    # the fork, and destroying the copy returns (it joined the parent's
+    # thread, forever, before). The parent's group keeps working.
+    # First of this suite: a child cannot destroy torch's gloo groups (as
+    # check_monitored_barrier's): gloo's destructor then crashes in it.
+    dist.all_reduce(torch.ones(1))  # the links and the worker exist
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        said = b"ok"
+        try:
+            os.close(read_fd)
+            expect_error(lambda: dist.all_reduce(torch.ones(2)), "all_reduce", "a child forked from it")
+            dist.destroy_process_group()
+            gc.collect()
+        except BaseException:
+            said = traceback.format_exc().encode()
+        os.write(write_fd, said)
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        said = pipe.read()  # until the child exits
+    _, status = os.waitpid(pid, 0)
+    assert said == b"ok" and os.waitstatus_to_exitcode(status) == 0, said.decode()
+    t = make_input(ctx.rank, 6, torch.float32)
+    dist.all_reduce(t)
+    assert_equal(t, sum(make_input(r, 6, torch.float32) for r in range(ctx.world_size)), "all_reduce after the fork")
 
 
 def check_subgroups(ctx):
@@ -190,3 +224,4 @@ def check_mismatched_calls(ctx):
                      "the receiving tensor is float32[4]")
         assert_equal(buf, torch.zeros(4), "the buffer of a mismatched recv")
     dist.barrier()
+

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/owned_by_process.h"
 #include "store/tcp/server_impl.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -251,7 +252,8 @@ TCPServer::~TCPServer() = default;
 std::shared_ptr<TCPServer> TCPServer::start(const TCPServerOptions& options) {
   auto impl = std::make_unique<Impl>(options);
   impl->open();
-  return std::shared_ptr<TCPServer>(new TCPServer(std::move(impl)));
+  // A forked child's copy does not stop the parent's server thread.
+  return detail::owned_by_this_process(std::unique_ptr<TCPServer>(new TCPServer(std::move(impl))));
 }
 
 std::shared_ptr<TCPServer> TCPServer::start_shared(const TCPServerOptions& options) {
