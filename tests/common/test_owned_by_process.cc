@@ -15,7 +15,7 @@ namespace tdist::detail {
 namespace {
 
 struct CountsDestruction {
-  explicit CountsDestruction(std::atomic<int>* destroyed) : destroyed(destroyed) {}
+  explicit CountsDestruction(std::atomic<int>* counter) : destroyed(counter) {}
   ~CountsDestruction() { destroyed->fetch_add(1); }
   CountsDestruction(const CountsDestruction&) = delete;
   CountsDestruction& operator=(const CountsDestruction&) = delete;

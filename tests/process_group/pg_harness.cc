@@ -91,6 +91,10 @@ void check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error(what);
 }
 
+void check(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
 void check_elements(const Tensor& t, int64_t first, int64_t count, const std::function<double(int64_t)>& want,
                     const std::string& what) {
   for (int64_t i = 0; i < count; ++i) {

@@ -9,6 +9,8 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "multirank.h"
@@ -47,6 +49,13 @@ void set_at(const Tensor& t, int64_t i, double v);
 
 /// Throws std::runtime_error with `what` if !ok.
 void check(bool ok, const std::string& what);
+void check(bool ok, const char* what);  // no string made for a check that holds
+/// The same, with the message made by `what()` only if the check fails: in
+/// loops over elements, making it every time took most of a test's CPU.
+template <typename Text, typename = std::enable_if_t<std::is_invocable_r_v<std::string, Text>>>
+void check(bool ok, Text&& what) {
+  if (!ok) check(false, std::string(std::forward<Text>(what)()));
+}
 /// The what() of the `Error` that fn raises; anything else (another error,
 /// or none) fails the check, named by `what`.
 template <typename Error>

@@ -142,10 +142,11 @@ void expect_reduced(const Tensor& got, Kind op, int n, const std::string& what) 
   Tensor want =
       make_tensor(got.dtype(), got.numel(), [&](int64_t i) { return reference(got.dtype(), op, n, i); });
   for (int64_t i = 0; i < got.numel(); ++i) {
-    check(real_at(got, i) == real_at(want, i) && imag_at(got, i) == imag_at(want, i),
-          what + ": element " + std::to_string(i) + " is " + std::to_string(real_at(got, i)) + "+" +
-              std::to_string(imag_at(got, i)) + "i, expected " + std::to_string(real_at(want, i)) + "+" +
-              std::to_string(imag_at(want, i)) + "i");
+    check(real_at(got, i) == real_at(want, i) && imag_at(got, i) == imag_at(want, i), [&] {
+      return what + ": element " + std::to_string(i) + " is " + std::to_string(real_at(got, i)) + "+" +
+             std::to_string(imag_at(got, i)) + "i, expected " + std::to_string(real_at(want, i)) + "+" +
+             std::to_string(imag_at(want, i)) + "i";
+    });
   }
 }
 
@@ -221,8 +222,9 @@ TEST_P(Collectives, AllReduceLargeFloat32IsExactAndBitwiseIdentical) {
                           pg.all_reduce(t, ReduceOp::SUM)->wait();
                           float base = static_cast<float>(pg.size() * (pg.size() - 1) / 2);
                           for (int64_t i = 0; i < count; ++i) {
-                            check(data[i] == static_cast<float>(i % 7) * pg.size() + base,
-                                  "element " + std::to_string(i) + " is " + std::to_string(data[i]));
+                            check(data[i] == static_cast<float>(i % 7) * pg.size() + base, [&] {
+                              return "element " + std::to_string(i) + " is " + std::to_string(data[i]);
+                            });
                           }
                           // Sums whose value depends on the order of additions:
                           // every rank must still hold the same bits.
@@ -244,23 +246,24 @@ TEST_P(Collectives, AllReduceLargeFloat32IsExactAndBitwiseIdentical) {
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
-  EXPECT_EQ(
-      with_groups(mode(), n(),
-                  [&](ProcessGroup& pg, int rank) {
-                    for (int root = 0; root < pg.size(); ++root) {
-                      for (int64_t count : {0, 1, 7, 300001}) {
-                        Tensor t = make_tensor(DType::kInt32, count, [&](int64_t i) {
-                          return rank == root ? static_cast<double>(i * 3 + root) : -1.0;
-                        });
-                        pg.broadcast(t, root)->wait();
-                        for (int64_t i = 0; i < count; ++i) {
-                          check(real_at(t, i) == static_cast<double>(i * 3 + root),
-                                "broadcast root " + std::to_string(root) + " element " + std::to_string(i));
-                        }
-                      }
-                    }
-                  }),
-      "");
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          for (int root = 0; root < pg.size(); ++root) {
+                            for (int64_t count : {0, 1, 7, 300001}) {
+                              Tensor t = make_tensor(DType::kInt32, count, [&](int64_t i) {
+                                return rank == root ? static_cast<double>(i * 3 + root) : -1.0;
+                              });
+                              pg.broadcast(t, root)->wait();
+                              for (int64_t i = 0; i < count; ++i) {
+                                check(real_at(t, i) == static_cast<double>(i * 3 + root), [&] {
+                                  return "broadcast root " + std::to_string(root) + " element " +
+                                         std::to_string(i);
+                                });
+                              }
+                            }
+                          }
+                        }),
+            "");
 }
 
 TEST_P(Collectives, ReduceToEveryRootLeavesOtherInputsAlone) {
@@ -301,8 +304,9 @@ TEST_P(Collectives, AllGatherListWithDifferentSizesPerRank) {
                     pg.all_gather(outs, in)->wait();
                     for (int r = 0; r < pg.size(); ++r) {
                       for (int64_t i = 0; i < size_of(r); ++i) {
-                        check(real_at(outs[static_cast<size_t>(r)], i) == r * 100 + i,
-                              "all_gather block " + std::to_string(r) + " element " + std::to_string(i));
+                        check(real_at(outs[static_cast<size_t>(r)], i) == r * 100 + i, [&] {
+                          return "all_gather block " + std::to_string(r) + " element " + std::to_string(i);
+                        });
                       }
                     }
                   }),
@@ -362,7 +366,7 @@ TEST_P(Collectives, AllGatherIntoTensorConcatenatedStackedInPlaceAndUneven) {
                   double want = r + i * 0.5;
                   check(real_at(concat, r * count + i) == want && real_at(stacked, r * count + i) == want &&
                             real_at(inplace, r * count + i) == want,
-                        "all_gather_into_tensor rank block " + std::to_string(r));
+                        [&] { return "all_gather_into_tensor rank block " + std::to_string(r); });
                 }
               }
             }
@@ -405,7 +409,7 @@ TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
                                 for (int r = 0; r < p; ++r) {
                                   for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 101)) {
                                     check(real_at(list[static_cast<size_t>(r)], i) == (r * 31 + i) % 256,
-                                          "gather block " + std::to_string(r));
+                                          [&] { return "gather block " + std::to_string(r); });
                                   }
                                 }
                               }
@@ -420,7 +424,7 @@ TEST_P(Collectives, GatherAndScatterFromEveryRoot) {
                               pg.scatter(out, sources, root)->wait();
                               for (int64_t i = 0; i < count; i += std::max<int64_t>(1, count / 101)) {
                                 check(real_at(out, i) == (rank + 7 * i) % 256,
-                                      "scatter element " + std::to_string(i));
+                                      [&] { return "scatter element " + std::to_string(i); });
                               }
                             }
                           }
@@ -443,9 +447,10 @@ TEST_P(Collectives, ReduceScatterListTensorAndUneven) {
                 Tensor out = Tensor::zeros(DType::kFloat64, {count});
                 pg.reduce_scatter_tensor(out, in, make_op(kind))->wait();
                 for (int64_t i = 0; i < count; ++i) {
-                  check(real_at(out, i) == reference(DType::kFloat64, kind, p, rank * count + i),
-                        label("reduce_scatter_tensor", DType::kFloat64, kind, count) + " element " +
-                            std::to_string(i));
+                  check(real_at(out, i) == reference(DType::kFloat64, kind, p, rank * count + i), [&] {
+                    return label("reduce_scatter_tensor", DType::kFloat64, kind, count) + " element " +
+                           std::to_string(i);
+                  });
                 }
               }
             }
@@ -495,7 +500,7 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                           for (int s = 0; s < p; ++s) {
                             for (int64_t i = 0; i < s + rank + 1; ++i) {
                               check(real_at(outs[static_cast<size_t>(s)], i) == s * 100 + rank * 10 + i,
-                                    "all_to_all block from rank " + std::to_string(s));
+                                    [&] { return "all_to_all block from rank " + std::to_string(s); });
                             }
                           }
                           // Single, equal splits: two rows of 3 per peer.
@@ -507,7 +512,7 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                           for (int s = 0; s < p; ++s) {
                             for (int64_t i = 0; i < 6; ++i) {
                               check(real_at(out, s * 6 + i) == s * 1000 + rank * 6 + i,
-                                    "all_to_all_single equal");
+                                    [&] { return "all_to_all_single equal"; });
                             }
                           }
                           // Single, unequal: rank s sends (s + d) % 3 rows to d.
@@ -529,8 +534,9 @@ TEST_P(Collectives, AllToAllListsAndSingleWithEqualAndUnequalSplits) {
                             int64_t first = 0;  // where block `rank` starts in s's input
                             for (int d = 0; d < rank; ++d) first += ((s + d) % 3) * 2;
                             for (int64_t i = 0; i < ((s + rank) % 3) * 2; ++i) {
-                              check(real_at(uout, at++) == s * 1000 + first + i,
-                                    "all_to_all_single unequal from rank " + std::to_string(s));
+                              check(real_at(uout, at++) == s * 1000 + first + i, [&] {
+                                return "all_to_all_single unequal from rank " + std::to_string(s);
+                              });
                             }
                           }
                         }),

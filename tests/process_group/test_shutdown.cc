@@ -43,9 +43,10 @@ TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
                   for (int k = 0; k < 3; ++k) {
                     works[k]->wait();
                     for (int64_t i = 0; i < tensors[k].numel(); ++i) {
-                      check(tensors[k].data<int64_t>()[i] == ranks_sum * (k + 1),
-                            "all_reduce " + std::to_string(k) + " queued before shutdown, element " +
-                                std::to_string(i));
+                      check(tensors[k].data<int64_t>()[i] == ranks_sum * (k + 1), [&] {
+                        return "all_reduce " + std::to_string(k) + " queued before shutdown, element " +
+                               std::to_string(i);
+                      });
                     }
                   }
                   const std::string later =
