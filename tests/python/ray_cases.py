@@ -118,11 +118,14 @@ def train_loop(config):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     assert dist.get_backend() == "tdist"
+    # Read before DDP's first broadcast: no rank of the first attempt can
+    # see the marker yet (it is made two steps after that broadcast).
+    attempt = 2 if os.path.exists(config["marker"]) else 1
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(5):
-        if step == 2 and config.get("kill_rank") == rank and not os.path.exists(config["marker"]):
+        if step == 2 and config["kill_rank"] == rank and attempt == 1:
             open(config["marker"], "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         x = torch.full((2, 4), float(rank + step))
@@ -130,7 +133,7 @@ def train_loop(config):
             loss = model(x).pow(2).mean()
             loss.backward()
         except Exception as error:
-            with open(os.path.join(config["errors"], f"rank{rank}.txt"), "w") as f:
+            with open(os.path.join(config["errors"], f"attempt{attempt}-rank{rank}.txt"), "w") as f:
                 f.write(f"{type(error).__name__}: {error}")
             raise
         optimizer.step()
@@ -146,32 +149,31 @@ def train_loop(config):
     ray.train.report(outcome)
 
 
-def train(tmp_path, kill_rank=None):
+def train(tmp_path, kill_rank=2):
     """TorchTrainer runs train_loop on WORLD workers, on backend "tdist";
-    with kill_rank, that rank dies in the first attempt and Ray's restart
+    rank `kill_rank` dies in the first attempt and Ray's restart
     (max_failures=1) must finish the job. Checks the outcome of every rank:
-    equal weights, the right sum, two ranks on each node; and that the
-    first attempt's survivors that saw the loss (before Ray stopped them)
-    name the dead rank. Returns where each rank ran: {rank: where}."""
+    equal weights, the right sum, two ranks on each node; that the first
+    attempt's survivors that saw the loss (before Ray stopped them) name
+    the dead rank; and that the second attempt, a whole run of its own,
+    reported no error. Returns where each rank ran: {rank: where}."""
     paths = {name: tmp_path / name for name in ("errors", "results")}
     for path in paths.values():
         path.mkdir()
     config = {name: str(path) for name, path in paths.items()}
-    if kill_rank is not None:
-        config.update(kill_rank=kill_rank, marker=str(tmp_path / "killed"))
-    result = trainer(train_loop, config, tmp_path, max_failures=0 if kill_rank is None else 1).fit()
-    assert result.error is None  # with a kill: the second attempt ran to the end
+    config.update(kill_rank=kill_rank, marker=str(tmp_path / "killed"))
+    result = trainer(train_loop, config, tmp_path, max_failures=1).fit()
+    assert result.error is None  # the second attempt ran to the end
     outcomes = {int(p.stem[len("rank"):]): json.loads(p.read_text()) for p in paths["results"].iterdir()}
     assert sorted(outcomes) == list(range(WORLD)), outcomes
     places = {rank: outcome.pop("where") for rank, outcome in outcomes.items()}
     for outcome in outcomes.values():
         assert outcome == {"same_weights": True, "total": float(sum(range(1, WORLD + 1))), "world": WORLD}
     assert sorted(collections.Counter(p["node"] for p in places.values()).values()) == [2, 2], places
+    assert os.path.exists(config["marker"]), f"rank {kill_rank} was never killed"
     reports = {p.name: p.read_text() for p in paths["errors"].iterdir()}
-    if kill_rank is None:
-        assert not reports, reports
-    else:
-        assert os.path.exists(config["marker"]), f"rank {kill_rank} was never killed"
-        assert reports, "no surviving rank reported an error"
-        assert all(f"rank {kill_rank}" in text for text in reports.values()), reports
+    first = {name: text for name, text in reports.items() if name.startswith("attempt1-")}
+    assert first, "no surviving rank reported an error"
+    assert all(f"rank {kill_rank}" in text for text in first.values()), first
+    assert reports.keys() == first.keys(), f"the second attempt reported errors: {reports}"
     return places

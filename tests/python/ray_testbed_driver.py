@@ -12,8 +12,8 @@ files. The cases:
   all_reduce and all_gather against NumPy, then a checked all_reduce of
   LINK_BYTES with this host's link counters read around it;
 - torch: the same group on torch.distributed, backend "tdist";
-- trainer: TorchTrainer on backend "tdist";
-- killed: TorchTrainer with rank 2 killed in its first attempt.
+- trainer: TorchTrainer on backend "tdist", rank 2 killed in its first
+  attempt and the job restarted by Ray.
 """
 
 import json
@@ -57,10 +57,6 @@ def torch(_directory):
 
 
 def trainer(directory):
-    return {"places": ray_cases.train(directory)}
-
-
-def killed(directory):
     return {"places": ray_cases.train(directory, kill_rank=2)}
 
 
@@ -74,7 +70,7 @@ def main(case, directory):
     # The workers cannot import ray_cases: its functions travel by value.
     ray.cloudpickle.register_pickle_by_value(ray_cases)
     try:
-        result = {"actors": actors, "torch": torch, "trainer": trainer, "killed": killed}[case](
+        result = {"actors": actors, "torch": torch, "trainer": trainer}[case](
             pathlib.Path(directory))
     finally:
         ray.shutdown()

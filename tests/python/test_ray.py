@@ -1,7 +1,8 @@
 """tdist on a Ray cluster of two nodes on this machine (ray.cluster_utils:
 a head node and a worker node, two CPUs each): a group of Ray actors made
-by tdist.ray.init_group, Ray Train's TorchTrainer on backend "tdist", and a
-worker killed mid-job, named by the survivors and restarted by Ray."""
+by tdist.ray.init_group, and Ray Train's TorchTrainer on backend "tdist"
+with a worker killed mid-job, named by the survivors, and the job restarted
+by Ray and run to the end."""
 
 import os
 
@@ -67,12 +68,10 @@ def test_an_actor_that_cannot_join_is_named_at_once(cluster):
         ray.kill(w)
 
 
-def test_torch_trainer_on_backend_tdist(cluster, tmp_path):
-    # DDP on 4 workers, two on each node: equal weights, the right sum, no errors.
-    train(tmp_path)
-
-
-def test_a_killed_worker_is_named_and_ray_restarts_the_job(cluster, tmp_path):
-    # Rank 2 dies by SIGKILL in the first attempt: the survivors that saw the
-    # loss name it, and Ray's restart (max_failures=1) runs the job to the end.
+def test_torch_trainer_on_backend_tdist_names_a_killed_worker_and_ray_restarts_it(cluster, tmp_path):
+    # DDP on 4 workers, two on each node. Rank 2 dies by SIGKILL in the first
+    # attempt: the survivors that saw the loss name it, and Ray's restart
+    # (max_failures=1) runs the job to the end with equal weights, the right
+    # sum and no error: a whole run on backend "tdist" (one TorchTrainer job
+    # instead of two: each start of its workers costs CPU-seconds).
     train(tmp_path, kill_rank=2)
