@@ -6,7 +6,6 @@ launcher_job.py, and the SIGUSR1 dumps of a paused job."""
 
 import os
 import re
-import socket
 
 # Variables of every launcher (and of a job pytest itself may run in).
 FOREIGN = re.compile(r"^(SLURM_|SALLOC_|SBATCH_|SRUN_|OMPI_|PMI_|PMIX_|MPI_LOCAL)|^(RANK|WORLD_SIZE|LOCAL_RANK|"
@@ -19,9 +18,10 @@ def without_launcher_variables():
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # Outside the ephemeral range, which connections and bind(port 0) take
+    # from (a port from bind(0) was now and then taken before the listen).
+    from tdist._spawn import free_port as pick
+    return pick()
 
 
 def check_report(report, rank, world_size, rank_source):

@@ -6,7 +6,6 @@ that a stopped rank and the dumps are real."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,9 +24,9 @@ JOB_DEADLINE = 60
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # Outside the ephemeral range (tdist._spawn.free_port says why).
+    from tdist._spawn import free_port
+    return free_port()
 
 
 def _run_job(tmp_path, mode, k, transport, stopped=None):

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,9 +32,9 @@ TRIALS = int(os.environ.get("TDIST_STOP_TRIALS", "2"))
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # Outside the ephemeral range (tdist._spawn.free_port says why).
+    from tdist._spawn import free_port
+    return free_port()
 
 
 def _run_job(tmp_path, victim, transport, mode="stop", world=WORLD):

@@ -44,10 +44,10 @@ def test_tdistrun_launches_a_torch_2_program():
 # ---- torch's backend autoloading (the "torch.backends" entry point) ----
 
 _ONE_RANK = """
-import socket, torch, torch.distributed as dist
+import torch, torch.distributed as dist
 print("registered:", "tdist" in dist.Backend.backend_list, flush=True)
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-dist.init_process_group("tdist", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1)
+store = dist.TCPStore("127.0.0.1", 0, 1, True)  # port 0: the store's own, never taken meanwhile
+dist.init_process_group("tdist", store=store, rank=0, world_size=1)
 t = torch.ones(3)
 dist.all_reduce(t)
 print("backend:", dist.get_backend(), "sum:", t.tolist(), flush=True)
