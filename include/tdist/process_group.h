@@ -72,6 +72,11 @@ class ProcessGroup {
   /// True once destroy_process_group() destroyed this group (distributed.h);
   /// the functional API then refuses every call on it.
   bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }
+  /// True in a child forked after this group was made: the group's threads,
+  /// connections and shared memory are the parent's, and it refuses calls.
+  bool forked_copy() const;
+  /// The pid of the process that made the group.
+  int owner_pid() const { return owner_pid_; }
   void mark_destroyed() { destroyed_.store(true, std::memory_order_release); }
   /// Calls of the functional API (distributed.h) running on this group now
   /// through a handle of it, blocked ones included (those on the default
@@ -158,6 +163,7 @@ class ProcessGroup {
   ProcessGroupOptions options_;
   std::atomic<bool> destroyed_{false};
   std::atomic<int> calls_in_progress_{0};
+  int owner_pid_;  // the process that made the group (forked_copy)
 };
 
 using Group = std::shared_ptr<ProcessGroup>;

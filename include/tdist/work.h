@@ -113,6 +113,7 @@ class Work {
   std::shared_ptr<Future> future_;
   mutable std::mutex mutex_;
   int source_rank_ = -1;
+  int owner_pid_;  // the process that started the operation
 };
 
 using WorkPtr = std::shared_ptr<Work>;

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "tdist/blocking_call.h"
 #include "distributed_state.h"
 #include "flight_recorder.h"
 #include "group_resolve.h"
 #include "object_codec.h"
+#include "tdist/blocking_call.h"
 #include "tdist/debug.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -236,7 +236,10 @@ void destroy_process_group(const Group& group) {
         "was called before init_process_group(), or twice)");
   }
   const int global_rank = state().world->rank();
-  if (global_rank >= 0) {
+  // A forked child's copy leaves the parent's store alone (its connection
+  // is the parent's) and has no calls of its own to wait for.
+  const bool forked = state().world->forked_copy();
+  if (global_rank >= 0 && !forked) {
     detail::write_job_trace(*state().store, global_rank, state().world->size(), state().world->timeout());
   }
   // The default group and every group made since: handles kept of them
@@ -257,7 +260,8 @@ void destroy_process_group(const Group& group) {
   // Outside the lock: the calls that end now may need it to raise.
   for (const auto& g : destroyed) stop_calls(*g, global_rank, g == world ? g_world_calls.load() : 0);
   destroyed.clear();
-  const auto limit = std::min(world->timeout(), std::chrono::milliseconds(30000));
+  const auto limit =
+      forked ? std::chrono::milliseconds(0) : std::min(world->timeout(), std::chrono::milliseconds(30000));
   free_world_after_calls(std::move(world), limit);
 }
 
@@ -307,6 +311,13 @@ std::string get_comm_name(const Group& group) {
 Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                 const std::string& backend, bool use_local_synchronization) {
   Group world = world_or_throw();
+  if (world->forked_copy()) {
+    // Its rendezvous would go through the parent's store connection, as the
+    // parent's rank.
+    throw DistBackendError(
+        "new_group: the default group belongs to process " + std::to_string(world->owner_pid()) +
+        "; this is a child forked from it: destroy_process_group, then init_process_group");
+  }
   if (timeout) validate::positive_timeout("new_group", *timeout);
   int world_size = world->size();
   std::vector<int> members = ranks;

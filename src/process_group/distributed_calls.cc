@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "tdist/blocking_call.h"
 #include "distributed_state.h"
 #include "group_resolve.h"
 #include "object_codec.h"
+#include "tdist/blocking_call.h"
 #include "tdist/errors.h"
 #include "validate.h"
 

@@ -210,6 +210,12 @@ std::pair<Group, ProcessGroupTdist*> member_group(const Group& group, const char
 std::pair<detail::Decision, std::string> round_on(ProcessGroupTdist& group, int64_t flag,
                                                   std::optional<milliseconds> timeout, const char* op) {
   if (timeout) validate::positive_timeout(op, *timeout);
+  if (group.forked_copy()) {
+    // Its round would go through the parent's store connection, as the
+    // parent's rank (revoked groups still take part: not check_usable).
+    throw DistBackendError(std::string(op) + ": the group belongs to process " +
+                           std::to_string(group.owner_pid()) + "; this is a child forked from it");
+  }
   // Under the group's generation, counted from 0 in each: the survivors
   // make these calls in the same order, and a replacement that created the
   // group anew counts as they do once they rebuilt it.

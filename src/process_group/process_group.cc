@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/owned_by_process.h"
 #include "tdist/errors.h"
 #include "validate.h"
 
@@ -58,10 +59,14 @@ void ensure_builtin_backends(Registry& r) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(int rank, int size, ProcessGroupOptions options)
-    : rank_(rank), size_(size), options_(std::move(options)) {
+    : rank_(rank), size_(size), options_(std::move(options)), owner_pid_(detail::this_process_id()) {
   if (options_.global_ranks.empty()) {
     for (int r = 0; r < size; ++r) options_.global_ranks.push_back(r);
   }
+}
+
+bool ProcessGroup::forked_copy() const {
+  return owner_pid_ != detail::this_process_id();
 }
 
 void ProcessGroup::unsupported(const char* op) const {

@@ -357,14 +357,10 @@ void ProcessGroupTdist::check_usable(std::string_view op) const {
     throw DistBackendError(std::string(op) + ": " + unusable_text());
 }
 
-bool ProcessGroupTdist::forked_copy() const {
-  return owner_pid_ != detail::this_process_id();
-}
-
 std::string ProcessGroupTdist::unusable_text() const {
   // Not under mutex_: a parent's thread may have held it when it forked.
   if (forked_copy()) {
-    return "this process group belongs to process " + std::to_string(owner_pid_) +
+    return "this process group belongs to process " + std::to_string(owner_pid()) +
            "; this is a child forked from it (pid " + std::to_string(detail::this_process_id()) +
            "), where it cannot run calls: its connections, threads and shared memory are the parent's. "
            "Make a new group in the child (destroy_process_group, then init_process_group)";
@@ -428,6 +424,8 @@ void ProcessGroupTdist::abort_links(const std::string& why) {
 }
 
 void ProcessGroupTdist::reinit(bool rebuild_links) {
+  // A forked child's copy must not close or rebuild the parent's links.
+  if (forked_copy()) throw DistBackendError("reinit_process_group: " + unusable_text());
   if (shut_down_.load()) {
     throw DistBackendError(
         "reinit_process_group: the process group was shut down (destroy_process_group); "

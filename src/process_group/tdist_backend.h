@@ -169,8 +169,6 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Raises why the group cannot run calls (aborted, or a failed rebuild).
   void check_usable(std::string_view op) const;
   std::string unusable_text() const;
-  // This object is a forked child's copy of its maker's group.
-  bool forked_copy() const;
   void set_unusable(std::string reason);
   /// Registers the group with the flight recorder (its peers' call records
   /// on shared memory name who arrived last).
@@ -342,7 +340,6 @@ class ProcessGroupTdist final : public ProcessGroup {
   // Set while the group cannot run calls (abort(), a failed rebuild);
   // unusable_reason_ (guarded by mutex_) says why.
   std::atomic<bool> unusable_{false};
-  const pid_t owner_pid_ = detail::this_process_id();  // forked_copy() compares
   std::string unusable_reason_;
   std::unique_ptr<transport::Transport> transport_;
   // Point-to-point messages over shared memory when every rank shares this

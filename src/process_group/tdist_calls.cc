@@ -5,10 +5,10 @@
 
 #include <optional>
 #include "algorithms/tuning/tuning.h"
-#include "tdist/blocking_call.h"
 #include "common/completion_thread.h"
 #include "common/error_text.h"
 #include "forced_algorithms.h"
+#include "tdist/blocking_call.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 #include "tdist_backend.h"

@@ -1,6 +1,7 @@
 #include "tdist/work.h"
 
 #include "common/completion_thread.h"
+#include "common/owned_by_process.h"
 #include "tdist/errors.h"
 
 namespace tdist {
@@ -99,7 +100,10 @@ void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
 }
 
 Work::Work(std::string op, std::vector<Tensor> outputs, const void* completer)
-    : op_(std::move(op)), outputs_(std::move(outputs)), future_(std::make_shared<Future>()) {
+    : op_(std::move(op)),
+      outputs_(std::move(outputs)),
+      future_(std::make_shared<Future>()),
+      owner_pid_(detail::this_process_id()) {
   future_->set_completer(completer);
 }
 
@@ -123,6 +127,13 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0) {
     throw DistInvalidArgument(op_ + ": Work.wait: the timeout is " + std::to_string(timeout.count()) +
                               " ms; it must not be negative");
+  }
+  if (owner_pid_ != detail::this_process_id() && !future_->completed()) {
+    // Its group's threads are the parent's: nothing here would finish it,
+    // and driving it would read the parent's connections.
+    throw DistBackendError(op_ + ": Work.wait: the operation was started by process " +
+                           std::to_string(owner_pid_) +
+                           "; this is a child forked from it, where it never completes");
   }
   // 0 is torch's kNoTimeout: wait for as long as the operation runs.
   if (timeout.count() == 0) timeout = std::chrono::milliseconds::max();

@@ -8,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/owned_by_process.h"
-
 namespace tdist::rpc::detail {
 
 // The deadline of the call this thread serves, if any: calls it makes
@@ -85,6 +83,12 @@ Future AgentImpl::call_async(const std::string& to, const std::string& function,
                              milliseconds timeout, const std::string& label) {
   const int callee = worker_info(to).id;
   const std::string& shown = label.empty() ? function : label;
+  if (owner_pid_ != tdist::detail::this_process_id()) {
+    throw DistError(
+        "rpc: this agent belongs to process " + std::to_string(owner_pid_) +
+        "; this is a child forked from it, whose calls would go over the parent's connections (call '" +
+        shown + "' on '" + to + "')");
+  }
   // Held from the check to the sends: shutdown either finds this call
   // pending or this finds the agent closed.
   std::shared_lock<std::shared_mutex> use(use_mutex_);
@@ -134,6 +138,9 @@ Future AgentImpl::call_async(const std::string& to, const std::string& function,
 }
 
 void AgentImpl::shutdown(bool graceful) {
+  // A forked child's copy has none of the agent's threads and must not say
+  // goodbye on the parent's connections.
+  if (owner_pid_ != tdist::detail::this_process_id()) return;
   std::lock_guard<std::mutex> once(shutdown_mutex_);
   if (shut_down_) return;
   shut_down_ = true;

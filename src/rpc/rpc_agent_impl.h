@@ -27,6 +27,7 @@
 #include "common/completion_thread.h"
 #include "common/env.h"
 #include "common/error_text.h"
+#include "common/owned_by_process.h"
 #include "common/signal_dump.h"
 #include "common/socket.h"
 #include "rpc/rpc_buffers.h"
@@ -263,6 +264,7 @@ class AgentImpl final : public Agent {
 
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
+  const int owner_pid_ = tdist::detail::this_process_id();  // a forked child's copy refuses calls
 };
 
 }  // namespace tdist::rpc::detail

@@ -7,6 +7,8 @@ child forked from a rank can neither use nor break its parent's group."""
 
 import gc
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import traceback
@@ -98,14 +100,21 @@ def test_a_receive_from_the_own_rank_is_refused_at_once(world):
             assert f"src {rank} is this rank; a rank cannot receive from itself" in message, message
 
 
-def _child_of_a_rank(rank, world, result_fd):
+def _child_of_a_rank(rank, world, result_fd, pending):
     """In a child forked from a rank: its copy of the group refuses calls,
-    destroy_process_group and the copy's release return at once."""
+    rebuilds, new groups and waits on the parent's unfinished work; an abort
+    leaves the parent's links alone; destroy_process_group and the copy's
+    release return at once."""
     result = b"ok"
     try:
-        with pytest.raises(dist.DistBackendError) as info:
-            dist.all_reduce(np.ones(3, np.float32))
-        assert "this is a child forked from it" in str(info.value), str(info.value)
+        for call in (lambda: dist.all_reduce(np.ones(3, np.float32)), dist.reinit_process_group, dist.new_group):
+            with pytest.raises(dist.DistBackendError) as info:
+                call()
+            assert "this is a child forked from it" in str(info.value), str(info.value)
+        if pending is not None:  # the parent's receive: the child must not take its message
+            with pytest.raises(dist.DistBackendError, match="a child forked from it, where it never completes"):
+                pending.wait()
+        dist.abort()
         dist.destroy_process_group()  # the copy's worker is not joined: it is not in this process
         gc.collect()
     except BaseException:  # reported to the rank
@@ -117,11 +126,15 @@ def _child_of_a_rank(rank, world, result_fd):
 def _fork_a_child_then_reduce(rank, world):
     tensor = np.full(5, rank + 1, np.float32)
     dist.all_reduce(tensor)  # the group's links and worker exist before the fork
+    # Rank 0 waits for a message that rank 1 sends only after the children
+    # are gone (the all_reduce below orders it).
+    got = np.zeros(4, np.float32)
+    pending = dist.irecv(got, src=1) if rank == 0 and world > 1 else None
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child_of_a_rank(rank, world, write_fd)
+        _child_of_a_rank(rank, world, write_fd, pending)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         said = pipe.read()  # until the child exits (or the harness's deadline)
@@ -130,6 +143,11 @@ def _fork_a_child_then_reduce(rank, world):
     # The child left the parent's links alone: the group still works.
     tensor = np.arange(7, dtype=np.float32) * (rank + 1)
     dist.all_reduce(tensor)
+    if rank == 1:
+        dist.send(np.arange(4, dtype=np.float32) + 10, dst=0)
+    if pending is not None:
+        pending.wait()
+        np.testing.assert_array_equal(got, np.arange(4, dtype=np.float32) + 10)
     return tensor
 
 
@@ -139,3 +157,45 @@ def test_a_child_forked_from_a_rank_cannot_use_its_group_and_leaves_it_working(e
     expected = np.arange(7, dtype=np.float32) * sum(range(1, world + 1))
     for result in run_ranks(_fork_a_child_then_reduce, world, env=env):
         np.testing.assert_array_equal(result, expected)
+
+
+_NORMAL_EXIT = """
+import os, sys
+from datetime import timedelta
+import numpy as np
+import tdist as dist
+from tdist import rpc
+store = dist.TCPStore("127.0.0.1", 0, 1, True)  # port 0: the store's own
+dist.init_process_group("tdist", store=store, rank=0, world_size=1, timeout=timedelta(seconds=30))
+rpc.init_rpc("w0", rank=0, world_size=1, rpc_backend_options=rpc.RpcBackendOptions(
+    init_method="tcp://127.0.0.1:%d" % dist._spawn.free_port()))
+pending = dist.all_reduce(np.ones(3, np.float32), async_op=True)
+pid = os.fork()
+if pid == 0:
+    try:
+        rpc.rpc_sync("w0", max, args=(1, 2))
+        sys.exit(3)
+    except RuntimeError as error:
+        if "a child forked from it" not in str(error):
+            raise
+    sys.exit(0)  # the interpreter's own exit: atexit (rpc, groups), finalization
+_, status = os.waitpid(pid, 0)
+pending.wait()
+t = np.ones(2, np.float32)
+dist.all_reduce(t)
+assert rpc.rpc_sync("w0", max, args=(1, 2)) == 2
+print("child", os.waitstatus_to_exitcode(status), "parent", t.tolist(), flush=True)
+rpc.shutdown()
+dist.destroy_process_group()
+"""
+
+
+def test_a_forked_child_that_exits_normally_leaves_the_group_store_and_rpc_agent_working():
+    # The child runs the interpreter's exit (tdist's atexit shutdown of RPC
+    # and groups, finalization): it returns at once and the parent goes on.
+    env = dict(os.environ)
+    env.pop("MASTER_ADDR", None)
+    done = subprocess.run([sys.executable, "-c", _NORMAL_EXIT], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "child 0 parent [1.0, 1.0]" in done.stdout, done.stdout + done.stderr[-3000:]

@@ -1,6 +1,7 @@
 """Registration of the "tdist" backend with torch.distributed."""
 
 import atexit
+import os
 from datetime import timedelta
 
 import torch
@@ -33,7 +34,7 @@ def create_process_group(backend_options, pg_options=None):
     return group
 
 
-_LEAVING = []  # (store, rank, size, timeout) of the job this process joined
+_LEAVING = []  # (store, rank, size, timeout, pid) of the job this process joined
 
 # A program that never calls destroy_process_group() (or whose DDP model
 # keeps a group alive after it) would leave the groups' threads running into
@@ -64,12 +65,14 @@ def _leave_at_exit(store, rank, size, timeout):
     """
     if _LEAVING:
         return  # once per process: the first group of every rank
-    _LEAVING.append((store, rank, size, timeout))
+    _LEAVING.append((store, rank, size, timeout, os.getpid()))
     atexit.register(_leave)
 
 
 def _leave():
-    store, rank, size, timeout = _LEAVING[0]
+    store, rank, size, timeout, pid = _LEAVING[0]
+    if pid != os.getpid():
+        return  # a forked child's exit: the job's rank is its parent, which leaves later
     try:
         if rank != 0:
             store.set(f"tdist/left/{rank}", "1")
