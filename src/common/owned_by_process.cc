@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <string>
 
 namespace tdist::detail {
 
@@ -26,6 +27,10 @@ pid_t this_process_id() {
   }();
   (void)registered;
   return cached_pid.load(std::memory_order_relaxed);
+}
+
+std::string forked_copy_text(const std::string& what, pid_t owner) {
+  return "this " + what + " belongs to process " + std::to_string(owner) + "; this is a child forked from it";
 }
 
 }  // namespace tdist::detail

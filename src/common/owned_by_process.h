@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <string>
 
 namespace tdist::detail {
 
@@ -21,6 +22,10 @@ namespace tdist::detail {
 /// first call; so call it once before forking, as an owner's constructor
 /// does).
 pid_t this_process_id();
+
+/// "this <what> belongs to process <owner>; this is a child forked from it":
+/// how the errors of a forked child's copy begin.
+std::string forked_copy_text(const std::string& what, pid_t owner);
 
 /// `object` in a shared_ptr that destroys it only in the process that calls
 /// this; in a forked child the last owner's release leaves it be.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/owned_by_process.h"
 #include "distributed_state.h"
 #include "flight_recorder.h"
 #include "group_resolve.h"
@@ -314,9 +315,8 @@ Group new_group(const std::vector<int>& ranks, std::optional<std::chrono::millis
   if (world->forked_copy()) {
     // Its rendezvous would go through the parent's store connection, as the
     // parent's rank.
-    throw DistBackendError(
-        "new_group: the default group belongs to process " + std::to_string(world->owner_pid()) +
-        "; this is a child forked from it: destroy_process_group, then init_process_group");
+    throw DistBackendError("new_group: " + detail::forked_copy_text("default group", world->owner_pid()) +
+                           ": destroy_process_group, then init_process_group");
   }
   if (timeout) validate::positive_timeout("new_group", *timeout);
   int world_size = world->size();

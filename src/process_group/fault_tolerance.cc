@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/env.h"
+#include "common/owned_by_process.h"
 #include "group_resolve.h"
 #include "tdist/distributed.h"
 #include "tdist/errors.h"
@@ -213,8 +214,7 @@ std::pair<detail::Decision, std::string> round_on(ProcessGroupTdist& group, int6
   if (group.forked_copy()) {
     // Its round would go through the parent's store connection, as the
     // parent's rank (revoked groups still take part: not check_usable).
-    throw DistBackendError(std::string(op) + ": the group belongs to process " +
-                           std::to_string(group.owner_pid()) + "; this is a child forked from it");
+    throw DistBackendError(std::string(op) + ": " + detail::forked_copy_text("group", group.owner_pid()));
   }
   // Under the group's generation, counted from 0 in each: the survivors
   // make these calls in the same order, and a replacement that created the

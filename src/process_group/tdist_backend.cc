@@ -360,8 +360,8 @@ void ProcessGroupTdist::check_usable(std::string_view op) const {
 std::string ProcessGroupTdist::unusable_text() const {
   // Not under mutex_: a parent's thread may have held it when it forked.
   if (forked_copy()) {
-    return "this process group belongs to process " + std::to_string(owner_pid()) +
-           "; this is a child forked from it (pid " + std::to_string(detail::this_process_id()) +
+    return detail::forked_copy_text("process group", owner_pid()) + " (pid " +
+           std::to_string(detail::this_process_id()) +
            "), where it cannot run calls: its connections, threads and shared memory are the parent's. "
            "Make a new group in the child (destroy_process_group, then init_process_group)";
   }

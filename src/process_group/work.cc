@@ -131,9 +131,8 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   if (owner_pid_ != detail::this_process_id() && !future_->completed()) {
     // Its group's threads are the parent's: nothing here would finish it,
     // and driving it would read the parent's connections.
-    throw DistBackendError(op_ + ": Work.wait: the operation was started by process " +
-                           std::to_string(owner_pid_) +
-                           "; this is a child forked from it, where it never completes");
+    throw DistBackendError(op_ + ": Work.wait: " + detail::forked_copy_text("operation", owner_pid_) +
+                           ", where it never completes");
   }
   // 0 is torch's kNoTimeout: wait for as long as the operation runs.
   if (timeout.count() == 0) timeout = std::chrono::milliseconds::max();

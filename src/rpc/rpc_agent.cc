@@ -84,10 +84,9 @@ Future AgentImpl::call_async(const std::string& to, const std::string& function,
   const int callee = worker_info(to).id;
   const std::string& shown = label.empty() ? function : label;
   if (owner_pid_ != tdist::detail::this_process_id()) {
-    throw DistError(
-        "rpc: this agent belongs to process " + std::to_string(owner_pid_) +
-        "; this is a child forked from it, whose calls would go over the parent's connections (call '" +
-        shown + "' on '" + to + "')");
+    throw DistError("rpc: " + tdist::detail::forked_copy_text("agent", owner_pid_) +
+                    ", whose calls would go over the parent's connections (call '" + shown + "' on '" + to +
+                    "')");
   }
   // Held from the check to the sends: shutdown either finds this call
   // pending or this finds the agent closed.
