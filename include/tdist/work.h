@@ -56,11 +56,15 @@ class Future : public std::enable_shared_from_this<Future> {
   void check_wait_allowed(const std::string& what) const;
   /// Internal: lets a waiting thread move the operation along itself (a
   /// point-to-point receive reads its socket) instead of sleeping until the
-  /// completer's thread wakes it. Called by wait() with its deadline, never
-  /// on the completer's thread; it may return before completion. Set before
-  /// the future is shared.
-  void set_progress(std::function<void(std::chrono::steady_clock::time_point)> progress) {
-    progress_ = std::move(progress);
+  /// completer's thread wakes it. wait() calls `progress(context, deadline)`,
+  /// never on the completer's thread; it may return before completion.
+  /// `context` must live as long as the future (a pointer, not a
+  /// std::function: that cost an allocation per message). Set before the
+  /// future is shared.
+  using Progress = void (*)(void* context, std::chrono::steady_clock::time_point deadline);
+  void set_progress(Progress progress, void* context) {
+    progress_ = progress;
+    progress_context_ = context;
   }
 
  private:
@@ -72,11 +76,13 @@ class Future : public std::enable_shared_from_this<Future> {
   std::vector<Tensor> value_;
   std::vector<std::function<void()>> callbacks_;
   const void* completer_ = nullptr;
-  std::function<void(std::chrono::steady_clock::time_point)> progress_;
+  Progress progress_ = nullptr;
+  void* progress_context_ = nullptr;
 };
 
-/// A handle to one operation, returned when async_op=true.
-class Work {
+/// A handle to one operation, returned when async_op=true. Works live in a
+/// std::shared_ptr (WorkPtr): the future shares the work's ownership.
+class Work : public std::enable_shared_from_this<Work> {
  public:
   /// `op` names the operation in messages ("all_reduce"); `completer` is
   /// what finishes it (see Future::set_completer()).
@@ -97,8 +103,10 @@ class Work {
   /// Returns true, as the spec's Work.wait does. A timeout of 0 means none
   /// (torch's kNoTimeout); a negative one raises DistInvalidArgument.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
-  /// A future completed with the op's output tensors.
-  std::shared_ptr<Future> get_future() const { return future_; }
+  /// A future completed with the op's output tensors. It lives inside the
+  /// work (one allocation for both, where there were two per message) and
+  /// keeps it alive; the work must be owned by a std::shared_ptr.
+  std::shared_ptr<Future> get_future() const;
   /// For receives from any source: the rank the message came from
   /// (group rank), -1 before completion or for other ops.
   int source_rank() const;
@@ -107,10 +115,14 @@ class Work {
   /// Called by the process group when the operation finishes.
   void finish(std::exception_ptr error, int source_rank = -1);
 
+ protected:
+  /// The future, for the process group that runs the operation.
+  Future& future() { return future_; }
+
  private:
   const std::string op_;
   std::vector<Tensor> outputs_;
-  std::shared_ptr<Future> future_;
+  mutable Future future_;
   mutable std::mutex mutex_;
   int source_rank_ = -1;
   int owner_pid_;  // the process that started the operation

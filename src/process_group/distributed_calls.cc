@@ -32,17 +32,21 @@ using detail::api::to_group_rank;
 namespace {
 
 // isend/irecv under the name of the call the user made ("send", "irecv", ...).
+// GroupCall rather than resolve(): no lock and no reference count on the
+// way to an 8 B message.
 WorkPtr start_send(const char* op, const Tensor& tensor, int dst, const Group& group, int tag) {
-  Group g = resolve(group, op);
-  if (g->rank() < 0) return nullptr;
-  return g->send(tensor, to_group_rank(*g, dst, op, "dst"), tag);
+  const GroupCall call(group, op);
+  ProcessGroup& g = *call;
+  if (g.rank() < 0) return nullptr;
+  return g.send(tensor, to_group_rank(g, dst, op, "dst"), tag);
 }
 
 WorkPtr start_recv(const char* op, const Tensor& tensor, std::optional<int> src, const Group& group,
                    int tag) {
-  Group g = resolve(group, op);
-  if (g->rank() < 0) return nullptr;
-  return g->recv(tensor, src ? to_group_rank(*g, *src, op, "src") : -1, tag);
+  const GroupCall call(group, op);
+  ProcessGroup& g = *call;
+  if (g.rank() < 0) return nullptr;
+  return g.recv(tensor, src ? to_group_rank(g, *src, op, "src") : -1, tag);
 }
 
 }  // namespace

@@ -308,8 +308,6 @@ class ProcessGroupTdist final : public ProcessGroup {
                                const std::vector<size_t>& counts, const ReduceOp& op) const;
 
   // ---- Point-to-point (tdist_p2p.cc) ----
-  // Lets a thread waiting for a point-to-point work read the sockets itself.
-  void drive_on_wait(Work& work, const transport::RequestPtr& request, transport::Transport* transport);
   /// The transport a send or recv starts on; raises while a rebuild has
   /// none, and (tag >= 0) what a receiver that refused an earlier send of
   /// this rank sent back (Transport::take_rejection).

@@ -25,9 +25,9 @@ bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
-  if (progress_ && timeout.count() != 0 && !done_) {
+  if (progress_ != nullptr && timeout.count() != 0 && !done_) {
     lock.unlock();
-    progress_(deadline);
+    progress_(progress_context_, deadline);
     lock.lock();
   }
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
@@ -53,8 +53,10 @@ std::vector<Tensor> Future::value() {
 
 std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)> callback) {
   auto next = std::make_shared<Future>();
-  auto self = shared_from_this();
-  auto run = [self, next, callback = std::move(callback)] {
+  // `this` outlives the callback: it runs below, or from finish(), on a
+  // future its caller holds (a work's future has no shared_from_this of its
+  // own: it shares the work's).
+  auto run = [self = this, next, callback = std::move(callback)] {
     try {
       auto result = callback(*self);
       if (auto error = self->error()) {
@@ -100,27 +102,29 @@ void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
 }
 
 Work::Work(std::string op, std::vector<Tensor> outputs, const void* completer)
-    : op_(std::move(op)),
-      outputs_(std::move(outputs)),
-      future_(std::make_shared<Future>()),
-      owner_pid_(detail::this_process_id()) {
-  future_->set_completer(completer);
+    : op_(std::move(op)), outputs_(std::move(outputs)), owner_pid_(detail::this_process_id()) {
+  future_.set_completer(completer);
+}
+
+std::shared_ptr<Future> Work::get_future() const {
+  // Aliasing: the future is a member, its owner the work's owner.
+  return std::shared_ptr<Future>(shared_from_this(), &future_);
 }
 
 bool Work::is_completed() const {
-  return future_->completed();
+  return future_.completed();
 }
 
 bool Work::is_success() const {
-  if (!future_->completed()) {
+  if (!future_.completed()) {
     throw DistError(op_ +
                     ": is_success() called before the operation completed; call wait() or is_completed()");
   }
-  return future_->error() == nullptr;
+  return future_.error() == nullptr;
 }
 
 std::exception_ptr Work::exception() const {
-  return future_->error();
+  return future_.error();
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
@@ -128,7 +132,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     throw DistInvalidArgument(op_ + ": Work.wait: the timeout is " + std::to_string(timeout.count()) +
                               " ms; it must not be negative");
   }
-  if (owner_pid_ != detail::this_process_id() && !future_->completed()) {
+  if (owner_pid_ != detail::this_process_id() && !future_.completed()) {
     // Its group's threads are the parent's: nothing here would finish it,
     // and driving it would read the parent's connections.
     throw DistBackendError(op_ + ": Work.wait: " + detail::forked_copy_text("operation", owner_pid_) +
@@ -136,7 +140,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   }
   // 0 is torch's kNoTimeout: wait for as long as the operation runs.
   if (timeout.count() == 0) timeout = std::chrono::milliseconds::max();
-  if (!future_->wait_for(timeout, op_)) {
+  if (!future_.wait_for(timeout, op_)) {
     throw DistTimeoutError(op_ + ": Work.wait: Timed out after " + std::to_string(timeout.count()) +
                            " ms; the operation is still running");
   }
@@ -158,9 +162,9 @@ void Work::finish(std::exception_ptr error, int source_rank) {
     outputs.swap(outputs_);
   }
   if (error) {
-    future_->set_error(std::move(error));
+    future_.set_error(std::move(error));
   } else {
-    future_->set_value(std::move(outputs));
+    future_.set_value(std::move(outputs));
   }
 }
 

@@ -14,25 +14,36 @@ bool Request::done() const {
   return done_.load(std::memory_order_acquire);
 }
 
+// Once done_ is set (release, under the mutex) the outcome never changes,
+// so a reader that sees it set (acquire) reads without the lock: the
+// completion callbacks read all three, once per message.
 std::exception_ptr Request::error() const {
+  if (done_.load(std::memory_order_acquire)) return error_;
   std::lock_guard<std::mutex> lock(mutex_);
   return error_;
 }
 
 int Request::source() const {
+  if (done_.load(std::memory_order_acquire)) return source_;
   std::lock_guard<std::mutex> lock(mutex_);
   return source_;
 }
 
 size_t Request::received_bytes() const {
+  if (done_.load(std::memory_order_acquire)) return received_bytes_;
   std::lock_guard<std::mutex> lock(mutex_);
   return received_bytes_;
 }
 
 void Request::on_complete(std::function<void(Request&)> callback) {
+  on_complete(std::move(callback), nullptr);
+}
+
+void Request::on_complete(std::function<void(Request&)> callback, std::shared_ptr<void> owner) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!done_.load(std::memory_order_relaxed)) {
+      if (owner) owner_ = std::move(owner);
       if (!first_callback_) {
         first_callback_ = std::move(callback);
       } else {
@@ -45,12 +56,14 @@ void Request::on_complete(std::function<void(Request&)> callback) {
 }
 
 void Request::run_callbacks() {
+  std::shared_ptr<void> owner;  // declared first: released after the callbacks
   std::function<void(Request&)> first;
   std::vector<std::function<void(Request&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     first.swap(first_callback_);
     callbacks.swap(callbacks_);
+    owner.swap(owner_);
   }
   if (first) first(*this);
   for (auto& callback : callbacks) callback(*this);

@@ -93,6 +93,11 @@ class Request {
   /// on the completing thread, outside any transport lock, so it may post
   /// new operations.
   void on_complete(std::function<void(Request&)> callback);
+  /// The same, keeping `owner` (what the callback works on, such as its
+  /// operation's work) alive until the callbacks have run, so that the
+  /// callback can hold a plain pointer to it: a std::function that holds a
+  /// shared_ptr allocates, once per message. One owner per request.
+  void on_complete(std::function<void(Request&)> callback, std::shared_ptr<void> owner);
 
   // Called by transports, never while holding their own locks.
   void complete(int source, size_t received_bytes);
@@ -122,6 +127,7 @@ class Request {
   // one (a work's), and the list would cost an allocation per message.
   std::function<void(Request&)> first_callback_;
   std::vector<std::function<void(Request&)>> callbacks_;
+  std::shared_ptr<void> owner_;  // released once the callbacks have run
 };
 
 using RequestPtr = std::shared_ptr<Request>;
