@@ -5,6 +5,7 @@
 /// Future (Work::get_future(), with then() callbacks), as in the spec's
 /// "Synchronous and asynchronous collective operations".
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -71,7 +72,9 @@ class Future : public std::enable_shared_from_this<Future> {
   void finish(std::vector<Tensor> value, std::exception_ptr error);
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
-  bool done_ = false;
+  // Set (release) under mutex_ after error_ and value_, which never change
+  // again: completed() and error() on a finished future take no lock.
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
   std::vector<Tensor> value_;
   std::vector<std::function<void()>> callbacks_;

@@ -25,22 +25,23 @@ bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what
   std::unique_lock<std::mutex> lock(mutex_);
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
-  if (progress_ != nullptr && timeout.count() != 0 && !done_) {
+  if (progress_ != nullptr && timeout.count() != 0 && !done_.load(std::memory_order_relaxed)) {
     lock.unlock();
     progress_(progress_context_, deadline);
     lock.lock();
   }
-  if (!done_cv_.wait_until(lock, deadline, [&] { return done_; })) return false;
+  if (!done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); }))
+    return false;
   if (error_) std::rethrow_exception(error_);
   return true;
 }
 
 bool Future::completed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
+  return done_.load(std::memory_order_acquire);
 }
 
 std::exception_ptr Future::error() const {
+  if (done_.load(std::memory_order_acquire)) return error_;
   std::lock_guard<std::mutex> lock(mutex_);
   return error_;
 }
@@ -70,7 +71,7 @@ std::shared_ptr<Future> Future::then(std::function<std::vector<Tensor>(Future&)>
   };
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
+    if (!done_.load(std::memory_order_relaxed)) {
       callbacks_.push_back(std::move(run));
       return next;
     }
@@ -91,10 +92,10 @@ void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
   std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (done_) return;
-    done_ = true;
+    if (done_.load(std::memory_order_relaxed)) return;
     value_ = std::move(value);
     error_ = std::move(error);
+    done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   done_cv_.notify_all();
