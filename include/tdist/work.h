@@ -21,7 +21,7 @@ namespace tdist {
 
 /// The result of an asynchronous operation: done or not, its error, its
 /// output tensors. Thread-safe.
-class Future : public std::enable_shared_from_this<Future> {
+class Future {
  public:
   Future() = default;
   Future(const Future&) = delete;

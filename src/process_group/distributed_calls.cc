@@ -31,22 +31,29 @@ using detail::api::to_group_rank;
 
 namespace {
 
-// isend/irecv under the name of the call the user made ("send", "irecv", ...).
-// GroupCall rather than resolve(): no lock and no reference count on the
-// way to an 8 B message.
-WorkPtr start_send(const char* op, const Tensor& tensor, int dst, const Group& group, int tag) {
-  const GroupCall call(group, op);
-  ProcessGroup& g = *call;
+// A send or receive posted on `g` under the name of the call the user made
+// ("send", "irecv", ...); null for a non-member.
+WorkPtr post_send(ProcessGroup& g, const char* op, const Tensor& tensor, int dst, int tag) {
   if (g.rank() < 0) return nullptr;
   return g.send(tensor, to_group_rank(g, dst, op, "dst"), tag);
+}
+
+WorkPtr post_recv(ProcessGroup& g, const char* op, const Tensor& tensor, std::optional<int> src, int tag) {
+  if (g.rank() < 0) return nullptr;
+  return g.recv(tensor, src ? to_group_rank(g, *src, op, "src") : -1, tag);
+}
+
+// isend/irecv: GroupCall rather than resolve(), no lock and no reference
+// count on the way to an 8 B message; the call ends once posted.
+WorkPtr start_send(const char* op, const Tensor& tensor, int dst, const Group& group, int tag) {
+  const GroupCall call(group, op);
+  return post_send(*call, op, tensor, dst, tag);
 }
 
 WorkPtr start_recv(const char* op, const Tensor& tensor, std::optional<int> src, const Group& group,
                    int tag) {
   const GroupCall call(group, op);
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return nullptr;
-  return g.recv(tensor, src ? to_group_rank(g, *src, op, "src") : -1, tag);
+  return post_recv(*call, op, tensor, src, tag);
 }
 
 }  // namespace
@@ -61,18 +68,24 @@ WorkPtr irecv(const Tensor& tensor, std::optional<int> src, const Group& group, 
   return start_recv("irecv", tensor, src, group, tag);
 }
 
+// The blocking ones are a call until their wait ends, as the blocking
+// collectives are: destroy_process_group() meanwhile aborts the group
+// (the wait raises) and waits for them, instead of freeing the transport
+// their wait is driving.
 void send(const Tensor& tensor, int dst, const Group& group, int tag) {
   check_user_tag("send", tag);
-  if (auto work = start_send("send", tensor, dst, group, tag)) work->wait();
+  const GroupCall call(group, "send");
+  if (auto work = post_send(*call, "send", tensor, dst, tag)) work->wait();
 }
 
 int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
   check_user_tag("recv", tag);
-  Group g = resolve(group, "recv");
-  auto work = start_recv("recv", tensor, src, g, tag);
+  const GroupCall call(group, "recv");
+  ProcessGroup& g = *call;
+  auto work = post_recv(g, "recv", tensor, src, tag);
   if (!work) return -1;
   work->wait();
-  return get_global_rank(g, work->source_rank());
+  return g.global_ranks().at(static_cast<size_t>(work->source_rank()));
 }
 
 namespace detail {

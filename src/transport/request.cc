@@ -1,5 +1,7 @@
 #include "transport/transport.h"
 
+#include <stdexcept>
+
 namespace tdist::transport {
 
 bool Request::wait_until(Clock::time_point deadline) {
@@ -43,7 +45,12 @@ void Request::on_complete(std::function<void(Request&)> callback, std::shared_pt
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!done_.load(std::memory_order_relaxed)) {
-      if (owner) owner_ = std::move(owner);
+      if (owner) {
+        // A second owner would release the first while its callback,
+        // which holds a plain pointer to it, is still queued.
+        if (owner_) throw std::logic_error("Request::on_complete: the request already has an owner");
+        owner_ = std::move(owner);
+      }
       if (!first_callback_) {
         first_callback_ = std::move(callback);
       } else {

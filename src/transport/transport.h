@@ -96,7 +96,8 @@ class Request {
   /// The same, keeping `owner` (what the callback works on, such as its
   /// operation's work) alive until the callbacks have run, so that the
   /// callback can hold a plain pointer to it: a std::function that holds a
-  /// shared_ptr allocates, once per message. One owner per request.
+  /// shared_ptr allocates, once per message. One owner per request: a
+  /// second raises std::logic_error.
   void on_complete(std::function<void(Request&)> callback, std::shared_ptr<void> owner);
 
   // Called by transports, never while holding their own locks.

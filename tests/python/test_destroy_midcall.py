@@ -1,7 +1,8 @@
 """destroy_process_group() from another thread while a call of the group
 is in progress: the call raises a DistBackendError that names the destroy,
 nothing is freed under it (the process goes on and can start a new group),
-on shared memory and over TCP, for blocking and async calls. A receive
+on shared memory and over TCP, for blocking and async collectives and a
+blocking receive. A receive
 from the receiver's own rank fails at once instead of waiting forever. And a
 child forked from a rank can neither use nor break its parent's group."""
 
@@ -54,14 +55,19 @@ def _destroy_midcall(rank, world, sync_dir, async_op):
         return None
     done = threading.Event()
     errors = []
-    destroyer = threading.Thread(target=_destroy_when_started, args=("all_reduce", done, errors))
+    op = "recv" if async_op == "recv" else "all_reduce"
+    destroyer = threading.Thread(target=_destroy_when_started, args=(op, done, errors))
     destroyer.start()
     tensor = np.ones(1 << 20, np.float32)
     try:
         with pytest.raises(dist.DistBackendError) as info:
-            work = dist.all_reduce(tensor, async_op=async_op)
-            if async_op:
-                work.wait()
+            if op == "recv":
+                # Rank 1 never sends: only the destroy can end it.
+                dist.recv(tensor, src=1)
+            else:
+                work = dist.all_reduce(tensor, async_op=async_op)
+                if async_op:
+                    work.wait()
     finally:
         done.set()
         destroyer.join()
@@ -74,7 +80,7 @@ def _destroy_midcall(rank, world, sync_dir, async_op):
 
 
 @pytest.mark.parametrize("env", TRANSPORTS, ids=["shm", "tcp"])
-@pytest.mark.parametrize("async_op", [False, True], ids=["blocking", "async"])
+@pytest.mark.parametrize("async_op", [False, True, "recv"], ids=["blocking", "async", "blocking_recv"])
 def test_destroy_from_another_thread_ends_the_call_with_an_error_naming_it(env, async_op):
     with tempfile.TemporaryDirectory() as sync_dir:
         message = run_ranks(_destroy_midcall, 2, sync_dir, async_op, init=False, env=env)[0]

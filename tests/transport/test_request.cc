@@ -57,5 +57,18 @@ TEST(Request, EveryCallbackRunsOnceWithTheFirstOwnerAlive) {
   EXPECT_EQ(keep->completions, 3);
 }
 
+TEST(Request, ASecondOwnerIsRefusedAndTheFirstStays) {
+  auto request = std::make_shared<Request>(Request::Kind::kSend, 1, 1, 4);
+  auto first = std::make_shared<Owner>();
+  const std::weak_ptr<Owner> weak = first;
+  Owner* raw = first.get();
+  request->on_complete([raw](Request&) { ++raw->completions; }, std::move(first));
+  EXPECT_THROW(request->on_complete([](Request&) {}, std::make_shared<Owner>()), std::logic_error);
+  ASSERT_FALSE(weak.expired());
+  const auto keep = weak.lock();
+  request->complete(1, 4);
+  EXPECT_EQ(keep->completions, 1);
+}
+
 }  // namespace
 }  // namespace tdist::transport
