@@ -31,13 +31,11 @@ class P2PWork final : public Work {
           detail::FlightRecorder* recorder)
       : Work(op, one_tensor(tensor), transport), transport_(transport), recorder_(recorder) {}
 
-  // `expected`: a receive's size, which the message must have; 0 for a send.
-  void start(WorkPtr self, transport::RequestPtr request, uint64_t trace_id, size_t expected) {
+  void start(transport::RequestPtr request, uint64_t trace_id) {
     request_ = std::move(request);
     trace_id_ = trace_id;
-    expected_ = expected;
     future().set_progress(&P2PWork::drive, this);
-    request_->on_complete([work = this](transport::Request& r) { work->completed(r); }, std::move(self));
+    request_->on_complete([work = this](transport::Request& r) { work->completed(r); }, shared_from_this());
   }
 
  private:
@@ -61,22 +59,23 @@ class P2PWork final : public Work {
   }
 
   void completed(transport::Request& r) {
+    const bool receive = r.kind() == transport::Request::Kind::kRecv;
     std::exception_ptr error = r.error();
-    if (!error && r.kind() == transport::Request::Kind::kRecv && r.received_bytes() != expected_) {
+    // A receive's capacity is its tensor's size, which the message must have.
+    if (!error && receive && r.received_bytes() != r.nbytes()) {
       error = std::make_exception_ptr(
-          DistInvalidArgument("recv: the tensor has " + std::to_string(expected_) + " bytes but rank " +
+          DistInvalidArgument("recv: the tensor has " + std::to_string(r.nbytes()) + " bytes but rank " +
                               std::to_string(r.source()) + " sent " + std::to_string(r.received_bytes()) +
                               " (send and recv tensors must match)"));
     }
     detail::end_trace(*recorder_, trace_id_, error);
-    finish(error, r.kind() == transport::Request::Kind::kRecv && !error ? r.source() : -1);
+    finish(error, receive && !error ? r.source() : -1);
   }
 
   transport::Transport* const transport_;
   detail::FlightRecorder* const recorder_;
   transport::RequestPtr request_;
   uint64_t trace_id_ = 0;
-  size_t expected_ = 0;
 };
 
 }  // namespace
@@ -110,7 +109,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
   auto request = transport.isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
-  work->start(work, std::move(request), trace_id, 0);
+  work->start(std::move(request), trace_id);
   return work;
 }
 
@@ -127,7 +126,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);
   auto request = transport.irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
-  work->start(work, std::move(request), trace_id, tensor.nbytes());
+  work->start(std::move(request), trace_id);
   return work;
 }
 

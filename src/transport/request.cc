@@ -19,22 +19,23 @@ bool Request::done() const {
 // Once done_ is set (release, under the mutex) the outcome never changes,
 // so a reader that sees it set (acquire) reads without the lock: the
 // completion callbacks read all three, once per message.
-std::exception_ptr Request::error() const {
-  if (done_.load(std::memory_order_acquire)) return error_;
+template <typename T>
+T Request::outcome(const T& field) const {
+  if (done_.load(std::memory_order_acquire)) return field;
   std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
+  return field;
+}
+
+std::exception_ptr Request::error() const {
+  return outcome(error_);
 }
 
 int Request::source() const {
-  if (done_.load(std::memory_order_acquire)) return source_;
-  std::lock_guard<std::mutex> lock(mutex_);
-  return source_;
+  return outcome(source_);
 }
 
 size_t Request::received_bytes() const {
-  if (done_.load(std::memory_order_acquire)) return received_bytes_;
-  std::lock_guard<std::mutex> lock(mutex_);
-  return received_bytes_;
+  return outcome(received_bytes_);
 }
 
 void Request::on_complete(std::function<void(Request&)> callback) {

@@ -112,6 +112,10 @@ class Request {
   void run_callbacks();
 
  private:
+  /// `field` of the outcome, under the lock only while not yet done.
+  template <typename T>
+  T outcome(const T& field) const;
+
   const Kind kind_;
   const int peer_;
   const uint64_t tag_;

@@ -45,7 +45,7 @@ def _destroy_when_started(op, done, errors):
         errors.append(error)
 
 
-def _destroy_midcall(rank, world, sync_dir, async_op):
+def _destroy_midcall(rank, world, sync_dir, call):
     dist.init_process_group("tdist", timeout=timedelta(seconds=60))
     oob = dist.FileStore(os.path.join(sync_dir, "oob"), world)
     if rank != 0:
@@ -55,7 +55,7 @@ def _destroy_midcall(rank, world, sync_dir, async_op):
         return None
     done = threading.Event()
     errors = []
-    op = "recv" if async_op == "recv" else "all_reduce"
+    op = "recv" if call == "blocking_recv" else "all_reduce"
     destroyer = threading.Thread(target=_destroy_when_started, args=(op, done, errors))
     destroyer.start()
     tensor = np.ones(1 << 20, np.float32)
@@ -65,8 +65,8 @@ def _destroy_midcall(rank, world, sync_dir, async_op):
                 # Rank 1 never sends: only the destroy can end it.
                 dist.recv(tensor, src=1)
             else:
-                work = dist.all_reduce(tensor, async_op=async_op)
-                if async_op:
+                work = dist.all_reduce(tensor, async_op=call == "async")
+                if call == "async":
                     work.wait()
     finally:
         done.set()
@@ -80,10 +80,10 @@ def _destroy_midcall(rank, world, sync_dir, async_op):
 
 
 @pytest.mark.parametrize("env", TRANSPORTS, ids=["shm", "tcp"])
-@pytest.mark.parametrize("async_op", [False, True, "recv"], ids=["blocking", "async", "blocking_recv"])
-def test_destroy_from_another_thread_ends_the_call_with_an_error_naming_it(env, async_op):
+@pytest.mark.parametrize("call", ["blocking", "async", "blocking_recv"])
+def test_destroy_from_another_thread_ends_the_call_with_an_error_naming_it(env, call):
     with tempfile.TemporaryDirectory() as sync_dir:
-        message = run_ranks(_destroy_midcall, 2, sync_dir, async_op, init=False, env=env)[0]
+        message = run_ranks(_destroy_midcall, 2, sync_dir, call, init=False, env=env)[0]
     assert "destroy_process_group() was called on rank 0" in message, message
     # Rank 1 is alive and never joined: it is not blamed.
     assert "rank 1 died" not in message and "crashed" not in message, message
