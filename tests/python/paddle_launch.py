@@ -39,7 +39,8 @@ def launch(source, nprocs, library, tmp_path, swap, env):
     # reference inside gloo's TCP transport is run again, and every
     # attempt's gloo error is reported if all fail.
     gloo_errors = []
-    for attempt in range(5):
+    attempts = 5
+    for attempt in range(1, attempts + 1):
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
         logs = ""
         if log_dir is not None and os.path.isdir(log_dir):
@@ -50,11 +51,12 @@ def launch(source, nprocs, library, tmp_path, swap, env):
         output = result.stdout + result.stderr + logs
         if not (library == "paddle" and result.returncode != 0 and "gloo/transport/tcp/" in output):
             break
-        gloo_errors += [f"attempt {attempt + 1}: {line.strip()}" for line in output.splitlines()
+        gloo_errors += [f"attempt {attempt}: {line.strip()}" for line in output.splitlines()
                         if "gloo/transport/tcp/" in line][:2]
-        # In the warnings summary of a passing run too: how often it happens.
-        warnings.warn(f"paddle's own reference run failed inside gloo's TCP transport (attempt {attempt + 1}); "
-                      "running it again")
+        if attempt < attempts:
+            # In the warnings summary of a passing run too: how often it happens.
+            warnings.warn(f"paddle's own reference run failed inside gloo's TCP transport (attempt {attempt}); "
+                          "running it again")
     assert result.returncode == 0, (result.stdout[-3000:] + result.stderr[-3000:] + logs
                                     + "\n".join(["", "paddle's gloo errors:"] + gloo_errors))
     return logs
