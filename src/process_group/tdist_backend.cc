@@ -159,6 +159,7 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store, std::chrono
     shm_p2p_ = std::move(shm_p2p);
     domains_ = std::move(domains);
     p2p_transport_.store(shm_p2p_ ? shm_p2p_.get() : transport_.get(), std::memory_order_release);
+    (void)p2p_lease_->open();  // after the pointer (p2p_lease.h)
     all_on_shared_memory_ = shm() != nullptr && forced_algos_ == 0;
   }
   trace_register(*store);
@@ -322,6 +323,16 @@ class ProcessGroupTdist::LinksPin {
 
 void ProcessGroupTdist::disconnect() {
   recorder_.forget_group(trace_group_);
+  // A thread waiting on a send's or receive's work drives the transport:
+  // it must leave before the transport goes. destroy_process_group()
+  // aborted the group already if one was waiting (idle()); else (a group
+  // shut down or rebuilt under a wait) the abort here ends the wait.
+  if (p2p_lease_->close()) {
+    abort_links(
+        "the group's connections were closed (destroy_process_group, shutdown or a rebuild) "
+        "while a thread waited for a send or receive on them");
+  }
+  p2p_lease_->drain();
   CollectiveDomains domains;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::Transport> shm_p2p;
@@ -569,7 +580,8 @@ bool ProcessGroupTdist::peer_crashed(int peer) const {
 }
 
 bool ProcessGroupTdist::idle() const {
-  return executor_.idle();
+  // A thread waiting on a send's or receive's work is a call in progress.
+  return executor_.idle() && !p2p_lease_->in_use();
 }
 
 }  // namespace tdist

@@ -33,6 +33,7 @@
 #include "common/owned_by_process.h"
 #include "flight_recorder.h"
 #include "forced_algorithms.h"
+#include "p2p_lease.h"
 #include "tdist/process_group.h"
 #include "transport/shm/shm_group.h"
 #include "transport/transport.h"
@@ -63,7 +64,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// True if all_reduce runs hierarchically (shared memory inside hosts, TCP across).
   bool hierarchical() const { return domains_.local != nullptr; }
   uint64_t sequence_number() const override { return next_seq_.load(std::memory_order_relaxed); }
-  /// Nothing queued, and the worker's latest operation (if any) finished.
+  /// Nothing queued, the worker's latest operation (if any) finished, and
+  /// no thread waits on a send's or receive's work.
   bool idle() const override;
   void shutdown() override;
   /// Group rank 0's "<host>-<pid>-<n>" (n counts that process's groups),
@@ -311,7 +313,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// The transport a send or recv starts on; raises while a rebuild has
   /// none, and (tag >= 0) what a receiver that refused an earlier send of
   /// this rank sent back (Transport::take_rejection).
-  transport::Transport& p2p_transport(const char* op, int tag) const;
+  /// Also says which connections' generation it belongs to (p2p_lease.h).
+  transport::Transport& p2p_transport(const char* op, int tag, uint64_t& generation) const;
 
   // ---- State ----
   /// The group's call notes in its store (call_notes.h).
@@ -347,6 +350,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   // shm_p2p_ or transport_ as point-to-point calls read it: they may come from any
   // thread, even the old transport's loop while a rebuild destroys it.
   std::atomic<transport::Transport*> p2p_transport_{nullptr};
+  // The waits of send and receive works that drive p2p_transport_
+  // (p2p_lease.h): disconnect() ends them before it destroys it.
+  const std::shared_ptr<detail::P2pLease> p2p_lease_ = std::make_shared<detail::P2pLease>();
   // Destroyed before transport_, which the subset transports point into.
   CollectiveDomains domains_;
   // Ops whose TCP algorithm TDIST_ALGO_<OP> forces (read once, at creation),

@@ -2,7 +2,9 @@
 // group's transport (no executor: they may overlap each other and the
 // collectives).
 
+#include "p2p_lease.h"
 #include "tdist/errors.h"
+#include "tdist/logging.h"
 #include "tdist_backend.h"
 #include "tensor_lists.h"
 #include "validate.h"
@@ -25,11 +27,17 @@ uint64_t p2p_tag(int tag) {
 // being sent. One allocation for the work and its future, and the callback
 // and the wait hold plain pointers: a message of 8 B costs a few hundred
 // nanoseconds of such bookkeeping, a third of its time (docs/performance.md).
+// The wait reaches the transport through the group's lease (p2p_lease.h),
+// as the work may outlive the transport.
 class P2PWork final : public Work {
  public:
   P2PWork(const char* op, const Tensor& tensor, transport::Transport* transport,
-          detail::FlightRecorder* recorder)
-      : Work(op, one_tensor(tensor), transport), transport_(transport), recorder_(recorder) {}
+          detail::FlightRecorder* recorder, std::shared_ptr<detail::P2pLease> lease, uint64_t generation)
+      : Work(op, one_tensor(tensor), transport),
+        transport_(transport),
+        recorder_(recorder),
+        lease_(std::move(lease)),
+        generation_(generation) {}
 
   void start(transport::RequestPtr request, uint64_t trace_id) {
     request_ = std::move(request);
@@ -48,13 +56,28 @@ class P2PWork final : public Work {
 
   // Future::set_progress: the waiting thread drives the transport, which runs
   // the request's callback (which finishes the work) on this thread once it
-  // lets go, if it drove, else on the transport's own thread.
+  // lets go, if it drove, else on the transport's own thread. If the
+  // transport is closed or closing, the thread waits for that callback
+  // instead (Future::wait_for).
   static void drive(void* context, std::chrono::steady_clock::time_point deadline) {
     auto* work = static_cast<P2PWork*>(context);
+    detail::P2pLease& lease = *work->lease_;
+    if (!lease.enter(work->generation_)) return;
+    struct Leave {
+      detail::P2pLease& lease;
+      ~Leave() { lease.leave(); }
+    } leave{lease};
     try {
       work->transport_->wait(work->request_, deadline);
+    } catch (const std::exception& error) {
+      // Only the request's outcome finishes the work: until the transport
+      // completes or fails it, the tensor is the transport's to fill, and
+      // the caller must not be told it may reuse it. The request's own
+      // error comes through its callback; the wait goes on in
+      // Future::wait_for, bounded by the caller's deadline.
+      TDIST_LOG(DEBUG) << work->op() << ": the transport's wait raised: " << error.what();
     } catch (...) {
-      // The request's error reaches the work through its callback.
+      TDIST_LOG(DEBUG) << work->op() << ": the transport's wait raised";
     }
   }
 
@@ -74,14 +97,19 @@ class P2PWork final : public Work {
 
   transport::Transport* const transport_;
   detail::FlightRecorder* const recorder_;
+  const std::shared_ptr<detail::P2pLease> lease_;
+  const uint64_t generation_;
   transport::RequestPtr request_;
   uint64_t trace_id_ = 0;
 };
 
 }  // namespace
 
-transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) const {
+transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag, uint64_t& generation) const {
   check_usable(op);
+  // Before the pointer (p2p_lease.h): a generation read with a newer
+  // transport's pointer only makes the wait skip driving.
+  generation = p2p_lease_->generation();
   transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
   if (transport == nullptr) {
     check_usable(op);  // a rebuild that failed meanwhile says why
@@ -104,8 +132,9 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  transport::Transport& transport = p2p_transport("send", tag);
-  auto work = std::make_shared<P2PWork>("send", tensor, &transport, &recorder_);
+  uint64_t generation = 0;
+  transport::Transport& transport = p2p_transport("send", tag, generation);
+  auto work = std::make_shared<P2PWork>("send", tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
   auto request = transport.isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
@@ -121,8 +150,9 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
     throw DistInvalidArgument("recv: src " + std::to_string(src) +
                               " is this rank; a rank cannot receive from itself");
   }
-  transport::Transport& transport = p2p_transport("recv", tag);
-  auto work = std::make_shared<P2PWork>("recv", tensor, &transport, &recorder_);
+  uint64_t generation = 0;
+  transport::Transport& transport = p2p_transport("recv", tag, generation);
+  auto work = std::make_shared<P2PWork>("recv", tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);
   auto request = transport.irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);

@@ -1,12 +1,16 @@
 // ProcessGroup::shutdown (what torch's destroy_process_group calls through
 // the plugin): the queued operations finish first, with their results;
 // then every call raises, naming the shutdown, and reinit refuses; a second
-// shutdown changes nothing. Ranks as threads and as forked processes, 1 to
-// 5 of them, on shared memory and (the tcp. copy) over TCP.
+// shutdown changes nothing. A thread waiting for a receive when another
+// shuts the group down gets an error, and nothing is freed under it. Ranks
+// as threads and as forked processes, 1 to 5 of them, on shared memory and
+// (the tcp. copy) over TCP.
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pg_harness.h"
@@ -57,6 +61,47 @@ TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
                       error_of<DistBackendError>([&] { pg->reinit(true); }, "reinit after shutdown");
                   expect_in(rebuild, "reinit_process_group: the process group was shut down");
                   pg->shutdown();  // again: nothing to do
+                  return pg;
+                },
+                100s, 80s),
+            "");
+}
+
+TEST_P(Shutdown, AThreadWaitingForAReceiveGetsAnErrorAndTheTransportOutlivesItsWait) {
+  const int size = n();
+  if (size < 2) GTEST_SKIP() << "a receive needs a peer";
+  EXPECT_EQ(run_with_store(
+                mode(), size,
+                [&](Store& store, int rank) -> KeepAlive {
+                  ProcessGroupOptions options;
+                  options.timeout = 60s;
+                  auto pg = group_on_store(store, rank, size, options);
+                  if (rank != 0) {
+                    // Sends nothing, and shuts down only once rank 0 has its
+                    // error (a goodbye would end rank 0's receive first).
+                    store.wait({"test/rank0_done"}, 60s);
+                    pg->shutdown();
+                    return pg;
+                  }
+                  auto got = Tensor::zeros(DType::kFloat32, {5});
+                  WorkPtr work = pg->recv(got, 1, 7);
+                  std::string message;
+                  std::thread waiter([&] {
+                    message = error_of<DistBackendError>([&] { work->wait(); },
+                                                         "the wait of a receive its group's shutdown closed");
+                  });
+                  // A thread waiting on a receive makes the group busy: from
+                  // then on the waiter is inside the transport.
+                  while (pg->idle()) std::this_thread::yield();
+                  pg->shutdown();
+                  waiter.join();
+                  store.set("test/rank0_done", "1");
+                  expect_in(message, "while a thread waited for a send or receive on them");
+                  // The work stays finished with that error; a new wait does
+                  // not reach the destroyed transport.
+                  expect_in(error_of<DistBackendError>([&] { work->wait(); }, "a second wait"),
+                            "while a thread waited for a send or receive");
+                  check(pg->idle(), "the group is idle once the waiter left");
                   return pg;
                 },
                 100s, 80s),

@@ -445,8 +445,12 @@ bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline
       t_driving = previous;
       t.last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
       // The background thread was asleep, listening, when this thread
-      // began: wake it, so that it looks after what no wait will.
+      // began: wake it, so that it looks after what no wait will. Counted
+      // in leaving_ meanwhile: once drivers_ is 0 the destructor would
+      // otherwise free what the lines after the decrement touch.
+      t.leaving_.fetch_add(1);
       if (t.drivers_.fetch_sub(1) == 1 && t.muted_.exchange(false)) ring_bell(t.area(t.rank_).background);
+      t.leaving_.fetch_sub(1);
     }
   } leave{*this};
   t_driving = this;

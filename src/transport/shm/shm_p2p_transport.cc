@@ -131,7 +131,7 @@ ShmP2pTransport::~ShmP2pTransport() {
   deliver_completions();
   // Threads still in wait() have had their requests failed; they leave
   // before the memory they read goes.
-  while (drivers_.load() != 0) {
+  while (drivers_.load() != 0 || leaving_.load() != 0) {
     ring_bell(area(rank_).bell);
     std::this_thread::yield();
   }

@@ -226,6 +226,9 @@ class ShmP2pTransport final : public Transport {
   // Threads reading the rings in wait(): while one does, the background
   // thread stays parked instead of being woken by every bell.
   std::atomic<int> drivers_{0};
+  // Threads past their drivers_ decrement, still touching this transport
+  // (wait()'s Leave); the destructor waits for both counts.
+  std::atomic<int> leaving_{0};
   // A waiting thread cleared the background thread's listening flag; the
   // last one to leave sets it again.
   std::atomic<bool> muted_{false};
