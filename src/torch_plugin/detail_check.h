@@ -66,7 +66,8 @@ inline Spec spec_of(const at::Tensor& t) {
   if (!t.defined()) return s;
   s.dtype = static_cast<int64_t>(t.scalar_type());
   s.device_type = static_cast<int64_t>(t.device().type());
-  s.device_index = t.device().index();
+  // A c10::DeviceIndex is a number in a signed char (-1: no index).
+  s.device_index = t.device().index();  // NOLINT(bugprone-signed-char-misuse)
   s.layout = static_cast<int64_t>(t.layout());
   s.shape.assign(t.sizes().begin(), t.sizes().end());
   return s;

@@ -130,14 +130,14 @@ void ProcessGroupTdist::check_call(const detail_check::Call& call) {
       [&] { return pg_->all_gather_into_tensor(to_tdist(heads, op, "heads"), to_tdist(head, op, "head")); });
   const int64_t* h = heads.data_ptr<int64_t>();
   bool alike = true;
-  for (int r = 1; r < size; ++r) alike = alike && h[2 * r] == h[0] && h[2 * r + 1] == h[1];
+  for (int64_t r = 1; r < size; ++r) alike = alike && h[2 * r] == h[0] && h[2 * r + 1] == h[1];
   std::vector<dc::Call> calls;
   if (alike) {
     calls.assign(static_cast<size_t>(size), call);
   } else {
     std::vector<int64_t> lengths;
     int64_t total = 0;
-    for (int r = 0; r < size; ++r) {
+    for (int64_t r = 0; r < size; ++r) {
       lengths.push_back(h[2 * r]);
       total += h[2 * r];
     }

@@ -54,6 +54,7 @@ int64_t total_numel(const std::vector<at::Tensor>& tensors) {
 
 std::vector<int64_t> numels(const std::vector<at::Tensor>& tensors) {
   std::vector<int64_t> out;
+  out.reserve(tensors.size());
   for (const auto& t : tensors) out.push_back(t.defined() ? t.numel() : 0);
   return out;
 }
@@ -425,6 +426,7 @@ WorkHandle ProcessGroupTdist::allgather_into_tensor_coalesced(std::vector<at::Te
     auto work = make_work(c10d::OpType::COALESCED, op, outputs, inputs, inputs);
     launch(work, waits_at_once(opts), [this, pairs] {
       std::vector<WorkPtr> issued;
+      issued.reserve(pairs.size());
       for (const auto& [out, in] : pairs) issued.push_back(pg_->all_gather_into_tensor(out, in));
       return issued;
     });
@@ -445,6 +447,7 @@ WorkHandle ProcessGroupTdist::reduce_scatter_tensor_coalesced(std::vector<at::Te
     ReduceOp reduce = to_tdist_op(opts.reduceOp, op);
     launch(work, waits_at_once(opts), [this, pairs, reduce] {
       std::vector<WorkPtr> issued;
+      issued.reserve(pairs.size());
       for (const auto& [out, in] : pairs) issued.push_back(pg_->reduce_scatter_tensor(out, in, reduce));
       return issued;
     });
