@@ -1,18 +1,19 @@
 #pragma once
 
-// Who may still use a group's point-to-point transport from a send's or a
-// receive's work. A thread that waits on such a work moves the transport
-// along itself (P2PWork, tdist_p2p.cc), and the work may outlive the
-// transport it was posted on: the group is destroyed or rebuilt while the
-// thread waits, or before it does. So the wait enters through this lease,
-// which the group and its works share. Before the group destroys a
-// transport it closes the lease, ends the waits inside (an abort fails
-// their requests) and waits for them to leave; a wait that comes later
-// does not touch the transport (its request was failed as the transport
-// closed, or its completion comes from the transport's own thread).
+// Who may still use a group's point-to-point transport: a send or receive
+// being posted, and a thread that waits on its work. Such a thread moves
+// the transport along itself (P2PWork, tdist_p2p.cc), and the work may
+// outlive the transport it was posted on: the group is shut down, freed
+// or rebuilt while the thread waits, or before it does. So posts and waits
+// enter through this lease, which the group and its works share. Before
+// the group destroys a transport it closes the lease, ends the waits
+// inside (an abort fails their requests) and waits for them to leave; a
+// wait that comes later does not touch the transport (its request was
+// failed as the transport closed, or its completion comes from the
+// transport's own thread), and a post raises.
 //
-// On the path of every 8 B message: two atomic additions and a load, no
-// lock.
+// On the path of every 8 B message: two loads and two atomic additions per
+// post and per wait, no lock.
 
 #include <atomic>
 #include <cstdint>
@@ -35,9 +36,12 @@ class P2pLease {
   /// True if the caller may use the transport of `generation`; it then
   /// calls leave() once done with it.
   bool enter(uint64_t generation) {
+    // Works of a closed generation (0: posted while the lease was closed)
+    // are not counted, even for a moment: a count makes a closing group
+    // abort its peers instead of saying goodbye.
+    if (generation == 0 || open_.load() != generation) return false;
     users_.fetch_add(1);
-    // 0: posted while the lease was closed (the transport is going).
-    if (generation != 0 && open_.load() == generation) return true;
+    if (open_.load() == generation) return true;
     leave();
     return false;
   }
@@ -54,12 +58,39 @@ class P2pLease {
     return users_.load() != 0;
   }
   bool in_use() const { return users_.load() != 0; }
-  /// Waits for the threads inside to leave.
+  /// Waits for the threads inside to leave. Not on a thread inside
+  /// (held_here()): it would wait for itself.
   void drain() {
     for (int u = users_.load(); u != 0; u = users_.load()) users_.wait(u);
   }
+  /// True if this thread is inside: a callback run by a thread waiting on
+  /// one of the group's works.
+  bool held_here() const { return t_held == this; }
+
+  /// enter() and leave() for a scope, marking the thread as inside.
+  class Entry {
+   public:
+    Entry(P2pLease& lease, uint64_t generation)
+        : lease_(lease), entered_(lease.enter(generation)), previous_(t_held) {
+      if (entered_) t_held = &lease;
+    }
+    ~Entry() {
+      if (!entered_) return;
+      t_held = previous_;
+      lease_.leave();
+    }
+    Entry(const Entry&) = delete;
+    Entry& operator=(const Entry&) = delete;
+    explicit operator bool() const { return entered_; }
+
+   private:
+    P2pLease& lease_;
+    const bool entered_;
+    const P2pLease* const previous_;
+  };
 
  private:
+  static inline thread_local const P2pLease* t_held = nullptr;
   std::atomic<uint64_t> open_{0};
   std::atomic<int> users_{0};
   uint64_t last_ = 0;  // only the group's connect() counts it

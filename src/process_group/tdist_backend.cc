@@ -323,16 +323,7 @@ class ProcessGroupTdist::LinksPin {
 
 void ProcessGroupTdist::disconnect() {
   recorder_.forget_group(trace_group_);
-  // A thread waiting on a send's or receive's work drives the transport:
-  // it must leave before the transport goes. destroy_process_group()
-  // aborted the group already if one was waiting (idle()); else (a group
-  // shut down or rebuilt under a wait) the abort here ends the wait.
-  if (p2p_lease_->close()) {
-    abort_links(
-        "the group's connections were closed (destroy_process_group, shutdown or a rebuild) "
-        "while a thread waited for a send or receive on them");
-  }
-  p2p_lease_->drain();
+  end_p2p_uses("closed (destroy_process_group, shutdown or a rebuild)");
   CollectiveDomains domains;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::Transport> shm_p2p;
@@ -361,6 +352,18 @@ void ProcessGroupTdist::disconnect() {
   domains = CollectiveDomains{};
   shm_p2p.reset();  // it watches the TCP transport
   transport.reset();
+}
+
+void ProcessGroupTdist::end_p2p_uses(const char* how) {
+  // A thread waiting on a send's or receive's work drives the transport:
+  // it must leave before the transport goes. destroy_process_group()
+  // aborted the group already if one was waiting (idle()); else the abort
+  // here ends the wait.
+  if (p2p_lease_->close()) {
+    abort_links(std::string("the group's connections were ") + how +
+                " while a thread posted or waited for a send or receive on them");
+  }
+  p2p_lease_->drain();
 }
 
 void ProcessGroupTdist::check_usable(std::string_view op) const {
@@ -511,6 +514,14 @@ void ProcessGroupTdist::stop_worker(const char* why) {
 }
 
 void ProcessGroupTdist::shutdown() {
+  if (detail::CompletionThreadScope::current() != nullptr || p2p_lease_->held_here()) {
+    // This thread runs an operation's completion callback: it is the
+    // transport's or the group's own thread, or one inside the wait of a
+    // work, and closing what it is running would wait for itself.
+    throw DistError(
+        "destroy_process_group (shutdown) inside an operation's completion callback would deadlock: the "
+        "thread running the callback must finish the group's operations first; call it after wait() instead");
+  }
   if (shut_down_.exchange(true)) return;
   // A forked child's copy has no worker to stop and leaves the parent's
   // links alone (common/owned_by_process.h).
@@ -524,6 +535,38 @@ void ProcessGroupTdist::shutdown() {
 ProcessGroupTdist::~ProcessGroupTdist() {
   recorder_.forget_group(trace_group_);
   stop_worker("destroyed");
+  // The last handle went without a shutdown (destroy_process_group()
+  // drops its own): a thread may still post or wait on the links that the
+  // members' destruction frees next. A forked child's copy has none of
+  // its own.
+  if (shut_down_.load() || forked_copy()) return;
+  const void* completing = detail::CompletionThreadScope::current();
+  const bool transport_thread =
+      completing != nullptr && (completing == static_cast<const void*>(transport_.get()) ||
+                                completing == static_cast<const void*>(shm_p2p_.get()));
+  if (!p2p_lease_->held_here() && !transport_thread) {
+    end_p2p_uses("freed (the group's last handle went)");
+    return;
+  }
+  // Freed by a callback that a point-to-point transport's thread runs (its
+  // own, or one driving it from a wait): the transport must outlive that
+  // thread's return into it, and cannot join its own thread. Kept for
+  // good: a leak, never a use after free.
+  TDIST_LOG(WARNING)
+      << "a process group was freed inside the completion callback of a send's or receive's work; "
+         "its connections are kept open (leaked)";
+  (void)p2p_lease_->close();
+  // (The collectives' domains go as usual: that thread is in neither.)
+  try {
+    static auto* kept = new std::vector<std::unique_ptr<transport::Transport>>;  // never freed
+    static std::mutex kept_mutex;
+    const std::lock_guard<std::mutex> lock(kept_mutex);
+    kept->push_back(std::move(shm_p2p_));
+    kept->push_back(std::move(transport_));
+  } catch (...) {  // out of memory: kept unreachable instead
+    (void)shm_p2p_.release();
+    (void)transport_.release();
+  }
 }
 
 void ProcessGroupTdist::trace_register(Store& store) {

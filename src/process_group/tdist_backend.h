@@ -159,6 +159,10 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Waits for the abort() and peer_crashed() calls that use the old
   /// connections (LinksPin) to end first.
   void disconnect();
+  /// Closes the point-to-point lease (p2p_lease.h) and ends what is inside
+  /// it: aborts the links if a post or a wait is, then waits for it to
+  /// leave. `how` says what closes them, for that abort's error.
+  void end_p2p_uses(const char* how);
   // Stops the executor once its queue is empty (now, if a call runs
   // inline) and fails what is left queued, saying the group was `why`.
   void stop_worker(const char* why);
@@ -315,6 +319,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// this rank sent back (Transport::take_rejection).
   /// Also says which connections' generation it belongs to (p2p_lease.h).
   transport::Transport& p2p_transport(const char* op, int tag, uint64_t& generation) const;
+  /// Raises why no send or recv can start: the connections are gone or going.
+  [[noreturn]] void throw_links_closed(const char* op) const;
 
   // ---- State ----
   /// The group's call notes in its store (call_notes.h).

@@ -61,12 +61,8 @@ class P2PWork final : public Work {
   // instead (Future::wait_for).
   static void drive(void* context, std::chrono::steady_clock::time_point deadline) {
     auto* work = static_cast<P2PWork*>(context);
-    detail::P2pLease& lease = *work->lease_;
-    if (!lease.enter(work->generation_)) return;
-    struct Leave {
-      detail::P2pLease& lease;
-      ~Leave() { lease.leave(); }
-    } leave{lease};
+    const detail::P2pLease::Entry inside(*work->lease_, work->generation_);
+    if (!inside) return;
     try {
       work->transport_->wait(work->request_, deadline);
     } catch (const std::exception& error) {
@@ -105,18 +101,20 @@ class P2PWork final : public Work {
 
 }  // namespace
 
+void ProcessGroupTdist::throw_links_closed(const char* op) const {
+  check_usable(op);  // a shutdown or an abort says so
+  throw DistBackendError(std::string(op) +
+                         ": the group's connections are being rebuilt (reinit_process_group) or closed; "
+                         "no message can start meanwhile");
+}
+
 transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag, uint64_t& generation) const {
   check_usable(op);
   // Before the pointer (p2p_lease.h): a generation read with a newer
   // transport's pointer only makes the wait skip driving.
   generation = p2p_lease_->generation();
   transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
-  if (transport == nullptr) {
-    check_usable(op);  // a rebuild that failed meanwhile says why
-    throw DistBackendError(std::string(op) +
-                           ": the group's connections are being rebuilt "
-                           "(reinit_process_group); no message can start meanwhile");
-  }
+  if (transport == nullptr) throw_links_closed(op);
   // A receiver that refused an earlier send of this rank says why at the
   // user's next send or recv (tdist's own messages, on negative tags, leave
   // it for the user's).
@@ -134,6 +132,8 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   }
   uint64_t generation = 0;
   transport::Transport& transport = p2p_transport("send", tag, generation);
+  const detail::P2pLease::Entry posting(*p2p_lease_, generation);
+  if (!posting) throw_links_closed("send");
   auto work = std::make_shared<P2PWork>("send", tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
@@ -152,6 +152,8 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   }
   uint64_t generation = 0;
   transport::Transport& transport = p2p_transport("recv", tag, generation);
+  const detail::P2pLease::Entry posting(*p2p_lease_, generation);
+  if (!posting) throw_links_closed("recv");
   auto work = std::make_shared<P2PWork>("recv", tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);

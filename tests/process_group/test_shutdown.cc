@@ -67,41 +67,98 @@ TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
             "");
 }
 
+// Rank 0 waits on a thread for a receive that rank 1 never sends, and its
+// main thread ends the group under that wait: by shutdown() or by letting
+// go of the last handle. The wait raises, naming what closed the group.
+std::string end_a_group_under_a_wait(Mode mode, int size, bool by_shutdown) {
+  return run_with_store(
+      mode, size,
+      [&](Store& store, int rank) -> KeepAlive {
+        ProcessGroupOptions options;
+        options.timeout = 60s;
+        auto pg = group_on_store(store, rank, size, options);
+        if (rank != 0) {
+          // Sends nothing, and shuts down only once rank 0 has its error
+          // (a goodbye would end rank 0's receive first).
+          store.wait({"test/rank0_done"}, 60s);
+          pg->shutdown();
+          return pg;
+        }
+        auto got = Tensor::zeros(DType::kFloat32, {5});
+        WorkPtr work = pg->recv(got, 1, 7);
+        std::string message;
+        std::atomic<bool> waited{false};
+        std::thread waiter([&] {
+          message = error_of<DistBackendError>([&] { work->wait(); }, "the wait of a receive its group closed");
+          waited = true;
+        });
+        // A thread waiting on a receive makes the group busy: from then on
+        // the waiter is inside the transport.
+        while (pg->idle() && !waited.load()) std::this_thread::yield();
+        const bool inside = !waited.load();
+        if (by_shutdown) {
+          pg->shutdown();
+        } else {
+          pg.reset();
+        }
+        waiter.join();
+        store.set("test/rank0_done", "1");
+        check(inside, "the waiter ended before the group did: " + message);
+        expect_in(message, by_shutdown ? "the group's connections were closed (destroy_process_group, shutdown"
+                                       : "the group's connections were freed (the group's last handle went)");
+        expect_in(message, "while a thread posted or waited for a send or receive on them");
+        // The work stays finished with that error (a new wait returns it
+        // without reaching the transport).
+        expect_in(error_of<DistBackendError>([&] { work->wait(); }, "a second wait"),
+                  "while a thread posted or waited");
+        if (pg) check(pg->idle(), "the group is idle once the waiter left");
+        return pg;
+      },
+      100s, 80s);
+}
+
 TEST_P(Shutdown, AThreadWaitingForAReceiveGetsAnErrorAndTheTransportOutlivesItsWait) {
+  if (n() < 2) GTEST_SKIP() << "a receive needs a peer";
+  EXPECT_EQ(end_a_group_under_a_wait(mode(), n(), true), "");
+}
+
+TEST_P(Shutdown, FreeingTheGroupUnderAWaitingReceiveEndsItTheSameWay) {
+  if (n() < 2) GTEST_SKIP() << "a receive needs a peer";
+  EXPECT_EQ(end_a_group_under_a_wait(mode(), n(), false), "");
+}
+
+TEST_P(Shutdown, AShutdownInsideAReceivesCallbackRaisesInsteadOfWaitingForItself) {
+  if (n() < 2) GTEST_SKIP() << "a receive needs a peer";
   const int size = n();
-  if (size < 2) GTEST_SKIP() << "a receive needs a peer";
   EXPECT_EQ(run_with_store(
                 mode(), size,
                 [&](Store& store, int rank) -> KeepAlive {
                   ProcessGroupOptions options;
                   options.timeout = 60s;
                   auto pg = group_on_store(store, rank, size, options);
-                  if (rank != 0) {
-                    // Sends nothing, and shuts down only once rank 0 has its
-                    // error (a goodbye would end rank 0's receive first).
-                    store.wait({"test/rank0_done"}, 60s);
-                    pg->shutdown();
-                    return pg;
+                  auto one = Tensor::zeros(DType::kFloat32, {3});
+                  if (rank == 1) {
+                    // Sent once rank 0's callback is in place, so that the
+                    // receive completes under a wait or on the transport's
+                    // thread, not as the callback is attached.
+                    store.wait({"test/callback_set"}, 60s);
+                    pg->send(one, 0, 3)->wait();
                   }
-                  auto got = Tensor::zeros(DType::kFloat32, {5});
-                  WorkPtr work = pg->recv(got, 1, 7);
-                  std::string message;
-                  std::thread waiter([&] {
-                    message = error_of<DistBackendError>([&] { work->wait(); },
-                                                         "the wait of a receive its group's shutdown closed");
+                  if (rank != 0) return pg;
+                  WorkPtr work = pg->recv(one, 1, 3);
+                  std::string inside;
+                  auto next = work->get_future()->then([&](Future&) {
+                    inside = error_of<DistError>([&] { pg->shutdown(); }, "a shutdown inside the callback");
+                    return std::vector<Tensor>{};
                   });
-                  // A thread waiting on a receive makes the group busy: from
-                  // then on the waiter is inside the transport.
-                  while (pg->idle()) std::this_thread::yield();
-                  pg->shutdown();
-                  waiter.join();
-                  store.set("test/rank0_done", "1");
-                  expect_in(message, "while a thread waited for a send or receive on them");
-                  // The work stays finished with that error; a new wait does
-                  // not reach the destroyed transport.
-                  expect_in(error_of<DistBackendError>([&] { work->wait(); }, "a second wait"),
-                            "while a thread waited for a send or receive");
-                  check(pg->idle(), "the group is idle once the waiter left");
+                  store.set("test/callback_set", "1");
+                  work->wait();
+                  next->wait();
+                  // Run by this thread, inside its wait, or by the
+                  // transport's own thread (which a shutdown would join):
+                  // either way it must refuse, not hang.
+                  expect_in(inside, "would deadlock");
+                  pg->shutdown();  // outside: fine
                   return pg;
                 },
                 100s, 80s),

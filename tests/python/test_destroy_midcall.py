@@ -88,8 +88,12 @@ def test_destroy_from_another_thread_ends_the_call_with_an_error_naming_it(env, 
         message = run_ranks(_destroy_midcall, 2, sync_dir, call, init=False, env=env)[0]
     if call == "irecv" and "destroy_process_group() was called" not in message:
         # The destroy came before the wait began: the irecv was pending, not
-        # a call in progress, and its transport closed under it.
-        assert "the transport was destroyed with this operation pending" in message, message
+        # a call in progress, and its transport closed under it (or the wait
+        # began as the destroyed group was being freed).
+        assert (
+            "the transport was destroyed with this operation pending" in message
+            or "the group's connections were freed" in message
+        ), message
     else:
         assert "destroy_process_group() was called on rank 0" in message, message
     # Rank 1 is alive and never joined: it is not blamed.
