@@ -16,7 +16,10 @@
 // post and per wait, no lock.
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 
 namespace tdist::detail {
 
@@ -48,7 +51,10 @@ class P2pLease {
   void leave() {
     // A closer waiting for the count to reach 0 is woken; while open,
     // nobody waits and no wake is made.
-    if (users_.fetch_sub(1) == 1 && open_.load() == 0) users_.notify_all();
+    if (users_.fetch_sub(1) == 1 && open_.load() == 0) {
+      const std::lock_guard<std::mutex> lock(drain_mutex_);
+      drained_.notify_all();
+    }
   }
 
   /// No thread enters from now on. True if some are inside (the caller
@@ -58,10 +64,13 @@ class P2pLease {
     return users_.load() != 0;
   }
   bool in_use() const { return users_.load() != 0; }
-  /// Waits for the threads inside to leave. Not on a thread inside
-  /// (held_here()): it would wait for itself.
-  void drain() {
-    for (int u = users_.load(); u != 0; u = users_.load()) users_.wait(u);
+  /// Waits up to `limit` for the threads inside to leave; false if one is
+  /// still inside (it may be blocked in a callback: a Python one waiting
+  /// for the interpreter lock that the closing thread holds). Not on a
+  /// thread inside (held_here()): it would wait for itself.
+  bool drain_for(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(drain_mutex_);
+    return drained_.wait_for(lock, limit, [&] { return users_.load() == 0; });
   }
   /// True if this thread is inside: a callback run by a thread waiting on
   /// one of the group's works.
@@ -93,6 +102,8 @@ class P2pLease {
   static inline thread_local const P2pLease* t_held = nullptr;
   std::atomic<uint64_t> open_{0};
   std::atomic<int> users_{0};
+  std::mutex drain_mutex_;
+  std::condition_variable drained_;
   uint64_t last_ = 0;  // only the group's connect() counts it
 };
 

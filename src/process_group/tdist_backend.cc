@@ -323,7 +323,7 @@ class ProcessGroupTdist::LinksPin {
 
 void ProcessGroupTdist::disconnect() {
   recorder_.forget_group(trace_group_);
-  end_p2p_uses("closed (destroy_process_group, shutdown or a rebuild)");
+  const bool drained = end_p2p_uses("closed (destroy_process_group, shutdown or a rebuild)");
   CollectiveDomains domains;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<transport::Transport> shm_p2p;
@@ -350,20 +350,55 @@ void ProcessGroupTdist::disconnect() {
   // declaration order, the shared memory before the domain that uses it).
   domains.domain.reset();
   domains = CollectiveDomains{};
+  if (!drained) {
+    keep_for_good(std::move(shm_p2p), std::move(transport));
+    return;
+  }
   shm_p2p.reset();  // it watches the TCP transport
   transport.reset();
 }
 
-void ProcessGroupTdist::end_p2p_uses(const char* how) {
-  // A thread waiting on a send's or receive's work drives the transport:
-  // it must leave before the transport goes. destroy_process_group()
-  // aborted the group already if one was waiting (idle()); else the abort
-  // here ends the wait.
+bool ProcessGroupTdist::end_p2p_uses(const char* how) {
+  // A thread posting a send or receive, or waiting on one's work, drives
+  // the transport: it must leave before the transport goes.
+  // destroy_process_group() aborted the group already if one was waiting
+  // (idle()); else the abort here ends the wait.
   if (p2p_lease_->close()) {
     abort_links(std::string("the group's connections were ") + how +
                 " while a thread posted or waited for a send or receive on them");
   }
-  p2p_lease_->drain();
+  // Bounded as destroy_process_group's wait for calls: a thread held in a
+  // callback (a Python one waiting for the interpreter lock this thread
+  // holds) may never leave.
+  const auto limit = std::min(timeout(), std::chrono::milliseconds(30000));
+  if (p2p_lease_->drain_for(limit)) return true;
+  TDIST_LOG(WARNING) << "process group " << how << ": a thread still posted or waited on its point-to-point "
+                     << "connections " << limit.count()
+                     << " ms after their abort; they are kept open (leaked)";
+  return false;
+}
+
+bool ProcessGroupTdist::on_p2p_transport_thread() const {
+  if (p2p_lease_->held_here()) return true;
+  const void* completing = detail::CompletionThreadScope::current();
+  if (completing == nullptr) return false;
+  const std::lock_guard<std::mutex> lock(links_mutex_);
+  return completing == static_cast<const void*>(transport_.get()) ||
+         completing == static_cast<const void*>(shm_p2p_.get());
+}
+
+void ProcessGroupTdist::keep_for_good(std::unique_ptr<transport::Transport> shm_p2p,
+                                      std::unique_ptr<transport::Transport> transport) {
+  try {
+    static auto* kept = new std::vector<std::unique_ptr<transport::Transport>>;  // never freed
+    static std::mutex kept_mutex;
+    const std::lock_guard<std::mutex> lock(kept_mutex);
+    kept->push_back(std::move(shm_p2p));
+    kept->push_back(std::move(transport));
+  } catch (...) {  // out of memory: kept unreachable instead
+    (void)shm_p2p.release();
+    (void)transport.release();
+  }
 }
 
 void ProcessGroupTdist::check_usable(std::string_view op) const {
@@ -445,9 +480,11 @@ void ProcessGroupTdist::reinit(bool rebuild_links) {
         "reinit_process_group: the process group was shut down (destroy_process_group); "
         "make a new one");
   }
-  if (detail::CompletionThreadScope::current() != nullptr || pinning_thread_group == this) {
+  if (detail::CompletionThreadScope::current() != nullptr || pinning_thread_group == this ||
+      p2p_lease_->held_here()) {
     // That thread must finish the group's operations (or is the transport's
-    // own): waiting there for the group to be idle would never end.
+    // own, or one inside it posting or waiting): waiting there for the
+    // group to be idle would never end.
     throw DistError(
         "reinit_process_group inside an operation's completion callback would deadlock: the thread running "
         "the callback must finish the group's operations first; call it after wait() instead");
@@ -514,13 +551,14 @@ void ProcessGroupTdist::stop_worker(const char* why) {
 }
 
 void ProcessGroupTdist::shutdown() {
-  if (detail::CompletionThreadScope::current() != nullptr || p2p_lease_->held_here()) {
-    // This thread runs an operation's completion callback: it is the
-    // transport's or the group's own thread, or one inside the wait of a
-    // work, and closing what it is running would wait for itself.
+  if (on_p2p_transport_thread()) {
+    // This thread runs a callback inside a point-to-point transport of the
+    // group (its own thread, or one driving it from a wait or a post):
+    // closing the transport would wait for this thread.
     throw DistError(
-        "destroy_process_group (shutdown) inside an operation's completion callback would deadlock: the "
-        "thread running the callback must finish the group's operations first; call it after wait() instead");
+        "destroy_process_group (shutdown) inside the completion callback of a send or receive would "
+        "deadlock: the thread running the callback is inside the group's connections; call it after wait() "
+        "instead");
   }
   if (shut_down_.exchange(true)) return;
   // A forked child's copy has no worker to stop and leaves the parent's
@@ -540,33 +578,19 @@ ProcessGroupTdist::~ProcessGroupTdist() {
   // members' destruction frees next. A forked child's copy has none of
   // its own.
   if (shut_down_.load() || forked_copy()) return;
-  const void* completing = detail::CompletionThreadScope::current();
-  const bool transport_thread =
-      completing != nullptr && (completing == static_cast<const void*>(transport_.get()) ||
-                                completing == static_cast<const void*>(shm_p2p_.get()));
-  if (!p2p_lease_->held_here() && !transport_thread) {
-    end_p2p_uses("freed (the group's last handle went)");
-    return;
+  if (!on_p2p_transport_thread()) {
+    if (end_p2p_uses("freed (the group's last handle went)")) return;
+  } else {
+    // Freed by a callback that runs inside a point-to-point transport (its
+    // own thread, or one driving it from a wait or a post): the transport
+    // must outlive that thread's return into it, and cannot join its own
+    // thread.
+    TDIST_LOG(WARNING) << "a process group was freed inside the completion callback of a send or receive; "
+                          "its connections are kept open (leaked)";
+    (void)p2p_lease_->close();
   }
-  // Freed by a callback that a point-to-point transport's thread runs (its
-  // own, or one driving it from a wait): the transport must outlive that
-  // thread's return into it, and cannot join its own thread. Kept for
-  // good: a leak, never a use after free.
-  TDIST_LOG(WARNING)
-      << "a process group was freed inside the completion callback of a send's or receive's work; "
-         "its connections are kept open (leaked)";
-  (void)p2p_lease_->close();
-  // (The collectives' domains go as usual: that thread is in neither.)
-  try {
-    static auto* kept = new std::vector<std::unique_ptr<transport::Transport>>;  // never freed
-    static std::mutex kept_mutex;
-    const std::lock_guard<std::mutex> lock(kept_mutex);
-    kept->push_back(std::move(shm_p2p_));
-    kept->push_back(std::move(transport_));
-  } catch (...) {  // out of memory: kept unreachable instead
-    (void)shm_p2p_.release();
-    (void)transport_.release();
-  }
+  // The collectives' domains go as usual (no such thread is in them).
+  keep_for_good(std::move(shm_p2p_), std::move(transport_));
 }
 
 void ProcessGroupTdist::trace_register(Store& store) {

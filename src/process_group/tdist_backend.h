@@ -161,8 +161,18 @@ class ProcessGroupTdist final : public ProcessGroup {
   void disconnect();
   /// Closes the point-to-point lease (p2p_lease.h) and ends what is inside
   /// it: aborts the links if a post or a wait is, then waits for it to
-  /// leave. `how` says what closes them, for that abort's error.
-  void end_p2p_uses(const char* how);
+  /// leave (up to the group's timeout, at most 30 s). `how` says what
+  /// closes them, for that abort's error. False if a thread stayed inside:
+  /// the caller must then keep the transports (keep_for_good).
+  bool end_p2p_uses(const char* how);
+  /// True on a thread that runs inside one of the group's point-to-point
+  /// transports (its own thread, or one driving it from a wait or a post):
+  /// closing them there would wait for that thread.
+  bool on_p2p_transport_thread() const;
+  /// Keeps transports that a thread may still be inside alive for the rest
+  /// of the process: a leak, never a use after free.
+  static void keep_for_good(std::unique_ptr<transport::Transport> shm_p2p,
+                            std::unique_ptr<transport::Transport> transport);
   // Stops the executor once its queue is empty (now, if a call runs
   // inline) and fails what is left queued, saying the group was `why`.
   void stop_worker(const char* why);
@@ -317,8 +327,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// The transport a send or recv starts on; raises while a rebuild has
   /// none, and (tag >= 0) what a receiver that refused an earlier send of
   /// this rank sent back (Transport::take_rejection).
-  /// Also says which connections' generation it belongs to (p2p_lease.h).
-  transport::Transport& p2p_transport(const char* op, int tag, uint64_t& generation) const;
+  /// The caller holds the lease (p2p_lease.h) of the generation it posts on.
+  transport::Transport& p2p_transport(const char* op, int tag) const;
   /// Raises why no send or recv can start: the connections are gone or going.
   [[noreturn]] void throw_links_closed(const char* op) const;
 

@@ -108,11 +108,10 @@ void ProcessGroupTdist::throw_links_closed(const char* op) const {
                          "no message can start meanwhile");
 }
 
-transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag, uint64_t& generation) const {
-  check_usable(op);
-  // Before the pointer (p2p_lease.h): a generation read with a newer
-  // transport's pointer only makes the wait skip driving.
-  generation = p2p_lease_->generation();
+transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) const {
+  // The caller holds the lease of the generation it read (p2p_lease.h), so
+  // the pointer loaded now is that generation's transport, and nothing
+  // destroys it while the caller uses it.
   transport::Transport* transport = p2p_transport_.load(std::memory_order_acquire);
   if (transport == nullptr) throw_links_closed(op);
   // A receiver that refused an earlier send of this rank says why at the
@@ -130,10 +129,11 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  uint64_t generation = 0;
-  transport::Transport& transport = p2p_transport("send", tag, generation);
+  check_usable("send");
+  const uint64_t generation = p2p_lease_->generation();
   const detail::P2pLease::Entry posting(*p2p_lease_, generation);
   if (!posting) throw_links_closed("send");
+  transport::Transport& transport = p2p_transport("send", tag);
   auto work = std::make_shared<P2PWork>("send", tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
@@ -150,10 +150,11 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
     throw DistInvalidArgument("recv: src " + std::to_string(src) +
                               " is this rank; a rank cannot receive from itself");
   }
-  uint64_t generation = 0;
-  transport::Transport& transport = p2p_transport("recv", tag, generation);
+  check_usable("recv");
+  const uint64_t generation = p2p_lease_->generation();
   const detail::P2pLease::Entry posting(*p2p_lease_, generation);
   if (!posting) throw_links_closed("recv");
+  transport::Transport& transport = p2p_transport("recv", tag);
   auto work = std::make_shared<P2PWork>("recv", tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
   const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);

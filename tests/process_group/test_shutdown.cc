@@ -89,7 +89,8 @@ std::string end_a_group_under_a_wait(Mode mode, int size, bool by_shutdown) {
         std::string message;
         std::atomic<bool> waited{false};
         std::thread waiter([&] {
-          message = error_of<DistBackendError>([&] { work->wait(); }, "the wait of a receive its group closed");
+          message =
+              error_of<DistBackendError>([&] { work->wait(); }, "the wait of a receive its group closed");
           waited = true;
         });
         // A thread waiting on a receive makes the group busy: from then on
@@ -104,8 +105,9 @@ std::string end_a_group_under_a_wait(Mode mode, int size, bool by_shutdown) {
         waiter.join();
         store.set("test/rank0_done", "1");
         check(inside, "the waiter ended before the group did: " + message);
-        expect_in(message, by_shutdown ? "the group's connections were closed (destroy_process_group, shutdown"
-                                       : "the group's connections were freed (the group's last handle went)");
+        expect_in(message, by_shutdown
+                               ? "the group's connections were closed (destroy_process_group, shutdown"
+                               : "the group's connections were freed (the group's last handle went)");
         expect_in(message, "while a thread posted or waited for a send or receive on them");
         // The work stays finished with that error (a new wait returns it
         // without reaching the transport).
@@ -159,6 +161,42 @@ TEST_P(Shutdown, AShutdownInsideAReceivesCallbackRaisesInsteadOfWaitingForItself
                   // either way it must refuse, not hang.
                   expect_in(inside, "would deadlock");
                   pg->shutdown();  // outside: fine
+                  return pg;
+                },
+                100s, 80s),
+            "");
+}
+
+TEST_P(Shutdown, AShutdownInsideACollectivesCallbackEndsTheGroup) {
+  const int size = n();
+  EXPECT_EQ(run_with_store(
+                mode(), size,
+                [&](Store& store, int rank) -> KeepAlive {
+                  ProcessGroupOptions options;
+                  options.timeout = 60s;
+                  auto pg = group_on_store(store, rank, size, options);
+                  auto tensor = Tensor::zeros(DType::kInt64, {7});
+                  for (int64_t i = 0; i < 7; ++i) tensor.data<int64_t>()[i] = rank + i;
+                  // Run by the group's worker thread (or this one, if the
+                  // all_reduce ended first): neither is inside a transport.
+                  std::string raised = "none";
+                  auto next = pg->all_reduce(tensor, ReduceOp::SUM)->get_future()->then([&](Future&) {
+                    try {
+                      pg->shutdown();
+                    } catch (const std::exception& e) {
+                      raised = e.what();
+                    }
+                    return std::vector<Tensor>{};
+                  });
+                  next->wait();
+                  check(raised == "none", "the shutdown in the callback raised: " + raised);
+                  const int64_t ranks_sum = static_cast<int64_t>(size) * (size - 1) / 2;
+                  for (int64_t i = 0; i < 7; ++i) {
+                    check(tensor.data<int64_t>()[i] == ranks_sum + size * i, "all_reduce element");
+                  }
+                  expect_in(error_of<DistBackendError>([&] { pg->all_reduce(tensor, ReduceOp::SUM)->wait(); },
+                                                       "an all_reduce after the shutdown"),
+                            "the process group was shut down");
                   return pg;
                 },
                 100s, 80s),
