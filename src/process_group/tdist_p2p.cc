@@ -123,23 +123,31 @@ transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) 
   return *transport;
 }
 
+WorkPtr ProcessGroupTdist::post_p2p(const char* op, const Tensor& tensor, int peer, int tag) {
+  const bool send = op[0] == 's';
+  check_usable(op);
+  // The lease before the transport (p2p_lease.h): a concurrent close waits
+  // for this post instead of freeing the transport under it.
+  const uint64_t generation = p2p_lease_->generation();
+  const detail::P2pLease::Entry posting(*p2p_lease_, generation);
+  if (!posting) throw_links_closed(op);
+  transport::Transport& transport = p2p_transport(op, tag);
+  auto work = std::make_shared<P2PWork>(op, tensor, &transport, &recorder_, p2p_lease_, generation);
+  const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
+  const uint64_t trace_id = trace_begin(op, signature, -1, detail::TraceState::kStarted, peer, tag);
+  auto request = send ? transport.isend(peer, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature)
+                      : transport.irecv(peer, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
+  work->start(std::move(request), trace_id);
+  return work;
+}
+
 WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
   validate::rank_in_group("send", "dst", dst, size());
   if (dst == rank()) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  check_usable("send");
-  const uint64_t generation = p2p_lease_->generation();
-  const detail::P2pLease::Entry posting(*p2p_lease_, generation);
-  if (!posting) throw_links_closed("send");
-  transport::Transport& transport = p2p_transport("send", tag);
-  auto work = std::make_shared<P2PWork>("send", tensor, &transport, &recorder_, p2p_lease_, generation);
-  const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
-  const uint64_t trace_id = trace_begin("send", signature, -1, detail::TraceState::kStarted, dst, tag);
-  auto request = transport.isend(dst, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
-  work->start(std::move(request), trace_id);
-  return work;
+  return post_p2p("send", tensor, dst, tag);
 }
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
@@ -150,17 +158,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
     throw DistInvalidArgument("recv: src " + std::to_string(src) +
                               " is this rank; a rank cannot receive from itself");
   }
-  check_usable("recv");
-  const uint64_t generation = p2p_lease_->generation();
-  const detail::P2pLease::Entry posting(*p2p_lease_, generation);
-  if (!posting) throw_links_closed("recv");
-  transport::Transport& transport = p2p_transport("recv", tag);
-  auto work = std::make_shared<P2PWork>("recv", tensor, &transport, &recorder_, p2p_lease_, generation);
-  const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
-  const uint64_t trace_id = trace_begin("recv", signature, -1, detail::TraceState::kStarted, src, tag);
-  auto request = transport.irecv(src, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
-  work->start(std::move(request), trace_id);
-  return work;
+  return post_p2p("recv", tensor, src, tag);
 }
 
 }  // namespace tdist
