@@ -1,7 +1,8 @@
 // ProcessGroupTdist (tdist_backend.h): send and recv, straight on the
 // group's transport (no executor: they may overlap each other and the
-// collectives).
+// collectives), and the end of their uses when the transports go.
 
+#include "common/completion_thread.h"
 #include "p2p_lease.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
@@ -159,6 +160,49 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
                               " is this rank; a rank cannot receive from itself");
   }
   return post_p2p("recv", tensor, src, tag);
+}
+
+bool ProcessGroupTdist::end_p2p_uses(const char* how) {
+  // A thread posting a send or receive, or waiting on one's work, drives
+  // the transport: it must leave before the transport goes.
+  // destroy_process_group() aborted the group already if one was waiting
+  // (idle()); else the abort here ends the wait.
+  if (p2p_lease_->close()) {
+    abort_links(std::string("the group's connections were ") + how +
+                " while a thread posted or waited for a send or receive on them");
+  }
+  // Bounded as destroy_process_group's wait for calls: a thread held in a
+  // callback (a Python one waiting for the interpreter lock this thread
+  // holds) may never leave.
+  const auto limit = std::min(timeout(), std::chrono::milliseconds(30000));
+  if (p2p_lease_->drain_for(limit)) return true;
+  TDIST_LOG(WARNING) << "process group " << how << ": a thread still posted or waited on its point-to-point "
+                     << "connections " << limit.count()
+                     << " ms after their abort; they are kept open (leaked)";
+  return false;
+}
+
+bool ProcessGroupTdist::on_p2p_transport_thread() const {
+  if (p2p_lease_->held_here()) return true;
+  const void* completing = detail::CompletionThreadScope::current();
+  if (completing == nullptr) return false;
+  const std::lock_guard<std::mutex> lock(links_mutex_);
+  return completing == static_cast<const void*>(transport_.get()) ||
+         completing == static_cast<const void*>(shm_p2p_.get());
+}
+
+void ProcessGroupTdist::keep_for_good(std::unique_ptr<transport::Transport> shm_p2p,
+                                      std::unique_ptr<transport::Transport> transport) {
+  try {
+    static auto* kept = new std::vector<std::unique_ptr<transport::Transport>>;  // never freed
+    static std::mutex kept_mutex;
+    const std::lock_guard<std::mutex> lock(kept_mutex);
+    kept->push_back(std::move(shm_p2p));
+    kept->push_back(std::move(transport));
+  } catch (...) {  // out of memory: kept unreachable instead
+    (void)shm_p2p.release();
+    (void)transport.release();
+  }
 }
 
 }  // namespace tdist

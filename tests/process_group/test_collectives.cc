@@ -1,6 +1,8 @@
 // Every collective of the tdist backend against references computed here,
 // over world sizes 1-8, ranks as threads and as processes, counts 0, 1, odd
-// and large, every dtype and every valid reduce op.
+// and large, every dtype and every valid reduce op. About 730 lines in one
+// file: each op's reference sits beside the parameterised test that holds
+// the op to it, over one shared grid of sizes, modes and dtypes.
 
 #include <gtest/gtest.h>
 
