@@ -1,7 +1,9 @@
 """Process groups, backends and reduce operators, shaped like
 ``torch.distributed.distributed_c10d``: ``init_process_group``,
 ``destroy_process_group``, ``new_group``, rank queries, ``Backend``,
-``ReduceOp``/``reduce_op``, ``group.WORLD`` and ``GroupMember``.
+``ReduceOp``/``reduce_op``, ``group.WORLD`` and ``GroupMember``; and, as
+torch's module does, the collectives, point-to-point, object collectives,
+``Store`` and ``Work`` of ``tdist`` under the same names.
 """
 
 import numbers

@@ -1,5 +1,7 @@
 // ProcessGroupTdist (tdist_backend.h): creation, the links (connect,
-// rebuild, abort) and shutdown.
+// rebuild, abort) and shutdown. About 610 lines in one file: these share
+// the group's links mutex and generation, and each step of one's life
+// (connect, rebuild, abort, shutdown) undoes or redoes another's.
 
 #include "tdist_backend.h"
 

@@ -4,10 +4,13 @@
 // ranks of one group, with asynchronous completion. The TCP collective
 // algorithms (src/algorithms/*.cc) and point-to-point depend only on this
 // file. Implementations: TcpTransport (tcp/: connect, handshake, wire,
-// framing, matching, failure, event loop) and SubsetTransport (a view of
-// some ranks of another transport, for the hierarchy). Shared memory is not
-// a transport: it moves a collective's bytes through flags and buffers, not
-// messages, and is a collective domain (algorithms/collective_domain.h).
+// framing, matching, failure, event loop), SubsetTransport (a view of
+// some ranks of another transport, for the hierarchy) and ShmP2pTransport
+// (shm/shm_p2p_*: point-to-point between the ranks of one host through
+// slots in a shared segment, or single-copy reads of the sender's memory).
+// Shared-memory collectives do not go through this interface: they move a
+// collective's bytes through flags and buffers, not messages, and are a
+// collective domain (algorithms/collective_domain.h).
 // tests/transport/test_transport_conformance.cc runs this contract over
 // every implementation; a new transport joins it there.
 //

@@ -132,6 +132,33 @@ TEST(ShmChoice, GathersAndScatterChooseByTheirLargestBlock) {
   EXPECT_EQ(choose_shm_scatter(16 * KiB, facts), ShmAlgo::kRounds);
 }
 
+TEST(ShmChoice, AllToAllGoesSingleCopyInsideItsWindowOrWhereSendersSkippedTheirSections) {
+  ShmFacts facts = roomy_group();   // the all_to_all window: 8 KiB - 8 MiB
+  const size_t section = 64 * KiB;  // what a first-round section would carry
+  EXPECT_EQ(choose_shm_all_to_all(0, true, section, facts), ShmAlgo::kRounds);
+  EXPECT_EQ(choose_shm_all_to_all(8 * KiB - 1, true, section, facts), ShmAlgo::kRounds);
+  EXPECT_EQ(choose_shm_all_to_all(8 * KiB, true, section, facts), ShmAlgo::kSingleCopy);
+  EXPECT_EQ(choose_shm_all_to_all(8 * MiB, true, section, facts), ShmAlgo::kSingleCopy);
+  EXPECT_EQ(choose_shm_all_to_all(8 * MiB + 1, true, section, facts), ShmAlgo::kRounds);
+  // Without the input addresses in the first round, no single copy.
+  EXPECT_EQ(choose_shm_all_to_all(MiB, false, section, facts), ShmAlgo::kRounds);
+  // Blocks past the window's top that a section would have carried are
+  // fetched too: their senders did not copy them into their sections.
+  EXPECT_EQ(choose_shm_all_to_all(8 * MiB + 1, true, 16 * MiB, facts), ShmAlgo::kSingleCopy);
+  // More ranks than cores: 64 KiB - 4 MiB.
+  facts.single_copy.oversubscribed = true;
+  EXPECT_EQ(choose_shm_all_to_all(32 * KiB, true, section, facts), ShmAlgo::kRounds);
+  EXPECT_EQ(choose_shm_all_to_all(64 * KiB, true, section, facts), ShmAlgo::kSingleCopy);
+  facts.single_copy.enabled = false;
+  EXPECT_EQ(choose_shm_all_to_all(64 * KiB, true, section, facts), ShmAlgo::kRounds);
+}
+
+TEST(ShmChoice, RoundsOfAtMost48BytesARankRideInTheFlagLines) {
+  EXPECT_TRUE(shm_round_in_flag_line(0));
+  EXPECT_TRUE(shm_round_in_flag_line(48));
+  EXPECT_FALSE(shm_round_in_flag_line(49));
+}
+
 TEST(ShmChoice, EveryChoiceHasTheNameTheFlightRecorderShows) {
   EXPECT_STREQ(shm_algo_name(ShmAlgo::kEager), "shm eager");
   EXPECT_STREQ(shm_algo_name(ShmAlgo::kOneShot), "shm one-shot");

@@ -654,7 +654,7 @@ TEST_P(Collectives, LargeMovesBetweenRoundOpsWithALateRankKeepEveryElement) {
   // blocks included, between all_reduces that run in rounds. On shared
   // memory the large moves go through a ring of slots where single copy
   // does not take them (the gathers only where ranks have a core each; in
-  // the ring. run every size goes through it);
+  // the suite's ring run every size goes through it);
   // the last rank starts late (the pause only lets the others get ahead;
   // nothing waits on it), so writers fill their rings and must wait for it
   // before reusing a slot. Every element is checked.

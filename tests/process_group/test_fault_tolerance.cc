@@ -234,7 +234,9 @@ TEST_P(KillBefore, SurvivorsAgreeAndShrink) {
             const int64_t agreed = agree(flag_of(rank), g, 30s);
             Group shrunk = shrink(g, 30s);
             const auto took = Clock::now() - start;
-            check(took < 5s,
+            // Not a speed test: a wait for the dead victim would last the
+            // 30 s timeout; anything well short of it means none happened.
+            check(took < 20s,
                   "agree and shrink took " +
                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()) +
                       " ms although the victim's death was known");

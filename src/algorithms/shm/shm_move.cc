@@ -7,7 +7,7 @@
 // ring ahead; blocks in single copy's windows move straight between the
 // ranks' memories.
 //
-// One file of about 650 lines on purpose: broadcast, the gathers, scatter,
+// One file of about 610 lines on purpose: broadcast, the gathers, scatter,
 // all_to_all and barrier share the round, ring and single-copy helpers
 // above them here (and their static thresholds); split, each part would
 // need them in a header of their own.
@@ -229,7 +229,7 @@ void gather_impl(Call& call, const void* in, const BlockOutput& output, const st
     }
     return;
   }
-  const bool payload = max_block <= kPayloadBytes;
+  const bool payload = shm_round_in_flag_line(max_block);
   const size_t piece = payload ? kPayloadBytes : std::min(call.group.buffer_bytes(), kCopyRoundBytes);
   const size_t rounds = ceil_div(max_block, piece);
   const Handoff handoff(call, root);
@@ -543,9 +543,9 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // Single copy from each sender's input, for blocks in its range, and for
     // every size a one-round buffer would have carried (a sender that
     // expected single copy did not fill its sections).
-    const bool direct =
-        first.sizes_fit && max_block >= window.min && (max_block <= window.max || max_block <= first.section);
-    note_chosen_algorithm(shm_algo_name(direct ? ShmAlgo::kSingleCopy : ShmAlgo::kRounds));
+    const ShmAlgo algo = choose_shm_all_to_all(max_block, first.sizes_fit, first.section, call.facts());
+    const bool direct = algo == ShmAlgo::kSingleCopy;
+    note_chosen_algorithm(shm_algo_name(algo));
     if (direct) {
       for (int step = 1; step < p; ++step) {
         int s = (me + step) % p;

@@ -48,7 +48,7 @@ void contribute(void* dst, const void* src, size_t count, DType dtype, const Red
 // Only `root` (or everyone, root < 0) reduces.
 void reduce_everything(Call& call, void* data, size_t count, DType dtype, const ReduceOp& op, int root) {
   const size_t nbytes = count * element_size(dtype);
-  const bool payload = nbytes <= transport::shm::kPayloadBytes;
+  const bool payload = shm_round_in_flag_line(nbytes);
   uint64_t k = call.begin_round();
   void* mine = payload ? static_cast<void*>(call.group.arrive(call.rank(), k).payload)
                        : static_cast<void*>(call.group.buffer(call.rank(), k));
@@ -407,7 +407,7 @@ void reduce_scatter_impl(const CallContext& ctx, ShmGroup& group, const BlockSou
     // Each round carries `section` elements of every block; rank j reduces
     // block j's section of every rank into its output. When every block
     // fits, the sections ride in the flag line: one cache line per peer.
-    const bool payload = static_cast<size_t>(p) * largest * eb <= transport::shm::kPayloadBytes;
+    const bool payload = shm_round_in_flag_line(static_cast<size_t>(p) * largest * eb);
     const size_t section = payload ? largest : section_bytes(call.group, p, eb) / eb;
     const size_t rounds = ceil_div(largest, section);
     Sources srcs(p);

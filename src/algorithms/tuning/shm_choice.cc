@@ -61,6 +61,18 @@ ShmAlgo choose_shm_scatter(size_t largest_block, const ShmFacts& facts) {
   return ShmAlgo::kRounds;
 }
 
+ShmAlgo choose_shm_all_to_all(size_t largest_block, bool sizes_fit, size_t first_section,
+                              const ShmFacts& facts) {
+  const SingleCopyWindow window = single_copy_window(SingleCopyShape::kAllToAll, facts.single_copy);
+  const bool direct = sizes_fit && largest_block >= window.min &&
+                      (largest_block <= window.max || largest_block <= first_section);
+  return direct ? ShmAlgo::kSingleCopy : ShmAlgo::kRounds;
+}
+
+bool shm_round_in_flag_line(size_t bytes) {
+  return bytes <= transport::shm::kPayloadBytes;
+}
+
 size_t shm_ring_threshold(bool gather, const ShmFacts& facts) {
   if (facts.ring_bytes) return *facts.ring_bytes;
   return gather && facts.single_copy.oversubscribed ? kOversubscribedGatherRingBytes : kDefaultRingBytes;

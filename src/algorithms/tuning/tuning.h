@@ -15,9 +15,10 @@
 //     - shared memory: choose_shm_* below;
 //     - hierarchical: hierarchical_all_reduce_whole below (the local and
 //       cross stages then choose as above).
-//  3. The sizes, below; and common/stream_copy.h's streaming_threshold
-//     (outputs past the caches) and kSegmentBytes (algorithms.h, TCP's
-//     pipeline segment).
+//  3. The sizes, below. Sizes that only cut an algorithm's bytes into
+//     pieces without choosing anything stay beside the loop they cut, and
+//     the transports' own sizes in the transport layer, which lies below
+//     this one; docs/tuning.md lists every one of them with its place.
 //
 // Every choice has a name, which the calling thread records
 // (note_chosen_algorithm) for the flight recorder's entry of the call and
@@ -81,6 +82,23 @@ ShmAlgo choose_shm_broadcast(size_t bytes, const ShmFacts& facts);
 ShmAlgo choose_shm_gather(size_t largest_block, const ShmFacts& facts);
 /// scatter, by its largest block: single copy (kOneSource), else rounds.
 ShmAlgo choose_shm_scatter(size_t largest_block, const ShmFacts& facts);
+
+/// all_to_all, once the ranks agreed on the largest block of any pair
+/// (in its first round): single copy for a largest block inside the
+/// kAllToAll window, and also below the window's top for every size a
+/// one-round buffer section (`first_section` bytes) would have carried,
+/// since a sender whose own blocks reached the window's bottom did not
+/// fill its sections; rounds otherwise, and whenever the block sizes did
+/// not fit in the first round's buffer (`sizes_fit` false: nobody
+/// published its input's address there).
+ShmAlgo choose_shm_all_to_all(size_t largest_block, bool sizes_fit, size_t first_section,
+                              const ShmFacts& facts);
+
+/// Whether a round whose part per rank is `bytes` rides in the ranks' flag
+/// lines (one cache-line transfer per peer) instead of their buffers: the
+/// eager ops, one-shot reductions, gather rounds and reduce_scatter
+/// sections up to kPayloadBytes.
+bool shm_round_in_flag_line(size_t bytes);
 
 /// Messages of at least this many bytes per writer go through a ring of
 /// slots: kDefaultRingBytes, or for the gathers of an oversubscribed group

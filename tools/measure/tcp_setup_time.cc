@@ -1,9 +1,10 @@
-// Times the TCP transport's connection setup (connect_tcp, from the first
-// rank's start to the last rank's return) for 2, 4 and 8 ranks run as
-// threads of this process on a shared HashStore, with and without a token,
-// and prints the median and the range over the repeats:
+// tdist-tcp-setup-time: times the TCP transport's connection setup
+// (connect_tcp, from the first rank's start to the last rank's return) for
+// 2, 4 and 8 ranks run as threads of this process on a shared HashStore,
+// with and without a token, and prints the median and the range over the
+// repeats:
 //
-//   build/bin/tdist_tcp_setup_time [repeats=21]
+//   build/bin/tdist-tcp-setup-time [repeats=21]
 //
 // Every connection passes the admission checks either way; the token adds
 // the challenge-response (two more messages and four HMAC-SHA256s per
