@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -162,6 +163,47 @@ TEST_P(Shutdown, AShutdownInsideAReceivesCallbackRaisesInsteadOfWaitingForItself
                   expect_in(inside, "would deadlock");
                   pg->shutdown();  // outside: fine
                   return pg;
+                },
+                100s, 80s),
+            "");
+}
+
+TEST_P(Shutdown, AGroupFreedInsideAReceivesCallbackKeepsItsTransportsInsteadOfFreeingThemUnderItself) {
+  if (n() < 2) GTEST_SKIP() << "a receive needs a peer";
+  const int size = n();
+  EXPECT_EQ(run_with_store(
+                mode(), size,
+                [&](Store& store, int rank) -> KeepAlive {
+                  ProcessGroupOptions options;
+                  options.timeout = 60s;
+                  auto pg = group_on_store(store, rank, size, options);
+                  auto tensor = Tensor::zeros(DType::kInt32, {5});
+                  if (rank == 1) {
+                    for (int32_t i = 0; i < 5; ++i) tensor.data<int32_t>()[i] = 10 + i;
+                    store.wait({"test/callback_set"}, 60s);
+                    pg->send(tensor, 0, 4)->wait();
+                  }
+                  if (rank != 0) return pg;
+                  // The callback runs inside this thread's wait (holding
+                  // the group's point-to-point lease) or on the transport's
+                  // own thread: either way the group's last handle goes
+                  // there, and the transports it drives must outlive it
+                  // (they are kept, with a warning), not be freed under it.
+                  WorkPtr work = pg->recv(tensor, 1, 4);
+                  const std::weak_ptr<ProcessGroup> watched = pg;
+                  auto next = work->get_future()->then([&pg](Future&) {
+                    pg.reset();
+                    return std::vector<Tensor>{};
+                  });
+                  store.set("test/callback_set", "1");
+                  work->wait();
+                  next->wait();
+                  check(pg == nullptr && watched.expired(), "the group outlived its last handle");
+                  for (int32_t i = 0; i < 5; ++i) {
+                    check(tensor.data<int32_t>()[i] == 10 + i, "element " + std::to_string(i) + " is " +
+                                                                   std::to_string(tensor.data<int32_t>()[i]));
+                  }
+                  return nullptr;
                 },
                 100s, 80s),
             "");
