@@ -1,6 +1,5 @@
 #include "rpc/rpc_direct.h"
 
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "common/env.h"
 #include "common/error_text.h"
+#include "common/peer_memory.h"
 #include "tdist/errors.h"
 #include "transport/shm/shm_group.h"
 #include "transport/shm/shm_single_copy.h"
@@ -142,9 +142,8 @@ void read_offer(pid_t pid, const std::string& peer, void* local, size_t n, uint6
                            std::to_string(failure->done) + ": " + errno_text(failure->error));
   }
   uint64_t held = 0;
-  iovec mine{&held, sizeof(held)};
-  iovec word{reinterpret_cast<void*>(hold_word), sizeof(held)};
-  if (process_vm_readv(pid, &mine, 1, &word, 1, 0) != static_cast<ssize_t>(sizeof(held)) || held != token) {
+  if (tdist::detail::read_peer(pid, &held, reinterpret_cast<const void*>(hold_word), sizeof(held)) ||
+      held != token) {
     throw DistBackendError("rpc: worker '" + peer + "' let go of a tensor of " + std::to_string(n) +
                            " bytes while this worker read it (it shut down or gave up on the call); "
                            "what was read is not used");

@@ -1,6 +1,5 @@
 #include "transport/shm/shm_single_copy.h"
 
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,10 +49,8 @@ bool measure_kernel_copy_is_slow() {
   auto user = Clock::duration::max();
   // The two alternate, so that a clock that speeds up favours neither.
   for (int i = 0; i < kRuns; ++i) {
-    iovec here{to.data(), kBytes};
-    iovec there{from.data(), kBytes};
     auto start = Clock::now();
-    if (process_vm_readv(getpid(), &here, 1, &there, 1, 0) != static_cast<ssize_t>(kBytes)) return false;
+    if (tdist::detail::read_peer(getpid(), to.data(), from.data(), kBytes)) return false;
     kernel = std::min(kernel, Clock::now() - start);
     start = Clock::now();
     std::memcpy(to.data(), from.data(), kBytes);
@@ -82,14 +79,10 @@ void write_peer_memory(pid_t pid, int peer, void* remote, const void* local, siz
 
 bool can_access_peer_memory(pid_t pid, void* remote, uint64_t expected) {
   uint64_t value = 0;
-  iovec mine{&value, sizeof(value)};
-  iovec theirs{remote, sizeof(value)};
-  if (process_vm_readv(pid, &mine, 1, &theirs, 1, 0) != static_cast<ssize_t>(sizeof(value)) ||
-      value != expected)
-    return false;
+  if (tdist::detail::read_peer(pid, &value, remote, sizeof(value)) || value != expected) return false;
   // Writing needs the same permission, but a seccomp filter may allow one
   // system call and not the other: write the same value back.
-  return process_vm_writev(pid, &mine, 1, &theirs, 1, 0) == static_cast<ssize_t>(sizeof(value));
+  return !tdist::detail::write_peer(pid, remote, &value, sizeof(value));
 }
 
 bool kernel_copy_is_slow() {
