@@ -25,6 +25,22 @@ using namespace std::chrono_literals;
 
 class Shutdown : public WorldsTest {};
 
+// A group in which rank 1 sends `tensor` to rank 0 (tag `tag`) once rank 0
+// set "test/callback_set", i.e. once its callback on the receive is in
+// place: the receive then completes under a wait or on the transport's
+// thread, not as the callback is attached.
+Group group_where_rank_1_sends_once_the_callback_is_set(Store& store, int rank, int size,
+                                                        const Tensor& tensor, int tag) {
+  ProcessGroupOptions options;
+  options.timeout = 60s;
+  auto pg = group_on_store(store, rank, size, options);
+  if (rank == 1) {
+    store.wait({"test/callback_set"}, 60s);
+    pg->send(tensor, 0, tag)->wait();
+  }
+  return pg;
+}
+
 TEST_P(Shutdown, QueuedCallsFinishThenEveryCallRaises) {
   const int size = n();
   EXPECT_EQ(run_with_store(
@@ -136,17 +152,8 @@ TEST_P(Shutdown, AShutdownInsideAReceivesCallbackRaisesInsteadOfWaitingForItself
   EXPECT_EQ(run_with_store(
                 mode(), size,
                 [&](Store& store, int rank) -> KeepAlive {
-                  ProcessGroupOptions options;
-                  options.timeout = 60s;
-                  auto pg = group_on_store(store, rank, size, options);
                   auto one = Tensor::zeros(DType::kFloat32, {3});
-                  if (rank == 1) {
-                    // Sent once rank 0's callback is in place, so that the
-                    // receive completes under a wait or on the transport's
-                    // thread, not as the callback is attached.
-                    store.wait({"test/callback_set"}, 60s);
-                    pg->send(one, 0, 3)->wait();
-                  }
+                  auto pg = group_where_rank_1_sends_once_the_callback_is_set(store, rank, size, one, 3);
                   if (rank != 0) return pg;
                   WorkPtr work = pg->recv(one, 1, 3);
                   std::string inside;
@@ -174,15 +181,11 @@ TEST_P(Shutdown, AGroupFreedInsideAReceivesCallbackKeepsItsTransportsInsteadOfFr
   EXPECT_EQ(run_with_store(
                 mode(), size,
                 [&](Store& store, int rank) -> KeepAlive {
-                  ProcessGroupOptions options;
-                  options.timeout = 60s;
-                  auto pg = group_on_store(store, rank, size, options);
                   auto tensor = Tensor::zeros(DType::kInt32, {5});
                   if (rank == 1) {
                     for (int32_t i = 0; i < 5; ++i) tensor.data<int32_t>()[i] = 10 + i;
-                    store.wait({"test/callback_set"}, 60s);
-                    pg->send(tensor, 0, 4)->wait();
                   }
+                  auto pg = group_where_rank_1_sends_once_the_callback_is_set(store, rank, size, tensor, 4);
                   if (rank != 0) return pg;
                   // The callback runs inside this thread's wait (holding
                   // the group's point-to-point lease) or on the transport's
