@@ -133,6 +133,9 @@ void ProcessGroupTdist::connect(const std::shared_ptr<Store>& store, std::chrono
   notes_ = std::make_unique<detail::StoreCallNotes>(store, rank(), size());
   transport::TcpOptions tcp;
   tcp.timeout = timeout;
+  // `timeout` is what the rendezvous left of the group's: errors name the
+  // group's.
+  tcp.timeout_in_messages = options().timeout;
   tcp.while_waiting = std::move(while_waiting);
   tcp.reach_host = options().master_host;
   // Until the start-up barrier has passed, a peer that closes its

@@ -46,6 +46,10 @@ namespace tdist::transport {
 struct TcpOptions {
   /// Bound on connection setup.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// The timeout a failed setup's message names, when `timeout` is what is
+  /// left of a longer one the user set (a group's, part of which its
+  /// rendezvous took); unset: `timeout`.
+  std::optional<std::chrono::milliseconds> timeout_in_messages;
   /// Network interfaces to use, a comma-separated list (each gets a
   /// listener; a pair's connections are spread over the accepting rank's
   /// list); empty: TDIST_SOCKET_IFNAME, then GLOO_SOCKET_IFNAME, then the
