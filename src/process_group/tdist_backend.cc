@@ -105,11 +105,13 @@ ProcessGroupTdist::ProcessGroupTdist(const std::shared_ptr<Store>& store, int ra
   executor_.start();
 }
 
-void ProcessGroupTdist::startup_barrier(std::chrono::milliseconds timeout) {
+void ProcessGroupTdist::startup_barrier(std::chrono::milliseconds left) {
   algorithms::CallContext ctx{
       .transport = *transport_, .op = "connect", .seq = algorithms::CallContext::kStartupSeq};
-  ctx.timeout = timeout;
-  ctx.deadline = algorithms::Clock::now() + ctx.timeout;
+  // Within what the connect left of the group's timeout; a timeout names
+  // the group's.
+  ctx.timeout = options().timeout;
+  ctx.deadline = algorithms::Clock::now() + left;
   try {
     algorithms::barrier(ctx);
   } catch (const DistError& e) {

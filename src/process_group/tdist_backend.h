@@ -150,8 +150,9 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// Returns once every rank of the group has made the last store read of
   /// its creation: the store's host (rank 0 of a job, which may exit as
   /// soon as its own init returns) then never goes while a peer still
-  /// reads from it. A barrier over TCP, outside the calls' sequence.
-  void startup_barrier(std::chrono::milliseconds timeout);
+  /// reads from it. A barrier over TCP, outside the calls' sequence,
+  /// within `left` (what the connect left of the group's timeout).
+  void startup_barrier(std::chrono::milliseconds left);
   /// "rank 2 is at generation 1, ..." for the members whose count differs
   /// from this rank's; empty if none does (or the store is gone).
   std::string other_generations() const;

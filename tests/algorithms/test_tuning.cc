@@ -153,6 +153,25 @@ TEST(ShmChoice, AllToAllGoesSingleCopyInsideItsWindowOrWhereSendersSkippedTheirS
   EXPECT_EQ(choose_shm_all_to_all(64 * KiB, true, section, facts), ShmAlgo::kRounds);
 }
 
+TEST(ShmChoice, AnAllToAllSenderLeavesItsSectionsEmptyOnlyWhenSingleCopyWillFetchItsBlocks) {
+  ShmFacts facts = roomy_group();  // the all_to_all window: 8 KiB - 8 MiB
+  const size_t section = 64 * KiB;
+  EXPECT_FALSE(all_to_all_skips_sections(8 * KiB - 1, facts));
+  EXPECT_TRUE(all_to_all_skips_sections(8 * KiB, facts));
+  // A sender that skips its sections had blocks a section would carry
+  // (own <= section); the agreed largest block is at least its own, and
+  // every such agreement up to the section's size is fetched by single copy.
+  for (const size_t own : {8 * KiB, 20 * KiB, section}) {
+    ASSERT_TRUE(all_to_all_skips_sections(own, facts));
+    for (const size_t agreed : {own, (own + section) / 2, section}) {
+      EXPECT_EQ(choose_shm_all_to_all(agreed, true, section, facts), ShmAlgo::kSingleCopy)
+          << "own " << own << ", agreed " << agreed;
+    }
+  }
+  // With a section larger than the window's top, too.
+  EXPECT_EQ(choose_shm_all_to_all(12 * MiB, true, 16 * MiB, facts), ShmAlgo::kSingleCopy);
+}
+
 TEST(ShmChoice, RoundsOfAtMost48BytesARankRideInTheFlagLines) {
   EXPECT_TRUE(shm_round_in_flag_line(0));
   EXPECT_TRUE(shm_round_in_flag_line(48));

@@ -194,14 +194,24 @@ TEST_P(Shutdown, AGroupFreedInsideAReceivesCallbackKeepsItsTransportsInsteadOfFr
                   // (they are kept, with a warning), not be freed under it.
                   WorkPtr work = pg->recv(tensor, 1, 4);
                   const std::weak_ptr<ProcessGroup> watched = pg;
-                  auto next = work->get_future()->then([&pg](Future&) {
-                    pg.reset();
+                  // The handle lives in a box the callback shares, so that
+                  // a failed wait leaving this scope early cannot free it
+                  // under the callback.
+                  auto box = std::make_shared<Group>(std::move(pg));
+                  auto inside = std::make_shared<std::string>();
+                  auto next = work->get_future()->then([box, inside](Future&) {
+                    // Proof that this runs where the leak path is taken (a
+                    // shutdown here refuses to wait for itself).
+                    *inside =
+                        error_of<DistError>([&] { (*box)->shutdown(); }, "a shutdown inside the callback");
+                    box->reset();
                     return std::vector<Tensor>{};
                   });
                   store.set("test/callback_set", "1");
                   work->wait();
                   next->wait();
-                  check(pg == nullptr && watched.expired(), "the group outlived its last handle");
+                  expect_in(*inside, "would deadlock");
+                  check(*box == nullptr && watched.expired(), "the group outlived its last handle");
                   for (int32_t i = 0; i < 5; ++i) {
                     check(tensor.data<int32_t>()[i] == 10 + i, "element " + std::to_string(i) + " is " +
                                                                    std::to_string(tensor.data<int32_t>()[i]));

@@ -483,8 +483,8 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
     // Single copy fetches blocks in its window, and any that a one-round
     // buffer would have carried once the agreed largest block reaches the
     // window: a sender whose own blocks reach it need not fill its sections
-    // (the agreed largest is at least its own). See `direct` below.
-    const SingleCopyWindow window = call.single_copy_window(SingleCopyShape::kAllToAll);
+    // (the agreed largest is at least its own; tuning.h's
+    // all_to_all_skips_sections and choose_shm_all_to_all). See `direct`.
     if (i_am_tiny) {
       for (int d = 0; d < p; ++d) {
         const size_t n = send_bytes[static_cast<size_t>(d)];
@@ -505,7 +505,7 @@ void all_to_all(const CallContext& ctx, ShmGroup& group, const void* in,
       }
       // Blocks that single copy will fetch need no copy here: the agreed
       // largest block is then at least ours (see `direct` below).
-      const bool fetched = largest(send_bytes) >= window.min;
+      const bool fetched = all_to_all_skips_sections(largest(send_bytes), call.facts());
       if (largest(send_bytes) <= first.section && !fetched) {
         for (int d = 0; d < p; ++d) {
           if (d == me) continue;

@@ -69,6 +69,10 @@ ShmAlgo choose_shm_all_to_all(size_t largest_block, bool sizes_fit, size_t first
   return direct ? ShmAlgo::kSingleCopy : ShmAlgo::kRounds;
 }
 
+bool all_to_all_skips_sections(size_t own_largest, const ShmFacts& facts) {
+  return own_largest >= single_copy_window(SingleCopyShape::kAllToAll, facts.single_copy).min;
+}
+
 bool shm_round_in_flag_line(size_t bytes) {
   return bytes <= transport::shm::kPayloadBytes;
 }

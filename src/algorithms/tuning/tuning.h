@@ -85,14 +85,19 @@ ShmAlgo choose_shm_scatter(size_t largest_block, const ShmFacts& facts);
 
 /// all_to_all, once the ranks agreed on the largest block of any pair
 /// (in its first round): single copy for a largest block inside the
-/// kAllToAll window, and also below the window's top for every size a
+/// kAllToAll window, and also for one above the window's top that a
 /// one-round buffer section (`first_section` bytes) would have carried,
 /// since a sender whose own blocks reached the window's bottom did not
-/// fill its sections; rounds otherwise, and whenever the block sizes did
-/// not fit in the first round's buffer (`sizes_fit` false: nobody
-/// published its input's address there).
+/// fill its sections (all_to_all_skips_sections); rounds otherwise, and
+/// whenever the block sizes did not fit in the first round's buffer
+/// (`sizes_fit` false: nobody published its input's address there).
 ShmAlgo choose_shm_all_to_all(size_t largest_block, bool sizes_fit, size_t first_section,
                               const ShmFacts& facts);
+/// Whether an all_to_all sender whose largest block is `own_largest`
+/// leaves its first-round sections empty: single copy will fetch its
+/// blocks, since the agreed largest block is then at least the window's
+/// bottom (choose_shm_all_to_all's rule, from the sender's side).
+bool all_to_all_skips_sections(size_t own_largest, const ShmFacts& facts);
 
 /// Whether a round whose part per rank is `bytes` rides in the ranks' flag
 /// lines (one cache-line transfer per peer) instead of their buffers: the
