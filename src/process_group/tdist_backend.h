@@ -330,8 +330,8 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// this rank sent back (Transport::take_rejection).
   /// The caller holds the lease (p2p_lease.h) of the generation it posts on.
   transport::Transport& p2p_transport(const char* op, int tag) const;
-  /// Posts a validated send ("send") or recv ("recv") of `tensor` with `peer`.
-  WorkPtr post_p2p(const char* op, const Tensor& tensor, int peer, int tag);
+  /// Posts a validated send (`send`) or recv of `tensor` with `peer`.
+  WorkPtr post_p2p(bool send, const Tensor& tensor, int peer, int tag);
   /// Raises why no send or recv can start: the connections are gone or going.
   [[noreturn]] void throw_links_closed(const char* op) const;
 

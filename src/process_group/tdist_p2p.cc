@@ -124,8 +124,8 @@ transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) 
   return *transport;
 }
 
-WorkPtr ProcessGroupTdist::post_p2p(const char* op, const Tensor& tensor, int peer, int tag) {
-  const bool send = op[0] == 's';
+WorkPtr ProcessGroupTdist::post_p2p(bool send, const Tensor& tensor, int peer, int tag) {
+  const char* op = send ? "send" : "recv";
   check_usable(op);
   // The lease before the transport (p2p_lease.h): a concurrent close waits
   // for this post instead of freeing the transport under it.
@@ -148,7 +148,7 @@ WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
     throw DistInvalidArgument("send: dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
-  return post_p2p("send", tensor, dst, tag);
+  return post_p2p(true, tensor, dst, tag);
 }
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
@@ -159,7 +159,7 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
     throw DistInvalidArgument("recv: src " + std::to_string(src) +
                               " is this rank; a rank cannot receive from itself");
   }
-  return post_p2p("recv", tensor, src, tag);
+  return post_p2p(false, tensor, src, tag);
 }
 
 bool ProcessGroupTdist::end_p2p_uses(const char* how) {

@@ -130,6 +130,10 @@ std::string choose_tcp_address(const TcpOptions& options) {
 
 std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const TcpOptions& options) {
   Deadline deadline = deadline_after(options.timeout);
+  // " timed out after N ms": the timeout the user set.
+  const std::string timed_out =
+      ": timed out after " + std::to_string(options.timeout_in_messages.value_or(options.timeout).count()) +
+      " ms";
   std::vector<std::vector<Socket>> sockets(static_cast<size_t>(size));
   std::vector<std::string> addresses(static_cast<size_t>(size));
   std::vector<size_t> interfaces(static_cast<size_t>(size), 1);  // the accepting rank's, per pair
@@ -163,10 +167,8 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SocketClock::now());
       store.wait({address_key(peer)}, std::max(left, std::chrono::milliseconds(1)));
     } catch (const DistTimeoutError& e) {
-      throw DistNetworkTimeoutError(
-          where + ": timed out after " +
-          std::to_string(options.timeout_in_messages.value_or(options.timeout).count()) +
-          " ms waiting for rank " + std::to_string(peer) + " to publish its address (" + e.what() + ")");
+      throw DistNetworkTimeoutError(where + timed_out + " waiting for rank " + std::to_string(peer) +
+                                    " to publish its address (" + e.what() + ")");
     }
     const std::string text = to_string(store.get(address_key(peer)));
     const std::optional<tcp::Advertisement> ad = tcp::parse_advertisement(text);
@@ -260,10 +262,8 @@ std::unique_ptr<Transport> connect_tcp(Store& store, int rank, int size, const T
         if (!complete(peer)) missing += " " + std::to_string(peer);
       }
       desk.close_all("the accepting rank timed out");
-      throw DistNetworkTimeoutError(
-          where + ": timed out after " +
-          std::to_string(options.timeout_in_messages.value_or(options.timeout).count()) +
-          " ms waiting for ranks" + missing + " to connect to " + me);
+      throw DistNetworkTimeoutError(where + timed_out + " waiting for ranks" + missing + " to connect to " +
+                                    me);
     }
     for (tcp::Admitted& in : desk.progress(pfds.data() + listeners.size())) {
       const int peer = static_cast<int>(in.hello.rank);
