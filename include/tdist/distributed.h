@@ -62,6 +62,15 @@ void init_process_group(const InitProcessGroupOptions& options = {});
 /// operation queued is aborted (ProcessGroup::abort), so those calls raise
 /// DistBackendError naming destroy_process_group, and the default group is
 /// freed only once every call on it has returned.
+///
+/// The store that init_process_group made (env://, tcp://) is left last:
+/// every rank but 0 says it leaves it. Rank 0, which hosts it, returns at
+/// once but keeps the store serving, so that ranks still making a group of
+/// their own keep it: at exit (std::atexit, registered by the first
+/// init_process_group, which also destroys a default group still there),
+/// or at its next init_process_group, it waits until every other rank has
+/// left the store or is gone (its connection closed), at most the group's
+/// timeout and 60 s, and closes it.
 void destroy_process_group(const Group& group = nullptr);
 bool is_initialized();
 /// This process's rank in `group`; -1 if it is not a member.

@@ -101,6 +101,11 @@ class TCPStore final : public Store {
   /// The number of users, if fixed.
   std::optional<int> world_size() const { return world_size_; }
   bool is_master() const { return server_ != nullptr; }
+  /// On the master: the connections its server holds open for other users
+  /// than this store (other processes' stores, or more of this process's);
+  /// 0 once every other user has closed its store or exited. -1 on a
+  /// client.
+  int64_t others_connected() const;
 
   /// The key every user adds 1 to on joining, when world_size is set.
   static constexpr const char* kInitKey = "init/";

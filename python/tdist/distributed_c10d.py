@@ -6,6 +6,7 @@ torch's module does, the collectives, point-to-point, object collectives,
 ``Store`` and ``Work`` of ``tdist`` under the same names.
 """
 
+import atexit
 import numbers
 import operator
 import os
@@ -238,6 +239,27 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _C.init_process_group(name or "tdist", init_method or "", default_pg_timeout if timeout is None else timeout,
                           world_size, rank, store, group_name)
     _detail.on_init()
+    if not _EXIT_HOOK:
+        _EXIT_HOOK.append(_destroy_at_exit)
+        atexit.register(_destroy_at_exit)
+
+
+_EXIT_HOOK = []  # registered once, at the first init_process_group
+
+
+def _destroy_at_exit():
+    """At interpreter exit, a default group still there is destroyed as by
+    destroy_process_group(), while Python still runs: its calls end (ranks
+    waiting on this one get their errors). After the interpreter, rank 0,
+    which hosts the store under env:// and tcp://, keeps the store until the
+    other ranks have left it (one may still be making a group of its peers:
+    docs/python.md, "Rank 0 done first")."""
+    if not _C.is_initialized():
+        return
+    try:
+        destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - exiting anyway; say why the group did not end cleanly
+        warnings.warn(f"tdist: destroying the default process group at exit: {e}", RuntimeWarning, stacklevel=1)
 
 
 def _check_timeout(op, timeout, zero_allowed=False):
@@ -264,7 +286,13 @@ def destroy_process_group(group=None):
     be called again. Calls on a destroyed group raise DistError. As torch
     1.13: AssertionError if the default group is not initialized (before
     init_process_group, or destroyed twice); DistError (a RuntimeError)
-    "Invalid process group specified" for another group destroyed twice."""
+    "Invalid process group specified" for another group destroyed twice.
+
+    Rank 0, which hosts the store under env:// and tcp://, returns at once
+    but keeps the store serving the other ranks: at exit, or at its next
+    init_process_group, it waits until they have left it (destroyed the
+    default group, or exited) or are gone, at most the group's timeout and
+    60 s. A default group still there at interpreter exit is destroyed then."""
     g = resolve_group(group, "destroy_process_group")
     if g is NOT_MEMBER:
         return

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "flight_recorder.h"
 #include "group_resolve.h"
 #include "object_codec.h"
+#include "store_leave.h"
 #include "tdist/blocking_call.h"
 #include "tdist/debug.h"
 #include "tdist/errors.h"
@@ -145,6 +147,27 @@ void free_world_after_calls(Group world, std::chrono::milliseconds limit) {
   kept->push_back(std::move(world));
 }
 
+// A program's exit: a default group still there is destroyed (the Python
+// package does that first, while the interpreter runs), and rank 0 then
+// waits for the other ranks to leave the store it hosts (store_leave.h).
+// Registered by the first init_process_group, after the statics its groups
+// use exist, so it runs before they are destroyed.
+void end_job_at_exit() {
+  bool destroy = false;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    destroy = state().world && !state().world->forked_copy();
+  }
+  if (destroy) {
+    try {
+      destroy_process_group(nullptr);
+    } catch (const std::exception& e) {  // another thread's destroy came first, say
+      TDIST_LOG(WARNING) << "at exit: " << e.what();
+    }
+  }
+  detail::release_kept_store();
+}
+
 }  // namespace
 
 void init_process_group(const InitProcessGroupOptions& options) {
@@ -157,6 +180,9 @@ void init_process_group(const InitProcessGroupOptions& options) {
     }
   }
   validate::positive_timeout("init_process_group", options.timeout);
+  // The last job's store, if this process hosted it, goes before this
+  // job's may take its port.
+  detail::release_kept_store();
   // A bad TDIST_DEBUG / TORCH_DISTRIBUTED_DEBUG fails here, before anything
   // is created, as torch fails at import.
   const DebugLevel debug = debug_level();
@@ -191,6 +217,8 @@ void init_process_group(const InitProcessGroupOptions& options) {
   }
   std::string master_host;
   if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) master_host = tcp->host();
+  std::shared_ptr<TCPStore> made_store =
+      options.store ? nullptr : std::dynamic_pointer_cast<TCPStore>(r.store);
   auto store = std::make_shared<PrefixStore>("tdist", r.store);
   ProcessGroupOptions pg_options;
   pg_options.timeout = options.timeout;
@@ -201,12 +229,15 @@ void init_process_group(const InitProcessGroupOptions& options) {
   state().world = std::move(world);
   g_world.store(state().world.get(), std::memory_order_release);
   state().store = std::move(store);
+  state().made_store = std::move(made_store);
   state().backend = backend;
   state().timeout = options.timeout;
   state().master_host = master_host;
   state().new_group_calls = 0;
   state().local_group_calls.clear();
   remember_locked(state().world);
+  static const bool at_exit = std::atexit(end_job_at_exit) == 0;
+  if (!at_exit) TDIST_LOG(WARNING) << "init_process_group: cannot end the job at exit (atexit failed)";
   if (debug >= DebugLevel::kInfo) {
     std::string method = options.init_method.empty() ? "env://" : options.init_method;
     if (options.store) method = "(explicit store)";
@@ -257,13 +288,22 @@ void destroy_process_group(const Group& group) {
   Group world = std::move(state().world);
   state().world.reset();
   state().store.reset();
+  const std::shared_ptr<TCPStore> made_store = std::move(state().made_store);
   lock.unlock();
   // Outside the lock: the calls that end now may need it to raise.
   for (const auto& g : destroyed) stop_calls(*g, global_rank, g == world ? g_world_calls.load() : 0);
   destroyed.clear();
   const auto limit =
       forked ? std::chrono::milliseconds(0) : std::min(world->timeout(), std::chrono::milliseconds(30000));
+  const int world_size = world->size();
+  const auto timeout = world->timeout();
   free_world_after_calls(std::move(world), limit);
+  // The groups are gone, so ranks that waited on this one have their
+  // errors. The store stays while the other ranks still use it.
+  if (made_store && !forked && global_rank >= 0) {
+    detail::leave_made_store(made_store, global_rank, world_size,
+                             std::min(timeout, std::chrono::milliseconds(60000)));
+  }
 }
 
 bool is_initialized() {

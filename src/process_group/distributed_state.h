@@ -16,6 +16,7 @@
 
 #include "tdist/distributed.h"
 #include "tdist/errors.h"
+#include "tdist/tcp_store.h"
 
 namespace tdist::detail::api {
 
@@ -24,6 +25,10 @@ struct State {
   Group world;
 
   std::shared_ptr<Store> store;  // prefixed, shared by every group
+  // The TCPStore that init_process_group's rendezvous made (env://, tcp://;
+  // not a store the caller passed): left through store_leave.h when the
+  // default group is destroyed.
+  std::shared_ptr<TCPStore> made_store;
   std::string backend;
   std::chrono::milliseconds timeout{kDefaultPgTimeout};
   std::string master_host;

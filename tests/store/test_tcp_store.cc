@@ -275,6 +275,24 @@ TEST(TCPStore, GetWaitsForTheKey) {
   EXPECT_EQ(got.get(), "here");
 }
 
+TEST(TCPStore, OthersConnectedCountsTheOtherUsersOfTheMastersServer) {
+  TCPStore master("127.0.0.1", master_options());
+  EXPECT_EQ(master.others_connected(), 0);
+  {
+    TCPStore first("127.0.0.1", client_options(master.port()));
+    TCPStore second("127.0.0.1", client_options(master.port()));
+    // Each client's constructor had an answer from the server: both counted.
+    EXPECT_EQ(master.others_connected(), 2);
+    EXPECT_EQ(first.others_connected(), -1);  // a client serves nobody
+  }
+  // The server notices the closed connections on its next turns.
+  const auto deadline = std::chrono::steady_clock::now() + kLong;
+  while (master.others_connected() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_EQ(master.others_connected(), 0);
+}
+
 // ---- world_size ------------------------------------------------------------------------------
 
 TEST(TCPStore, MasterWaitsForWorkersAndNamesHowManyJoined) {

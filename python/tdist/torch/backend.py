@@ -61,7 +61,9 @@ def _leave_at_exit(store, rank, size, timeout):
     store-based barrier polls it every 10 ms): a rank 0 that exits at once
     would take the store from ranks still polling. So every other rank says
     it leaves, as its last use of the store, and rank 0 waits for them
-    before it exits (at most the group's timeout, and 60 s).
+    before it exits (at most the group's timeout, and 60 s). Rank 0 shuts
+    its groups down first: a rank waiting for it in a call (rank 0 failed,
+    say) gets its error now and leaves, instead of holding rank 0 here.
     """
     if _LEAVING:
         return  # once per process: the first group of every rank
@@ -77,6 +79,7 @@ def _leave():
         if rank != 0:
             store.set(f"tdist/left/{rank}", "1")
         elif size > 1:
+            _plugin._shutdown_all()
             store.wait([f"tdist/left/{r}" for r in range(1, size)], min(timeout, timedelta(seconds=60)))
     except Exception:  # noqa: BLE001 - a peer gone before us, or the store: nothing to wait for
         pass

@@ -63,6 +63,8 @@ class TCPStoreClient {
   const std::string& address() const { return address_; }
   /// Requests sent so far (a waiting GET is one request: no polling).
   uint64_t requests_sent() const { return requests_sent_.load(); }
+  /// Connections this client holds open now, idle or in use.
+  int open_connections() const { return open_.load(); }
 
  private:
   struct Reply {
@@ -77,10 +79,15 @@ class TCPStoreClient {
     int64_t count = 0;                 // after a cancelled WAIT_COUNT
   };
 
-  /// One connection and its request-id counter.
+  /// One connection and its request-id counter; counted in `open` while it lives.
   struct Connection {
+    explicit Connection(std::atomic<int>& counter) : open(counter) { open.fetch_add(1); }
+    ~Connection() { open.fetch_sub(1); }
+    Connection(const Connection&) = delete;
+    Connection& operator=(const Connection&) = delete;
     Socket socket;
     uint64_t next_id = 0;
+    std::atomic<int>& open;
   };
 
   /// A new connection, authenticated when there is a token.
@@ -107,7 +114,8 @@ class TCPStoreClient {
   std::string address_;
   size_t max_frame_bytes_;
   std::optional<std::string> token_;
-  std::mutex mutex_;  // guards idle_ and broken_
+  std::atomic<int> open_{0};  // declared before idle_: outlives the connections
+  std::mutex mutex_;          // guards idle_ and broken_
   std::vector<std::unique_ptr<Connection>> idle_;
   std::string broken_;  // why the server can no longer be used
   std::atomic<uint64_t> requests_sent_{0};

@@ -72,6 +72,11 @@ void TCPStore::wait_for_all_workers(Duration timeout) {
   }
 }
 
+int64_t TCPStore::others_connected() const {
+  if (!server_) return -1;
+  return static_cast<int64_t>(server_->stats().connections_open) - client_->open_connections();
+}
+
 void TCPStore::set(const std::string& key, const Bytes& value) {
   client_->set(key, value, timeout());
 }

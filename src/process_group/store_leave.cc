@@ -1,0 +1,126 @@
+#include "store_leave.h"
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/owned_by_process.h"
+#include "tdist/errors.h"
+#include "tdist/logging.h"
+
+namespace tdist::detail {
+
+namespace {
+
+// How long one wait for the keys lasts before the host looks again at who
+// is still connected: how late it notices that the ranks it waits for died.
+constexpr std::chrono::milliseconds kSlice{50};
+// A rank's key costs one round trip; more means the host is stopped.
+constexpr std::chrono::milliseconds kSetAtMost{5000};
+
+// The store rank 0 keeps after destroy_process_group(). Never destroyed
+// itself (it is used at exit, after static destructors may have run).
+struct KeptStore {
+  std::mutex mutex;
+  std::shared_ptr<TCPStore> store;  // guarded by mutex
+  int size = 0;
+  std::chrono::milliseconds limit{0};
+  pid_t owner = 0;
+};
+
+KeptStore& kept() {
+  static auto* kept = new KeptStore;  // NOLINT(cppcoreguidelines-owning-memory): never freed, see above
+  return *kept;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+std::string left_key(int rank) {
+  return "tdist_left/" + std::to_string(rank);
+}
+
+void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds limit) noexcept {
+  try {
+    if (rank == 0 && !store.is_master()) return;  // tdistrun --agent-store hosts it
+    if (rank != 0) {
+      // The store is about to go: its timeout is ours to shorten.
+      store.set_timeout(std::clamp(limit, std::chrono::milliseconds(1), kSetAtMost));
+      store.set(left_key(rank), "1");
+      return;
+    }
+    std::vector<std::string> keys;
+    for (int r = 1; r < size; ++r) keys.push_back(left_key(r));
+    if (store.check(keys)) return;
+    TDIST_LOG(INFO) << "rank 0 hosts the job's store (TCPStore at " << store.host() << ":" << store.port()
+                    << "): waiting up to " << limit.count() << " ms for the other ranks to leave it";
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (true) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      try {
+        store.wait(keys, std::min(kSlice, std::chrono::ceil<std::chrono::milliseconds>(deadline - now)));
+        return;
+      } catch (const DistStoreTimeoutError&) {
+      }
+      // Every other user gone (exited, or its store closed): no one is left
+      // to serve. Checked after a wait, whose connection is idle again.
+      if (store.others_connected() <= 0) return;
+    }
+    std::vector<int> missing;
+    for (int r = 1; r < size; ++r) {
+      if (!store.check({left_key(r)})) missing.push_back(r);
+    }
+    TDIST_LOG(WARNING) << "rank 0 hosts the job's store (TCPStore at " << store.host() << ":" << store.port()
+                       << ") and is leaving, but rank(s) " << ranks_text(missing)
+                       << " did not say they left within " << limit.count()
+                       << " ms; their store requests will fail from now on";
+  } catch (const std::exception& e) {
+    // Another rank's key is news for nobody once the host is gone.
+    if (rank == 0) {
+      TDIST_LOG(WARNING) << "rank 0: closing the job's store: " << e.what();
+    } else {
+      TDIST_LOG(INFO) << "rank " << rank << ": leaving the job's store: " << e.what();
+    }
+  }
+}
+
+void leave_made_store(std::shared_ptr<TCPStore> store, int rank, int size, std::chrono::milliseconds limit) {
+  if (rank != 0 || !store->is_master()) {
+    leave_store(*store, rank, size, limit);
+    return;
+  }
+  std::shared_ptr<TCPStore> earlier;  // closed outside the lock, after the wait it may need
+  {
+    std::lock_guard<std::mutex> lock(kept().mutex);
+    earlier = std::exchange(kept().store, std::move(store));
+    kept().size = size;
+    kept().limit = limit;
+    kept().owner = this_process_id();
+  }
+  // Not reached in practice: init_process_group released the last one.
+  if (earlier) TDIST_LOG(WARNING) << "rank 0: a store kept for the other ranks was closed unreleased";
+}
+
+void release_kept_store() noexcept {
+  std::shared_ptr<TCPStore> store;
+  int size = 0;
+  std::chrono::milliseconds limit{0};
+  {
+    std::lock_guard<std::mutex> lock(kept().mutex);
+    if (kept().owner != this_process_id()) return;  // a forked child's copy: the parent's store
+    store = std::move(kept().store);
+    size = kept().size;
+    limit = kept().limit;
+  }
+  if (store) leave_store(*store, 0, size, limit);
+}
+
+}  // namespace tdist::detail
