@@ -25,13 +25,19 @@ struct RendezvousResult {
   std::shared_ptr<Store> store;
   int rank = -1;
   int world_size = -1;
+  /// True when rank 0 runs the store's server (env:// and tcp://, unless
+  /// the launcher hosts it: TORCHELASTIC_USE_AGENT_STORE=True).
+  bool rank_0_hosts_store = false;
 };
 
 /// Parses `init_method` and connects. `rank` and `world_size` of -1 mean
 /// "take them from the URL or the environment". `timeout` bounds the whole
 /// rendezvous and becomes the store's default timeout. Raises
 /// DistInvalidArgument naming the missing or invalid variable or parameter,
-/// DistStoreError if the store cannot be reached in time.
+/// DistStoreError if the store cannot be reached in time. A rank other than
+/// 0 that reaches a store this process left (rank 0 keeps it after
+/// destroy_process_group until the other ranks left it) tries again until
+/// the next one is up.
 RendezvousResult rendezvous(const std::string& init_method, int rank = -1, int world_size = -1,
                             Store::Duration timeout = Store::kDefaultTimeout);
 

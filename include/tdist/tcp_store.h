@@ -102,9 +102,12 @@ class TCPStore final : public Store {
   std::optional<int> world_size() const { return world_size_; }
   bool is_master() const { return server_ != nullptr; }
   /// On the master: the connections its server holds open for other users
-  /// than this store (other processes' stores, or more of this process's);
-  /// 0 once every other user has closed its store or exited. -1 on a
-  /// client.
+  /// than this store (other processes' stores, and this process's other
+  /// stores sharing the server: multi_tenant); 0 once every other user has
+  /// closed its store or exited. -1 on a client. A user's store opens
+  /// connections as its requests need them, so a live one may hold none for
+  /// a moment (after a request of its timed out), and a connection being
+  /// opened or closed may be counted on one side only.
   int64_t others_connected() const;
 
   /// The key every user adds 1 to on joining, when world_size is set.

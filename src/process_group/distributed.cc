@@ -180,9 +180,6 @@ void init_process_group(const InitProcessGroupOptions& options) {
     }
   }
   validate::positive_timeout("init_process_group", options.timeout);
-  // The last job's store, if this process hosted it, goes before this
-  // job's may take its port.
-  detail::release_kept_store();
   // A bad TDIST_DEBUG / TORCH_DISTRIBUTED_DEBUG fails here, before anything
   // is created, as torch fails at import.
   const DebugLevel debug = debug_level();
@@ -199,6 +196,9 @@ void init_process_group(const InitProcessGroupOptions& options) {
                               "init_method or the environment)");
   }
   std::string backend = backend_name(options.backend);
+  // The last job's store, if this process hosted it and kept it for the
+  // other ranks, goes before this job's store may take its port.
+  detail::release_kept_store();
   RendezvousResult r;
   if (options.store) {
     if (!options.init_method.empty()) {
@@ -218,7 +218,7 @@ void init_process_group(const InitProcessGroupOptions& options) {
   std::string master_host;
   if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) master_host = tcp->host();
   std::shared_ptr<TCPStore> made_store =
-      options.store ? nullptr : std::dynamic_pointer_cast<TCPStore>(r.store);
+      options.store || !r.rank_0_hosts_store ? nullptr : std::dynamic_pointer_cast<TCPStore>(r.store);
   auto store = std::make_shared<PrefixStore>("tdist", r.store);
   ProcessGroupOptions pg_options;
   pg_options.timeout = options.timeout;
@@ -271,9 +271,6 @@ void destroy_process_group(const Group& group) {
   // A forked child's copy leaves the parent's store alone (its connection
   // is the parent's) and has no calls of its own to wait for.
   const bool forked = state().world->forked_copy();
-  if (global_rank >= 0 && !forked) {
-    detail::write_job_trace(*state().store, global_rank, state().world->size(), state().world->timeout());
-  }
   // The default group and every group made since: handles kept of them
   // fail from now on instead of running.
   std::vector<Group> destroyed;
@@ -287,7 +284,7 @@ void destroy_process_group(const Group& group) {
   g_world.store(nullptr);
   Group world = std::move(state().world);
   state().world.reset();
-  state().store.reset();
+  const std::shared_ptr<Store> store = std::move(state().store);
   const std::shared_ptr<TCPStore> made_store = std::move(state().made_store);
   lock.unlock();
   // Outside the lock: the calls that end now may need it to raise.
@@ -298,12 +295,13 @@ void destroy_process_group(const Group& group) {
   const int world_size = world->size();
   const auto timeout = world->timeout();
   free_world_after_calls(std::move(world), limit);
-  // The groups are gone, so ranks that waited on this one have their
-  // errors. The store stays while the other ranks still use it.
-  if (made_store && !forked && global_rank >= 0) {
-    detail::leave_made_store(made_store, global_rank, world_size,
-                             std::min(timeout, std::chrono::milliseconds(60000)));
-  }
+  if (forked) return;
+  // The last uses of the store, after the groups: a rank that waited for
+  // this one in a call has its error now, and can come to its own destroy
+  // (or exit) and write its part. Each waits at most the timeout and 60 s.
+  const auto last_wait = std::min(timeout, std::chrono::milliseconds(60000));
+  detail::write_job_trace(*store, global_rank, world_size, last_wait);
+  if (made_store) detail::leave_made_store(made_store, global_rank, world_size, last_wait);
 }
 
 bool is_initialized() {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/owned_by_process.h"
+#include "rendezvous/left_store.h"
 #include "tdist/errors.h"
 #include "tdist/logging.h"
 
@@ -15,8 +16,13 @@ namespace tdist::detail {
 namespace {
 
 // How long one wait for the keys lasts before the host looks again at who
-// is still connected: how late it notices that the ranks it waits for died.
+// is still connected.
 constexpr std::chrono::milliseconds kSlice{50};
+// How many looks in a row must find no other user connected before the
+// host takes the ranks it waits for as gone (about a second): a live
+// client holds no connection for a moment after a request of its timed out
+// (its pool drops that connection and opens one at its next request).
+constexpr int kGoneLooks = 20;
 // A rank's key costs one round trip; more means the host is stopped.
 constexpr std::chrono::milliseconds kSetAtMost{5000};
 
@@ -54,6 +60,7 @@ void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds 
       // The store is about to go: its timeout is ours to shorten.
       store.set_timeout(std::clamp(limit, std::chrono::milliseconds(1), kSetAtMost));
       store.set(left_key(rank), "1");
+      store.set(this_process_left_key(), "1");  // for this process's next rendezvous
       return;
     }
     std::vector<std::string> keys;
@@ -62,6 +69,7 @@ void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds 
     TDIST_LOG(INFO) << "rank 0 hosts the job's store (TCPStore at " << store.host() << ":" << store.port()
                     << "): waiting up to " << limit.count() << " ms for the other ranks to leave it";
     const auto deadline = std::chrono::steady_clock::now() + limit;
+    int gone_looks = 0;
     while (true) {
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) break;
@@ -72,12 +80,14 @@ void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds 
       }
       // Every other user gone (exited, or its store closed): no one is left
       // to serve. Checked after a wait, whose connection is idle again.
-      if (store.others_connected() <= 0) return;
+      gone_looks = store.others_connected() <= 0 ? gone_looks + 1 : 0;
+      if (gone_looks >= kGoneLooks) return;
     }
     std::vector<int> missing;
     for (int r = 1; r < size; ++r) {
       if (!store.check({left_key(r)})) missing.push_back(r);
     }
+    if (missing.empty()) return;  // the last keys came just now
     TDIST_LOG(WARNING) << "rank 0 hosts the job's store (TCPStore at " << store.host() << ":" << store.port()
                        << ") and is leaving, but rank(s) " << ranks_text(missing)
                        << " did not say they left within " << limit.count()
@@ -97,16 +107,15 @@ void leave_made_store(std::shared_ptr<TCPStore> store, int rank, int size, std::
     leave_store(*store, rank, size, limit);
     return;
   }
-  std::shared_ptr<TCPStore> earlier;  // closed outside the lock, after the wait it may need
-  {
-    std::lock_guard<std::mutex> lock(kept().mutex);
-    earlier = std::exchange(kept().store, std::move(store));
-    kept().size = size;
-    kept().limit = limit;
-    kept().owner = this_process_id();
-  }
-  // Not reached in practice: init_process_group released the last one.
-  if (earlier) TDIST_LOG(WARNING) << "rank 0: a store kept for the other ranks was closed unreleased";
+  // What was kept before is a forked parent's (init_process_group released
+  // this process's own): the child's copy of it is dropped, outside the
+  // lock (its server is the parent's and stays).
+  std::shared_ptr<TCPStore> parents;
+  std::lock_guard<std::mutex> lock(kept().mutex);
+  parents = std::exchange(kept().store, std::move(store));
+  kept().size = size;
+  kept().limit = limit;
+  kept().owner = this_process_id();
 }
 
 void release_kept_store() noexcept {

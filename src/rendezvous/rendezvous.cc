@@ -1,11 +1,17 @@
 #include "tdist/rendezvous.h"
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
 
 #include "common/env.h"
+#include "common/owned_by_process.h"
+#include "left_store.h"
 #include "tdist/errors.h"
 #include "tdist/file_store.h"
 #include "tdist/logging.h"
@@ -119,10 +125,36 @@ std::shared_ptr<Store> tcp_store_for(const std::string& host, int port, int rank
   TDIST_LOG(INFO) << "rendezvous: rank " << rank << " of " << world_size
                   << (options.is_master ? " hosting" : " joining") << (agent_store ? " the launcher's" : "")
                   << " TCPStore at " << host << ":" << port;
-  return std::make_shared<TCPStore>(host, options);
+  if (options.is_master || agent_store) return std::make_shared<TCPStore>(host, options);
+  // Rank 0 may still keep the last job's store on this port, one this
+  // process left (left_store.h): joining it would join that job. The next
+  // store comes once rank 0 has closed it.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto store = std::make_shared<TCPStore>(host, options);
+    if (!store->check({detail::this_process_left_key()})) return store;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw DistStoreTimeoutError("rendezvous: rank " + std::to_string(rank) + " reached the store at " +
+                                  host + ":" + std::to_string(port) +
+                                  " of the job it left (destroy_process_group), and no new one came within " +
+                                  std::to_string(timeout.count()) + " ms");
+    }
+    store.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a retry, as after a refused connect
+  }
 }
 
 }  // namespace
+
+std::string detail::this_process_left_key() {
+  static const std::string random = [] {
+    std::random_device device;
+    std::ostringstream text;
+    text << std::hex << ((static_cast<uint64_t>(device()) << 32) | device());
+    return text.str();
+  }();
+  return "tdist_left_process/" + random + "-" + std::to_string(this_process_id());
+}
 
 InitMethodUrl parse_init_method(const std::string& init_method) {
   InitMethodUrl url;
@@ -254,8 +286,9 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
     }
     std::string host = *addr;
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    result.store =
-        tcp_store_for(host, static_cast<int>(*port), rank, world_size, timeout, agent_hosts_store());
+    const bool agent_store = agent_hosts_store();
+    result.store = tcp_store_for(host, static_cast<int>(*port), rank, world_size, timeout, agent_store);
+    result.rank_0_hosts_store = !agent_store;
   } else if (url.scheme == "tcp") {
     if (rank < 0) throw DistInvalidArgument("tcp:// rendezvous: rank was not given (argument or ?rank=)");
     if (world_size < 0) {
@@ -263,6 +296,7 @@ RendezvousResult rendezvous(const std::string& init_method, int rank, int world_
     }
     check_rank("tcp:// rendezvous", rank, world_size);
     result.store = tcp_store_for(url.host, url.port, rank, world_size, timeout);
+    result.rank_0_hosts_store = true;
   } else {  // file
     if (rank < 0) throw DistInvalidArgument("file:// rendezvous: rank was not given (argument or ?rank=)");
     if (world_size < 0) {

@@ -8,10 +8,13 @@ does not wait for the others (they may be waiting for it). The ranks are
 separate interpreters that end the normal way, so the package's exit
 handler runs as in a user's program."""
 
+import json
 import os
 import signal
 import subprocess
 import sys
+
+import pytest
 
 from tdist._spawn import free_port
 
@@ -65,11 +68,12 @@ elif mode == "stop":
 WAITING = "waiting up to"
 
 
-def _start(world, mode, timeout_s):
-    port, second_port = free_port(), free_port()
+def _start(world, mode, timeout_s, same_port=False, extra_env=None):
+    port = free_port()
+    second_port = port if same_port else free_port()
     procs = []
     for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+        env = dict(os.environ, **(extra_env or {}), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(world), TDIST_LOG_LEVEL="INFO" if rank == 0 else "WARNING")
         procs.append(subprocess.Popen([sys.executable, "-c", RANK_PROGRAM, mode, str(timeout_s), str(second_port)], env=env,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -137,8 +141,11 @@ def test_a_stopped_rank_is_waited_for_until_the_groups_timeout_and_named():
     assert "rank(s) 1 did not say they left within 2000 ms" in err, err
 
 
-def test_a_second_job_on_rank_0_releases_the_first_store_first():
-    procs = _start(2, "reinit", 60)
+@pytest.mark.parametrize("same_port", [False, True], ids=["new-port", "same-port"])
+def test_a_second_job_releases_the_first_store_and_nobody_joins_it(same_port):
+    # On the same port, rank 1 may reach the first job's store, which rank 0
+    # still keeps (rank 1 left it); it must wait for the second one.
+    procs = _start(2, "reinit", 60, same_port)
     outs = _finish(procs)
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {rank} exited with {p.returncode}:\n{err}"
@@ -146,12 +153,19 @@ def test_a_second_job_on_rank_0_releases_the_first_store_first():
     assert "did not say they left" not in outs[0][1]
 
 
-def test_rank_0_failing_ends_the_call_another_rank_waits_in_at_its_exit():
+@pytest.mark.parametrize("trace", [False, True], ids=["plain", "TDIST_TRACE"])
+def test_rank_0_failing_ends_the_call_another_rank_waits_in_at_its_exit(trace, tmp_path):
     # Rank 0 exits (with its group's calls aborted) instead of joining rank
     # 1's all_reduce: rank 1's call fails at once, not at the two minutes'
-    # timeout, and rank 0 is not held at its exit by the rank it left waiting.
-    procs = _start(2, "blocked", 120)
+    # timeout, and rank 0 is not held at its exit by the rank it left waiting,
+    # also when it first gathers every rank's calls for TDIST_TRACE.
+    path = tmp_path / "trace.json"
+    procs = _start(2, "blocked", 120, extra_env={"TDIST_TRACE": str(path)} if trace else None)
     outs = _finish(procs)
+    if trace:
+        events = json.loads(path.read_text())
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        assert {e.get("pid") for e in events if e.get("name") == "all_reduce"} >= {1}, events
     assert procs[0].returncode == 0, outs[0][1]
     assert procs[1].returncode == 1, outs[1][1]
     assert "all_reduce (call #1 in this group): rank 0 died or closed its connection" in outs[1][1], outs[1][1]

@@ -118,6 +118,7 @@ std::unique_ptr<TCPStoreClient::Connection> TCPStoreClient::open_connection(Dead
   options.what = "TCPStore client";
   auto c = std::make_unique<Connection>(open_);
   c->socket = connect_with_retry(host_, port_, deadline, options);
+  c->count();
   if (token_) authenticate(*c, deadline);
   return c;
 }

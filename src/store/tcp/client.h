@@ -79,15 +79,23 @@ class TCPStoreClient {
     int64_t count = 0;                 // after a cancelled WAIT_COUNT
   };
 
-  /// One connection and its request-id counter; counted in `open` while it lives.
+  /// One connection and its request-id counter; counted in `open` from
+  /// its connect (as the server counts it) to its end.
   struct Connection {
-    explicit Connection(std::atomic<int>& counter) : open(counter) { open.fetch_add(1); }
-    ~Connection() { open.fetch_sub(1); }
+    explicit Connection(std::atomic<int>& counter) : open(counter) {}
+    ~Connection() {
+      if (counted) open.fetch_sub(1);
+    }
     Connection(const Connection&) = delete;
     Connection& operator=(const Connection&) = delete;
+    void count() {
+      open.fetch_add(1);
+      counted = true;
+    }
     Socket socket;
     uint64_t next_id = 0;
     std::atomic<int>& open;
+    bool counted = false;
   };
 
   /// A new connection, authenticated when there is a token.
