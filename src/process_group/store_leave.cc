@@ -59,8 +59,11 @@ void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds 
     if (rank != 0) {
       // The store is about to go: its timeout is ours to shorten.
       store.set_timeout(std::clamp(limit, std::chrono::milliseconds(1), kSetAtMost));
+      // This process's key first: once rank 0 has every rank's key it may
+      // close the store, and this process's next rendezvous must find it.
+      remember_left_store(store.host(), store.port());
+      store.set(this_process_left_key(), "1");
       store.set(left_key(rank), "1");
-      store.set(this_process_left_key(), "1");  // for this process's next rendezvous
       return;
     }
     std::vector<std::string> keys;

@@ -16,4 +16,10 @@ namespace tdist::detail {
 // child has its own), the same for every store it leaves.
 std::string this_process_left_key();
 
+// This process leaves the store at host:port: remembered before it says
+// so in the store, so that its next rendezvous there checks the key and
+// takes a store closing under it for the one it left, not a failure.
+void remember_left_store(const std::string& host, int port);
+bool left_store_at(const std::string& host, int port);
+
 }  // namespace tdist::detail

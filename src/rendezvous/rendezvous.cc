@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -125,26 +127,58 @@ std::shared_ptr<Store> tcp_store_for(const std::string& host, int port, int rank
   TDIST_LOG(INFO) << "rendezvous: rank " << rank << " of " << world_size
                   << (options.is_master ? " hosting" : " joining") << (agent_store ? " the launcher's" : "")
                   << " TCPStore at " << host << ":" << port;
-  if (options.is_master || agent_store) return std::make_shared<TCPStore>(host, options);
-  // Rank 0 may still keep the last job's store on this port, one this
-  // process left (left_store.h): joining it would join that job. The next
-  // store comes once rank 0 has closed it.
+  if (options.is_master || agent_store || !detail::left_store_at(host, port)) {
+    return std::make_shared<TCPStore>(host, options);
+  }
+  // This process left a job's store here, which rank 0 may still keep
+  // (left_store.h): joining it would join that job, and it may close under
+  // this attempt. The next store comes once rank 0 has closed it.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto store = std::make_shared<TCPStore>(host, options);
-    if (!store->check({detail::this_process_left_key()})) return store;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      throw DistStoreTimeoutError("rendezvous: rank " + std::to_string(rank) + " reached the store at " +
-                                  host + ":" + std::to_string(port) +
-                                  " of the job it left (destroy_process_group), and no new one came within " +
-                                  std::to_string(timeout.count()) + " ms");
+    try {
+      auto store = std::make_shared<TCPStore>(host, options);
+      if (!store->check({detail::this_process_left_key()})) return store;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw DistStoreTimeoutError(
+            "rendezvous: rank " + std::to_string(rank) + " reached the store at " + host + ":" +
+            std::to_string(port) +
+            " of the job it left (destroy_process_group), and no new one came within " +
+            std::to_string(timeout.count()) + " ms");
+      }
+    } catch (const DistStoreTimeoutError&) {
+      throw;
+    } catch (const DistStoreError&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;  // not the left store closing, then
     }
-    store.reset();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a retry, as after a refused connect
   }
 }
 
 }  // namespace
+
+namespace {
+
+struct LeftStores {
+  std::mutex mutex;
+  std::set<std::pair<std::string, int>> addresses;  // guarded by mutex
+};
+
+LeftStores& left_stores() {
+  static auto* stores = new LeftStores;  // NOLINT(cppcoreguidelines-owning-memory): used at exit, never freed
+  return *stores;
+}
+
+}  // namespace
+
+void detail::remember_left_store(const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(left_stores().mutex);
+  left_stores().addresses.emplace(host, port);
+}
+
+bool detail::left_store_at(const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(left_stores().mutex);
+  return left_stores().addresses.count({host, port}) != 0;
+}
 
 std::string detail::this_process_left_key() {
   static const std::string random = [] {
