@@ -239,14 +239,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     _C.init_process_group(name or "tdist", init_method or "", default_pg_timeout if timeout is None else timeout,
                           world_size, rank, store, group_name)
     _detail.on_init()
-    if not _EXIT_HOOK:
-        _EXIT_HOOK.append(_destroy_at_exit)
-        atexit.register(_destroy_at_exit)
 
 
-_EXIT_HOOK = []  # registered once, at the first init_process_group
-
-
+@atexit.register
 def _destroy_at_exit():
     """At interpreter exit, a default group still there is destroyed as by
     destroy_process_group(), while Python still runs: its calls end (ranks

@@ -215,10 +215,10 @@ void init_process_group(const InitProcessGroupOptions& options) {
     r = rendezvous(options.init_method.empty() ? "env://" : options.init_method, options.rank,
                    options.world_size, options.timeout);
   }
-  std::string master_host;
-  if (auto* tcp = dynamic_cast<TCPStore*>(r.store.get())) master_host = tcp->host();
-  std::shared_ptr<TCPStore> made_store =
-      options.store || !r.rank_0_hosts_store ? nullptr : std::dynamic_pointer_cast<TCPStore>(r.store);
+  std::shared_ptr<TCPStore> tcp = std::dynamic_pointer_cast<TCPStore>(r.store);
+  const std::string master_host = tcp ? tcp->host() : "";
+  // The store rank 0 hosts for this job (not one the caller passed).
+  std::shared_ptr<TCPStore> made_store = r.rank_0_hosts_store ? tcp : nullptr;
   auto store = std::make_shared<PrefixStore>("tdist", r.store);
   ProcessGroupOptions pg_options;
   pg_options.timeout = options.timeout;

@@ -47,25 +47,33 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-}  // namespace
-
 std::string left_key(int rank) {
   return "tdist_left/" + std::to_string(rank);
 }
 
-void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds limit) noexcept {
+// A rank other than 0 is done with `store`: this process's key, then its
+// rank's, within `limit` and at most 5 s (the host may be stopped or gone).
+void say_left(TCPStore& store, int rank, std::chrono::milliseconds limit) noexcept {
   try {
-    if (rank == 0 && !store.is_master()) return;  // tdistrun --agent-store hosts it
-    if (rank != 0) {
-      // The store is about to go: its timeout is ours to shorten.
-      store.set_timeout(std::clamp(limit, std::chrono::milliseconds(1), kSetAtMost));
-      // This process's key first: once rank 0 has every rank's key it may
-      // close the store, and this process's next rendezvous must find it.
-      remember_left_store(store.host(), store.port());
-      store.set(this_process_left_key(), "1");
-      store.set(left_key(rank), "1");
-      return;
-    }
+    // The store is about to go: its timeout is ours to shorten.
+    store.set_timeout(std::clamp(limit, std::chrono::milliseconds(1), kSetAtMost));
+    // This process's key first: once rank 0 has every rank's key it may
+    // close the store, and this process's next rendezvous must find it.
+    remember_left_store(store.host(), store.port());
+    store.set(this_process_left_key(), "1");
+    store.set(left_key(rank), "1");
+  } catch (const std::exception& e) {
+    // News for nobody once the host is gone.
+    TDIST_LOG(INFO) << "rank " << rank << ": leaving the job's store: " << e.what();
+  }
+}
+
+// Rank 0, the store's host, waits until every other rank of `size` has said
+// it left, or for about a second no other user has been connected (a killed
+// rank's connection closes), or `limit` passes: then it names the ranks it
+// did not see leave.
+void wait_until_left(TCPStore& store, int size, std::chrono::milliseconds limit) noexcept {
+  try {
     std::vector<std::string> keys;
     for (int r = 1; r < size; ++r) keys.push_back(left_key(r));
     if (store.check(keys)) return;
@@ -96,18 +104,15 @@ void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds 
                        << " did not say they left within " << limit.count()
                        << " ms; their store requests will fail from now on";
   } catch (const std::exception& e) {
-    // Another rank's key is news for nobody once the host is gone.
-    if (rank == 0) {
-      TDIST_LOG(WARNING) << "rank 0: closing the job's store: " << e.what();
-    } else {
-      TDIST_LOG(INFO) << "rank " << rank << ": leaving the job's store: " << e.what();
-    }
+    TDIST_LOG(WARNING) << "rank 0: closing the job's store: " << e.what();
   }
 }
 
+}  // namespace
+
 void leave_made_store(std::shared_ptr<TCPStore> store, int rank, int size, std::chrono::milliseconds limit) {
-  if (rank != 0 || !store->is_master()) {
-    leave_store(*store, rank, size, limit);
+  if (rank != 0) {
+    say_left(*store, rank, limit);
     return;
   }
   // What was kept before is a forked parent's (init_process_group released
@@ -132,7 +137,7 @@ void release_kept_store() noexcept {
     size = kept().size;
     limit = kept().limit;
   }
-  if (store) leave_store(*store, 0, size, limit);
+  if (store) wait_until_left(*store, size, limit);
 }
 
 }  // namespace tdist::detail

@@ -20,26 +20,19 @@
 
 namespace tdist::detail {
 
-// The key rank `rank` sets as its last request.
-std::string left_key(int rank);
-
-// Rank `rank` of `size` is done with `store`. A rank other than 0 sets its
-// key, and this process's (rendezvous/left_store.h), within `limit`, at
-// most 5 s (the host may be stopped or gone). The host (the store's master)
-// waits until every other rank has set its key, or for about a second no
-// other user has been connected (a killed rank's connection closes), or
-// `limit` passes: then it logs the ranks it did not see leave. Never
-// raises: leaving is all that is left to do.
-void leave_store(TCPStore& store, int rank, int size, std::chrono::milliseconds limit) noexcept;
-
 // destroy_process_group()'s part (not called in a forked child's copy of
-// the job, whose store is the parent's): a rank other than 0 leaves `store`
-// at once; rank 0 keeps it (serving) for release_kept_store().
+// the job, whose store is the parent's), for the store rank 0 hosts: a rank
+// other than 0 leaves it at once, setting its key and this process's
+// (rendezvous/left_store.h) within `limit`, at most 5 s (the host may be
+// stopped or gone); rank 0 keeps it (serving) for release_kept_store().
 void leave_made_store(std::shared_ptr<TCPStore> store, int rank, int size, std::chrono::milliseconds limit);
 
-// Waits for the other ranks to leave the store rank 0 kept, if any (as
-// leave_store), then closes it. At exit, and before the next
-// init_process_group (which may host a store on the same port).
+// Waits for the other ranks to leave the store rank 0 kept, if any, then
+// closes it: until every other rank has set its key, or for about a second
+// no other user has been connected (a killed rank's connection closes), or
+// the limit passes (then a warning names the ranks it did not see leave).
+// At exit, and before the next init_process_group (which may host a store
+// on the same port). Never raises.
 void release_kept_store() noexcept;
 
 }  // namespace tdist::detail

@@ -116,9 +116,7 @@ std::unique_ptr<TCPStoreClient::Connection> TCPStoreClient::open_connection(Dead
   ConnectOptions options;
   options.domain = ErrorDomain::kStore;
   options.what = "TCPStore client";
-  auto c = std::make_unique<Connection>(open_);
-  c->socket = connect_with_retry(host_, port_, deadline, options);
-  c->count();
+  auto c = std::make_unique<Connection>(open_, connect_with_retry(host_, port_, deadline, options));
   if (token_) authenticate(*c, deadline);
   return c;
 }

@@ -79,23 +79,18 @@ class TCPStoreClient {
     int64_t count = 0;                 // after a cancelled WAIT_COUNT
   };
 
-  /// One connection and its request-id counter; counted in `open` from
-  /// its connect (as the server counts it) to its end.
+  /// One connection (made once connected, as the server counts it) and its
+  /// request-id counter; counted in `open` while it lives.
   struct Connection {
-    explicit Connection(std::atomic<int>& counter) : open(counter) {}
-    ~Connection() {
-      if (counted) open.fetch_sub(1);
+    Connection(std::atomic<int>& counter, Socket connected) : socket(std::move(connected)), open(counter) {
+      open.fetch_add(1);
     }
+    ~Connection() { open.fetch_sub(1); }
     Connection(const Connection&) = delete;
     Connection& operator=(const Connection&) = delete;
-    void count() {
-      open.fetch_add(1);
-      counted = true;
-    }
     Socket socket;
     uint64_t next_id = 0;
     std::atomic<int>& open;
-    bool counted = false;
   };
 
   /// A new connection, authenticated when there is a token.
