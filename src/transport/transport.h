@@ -179,7 +179,9 @@ class Transport {
   /// never send what it waits for, and at the start of each call, since a
   /// root that sends and waits for nobody (broadcast) may have met no
   /// receive at all. The sender is named by its rank in the whole group
-  /// (a subset's transport asks its parent's).
+  /// (a subset's transport asks its parent's). It is asked twice per call,
+  /// so it must not cost a pass over every waiting message: a root that
+  /// runs ahead leaves thousands (unexpected_messages.h indexes them).
   virtual std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
       const tdist::detail::CallSignature& mine) const {
     (void)mine;

@@ -140,8 +140,12 @@ def test_nothing_survives_success_failure_or_ctrl_c():
     assert ours(failed.pid) == [] and orphaned() == [], testbed.namespaces()
     # Ctrl-C while the hosts run: wait (on a condition, not a clock) until
     # the namespaces exist and the command has started, then interrupt.
+    # SIGINT's default action restored in the tool: a shell that started
+    # pytest in the background (`pytest &`) had it ignored, and an ignored
+    # SIGINT is inherited, so the tool would never see the Ctrl-C.
     proc = subprocess.Popen([sys.executable, TOOL, "--hosts", "2", "--", "sh", "-c", "echo up; exec sleep 60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = Lines(proc.stdout)
     assert out.wait_for("up", 2, timeout=60), out.text()
     assert len(ours(proc.pid)) == 3

@@ -194,7 +194,7 @@ void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const ui
     }
     return;
   }
-  Incoming& m = unexpected_.emplace_back(Incoming{
+  Incoming& m = unexpected_.push_back(Incoming{
       p, header.tag, header.sig, header.total,
       header.carry == Carry::kSlots && header.total > 0 ? detail::Scratch(header.total) : detail::Scratch()});
   if (header.carry == Carry::kPeerRead) {

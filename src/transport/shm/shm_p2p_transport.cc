@@ -172,7 +172,7 @@ RequestPtr ShmP2pTransport::isend(int dst, uint64_t tag, const void* data, size_
         posted_.erase(it);
         (void)deliver(op, rank_, header, bytes, nbytes);
       } else {
-        Incoming& m = unexpected_.emplace_back(
+        Incoming& m = unexpected_.push_back(
             Incoming{rank_, tag, sig, nbytes, nbytes > 0 ? detail::Scratch(nbytes) : detail::Scratch()});
         if (nbytes > 0) std::memcpy(m.data.get(), bytes, nbytes);
         m.got = nbytes;
@@ -319,12 +319,9 @@ void ShmP2pTransport::failed(const RequestPtr& request, std::exception_ptr error
 std::optional<std::pair<int, sig::CallSignature>> ShmP2pTransport::conflicting_message(
     const sig::CallSignature& mine) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& m : unexpected_) {
-    if (!m.sig.empty() && m.sig.kind != sig::CallKind::kPointToPoint &&
-        (m.sig.seq < mine.seq || (m.sig.seq == mine.seq && !(m.sig == mine))))
-      return std::make_pair(m.src, m.sig);
-  }
-  return std::nullopt;
+  const auto it = unexpected_.first_conflict(mine);
+  if (it == unexpected_.end()) return std::nullopt;
+  return std::make_pair(it->src, it->sig);
 }
 
 std::exception_ptr ShmP2pTransport::take_rejection() {

@@ -46,6 +46,7 @@
 #include "transport/shm/shm_p2p_layout.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/transport.h"
+#include "transport/unexpected_messages.h"
 
 namespace tdist::transport::shm {
 
@@ -204,7 +205,7 @@ class ShmP2pTransport final : public Transport {
 
   mutable std::mutex mutex_;  // guards everything below it
   std::list<RecvOp> posted_;
-  std::list<Incoming> unexpected_;
+  UnexpectedMessages<Incoming> unexpected_;
   std::vector<std::deque<Outgoing>> outbox_;                        // per peer
   std::vector<std::unordered_map<uint64_t, RequestPtr>> awaiting_;  // per peer: kPeerRead sends by id
   std::vector<uint64_t> next_id_;                                   // per peer

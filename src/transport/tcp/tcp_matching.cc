@@ -111,15 +111,12 @@ RequestPtr TcpTransport::post_recv(RecvOp op) {
 std::optional<std::pair<int, tdist::detail::CallSignature>> TcpTransport::conflicting_message(
     const tdist::detail::CallSignature& mine) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& message : unexpected_) {
-    // Of this call but not as this rank passed it, or of an earlier call:
-    // every message of a call is received in it, so one still here was
-    // sent by a peer whose call differed.
-    if (!message.sig.empty() && message.sig.kind != tdist::detail::CallKind::kPointToPoint &&
-        (message.sig.seq < mine.seq || (message.sig.seq == mine.seq && !(message.sig == mine))))
-      return std::make_pair(message.src, message.sig);
-  }
-  return std::nullopt;
+  // Of this call but not as this rank passed it, or of an earlier call:
+  // every message of a call is received in it, so one still here was sent
+  // by a peer whose call differed.
+  const auto it = unexpected_.first_conflict(mine);
+  if (it == unexpected_.end()) return std::nullopt;
+  return std::make_pair(it->src, it->sig);
 }
 
 void TcpTransport::match_recv(RecvOp op) {

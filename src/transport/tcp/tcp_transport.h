@@ -39,6 +39,7 @@
 #include "common/spin_wait.h"
 #include "tdist/store.h"
 #include "transport/transport.h"
+#include "transport/unexpected_messages.h"
 
 namespace tdist::transport {
 
@@ -378,7 +379,7 @@ class TcpTransport final : public Transport {
 
   std::vector<tcp::Pair> pairs_;
   std::list<tcp::RecvOp> posted_;
-  std::list<tcp::Incoming> unexpected_;
+  UnexpectedMessages<tcp::Incoming> unexpected_;
   std::exception_ptr aborted_;
   bool aborted_by_peer_ = false;  // aborted_ is a peer's abort notice; guarded by mutex_
   std::vector<Completion> completions_;
