@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Writes the stored paddle-only results that test_paddle_fleet.py compares
+tdist's with where paddle's own run is too unreliable to repeat in the
+suite: fleet_train.py on 4 ranks, whose gloo groups paddle makes in
+fleet.init failed 5 attempts of 5 in one fresh-clone run of the suite
+("connect [127.0.0.1]:PORT: Connection refused", gloo TIMEOUT), and 12 of
+39 runs with one core busy. Run it on an idle machine after changing the
+program or paddle's pinned version (python/requirements-dev.txt):
+
+    .venv/bin/python tests/python/paddle_reference.py
+
+It runs the program under ``python -m paddle.distributed.launch`` with its
+tdist import replaced by paddle's, exactly as the live reference does, and
+writes paddle_programs/reference/<program>-<ranks>/rank<r>.npz with
+paddle's version beside them (the test refuses files of another version)."""
+
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import paddle  # noqa: E402  after the path
+
+from paddle_launch import launch  # noqa: E402
+
+PROGRAMS = os.path.join(HERE, "paddle_programs")
+REFERENCE = os.path.join(PROGRAMS, "reference")
+STORED = {("fleet_train.py", 4): ("from tdist.paddle import fleet", "from paddle.distributed import fleet")}
+
+
+def stored_dir(script, nprocs):
+    return os.path.join(REFERENCE, f"{os.path.splitext(script)[0]}-{nprocs}")
+
+
+def main():
+    for (script, nprocs), swap in STORED.items():
+        out = stored_dir(script, nprocs)
+        with tempfile.TemporaryDirectory() as tmp:
+            run_out = os.path.join(tmp, "out")
+            os.makedirs(run_out)
+            launch(os.path.join(PROGRAMS, script), nprocs, "paddle", tmp, swap, {"FLEET_TRAIN_OUT": run_out})
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            for r in range(nprocs):
+                shutil.copy(os.path.join(run_out, f"rank{r}.npz"), out)
+        with open(os.path.join(out, "paddle_version.txt"), "w") as f:
+            f.write(paddle.__version__ + "\n")
+        print(f"wrote {os.path.relpath(out, HERE)} (paddle {paddle.__version__})")
+
+
+if __name__ == "__main__":
+    main()
