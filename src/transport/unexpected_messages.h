@@ -79,8 +79,8 @@ class UnexpectedMessages {
   using const_iterator = typename std::list<Message>::const_iterator;
 
   Message& push_back(Message message) {
-    index_.add(message.sig);
-    messages_.push_back(std::move(message));
+    messages_.push_back(std::move(message));  // first: if it throws, nothing was indexed
+    index_.add(messages_.back().sig);
     return messages_.back();
   }
 

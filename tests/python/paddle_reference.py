@@ -12,8 +12,10 @@ program or paddle's pinned version (python/requirements-dev.txt):
 It runs the program under ``python -m paddle.distributed.launch`` with its
 tdist import replaced by paddle's, exactly as the live reference does, and
 writes paddle_programs/reference/<program>-<ranks>/rank<r>.npz with
-paddle's version beside them (the test refuses files of another version)."""
+paddle's version and the program's SHA-256 beside them (the test refuses
+files of another version or of another program text)."""
 
+import hashlib
 import os
 import shutil
 import sys
@@ -35,6 +37,14 @@ def stored_dir(script, nprocs):
     return os.path.join(REFERENCE, f"{os.path.splitext(script)[0]}-{nprocs}")
 
 
+def made_from(script):
+    """What stored results must have been made with: paddle's version and
+    the program's SHA-256, one per line."""
+    with open(os.path.join(PROGRAMS, script), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return f"paddle {paddle.__version__}\n{script} sha256 {digest}\n"
+
+
 def main():
     for (script, nprocs), swap in STORED.items():
         out = stored_dir(script, nprocs)
@@ -46,8 +56,8 @@ def main():
             os.makedirs(out)
             for r in range(nprocs):
                 shutil.copy(os.path.join(run_out, f"rank{r}.npz"), out)
-        with open(os.path.join(out, "paddle_version.txt"), "w") as f:
-            f.write(paddle.__version__ + "\n")
+        with open(os.path.join(out, "made_from.txt"), "w") as f:
+            f.write(made_from(script))
         print(f"wrote {os.path.relpath(out, HERE)} (paddle {paddle.__version__})")
 
 

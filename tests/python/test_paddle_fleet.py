@@ -18,7 +18,7 @@ import paddle  # python/requirements-dev.txt
 import pytest
 
 from paddle_launch import TIMEOUT, launch
-from paddle_reference import STORED, stored_dir
+from paddle_reference import STORED, made_from, stored_dir
 from tdist._C import DistInvalidArgument
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,12 +40,13 @@ def run(script, nprocs, out_dir, library, tmp_path):
 
 
 def stored(script, nprocs):
-    """paddle's results stored by paddle_reference.py, of this paddle."""
+    """paddle's results stored by paddle_reference.py, of this paddle and
+    this program text."""
     where = stored_dir(script, nprocs)
-    with open(os.path.join(where, "paddle_version.txt")) as f:
-        version = f.read().strip()
-    assert version == paddle.__version__, (f"{where} holds paddle {version}'s results, this is paddle "
-                                           f"{paddle.__version__}: run tests/python/paddle_reference.py")
+    with open(os.path.join(where, "made_from.txt")) as f:
+        stored_from = f.read()
+    assert stored_from == made_from(script), (f"{where} holds results made from\n{stored_from}but this is\n"
+                                              f"{made_from(script)}run tests/python/paddle_reference.py")
     return [dict(numpy.load(os.path.join(where, f"rank{r}.npz"))) for r in range(nprocs)]
 
 
