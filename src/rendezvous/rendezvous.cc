@@ -138,25 +138,20 @@ std::shared_ptr<Store> tcp_store_for(const std::string& host, int port, int rank
     try {
       auto store = std::make_shared<TCPStore>(host, options);
       if (!store->check({detail::this_process_left_key()})) return store;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        throw DistStoreTimeoutError(
-            "rendezvous: rank " + std::to_string(rank) + " reached the store at " + host + ":" +
-            std::to_string(port) +
-            " of the job it left (destroy_process_group), and no new one came within " +
-            std::to_string(timeout.count()) + " ms");
-      }
     } catch (const DistStoreTimeoutError&) {
       throw;
     } catch (const DistStoreError&) {
       if (std::chrono::steady_clock::now() >= deadline) throw;  // not the left store closing, then
     }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw DistStoreTimeoutError("rendezvous: rank " + std::to_string(rank) + " reached the store at " +
+                                  host + ":" + std::to_string(port) +
+                                  " of the job it left (destroy_process_group), and no new one came within " +
+                                  std::to_string(timeout.count()) + " ms");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a retry, as after a refused connect
   }
 }
-
-}  // namespace
-
-namespace {
 
 struct LeftStores {
   std::mutex mutex;

@@ -15,7 +15,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <list>
 #include <map>
 #include <utility>
@@ -107,13 +106,10 @@ class UnexpectedMessages {
   }
 
   bool empty() const { return messages_.empty(); }
-  size_t size() const { return messages_.size(); }
   iterator begin() { return messages_.begin(); }
   iterator end() { return messages_.end(); }
   const_iterator begin() const { return messages_.begin(); }
   const_iterator end() const { return messages_.end(); }
-  /// The last message added, as an iterator (a partial message's place).
-  iterator last() { return std::prev(messages_.end()); }
 
  private:
   std::list<Message> messages_;
