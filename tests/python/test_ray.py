@@ -2,7 +2,9 @@
 a head node and a worker node, two CPUs each): a group of Ray actors made
 by tdist.ray.init_group, and Ray Train's TorchTrainer on backend "tdist"
 with a worker killed mid-job, named by the survivors, and the job restarted
-by Ray and run to the end."""
+by Ray and run to the end. The TorchTrainer case runs here only where
+test_ray_testbed.py cannot run it across two testbed hosts (it needs root
+and network namespaces): a minute of CPU, once per suite is enough."""
 
 import os
 
@@ -17,6 +19,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 import ray_cases  # noqa: E402 - the checks, shared with the testbed's Ray test (test_ray_testbed.py)
 import tdist.ray  # noqa: E402
+from testbed_tool import ray_testbed_unavailable  # noqa: E402
 from ray_cases import Worker, check_sums, check_torch_sum, group, train  # noqa: E402
 
 WORLD = ray_cases.WORLD
@@ -69,6 +72,8 @@ def test_an_actor_that_cannot_join_is_named_at_once(cluster):
 
 
 def test_torch_trainer_on_backend_tdist_names_a_killed_worker_and_ray_restarts_it(cluster, tmp_path):
+    if ray_testbed_unavailable() is None:
+        pytest.skip("test_ray_testbed.py runs this case across two testbed hosts")
     # DDP on 4 workers, two on each node. Rank 2 dies by SIGKILL in the first
     # attempt: the survivors that saw the loss name it, and Ray's restart
     # (max_failures=1) runs the job to the end with equal weights, the right

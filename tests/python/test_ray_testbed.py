@@ -5,14 +5,14 @@ worker node in host 1, each bound to its host's address, and the driver
 ray_cases.py: a group of 4 actors, 2 in each host, made by
 tdist.ray.init_group (api "tdist" and "torch"); TorchTrainer on backend
 "tdist" with a worker killed mid-job, named by the survivors, and the job
-restarted by Ray and run to the end. Every case checks where its ranks ran (each host's namespace, two
-each), and the actors' all_reduce is shown to cross the link by host 0's
-interface counters.
+restarted by Ray and run to the end (run here, not in test_ray.py, where
+both can run: it is the costliest case, a minute of CPU). Every case checks
+where its ranks ran (each host's namespace, two each), and the actors'
+all_reduce is shown to cross the link by host 0's interface counters.
 
 Needs root (network namespaces) and ray; skipped elsewhere, saying so."""
 
 import collections
-import importlib.util
 import json
 import os
 import shutil
@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from testbed_tool import HERE, Lines, namespaces_unavailable, running, tail, testbed
+from testbed_tool import HERE, Lines, ray_testbed_unavailable, running, tail, testbed
 
 DRIVER = os.path.join(HERE, "ray_testbed_driver.py")
 PORT = 6379  # the head's GCS port: free in a fresh namespace
@@ -120,11 +120,7 @@ class RayHosts:
 
 @pytest.fixture(scope="module")
 def hosts():
-    reason = namespaces_unavailable()
-    if reason is None and importlib.util.find_spec("ray") is None:
-        reason = "ray is not installed (python/requirements-dev.txt: ray[train])"
-    if reason is None and shutil.which("setpriv") is None:
-        reason = "setpriv (util-linux) is not installed"
+    reason = ray_testbed_unavailable()
     if reason:
         pytest.skip(reason)
     with testbed.Testbed(2) as bed:

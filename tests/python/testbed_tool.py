@@ -5,10 +5,12 @@ test files share: tdistrun's command line on every host (agent), the
 environment of a tdist job (tdist_env), a job that loops over all_reduce
 until a fault (loop_then), a reader of a process's output (Lines), the
 start and stop of a cluster around a fixture (running) and the end of a
-log (tail)."""
+log (tail) and whether the Ray test on two hosts can run
+(ray_testbed_unavailable)."""
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -48,6 +50,18 @@ def namespaces_unavailable():
         return "iproute2 (ip, tc) is not installed"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None if made.returncode == 0 else f"cannot make network namespaces here: {made.stderr.strip()}"
+
+
+def ray_testbed_unavailable():
+    """None if test_ray_testbed.py can run its Ray nodes in two testbed
+    hosts here, else why not. test_ray.py asks too: the Ray Train case runs
+    in one of the two files, across two hosts where that can run."""
+    reason = namespaces_unavailable()
+    if reason is None and importlib.util.find_spec("ray") is None:
+        reason = "ray is not installed (python/requirements-dev.txt: ray[train])"
+    if reason is None and shutil.which("setpriv") is None:
+        reason = "setpriv (util-linux) is not installed"
+    return reason
 
 
 class Lines:

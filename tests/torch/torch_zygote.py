@@ -1,8 +1,9 @@
 """A fork server for the torch tests' rank processes (torch_harness.py).
 
-Importing torch costs 1.3-1.5 s of CPU per process on a 2-vCPU VM, and the
-torch tests start about a hundred rank processes: minutes of the suite's
-CPU. This process imports torch once, then forks a child per request, and
+Importing torch costs 1.3-1.5 s of CPU per process on a 2-vCPU VM, and
+building a DDP model (torch._dynamo's import) 1.7 s more; the torch tests
+start about a hundred rank processes: minutes of the suite's CPU. This
+process imports both once, then forks a child per request, and
 the child becomes what `python SCRIPT ARGS...` would be: its argv, its
 environment, its working directory, its stdin (/dev/null), stdout and
 stderr (files), the script's directory first on sys.path, the tdist backend
@@ -37,6 +38,10 @@ import types
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # each child autoloads with its own environment
 import torch  # noqa: E402,F401  the point of this process
 import torch.distributed  # noqa: E402
+# Building a DDP, FSDP or DTensor model imports torch._dynamo (some 800
+# modules, 1.7 s of CPU here), which most ranks would otherwise pay.
+import torch._dynamo  # noqa: E402,F401
+import torch.nn.parallel  # noqa: E402,F401
 
 
 def _reply(obj):
