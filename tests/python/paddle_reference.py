@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Writes the stored paddle-only results that test_paddle_fleet.py compares
-tdist's with where paddle's own run is too unreliable to repeat in the
-suite: fleet_train.py on 4 ranks, whose gloo groups paddle makes in
-fleet.init failed 5 attempts of 5 in one fresh-clone run of the suite
-("connect [127.0.0.1]:PORT: Connection refused", gloo TIMEOUT), and 12 of
-39 runs with one core busy. Run it on an idle machine after changing the
+tdist's with, where paddle's own run is too unreliable or too costly to
+repeat in every run of the suite:
+- fleet_train.py on 4 ranks, whose gloo groups paddle makes in fleet.init
+  failed 5 attempts of 5 in one fresh-clone run of the suite ("connect
+  [127.0.0.1]:PORT: Connection refused", gloo TIMEOUT), and 12 of 39 runs
+  with one core busy;
+- fleet_train.py on 2 ranks and data_parallel_train.py on 4: each run
+  under paddle costs its ranks' paddle import and paddle's own launcher
+  (CPU-seconds the suite, on 2 cores, waits for).
+Run it on an idle machine after changing the
 program or paddle's pinned version (python/requirements-dev.txt):
 
     .venv/bin/python tests/python/paddle_reference.py
@@ -30,7 +35,14 @@ from paddle_launch import launch  # noqa: E402
 
 PROGRAMS = os.path.join(HERE, "paddle_programs")
 REFERENCE = os.path.join(PROGRAMS, "reference")
-STORED = {("fleet_train.py", 4): ("from tdist.paddle import fleet", "from paddle.distributed import fleet")}
+SCRIPTS = {
+    # script: (its tdist import line, paddle's)
+    "fleet_train.py": ("from tdist.paddle import fleet", "from paddle.distributed import fleet"),
+    "data_parallel_train.py": ("import tdist.paddle as dist", "import paddle.distributed as dist"),
+}
+# The runs whose paddle results are stored: all but data_parallel_train.py
+# at 2 ranks, which test_paddle_fleet.py still runs under paddle too.
+STORED = {("fleet_train.py", 4), ("fleet_train.py", 2), ("data_parallel_train.py", 4)}
 
 
 def stored_dir(script, nprocs):
@@ -46,12 +58,13 @@ def made_from(script):
 
 
 def main():
-    for (script, nprocs), swap in STORED.items():
+    for script, nprocs in sorted(STORED):
         out = stored_dir(script, nprocs)
         with tempfile.TemporaryDirectory() as tmp:
             run_out = os.path.join(tmp, "out")
             os.makedirs(run_out)
-            launch(os.path.join(PROGRAMS, script), nprocs, "paddle", tmp, swap, {"FLEET_TRAIN_OUT": run_out})
+            launch(os.path.join(PROGRAMS, script), nprocs, "paddle", tmp, SCRIPTS[script],
+                   {"FLEET_TRAIN_OUT": run_out})
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
             for r in range(nprocs):

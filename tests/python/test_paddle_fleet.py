@@ -5,9 +5,10 @@ and under ``python3 -m paddle.distributed.launch`` with its one tdist import
 line replaced by paddle's. The ranks must end with the same weights, and
 those must be paddle's (bit for bit at 2 ranks, where a sum of two has one
 order; within float32 rounding at 4, where the reduction orders differ).
-fleet_train.py at 4 ranks is compared with paddle's results stored by
-paddle_reference.py: paddle's own gloo groups fail too often there to be
-run in the suite (that file says how often)."""
+data_parallel_train.py at 2 ranks runs under paddle in each test run; the
+others are compared with paddle's results stored by paddle_reference.py
+(that file says why), made by the same runs of this paddle version and
+this program text."""
 
 import os
 import subprocess
@@ -18,17 +19,12 @@ import paddle  # python/requirements-dev.txt
 import pytest
 
 from paddle_launch import TIMEOUT, launch
-from paddle_reference import STORED, made_from, stored_dir
+from paddle_reference import SCRIPTS, STORED, made_from, stored_dir
 from tdist._C import DistInvalidArgument
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "paddle_programs")
 
-SCRIPTS = {
-    # script: (its tdist import line, paddle's)
-    "fleet_train.py": ("from tdist.paddle import fleet", "from paddle.distributed import fleet"),
-    "data_parallel_train.py": ("import tdist.paddle as dist", "import paddle.distributed as dist"),
-}
 
 
 def run(script, nprocs, out_dir, library, tmp_path):
