@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the stored paddle-only results that test_paddle_fleet.py compares
-tdist's with, where paddle's own run is too unreliable or too costly to
-repeat in every run of the suite:
-- fleet_train.py on 4 ranks, whose gloo groups paddle makes in fleet.init
+"""Writes the paddle-only results that test_paddle_fleet.py compares tdist's
+with: each program of SCRIPTS at each size of RANKS, run under paddle's own
+launcher and backend. They are stored, not run in each test run, because
+paddle's own run is unreliable and slow there:
+- fleet_train.py on 4 ranks: the gloo groups paddle makes in fleet.init
   failed 5 attempts of 5 in one fresh-clone run of the suite ("connect
-  [127.0.0.1]:PORT: Connection refused", gloo TIMEOUT), and 12 of 39 runs
-  with one core busy;
-- fleet_train.py on 2 ranks and data_parallel_train.py on 4: each run
-  under paddle costs its ranks' paddle import and paddle's own launcher
-  (CPU-seconds the suite, on 2 cores, waits for).
+  [127.0.0.1]:PORT: Connection refused", gloo TIMEOUT), 12 of 39 runs with
+  one core busy, and 4 of 5 on an idle machine;
+- data_parallel_train.py on 2 ranks took 46 s in one run of the whole
+  suite (7 s alone): paddle's launcher and imports, under load.
 Run it on an idle machine after changing the
 program or paddle's pinned version (python/requirements-dev.txt):
 
@@ -40,9 +40,7 @@ SCRIPTS = {
     "fleet_train.py": ("from tdist.paddle import fleet", "from paddle.distributed import fleet"),
     "data_parallel_train.py": ("import tdist.paddle as dist", "import paddle.distributed as dist"),
 }
-# The runs whose paddle results are stored: all but data_parallel_train.py
-# at 2 ranks, which test_paddle_fleet.py still runs under paddle too.
-STORED = {("fleet_train.py", 4), ("fleet_train.py", 2), ("data_parallel_train.py", 4)}
+RANKS = (2, 4)
 
 
 def stored_dir(script, nprocs):
@@ -58,7 +56,7 @@ def made_from(script):
 
 
 def main():
-    for script, nprocs in sorted(STORED):
+    for script, nprocs in sorted((script, nprocs) for script in SCRIPTS for nprocs in RANKS):
         out = stored_dir(script, nprocs)
         with tempfile.TemporaryDirectory() as tmp:
             run_out = os.path.join(tmp, "out")

@@ -1,14 +1,13 @@
 """Data-parallel paddle training on tdist (tdist.paddle.fleet and
 tdist.paddle.DataParallel) against paddle's own: each script in
-paddle_programs/ runs under ``python3 -m tdist.paddle.launch`` as written,
-and under ``python3 -m paddle.distributed.launch`` with its one tdist import
-line replaced by paddle's. The ranks must end with the same weights, and
-those must be paddle's (bit for bit at 2 ranks, where a sum of two has one
-order; within float32 rounding at 4, where the reduction orders differ).
-data_parallel_train.py at 2 ranks runs under paddle in each test run; the
-others are compared with paddle's results stored by paddle_reference.py
-(that file says why), made by the same runs of this paddle version and
-this program text."""
+paddle_programs/ runs under ``python3 -m tdist.paddle.launch`` as written.
+The ranks must end with the same weights, and those must be paddle's (bit
+for bit at 2 ranks, where a sum of two has one order; within float32
+rounding at 4, where the reduction orders differ): the results of the same
+script under ``python3 -m paddle.distributed.launch``, its one tdist import
+line replaced by paddle's, which paddle_reference.py made and stored with
+this paddle version and this program text (that file says why they are
+stored rather than made in each test run)."""
 
 import os
 import subprocess
@@ -19,7 +18,7 @@ import paddle  # python/requirements-dev.txt
 import pytest
 
 from paddle_launch import TIMEOUT, launch
-from paddle_reference import SCRIPTS, STORED, made_from, stored_dir
+from paddle_reference import RANKS, SCRIPTS, made_from, stored_dir
 from tdist._C import DistInvalidArgument
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,11 +26,11 @@ PROGRAMS = os.path.join(HERE, "paddle_programs")
 
 
 
-def run(script, nprocs, out_dir, library, tmp_path):
-    """Runs `script` on `nprocs` local ranks with `library`'s launcher and
+def run(script, nprocs, out_dir, tmp_path):
+    """Runs `script` on `nprocs` local ranks with tdist's launcher and
     returns the ranks' saved arrays."""
     os.makedirs(out_dir)
-    launch(os.path.join(PROGRAMS, script), nprocs, library, tmp_path, SCRIPTS[script], {"FLEET_TRAIN_OUT": out_dir})
+    launch(os.path.join(PROGRAMS, script), nprocs, "tdist", tmp_path, SCRIPTS[script], {"FLEET_TRAIN_OUT": out_dir})
     return [dict(numpy.load(os.path.join(out_dir, f"rank{r}.npz"))) for r in range(nprocs)]
 
 
@@ -46,14 +45,11 @@ def stored(script, nprocs):
     return [dict(numpy.load(os.path.join(where, f"rank{r}.npz"))) for r in range(nprocs)]
 
 
-@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize("nprocs", RANKS)
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_training_ends_with_paddles_weights(script, nprocs, tmp_path):
-    ours = run(script, nprocs, str(tmp_path / "tdist"), "tdist", tmp_path)
-    if (script, nprocs) in STORED:
-        theirs = stored(script, nprocs)
-    else:
-        theirs = run(script, nprocs, str(tmp_path / "paddle"), "paddle", tmp_path)
+    ours = run(script, nprocs, str(tmp_path / "tdist"), tmp_path)
+    theirs = stored(script, nprocs)
     names = sorted(ours[0])
     assert names == sorted(theirs[0]) and "losses" in names
     for r in range(1, nprocs):
