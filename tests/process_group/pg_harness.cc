@@ -154,8 +154,10 @@ std::string kill_one_rank_in(const KillTestOp& op, int ranks, const std::string&
             // Completed before the victim died: then it must be right.
             const float expected = op.after_two(ranks);
             for (float x : data) {
-              check(x == expected, "a " + op.name + " completed with " + std::to_string(x) + ", expected " +
-                                       std::to_string(expected));
+              check(x == expected, [&] {
+                return "a " + op.name + " completed with " + std::to_string(x) + ", expected " +
+                       std::to_string(expected);
+              });
             }
           } catch (const DistError& e) {
             check(dynamic_cast<const DistNetworkError*>(&e) != nullptr,
