@@ -9,8 +9,8 @@ paddle's own run is unreliable and slow there:
   one core busy, and 4 of 5 on an idle machine;
 - data_parallel_train.py on 2 ranks took 46 s in one run of the whole
   suite (7 s alone): paddle's launcher and imports, under load.
-Run it on an idle machine after changing the
-program or paddle's pinned version (python/requirements-dev.txt):
+Run it on an idle machine after changing the program or paddle's pinned
+version (python/requirements-dev.txt):
 
     .venv/bin/python tests/python/paddle_reference.py
 

@@ -12,7 +12,9 @@ import collections
 import contextlib
 import json
 import os
+import re
 import signal
+from datetime import timedelta
 
 import numpy
 import ray
@@ -70,20 +72,42 @@ def workers_on_two_nodes():
 
 
 @contextlib.contextmanager
+def joined(workers, api="tdist"):
+    """`workers` (rank = position) as one group for the block; they leave it after."""
+    tdist.ray.init_group(workers, api=api)
+    try:
+        yield
+    finally:
+        tdist.ray.destroy_group(workers, api=api)
+
+
+@contextlib.contextmanager
 def group(api="tdist"):
     """A tdist group of WORLD actors, two on each node (rank = position):
     yields [(actor, where)]; leaves the group and kills the actors after."""
     placed = workers_on_two_nodes()
     workers = [w for w, _ in placed]
     try:
-        tdist.ray.init_group(workers, api=api)
-        try:
+        with joined(workers, api):
             yield placed
-        finally:
-            tdist.ray.destroy_group(workers, api=api)
     finally:
         for w in workers:
             ray.kill(w)
+
+
+def check_a_dead_actor_is_named(workers):
+    """Kills the last of `workers` (in no group) and asks init_group to make
+    a group of all of them: the error names the dead actor's rank at once,
+    long before the others' rendezvous (here 20 s) would give up. The
+    caller kills the others."""
+    ray.kill(workers[-1])
+    try:
+        tdist.ray.init_group(workers, timeout=timedelta(seconds=20))
+    except RuntimeError as error:
+        pattern = r"the actor of rank %d failed to join the group .*ranks \[.*\] still" % (len(workers) - 1)
+        assert re.search(pattern, str(error)), error
+    else:
+        raise AssertionError("init_group returned for a group with a dead actor")
 
 
 def check_sums(workers):
@@ -92,6 +116,15 @@ def check_sums(workers):
         for rank, x, gathered in ray.get([w.sums.remote(n) for w in workers]):
             assert numpy.array_equal(x, numpy.arange(n, dtype=numpy.float64) * sum(range(1, WORLD + 1))), (n, rank)
             assert numpy.array_equal(gathered, numpy.repeat(numpy.arange(WORLD, dtype=numpy.int32), 3)), (n, rank)
+
+
+def check_an_unknown_api_is_refused(workers):
+    try:
+        tdist.ray.init_group(workers, api="mpi")
+    except ValueError as error:
+        assert "api must be" in str(error), error
+    else:
+        raise AssertionError("init_group took api='mpi'")
 
 
 def check_torch_sum(workers):

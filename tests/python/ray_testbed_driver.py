@@ -10,8 +10,10 @@ files. The cases:
 
 - actors: 4 actors, 2 on each node, in a group made by tdist.ray.init_group;
   all_reduce and all_gather against NumPy, then a checked all_reduce of
-  LINK_BYTES with this host's link counters read around it;
-- torch: the same group on torch.distributed, backend "tdist";
+  LINK_BYTES with this host's link counters read around it; then, out of
+  the group, one of them killed: init_group names its rank at once;
+- torch: the same group on torch.distributed, backend "tdist", and
+  init_group refusing an unknown api;
 - trainer: TorchTrainer on backend "tdist", rank 2 killed in its first
   attempt and the job restarted by Ray.
 """
@@ -40,12 +42,19 @@ def link_counters():
 
 
 def actors(_directory):
-    with ray_cases.group() as placed:
-        workers = [w for w, _ in placed]
-        ray_cases.check_sums(workers)
-        before = link_counters()
-        assert all(ray.get([w.all_reduce_is_right.remote(LINK_BYTES // 8) for w in workers]))
-        after = link_counters()
+    placed = ray_cases.workers_on_two_nodes()
+    workers = [w for w, _ in placed]
+    try:
+        with ray_cases.joined(workers):
+            ray_cases.check_sums(workers)
+            before = link_counters()
+            assert all(ray.get([w.all_reduce_is_right.remote(LINK_BYTES // 8) for w in workers]))
+            after = link_counters()
+        # The same actors, out of the group now, one of them killed.
+        ray_cases.check_a_dead_actor_is_named(workers)
+    finally:
+        for w in workers:
+            ray.kill(w)
     return {"places": [where for _, where in placed], "bytes": LINK_BYTES,
             "link": {name: after[name] - before[name] for name in after}}
 
@@ -53,6 +62,7 @@ def actors(_directory):
 def torch(_directory):
     with ray_cases.group(api="torch") as placed:
         ray_cases.check_torch_sum([w for w, _ in placed])
+        ray_cases.check_an_unknown_api_is_refused([w for w, _ in placed])
     return {"places": [where for _, where in placed]}
 
 
