@@ -22,7 +22,10 @@ from torch_harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "torch_exit_program.py")
-RUNS = 6  # a bug that shows in one run in three goes unseen by all six once in 11 times
+# A bug that shows in one run in three goes unseen by all six runs of the
+# full suite (CI, TDIST_FULL_SUITE=1) once in 11 times; by the three of a
+# quicker run, once in 3.
+RUNS = 6 if os.environ.get("TDIST_FULL_SUITE") == "1" else 3
 
 
 def tdistrun(argument, timeout):
