@@ -54,8 +54,8 @@ def namespaces_unavailable():
 
 def ray_testbed_unavailable():
     """None if test_ray_testbed.py can run its Ray nodes in two testbed
-    hosts here, else why not. test_ray.py asks too: the Ray Train case runs
-    in one of the two files, across two hosts where that can run."""
+    hosts here, else why not. test_ray.py asks too: it runs the same cases
+    on a local cluster only where test_ray_testbed.py cannot."""
     reason = namespaces_unavailable()
     if reason is None and importlib.util.find_spec("ray") is None:
         reason = "ray is not installed (python/requirements-dev.txt: ray[train])"
