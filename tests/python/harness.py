@@ -12,7 +12,20 @@ import tempfile
 import traceback
 from datetime import timedelta
 
+import pytest
+
 import tdist
+
+# The full suite (TDIST_FULL_SUITE=1: .ci/run, or scripts/test.sh under
+# CI=true) runs the soak and scale cases at full depth; elsewhere they run
+# lighter or skip (README.md, "Quick start").
+FULL_SUITE = os.environ.get("TDIST_FULL_SUITE") == "1"
+
+
+def full_suite_only(cost):
+    """Skips the case outside the full suite; `cost` says why."""
+    return pytest.mark.skipif(not FULL_SUITE, reason=f"{cost}: runs in the full suite (CI, TDIST_FULL_SUITE=1)")
+
 
 # Every multi-rank run ends within this many seconds or fails.
 DEADLINE = 90

@@ -64,12 +64,18 @@ class Worker:
         return dist.get_backend(), float(t)
 
 
-def workers_on_two_nodes():
-    """WORLD actors, checked to sit two on each node: [(actor, where)]."""
+@contextlib.contextmanager
+def actors_on_two_nodes():
+    """WORLD actors, checked to sit two on each node: yields [(actor, where)];
+    kills the actors after."""
     workers = [Worker.remote() for _ in range(WORLD)]
-    places = ray.get([w.where.remote() for w in workers])
-    assert sorted(collections.Counter(p["node"] for p in places).values()) == [2, 2], places
-    return list(zip(workers, places))
+    try:
+        places = ray.get([w.where.remote() for w in workers])
+        assert sorted(collections.Counter(p["node"] for p in places).values()) == [2, 2], places
+        yield list(zip(workers, places))
+    finally:
+        for w in workers:
+            ray.kill(w)
 
 
 @contextlib.contextmanager
@@ -86,14 +92,8 @@ def joined(workers, api="tdist"):
 def group(api="tdist"):
     """A tdist group of WORLD actors, two on each node (rank = position):
     yields [(actor, where)]; leaves the group and kills the actors after."""
-    placed = workers_on_two_nodes()
-    workers = [w for w, _ in placed]
-    try:
-        with joined(workers, api):
-            yield placed
-    finally:
-        for w in workers:
-            ray.kill(w)
+    with actors_on_two_nodes() as placed, joined([w for w, _ in placed], api):
+        yield placed
 
 
 def check_a_dead_actor_is_named(workers):

@@ -42,9 +42,8 @@ def link_counters():
 
 
 def actors(_directory):
-    placed = ray_cases.workers_on_two_nodes()
-    workers = [w for w, _ in placed]
-    try:
+    with ray_cases.actors_on_two_nodes() as placed:
+        workers = [w for w, _ in placed]
         with ray_cases.joined(workers):
             ray_cases.check_sums(workers)
             before = link_counters()
@@ -52,9 +51,6 @@ def actors(_directory):
             after = link_counters()
         # The same actors, out of the group now, one of them killed.
         ray_cases.check_a_dead_actor_is_named(workers)
-    finally:
-        for w in workers:
-            ray.kill(w)
     return {"places": [where for _, where in placed], "bytes": LINK_BYTES,
             "link": {name: after[name] - before[name] for name in after}}
 

@@ -22,11 +22,11 @@ import ray  # noqa: E402 - python/requirements-dev.txt
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import ray_cases  # noqa: E402 - the checks, shared with the testbed's Ray test (test_ray_testbed.py)
+from harness import full_suite_only  # noqa: E402
 from testbed_tool import ray_testbed_unavailable  # noqa: E402
-from ray_cases import (Worker, check_a_dead_actor_is_named, check_an_unknown_api_is_refused, check_sums,  # noqa: E402
-                       check_torch_sum, group, train)
+from ray_cases import (actors_on_two_nodes, check_a_dead_actor_is_named, check_an_unknown_api_is_refused,  # noqa: E402
+                       check_sums, check_torch_sum, group, train)
 
-WORLD = ray_cases.WORLD
 # A skip mark, not pytest.skip(allow_module_level=True): a file all of whose
 # tests skip that way counts as "no tests collected", a failure for ctest.
 pytestmark = pytest.mark.skipif(ray_testbed_unavailable() is None,
@@ -66,17 +66,11 @@ def test_actors_with_torch_distributed(cluster):
 
 
 def test_an_actor_that_cannot_join_is_named_at_once(cluster):
-    workers = [Worker.remote() for _ in range(WORLD)]
-    ray.get([w.where.remote() for w in workers])
-    try:
-        check_a_dead_actor_is_named(workers)
-    finally:
-        for w in workers:
-            ray.kill(w)
+    with actors_on_two_nodes() as placed:
+        check_a_dead_actor_is_named([w for w, _ in placed])
 
 
-@pytest.mark.skipif(os.environ.get("TDIST_FULL_SUITE") != "1",
-                    reason="a minute of CPU: runs in the full suite (CI, TDIST_FULL_SUITE=1)")
+@full_suite_only("a minute of CPU")
 def test_torch_trainer_on_backend_tdist_names_a_killed_worker_and_ray_restarts_it(cluster, tmp_path):
     # DDP on 4 workers, two on each node. Rank 2 dies by SIGKILL in the first
     # attempt: the survivors that saw the loss name it, and Ray's restart

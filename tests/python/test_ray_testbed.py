@@ -25,6 +25,7 @@ import time
 
 import pytest
 
+from harness import full_suite_only
 from testbed_tool import HERE, Lines, ray_testbed_unavailable, running, tail, testbed
 
 DRIVER = os.path.join(HERE, "ray_testbed_driver.py")
@@ -156,7 +157,6 @@ def test_actors_with_torch_distributed_on_two_hosts(hosts, tmp_path):
     check_places(hosts.bed, hosts.run("torch", tmp_path)["places"])
 
 
-@pytest.mark.skipif(os.environ.get("TDIST_FULL_SUITE") != "1",
-                    reason="a minute of CPU: runs in the full suite (CI, TDIST_FULL_SUITE=1)")
+@full_suite_only("a minute of CPU")
 def test_torch_trainer_names_a_killed_worker_and_ray_restarts_it_on_two_hosts(hosts, tmp_path):
     check_places(hosts.bed, hosts.run("trainer", tmp_path)["places"].values())

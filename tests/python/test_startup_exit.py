@@ -22,10 +22,10 @@ import traceback
 import pytest
 
 import tdist
+from harness import FULL_SUITE
 from tdist._spawn import free_port
 
-_DEFAULT_RUNS = "200" if os.environ.get("TDIST_FULL_SUITE") == "1" else "50"
-RUNS = {path: int(os.environ.get("TDIST_STARTUP_RUNS", _DEFAULT_RUNS)) for path in ("python", "torch")}
+RUNS = {path: int(os.environ.get("TDIST_STARTUP_RUNS", 200 if FULL_SUITE else 50)) for path in ("python", "torch")}
 WORLD = 4
 
 

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from harness import full_suite_only
 from testbed_tool import (BUILD, ROOT, TDISTRUN, TOOL, Lines, agent, load_tool, namespaces_unavailable, tdist_env,
                           testbed)
 
@@ -206,8 +207,7 @@ def test_two_listed_nics_each_carry_half_of_a_hierarchical_all_reduce():
 
 
 @pytest.mark.skipif(not os.path.exists(TDISTRUN), reason="tdistrun is not built")
-@pytest.mark.skipif(os.environ.get("TDIST_FULL_SUITE") != "1",
-                    reason="37 CPU-seconds: runs in the full suite (CI, TDIST_FULL_SUITE=1)")
+@full_suite_only("37 CPU-seconds")
 def test_64_ranks_on_8_hosts_pass_the_checks_and_meet():
     bench = os.path.join(BUILD, "bin", "tdist-bench")
     agents = agent(8, 8).split()

@@ -25,6 +25,7 @@ PROGRAM = os.path.join(HERE, "torch_exit_program.py")
 # A bug that shows in one run in three goes unseen by all six runs of the
 # full suite (CI, TDIST_FULL_SUITE=1) once in 11 times; by the three of a
 # quicker run, once in 3.
+# (The torch tests cannot import tests/python's harness.FULL_SUITE.)
 RUNS = 6 if os.environ.get("TDIST_FULL_SUITE") == "1" else 3
 
 
