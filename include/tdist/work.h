@@ -126,8 +126,8 @@ class Work : public std::enable_shared_from_this<Work> {
   const std::string op_;
   std::vector<Tensor> outputs_;
   mutable Future future_;
-  mutable std::mutex mutex_;
-  int source_rank_ = -1;
+  std::atomic<bool> finished_{false};  // finish() has run: it runs once
+  std::atomic<int> source_rank_{-1};
   int owner_pid_;  // the process that started the operation
 };
 

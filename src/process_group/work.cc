@@ -22,18 +22,25 @@ void Future::wait() {
 
 bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what) {
   if (timeout.count() != 0) check_wait_allowed(what);
-  std::unique_lock<std::mutex> lock(mutex_);
+  // A finished future's outcome never changes (done_ is set last, with
+  // release): no lock on the way out of a wait that is over, as most
+  // waits on a small message are by the time they start or once the
+  // waiting thread has moved the transport itself.
+  const auto outcome = [&] {
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  };
+  if (done_.load(std::memory_order_acquire)) return outcome();
   auto deadline = timeout == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
                                                               : std::chrono::steady_clock::now() + timeout;
-  if (progress_ != nullptr && timeout.count() != 0 && !done_.load(std::memory_order_relaxed)) {
-    lock.unlock();
+  if (progress_ != nullptr && timeout.count() != 0) {
     progress_(progress_context_, deadline);
-    lock.lock();
+    if (done_.load(std::memory_order_acquire)) return outcome();
   }
+  std::unique_lock<std::mutex> lock(mutex_);
   if (!done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); }))
     return false;
-  if (error_) std::rethrow_exception(error_);
-  return true;
+  return outcome();
 }
 
 bool Future::completed() const {
@@ -149,19 +156,17 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 }
 
 int Work::source_rank() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return source_rank_;
+  return source_rank_.load(std::memory_order_acquire);
 }
 
 void Work::finish(std::exception_ptr error, int source_rank) {
-  std::vector<Tensor> outputs;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    source_rank_ = source_rank;
-    // The future holds them from now on (a work finishes once; a copy cost
-    // allocations on every point-to-point message).
-    outputs.swap(outputs_);
-  }
+  // The first call finishes the work (as the future's first set wins);
+  // no lock: this runs once per message.
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
+  source_rank_.store(source_rank, std::memory_order_release);
+  // The future holds them from now on (a copy cost allocations on every
+  // point-to-point message).
+  std::vector<Tensor> outputs = std::move(outputs_);
   if (error) {
     future_.set_error(std::move(error));
   } else {

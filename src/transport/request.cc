@@ -78,13 +78,34 @@ void Request::run_callbacks() {
 }
 
 void Request::complete(int source, size_t received_bytes) {
-  settle(source, received_bytes, nullptr);
-  run_callbacks();
+  finish(source, received_bytes, nullptr);
 }
 
 void Request::fail(std::exception_ptr error) {
-  settle(-1, 0, std::move(error));
-  run_callbacks();
+  finish(-1, 0, std::move(error));
+}
+
+void Request::finish(int source, size_t received_bytes, std::exception_ptr error) {
+  // settle() and run_callbacks() in one hold of the lock: this runs once
+  // per message.
+  std::shared_ptr<void> owner;  // declared first: released after the callbacks
+  std::function<void(Request&)> first;
+  std::vector<std::function<void(Request&)>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_.load(std::memory_order_relaxed)) {
+      source_ = source;
+      received_bytes_ = received_bytes;
+      error_ = std::move(error);
+      done_.store(true, std::memory_order_release);
+    }
+    first.swap(first_callback_);
+    callbacks.swap(callbacks_);
+    owner.swap(owner_);
+  }
+  done_cv_.notify_all();
+  if (first) first(*this);
+  for (auto& callback : callbacks) callback(*this);
 }
 
 bool Request::settle(int source, size_t received_bytes, std::exception_ptr error) {

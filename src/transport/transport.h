@@ -115,6 +115,8 @@ class Request {
   void run_callbacks();
 
  private:
+  /// complete() and fail(): settle(), then run_callbacks().
+  void finish(int source, size_t received_bytes, std::exception_ptr error);
   /// `field` of the outcome, under the lock only while not yet done.
   template <typename T>
   T outcome(const T& field) const;

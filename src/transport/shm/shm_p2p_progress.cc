@@ -165,6 +165,8 @@ void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const ui
         awaiting_[i].erase(it);
       } else {
         rejection_ = error;
+        // Published by the ring's `read` count (release): take_rejection.
+        rejection_pending_.store(true, std::memory_order_relaxed);
       }
       return;
     }
@@ -361,27 +363,43 @@ void ShmP2pTransport::run_peer_read(PeerRead& read) {
 }
 
 void ShmP2pTransport::deliver_completions() {
-  std::vector<Completion> done;
+  // Every call site that queues a completion calls this after it lets go
+  // of the lock, so a stale "none" here only means another thread
+  // delivers them; most calls find none, and skip the lock.
+  if (!completions_queued_.load(std::memory_order_acquire)) return;
+  // The completions go into this thread's list, whose storage the queue
+  // takes in exchange: no allocation and one lock per delivery. A callback
+  // that posts an operation delivers again, nested, into a list of its own.
+  static thread_local std::vector<Completion> t_done;
+  static thread_local bool t_delivering = false;
+  std::vector<Completion> nested;
+  struct Delivery {
+    std::vector<Completion>& done;
+    const bool outer;
+    explicit Delivery(std::vector<Completion>& nested_list)
+        : done(t_delivering ? nested_list : t_done), outer(!t_delivering) {
+      t_delivering = true;
+    }
+    ~Delivery() {
+      done.clear();  // what a throwing callback left
+      if (outer) t_delivering = false;
+    }
+    Delivery(const Delivery&) = delete;
+    Delivery& operator=(const Delivery&) = delete;
+  } delivery(nested);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completions_.empty()) return;
-    done.swap(completions_);
-    // The emptied vector's storage, kept by the last caller, takes the
-    // next ones: no allocation per message.
-    completions_.swap(spare_completions_);
+    delivery.done.swap(completions_);
+    completions_queued_.store(false, std::memory_order_relaxed);
   }
   // Outside the lock: callbacks may post new operations.
-  for (auto& c : done) {
+  for (auto& c : delivery.done) {
     if (c.error) {
       c.request->fail(c.error);
     } else {
       c.request->complete(c.source, c.bytes);
     }
-  }
-  done.clear();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (spare_completions_.capacity() < done.capacity()) spare_completions_.swap(done);
   }
   // Another thread may wait for one of these while this one moved the data.
   if (drivers_.load() > (t_driving == this ? 1 : 0)) ring_bell(area(rank_).bell);

@@ -310,10 +310,12 @@ void ShmP2pTransport::send_control(int dst, SlotKind kind, uint64_t id, std::sha
 
 void ShmP2pTransport::completed(const RequestPtr& request, int source, size_t bytes) {
   completions_.push_back(Completion{request, source, bytes, nullptr});
+  completions_queued_.store(true, std::memory_order_relaxed);
 }
 
 void ShmP2pTransport::failed(const RequestPtr& request, std::exception_ptr error) {
   completions_.push_back(Completion{request, -1, 0, std::move(error)});
+  completions_queued_.store(true, std::memory_order_relaxed);
 }
 
 std::optional<std::pair<int, sig::CallSignature>> ShmP2pTransport::conflicting_message(
@@ -325,6 +327,20 @@ std::optional<std::pair<int, sig::CallSignature>> ShmP2pTransport::conflicting_m
 }
 
 std::exception_ptr ShmP2pTransport::take_rejection() {
+  // Called before every user send and recv: without the lock when no
+  // refusal waits and every ring is read to its end (each message then
+  // paid two lock round trips and a pass over the rings for nothing). A
+  // reader of a refusal marks it before it moves the ring's `read` count
+  // on (release), so a count seen at its end (acquire) shows the mark.
+  if (!rejection_pending_.load(std::memory_order_acquire)) {
+    bool unread = false;
+    for (int p = 0; p < size_ && !unread; ++p) {
+      if (p == rank_) continue;
+      const RingCounters& c = counters(p, rank_);
+      unread = c.written.load(std::memory_order_acquire) != c.read.load(std::memory_order_acquire);
+    }
+    if (!unread && !rejection_pending_.load(std::memory_order_acquire)) return nullptr;
+  }
   std::exception_ptr rejection;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -337,6 +353,7 @@ std::exception_ptr ShmP2pTransport::take_rejection() {
       }
     }
     rejection = std::exchange(rejection_, nullptr);
+    rejection_pending_.store(false, std::memory_order_relaxed);
   }
   deliver_completions();
   return rejection;

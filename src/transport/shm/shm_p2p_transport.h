@@ -218,9 +218,12 @@ class ShmP2pTransport final : public Transport {
   std::vector<tdist::detail::CallSignature> last_call_;  // per peer
   std::deque<PeerRead> reads_;
   std::vector<Completion> completions_;
-  std::vector<Completion> spare_completions_;  // see deliver_completions
+  // completions_ is not empty: deliver_completions' look without the lock.
+  std::atomic<bool> completions_queued_{false};
   std::exception_ptr aborted_;
   std::exception_ptr rejection_;
+  // rejection_ is set: take_rejection's look without the lock.
+  std::atomic<bool> rejection_pending_{false};
   Clock::time_point next_check_{};
   bool closing_ = false;
 
