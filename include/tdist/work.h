@@ -73,7 +73,8 @@ class Future {
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   // Set (release) under mutex_ after error_ and value_, which never change
-  // again: completed() and error() on a finished future take no lock.
+  // again: completed(), error() and wait_for() on a finished future take no
+  // lock.
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
   std::vector<Tensor> value_;
@@ -126,7 +127,7 @@ class Work : public std::enable_shared_from_this<Work> {
   const std::string op_;
   std::vector<Tensor> outputs_;
   mutable Future future_;
-  std::atomic<bool> finished_{false};  // finish() has run: it runs once
+  std::atomic<bool> finished_{false};  // finish() was called: only the first call acts
   std::atomic<int> source_rank_{-1};
   int owner_pid_;  // the process that started the operation
 };

@@ -41,6 +41,7 @@ State& state() {
 
 constinit std::atomic<ProcessGroup*> g_world{nullptr};
 constinit std::atomic<int64_t> g_world_calls{0};
+constinit std::atomic<int> g_world_drainers{0};
 std::mutex g_world_drain_mutex;
 std::condition_variable g_world_drained;
 
@@ -100,6 +101,7 @@ using detail::api::g_world;
 using detail::api::g_world_calls;
 using detail::api::g_world_drain_mutex;
 using detail::api::g_world_drained;
+using detail::api::g_world_drainers;
 using detail::api::remember_locked;
 using detail::api::resolve;
 using detail::api::state;
@@ -138,6 +140,13 @@ void stop_calls(ProcessGroup& group, int global_rank, int64_t world_calls = 0) {
 // does not return within `limit` (it waits in code that no abort reaches)
 // keeps the group alive for good instead: a leak, never a use after free.
 void free_world_after_calls(Group world, std::chrono::milliseconds limit) {
+  // Counted before the count of calls is looked at (both sequentially
+  // consistent): the last call to leave then either sees this and wakes
+  // the wait, or left before the look.
+  g_world_drainers.fetch_add(1);
+  struct Done {
+    ~Done() { g_world_drainers.fetch_sub(1); }
+  } done;
   std::unique_lock<std::mutex> lock(g_world_drain_mutex);
   if (g_world_drained.wait_for(lock, limit, [] { return g_world_calls.load() == 0; })) return;
   TDIST_LOG(WARNING) << "destroy_process_group: a call on the default group did not return within "

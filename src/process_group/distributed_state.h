@@ -48,6 +48,9 @@ State& state();
 // to 0 before it frees the group, so nothing is freed under a call.
 extern constinit std::atomic<ProcessGroup*> g_world;
 extern constinit std::atomic<int64_t> g_world_calls;
+// How many destroy_process_group() calls wait for g_world_calls to drop to
+// 0: only then does the last call to leave take the lock and wake them.
+extern constinit std::atomic<int> g_world_drainers;
 // destroy_process_group() waits here for g_world_calls to drop to 0.
 extern std::mutex g_world_drain_mutex;
 extern std::condition_variable g_world_drained;
@@ -95,7 +98,9 @@ class GroupCall {
 
  private:
   static void leave_world() {
-    if (g_world_calls.fetch_sub(1) == 1) {
+    // The count drops to 0 at the end of nearly every call: the lock and
+    // the wake are for a destroy that waits, not for every collective.
+    if (g_world_calls.fetch_sub(1) == 1 && g_world_drainers.load() != 0) {
       std::lock_guard<std::mutex> lock(g_world_drain_mutex);
       g_world_drained.notify_all();
     }

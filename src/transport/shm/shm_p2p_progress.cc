@@ -183,8 +183,7 @@ void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const ui
   auto it = std::find_if(posted_.begin(), posted_.end(),
                          [&](const RecvOp& op) { return receive_matches(op.src, op.tag, p, header.tag); });
   if (it != posted_.end()) {
-    RecvOp op = std::move(*it);
-    posted_.erase(it);
+    RecvOp op = take_posted_locked(it);
     const bool more = deliver(op, p, header, payload, got);
     if (header.carry == Carry::kSlots && got < header.total) {
       Inbound& in = inbound_[i];
@@ -381,7 +380,9 @@ void ShmP2pTransport::deliver_completions() {
       t_delivering = true;
     }
     ~Delivery() {
-      done.clear();  // what a throwing callback left
+      // Empty for the next delivery. If a callback threw, the completions
+      // after it are dropped here (their requests never complete).
+      done.clear();
       if (outer) t_delivering = false;
     }
     Delivery(const Delivery&) = delete;

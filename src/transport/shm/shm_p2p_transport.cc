@@ -168,8 +168,7 @@ RequestPtr ShmP2pTransport::isend(int dst, uint64_t tag, const void* data, size_
       auto it = std::find_if(posted_.begin(), posted_.end(),
                              [&](const RecvOp& op) { return receive_matches(op.src, op.tag, rank_, tag); });
       if (it != posted_.end()) {
-        RecvOp op = std::move(*it);
-        posted_.erase(it);
+        RecvOp op = take_posted_locked(it);
         (void)deliver(op, rank_, header, bytes, nbytes);
       } else {
         Incoming& m = unexpected_.push_back(
@@ -245,7 +244,7 @@ void ShmP2pTransport::post_recv(RecvOp op) {
       } else if (op.src != kAnySource && gone_[static_cast<size_t>(op.src)]) {
         failed(op.request, gone_error(op.src, "receive from"));
       } else {
-        posted_.push_back(std::move(op));
+        post_locked(std::move(op));
       }
     }
   }
@@ -255,6 +254,28 @@ void ShmP2pTransport::post_recv(RecvOp op) {
   // that posts and then waits would pay for the wake-up and share its core).
   if (read_scheduled && area(rank_).listening.load() != 0) ring_bell(area(rank_).background);
   deliver_completions();
+}
+
+void ShmP2pTransport::post_locked(RecvOp op) {
+  if (spare_ops_.empty()) {
+    posted_.push_back(std::move(op));
+    return;
+  }
+  spare_ops_.front() = std::move(op);
+  posted_.splice(posted_.end(), spare_ops_, spare_ops_.begin());
+}
+
+ShmP2pTransport::RecvOp ShmP2pTransport::take_posted_locked(std::list<RecvOp>::iterator it) {
+  RecvOp op = std::move(*it);
+  // A few nodes are kept: a rank rarely has more receives posted at once.
+  constexpr size_t kSpareOps = 8;
+  if (spare_ops_.size() < kSpareOps) {
+    *it = RecvOp{};  // holds no request or buffer while spare
+    spare_ops_.splice(spare_ops_.begin(), posted_, it);
+  } else {
+    posted_.erase(it);
+  }
+  return op;
 }
 
 bool ShmP2pTransport::deliver(RecvOp& op, int src, const SlotHeader& header, const uint8_t* data,

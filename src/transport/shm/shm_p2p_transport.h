@@ -160,6 +160,11 @@ class ShmP2pTransport final : public Transport {
   RingCounters& counters(int from, int to) const;
   uint8_t* slot(int from, int to, uint64_t n) const;
   void post_recv(RecvOp op);
+  /// Appends `op` to posted_ in a node kept by take_posted_locked, if any:
+  /// no allocation per receive.
+  void post_locked(RecvOp op);
+  /// Takes the receive at `it` out of posted_, keeping its node.
+  RecvOp take_posted_locked(std::list<RecvOp>::iterator it);
   /// The message from `src` (its header, and its bytes at `data` if they are
   /// here already) meets receive `op`: checks signature and size, then
   /// copies (data), schedules a read of the sender's memory (in_peer), or
@@ -203,8 +208,11 @@ class ShmP2pTransport final : public Transport {
   FlagLine* any_aborted_;
   std::vector<pid_t> pids_;
 
-  mutable std::mutex mutex_;  // guards everything below it
+  // Guards everything below it, but for the atomic flags marked as read
+  // without it (completions_queued_, rejection_pending_), which change under it.
+  mutable std::mutex mutex_;
   std::list<RecvOp> posted_;
+  std::list<RecvOp> spare_ops_;  // see take_posted_locked
   UnexpectedMessages<Incoming> unexpected_;
   std::vector<std::deque<Outgoing>> outbox_;                        // per peer
   std::vector<std::unordered_map<uint64_t, RequestPtr>> awaiting_;  // per peer: kPeerRead sends by id
