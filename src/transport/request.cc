@@ -63,18 +63,41 @@ void Request::on_complete(std::function<void(Request&)> callback, std::shared_pt
   callback(*this);
 }
 
-void Request::run_callbacks() {
-  std::shared_ptr<void> owner;  // declared first: released after the callbacks
+// The callbacks registered so far, taken under the lock and run outside
+// it; the owner is declared first, so it is released after them.
+struct Request::Callbacks {
+  std::shared_ptr<void> owner;
   std::function<void(Request&)> first;
-  std::vector<std::function<void(Request&)>> callbacks;
+  std::vector<std::function<void(Request&)>> rest;
+  void run(Request& request) const {
+    if (first) first(request);
+    for (const auto& callback : rest) callback(request);
+  }
+};
+
+Request::Callbacks Request::take_callbacks_locked() {
+  Callbacks taken;
+  taken.first.swap(first_callback_);
+  taken.rest.swap(callbacks_);
+  taken.owner.swap(owner_);
+  return taken;
+}
+
+void Request::settle_locked(int source, size_t received_bytes, std::exception_ptr error) {
+  if (done_.load(std::memory_order_relaxed)) return;  // the first outcome stays
+  source_ = source;
+  received_bytes_ = received_bytes;
+  error_ = std::move(error);
+  done_.store(true, std::memory_order_release);
+}
+
+void Request::run_callbacks() {
+  Callbacks taken;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    first.swap(first_callback_);
-    callbacks.swap(callbacks_);
-    owner.swap(owner_);
+    taken = take_callbacks_locked();
   }
-  if (first) first(*this);
-  for (auto& callback : callbacks) callback(*this);
+  taken.run(*this);
 }
 
 void Request::complete(int source, size_t received_bytes) {
@@ -88,36 +111,21 @@ void Request::fail(std::exception_ptr error) {
 void Request::finish(int source, size_t received_bytes, std::exception_ptr error) {
   // settle() and run_callbacks() in one hold of the lock: this runs once
   // per message.
-  std::shared_ptr<void> owner;  // declared first: released after the callbacks
-  std::function<void(Request&)> first;
-  std::vector<std::function<void(Request&)>> callbacks;
+  Callbacks taken;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_.load(std::memory_order_relaxed)) {
-      source_ = source;
-      received_bytes_ = received_bytes;
-      error_ = std::move(error);
-      done_.store(true, std::memory_order_release);
-    }
-    first.swap(first_callback_);
-    callbacks.swap(callbacks_);
-    owner.swap(owner_);
+    settle_locked(source, received_bytes, std::move(error));
+    taken = take_callbacks_locked();
   }
   done_cv_.notify_all();
-  if (first) first(*this);
-  for (auto& callback : callbacks) callback(*this);
+  taken.run(*this);
 }
 
 bool Request::settle(int source, size_t received_bytes, std::exception_ptr error) {
   bool callbacks_left = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_.load(std::memory_order_relaxed)) {
-      source_ = source;
-      received_bytes_ = received_bytes;
-      error_ = std::move(error);
-      done_.store(true, std::memory_order_release);
-    }
+    settle_locked(source, received_bytes, std::move(error));
     callbacks_left = first_callback_ || !callbacks_.empty();
   }
   done_cv_.notify_all();

@@ -115,8 +115,13 @@ class Request {
   void run_callbacks();
 
  private:
+  struct Callbacks;
   /// complete() and fail(): settle(), then run_callbacks().
   void finish(int source, size_t received_bytes, std::exception_ptr error);
+  /// Sets the outcome unless one is set; under mutex_.
+  void settle_locked(int source, size_t received_bytes, std::exception_ptr error);
+  /// Takes the callbacks registered so far and their owner; under mutex_.
+  Callbacks take_callbacks_locked();
   /// `field` of the outcome, under the lock only while not yet done.
   template <typename T>
   T outcome(const T& field) const;
