@@ -57,7 +57,11 @@ def _run_job(tmp_path, victim, transport, mode="stop", world=WORLD):
         if mode == "kill":
             deadline = time.monotonic() + JOB_DEADLINE
             while not all((out / f"ready.{r}").exists() for r in range(world)):
-                assert time.monotonic() < deadline and procs[victim].poll() is None, "the ranks never got going"
+                ended = {r: p.returncode for r, p in enumerate(procs) if p.poll() is not None}
+                if ended or time.monotonic() >= deadline:
+                    errors = {r: procs[r].communicate()[1][-2000:] for r in ended}
+                    pytest.fail(f"the ranks never got going: ranks that ended (exit codes) {ended}, "
+                                f"their stderr: {errors}")
                 time.sleep(0.01)
             procs[victim].send_signal(signal.SIGKILL)
         for rank, p in enumerate(procs):
