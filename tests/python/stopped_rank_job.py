@@ -20,27 +20,13 @@ from datetime import timedelta
 import numpy as np
 
 import tdist as dist
-
-
-def wait_for_every_rank(out):
-    """The group's timeout of a few seconds is for the collectives, but it
-    also bounds init_process_group's wait for the other ranks: on a loaded
-    machine one rank's start (Python, numpy, tdist) came more than 3 s
-    after another's, whose init then timed out. So the ranks start init
-    together, once each has written $JOB_OUT/started.<rank>."""
-    world = int(os.environ["WORLD_SIZE"])
-    open(os.path.join(out, "started.%s" % os.environ["RANK"]), "w").close()
-    deadline = time.monotonic() + 60
-    while not all(os.path.exists(os.path.join(out, "started.%d" % r)) for r in range(world)):
-        if time.monotonic() > deadline:
-            sys.exit("rank %s: the other ranks did not start within 60 s" % os.environ["RANK"])
-        time.sleep(0.01)
+from job_start import start_together
 
 
 def main():
     mode, victim, k, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     out = os.environ["JOB_OUT"]
-    wait_for_every_rank(out)
+    start_together(out)
     dist.init_process_group("tdist", timeout=timedelta(seconds=timeout))
     rank = dist.get_rank()
     x = np.ones(1000, np.float32)

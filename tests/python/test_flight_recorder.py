@@ -37,7 +37,8 @@ def _run_job(tmp_path, mode, k, transport, stopped=None):
     procs = []
     for rank in range(4):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="4",
-                   TDIST_TRACE_DIR=str(trace_dir), TDIST_TRANSPORT=transport, JOB_TIMEOUT="3")
+                   TDIST_TRACE_DIR=str(trace_dir), TDIST_TRANSPORT=transport, JOB_TIMEOUT="3",
+                   JOB_START_DIR=str(tmp_path / "started"))
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "trace_job.py"), mode, str(k)], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     try:

@@ -20,11 +20,14 @@ from datetime import timedelta
 import numpy as np
 
 import tdist as dist
+from job_start import start_together
 
 
 def main():
     args = sys.argv[1:]  # tdistrun, as torchrun, adds no --local-rank
     mode, k = args[0], int(args[1])
+    if "JOB_START_DIR" in os.environ:  # separate processes with a short timeout: see job_start.py
+        start_together(os.environ["JOB_START_DIR"])
     dist.init_process_group("tdist", timeout=timedelta(seconds=float(os.environ.get("JOB_TIMEOUT", "4"))))
     rank = dist.get_rank()
     x = np.ones(1000, np.float32)
