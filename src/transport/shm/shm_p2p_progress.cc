@@ -366,42 +366,31 @@ void ShmP2pTransport::deliver_completions() {
   // of the lock, so a stale "none" here only means another thread
   // delivers them; most calls find none, and skip the lock.
   if (!completions_queued_.load(std::memory_order_acquire)) return;
-  // The completions go into this thread's list, whose storage the queue
-  // takes in exchange: no allocation and one lock per delivery. A callback
-  // that posts an operation delivers again, nested, into a list of its own.
-  static thread_local std::vector<Completion> t_done;
-  static thread_local bool t_delivering = false;
-  std::vector<Completion> nested;
-  struct Delivery {
-    std::vector<Completion>& done;
-    const bool outer;
-    explicit Delivery(std::vector<Completion>& nested_list)
-        : done(t_delivering ? nested_list : t_done), outer(!t_delivering) {
-      t_delivering = true;
-    }
-    ~Delivery() {
-      // Empty for the next delivery. If a callback threw, the completions
-      // after it are dropped here (their requests never complete).
-      done.clear();
-      if (outer) t_delivering = false;
-    }
-    Delivery(const Delivery&) = delete;
-    Delivery& operator=(const Delivery&) = delete;
-  } delivery(nested);
+  // The queue is swapped with this thread's spare list, whose storage it
+  // keeps: no allocation and one lock per delivery. A delivery nested in a
+  // callback (which posted an operation) finds no spare and uses a fresh one.
+  static thread_local std::vector<Completion> t_spare;
+  std::vector<Completion> done;
+  done.swap(t_spare);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completions_.empty()) return;
-    delivery.done.swap(completions_);
+    done.swap(completions_);
     completions_queued_.store(false, std::memory_order_relaxed);
   }
+  if (done.empty()) {  // another thread delivered them first
+    t_spare.swap(done);
+    return;
+  }
   // Outside the lock: callbacks may post new operations.
-  for (auto& c : delivery.done) {
+  for (auto& c : done) {
     if (c.error) {
       c.request->fail(c.error);
     } else {
       c.request->complete(c.source, c.bytes);
     }
   }
+  done.clear();
+  if (t_spare.capacity() < done.capacity()) t_spare.swap(done);
   // Another thread may wait for one of these while this one moved the data.
   if (drivers_.load() > (t_driving == this ? 1 : 0)) ring_bell(area(rank_).bell);
 }
