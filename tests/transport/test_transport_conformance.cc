@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -293,6 +294,88 @@ TEST_P(Conformance, DrivenWaitsDeliverEdgeSizesIntactAndInOrder) {
               exchange_edge_sizes(t, rank, n(), /*in_call=*/false);
             }),
             "");
+}
+
+// A request made by the caller (isend_into, irecv_into), as a
+// point-to-point work keeps its own: it completes as a transport's own
+// would, and its finished() runs once, after it is done. A view of some
+// ranks (SubsetTransport) refuses such requests.
+class CountedRequest final : public transport::Request {
+ public:
+  CountedRequest(Kind kind, int peer, uint64_t tag, size_t nbytes) : Request(kind, peer, tag, nbytes, true) {}
+  std::atomic<int> finishes{0};
+  std::atomic<bool> done_when_finished{false};
+
+ private:
+  void finished() override {
+    done_when_finished = done();
+    ++finishes;
+  }
+};
+
+TEST_P(Conformance, CallerMadeRequestsCompleteAndFinishOnce) {
+  EXPECT_EQ(
+      run([&](Transport& t, int rank) {
+        const int next = (rank + 1) % n();
+        const int prev = (rank + n() - 1) % n();
+        auto probe = std::make_shared<CountedRequest>(transport::Request::Kind::kSend, next, 3, 8);
+        uint64_t word = 0;
+        if (kind() == Kind::kSubset) {
+          try {
+            t.isend_into(probe, &word, {});
+          } catch (const DistBackendError&) {
+            return;
+          }
+          throw std::runtime_error("the subset took a caller-made request");
+        }
+        try {
+          t.irecv_into(probe, &word, {});
+          throw std::runtime_error("irecv_into took a send's request");
+        } catch (const DistInvalidArgument&) {
+        }
+        for (const size_t bytes : {size_t{0}, size_t{1}, size_t{8}, size_t{1001}, size_t{100003}}) {
+          std::vector<uint8_t> out(bytes), in(bytes, 0);
+          for (size_t i = 0; i < bytes; ++i)
+            out[i] = static_cast<uint8_t>(static_cast<size_t>(rank) * 31 + i * 7);
+          auto r = std::make_shared<CountedRequest>(transport::Request::Kind::kRecv, prev, 4, bytes);
+          auto s = std::make_shared<CountedRequest>(transport::Request::Kind::kSend, next, 4, bytes);
+          t.irecv_into(r, in.data(), {});
+          t.isend_into(s, out.data(), {});
+          wait_ok(r);
+          wait_ok(s);
+          for (size_t i = 0; i < bytes; ++i) {
+            if (in[i] != static_cast<uint8_t>(static_cast<size_t>(prev) * 31 + i * 7))
+              throw std::runtime_error(std::to_string(bytes) + " B: byte " + std::to_string(i) + " is wrong");
+          }
+          if (r->source() != prev || r->received_bytes() != bytes)
+            throw std::runtime_error(std::to_string(bytes) +
+                                     " B: the receive names the wrong source or size");
+          // finished() runs on the completing thread after done(): wait
+          // for it there, bounded.
+          for (int i = 0; i < 100000 && (r->finishes == 0 || s->finishes == 0); ++i)
+            std::this_thread::yield();
+          if (r->finishes != 1 || s->finishes != 1 || !r->done_when_finished || !s->done_when_finished)
+            throw std::runtime_error(std::to_string(bytes) + " B: finished() ran " +
+                                     std::to_string(r->finishes) + " and " + std::to_string(s->finishes) +
+                                     " times, not once each after completion");
+        }
+        // A message longer than the receive fails it; finished() still runs once.
+        uint64_t big[2] = {1, 2};
+        uint64_t small = 0;
+        auto r = std::make_shared<CountedRequest>(transport::Request::Kind::kRecv, prev, 5, 8);
+        auto s = std::make_shared<CountedRequest>(transport::Request::Kind::kSend, next, 5, 16);
+        t.irecv_into(r, &small, {});
+        t.isend_into(s, big, {});
+        try {
+          wait_ok(r);
+          throw std::runtime_error("a 16 B message fit an 8 B receive");
+        } catch (const DistBackendError&) {
+        }
+        wait_ok(s);
+        for (int i = 0; i < 100000 && r->finishes == 0; ++i) std::this_thread::yield();
+        if (r->finishes != 1) throw std::runtime_error("a failed receive did not finish once");
+      }),
+      "");
 }
 
 // A call's message whose signature differs from the receiver's, waiting
