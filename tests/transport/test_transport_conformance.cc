@@ -474,6 +474,50 @@ TEST_P(Conformance, ARefusedMessageReachesItsSenderOnce) {
             "");
 }
 
+// A refused small message fails nothing else of its sender's: not a large
+// send before it that is still waiting for its receive (which a refusal
+// naming the wrong message would fail), and the refusal reaches the
+// sender, once.
+TEST_P(Conformance, ARefusedSmallMessageLeavesAnEarlierLargeSendAlone) {
+  if (n() < 2) GTEST_SKIP();
+  using tdist::detail::p2p_signature;
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              const uint64_t large_tag = (uint64_t{1} << 63) | 8;
+              const uint64_t small_tag = large_tag + 1;
+              constexpr size_t kLarge = 64 << 10;
+              if (rank == 1) {
+                std::vector<uint8_t> large(kLarge);
+                for (size_t i = 0; i < kLarge; ++i) large[i] = static_cast<uint8_t>(i * 13);
+                int32_t small[4] = {1, 2, 3, 4};
+                auto large_send =
+                    t.isend(0, large_tag, large.data(), kLarge, p2p_signature(DType::kUInt8, kLarge));
+                wait_ok(t.isend(0, small_tag, small, sizeof(small), p2p_signature(DType::kInt32, 4)));
+                wait_ok(large_send);  // raises if the refusal failed it
+                // Rank 0 sends this after its refusal: the refusal is here by then.
+                uint8_t after = 0;
+                wait_ok(t.irecv(0, small_tag + 1, &after, 1, p2p_signature(DType::kUInt8, 1)));
+                if (!t.take_rejection()) throw std::runtime_error("the small message's refusal never came");
+                if (t.take_rejection()) throw std::runtime_error("the refusal was handed out twice");
+              } else if (rank == 0) {
+                float wrong[4] = {0, 0, 0, 0};
+                try {
+                  wait_ok(t.irecv(1, small_tag, wrong, sizeof(wrong), p2p_signature(DType::kFloat32, 4)));
+                  throw std::runtime_error("a receive of another dtype accepted the message");
+                } catch (const DistBackendError&) {
+                }
+                std::vector<uint8_t> got(kLarge, 0);
+                wait_ok(t.irecv(1, large_tag, got.data(), kLarge, p2p_signature(DType::kUInt8, kLarge)));
+                for (size_t i = 0; i < kLarge; ++i) {
+                  if (got[i] != static_cast<uint8_t>(i * 13))
+                    throw std::runtime_error("byte " + std::to_string(i) + " of the large message is wrong");
+                }
+                uint8_t after = 1;
+                wait_ok(t.isend(1, small_tag + 1, &after, 1, p2p_signature(DType::kUInt8, 1)));
+              }
+            }),
+            "");
+}
+
 // abort fails this rank's pending and later requests with its error, says
 // so in abort_reason, and reaches the peers: their receive from this rank
 // fails too instead of waiting out its deadline.

@@ -100,6 +100,10 @@ struct SlotHeader {
 ///   [24, 56)   sig
 ///   [56, 128)  an inline message's bytes, or total, id and address
 ///
+/// An inline message carries no id (0): ids name the messages that wait
+/// for an answer (a peer read's acknowledgement, its refusal), and they
+/// count from 1.
+///
 /// A message of up to kP2pInlineBytes that travels in the ring lies beside
 /// its header, so its receiver reads one cache line (up to 8 B) or two,
 /// where a separate count, header and payload cost it four transfers
@@ -184,12 +188,11 @@ inline SlotHeader read_slot(const uint8_t* slot, const uint8_t** bytes) {
 static_assert(kP2pInlineOffset == 24 + sizeof(tdist::detail::CallSignature));
 static_assert(kP2pSlotPayload < (uint64_t{1} << 32));  // a chunk fits its 4 bytes
 
-/// One ring's positions, each on its own cache line: slots written by the
-/// sender and read (freed) by the receiver, both counting up forever.
-/// Receivers find new slots by their seq (write_slot), not by `written`,
-/// which only the failure checks read: one line fewer per message.
+/// One ring's lines beside its slots: slots read (freed) by the receiver,
+/// counting up forever, and the sender's request to be told when one is.
+/// How far the sender has written is in the slots themselves (their seq,
+/// write_slot): a count of its own would be one more line per message.
 struct alignas(kCacheLine) RingCounters {
-  std::atomic<uint64_t> written;
   /// Set by a sender that found the ring full: the receiver rings the
   /// sender's bell when it frees a slot.
   std::atomic<uint32_t> sender_waits;

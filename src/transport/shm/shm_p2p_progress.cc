@@ -329,8 +329,7 @@ size_t ShmP2pTransport::put_slot_locked(int p, SlotHeader header, const uint8_t*
   }
   header.chunk = n;
   write_slot(s, w, header, data);
-  // Read only by the failure checks: receivers poll the slots' seq.
-  counters(rank_, p).written.store(++w, std::memory_order_release);
+  ++w;
   knock(area(p));
   return n;
 }
@@ -470,8 +469,9 @@ void ShmP2pTransport::check_failures_locked() {
     const bool gone = theirs.closed.seq.load(std::memory_order_acquire) != 0 ||
                       (options_.watch != nullptr && options_.watch->peer_failed(p)) ||
                       (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH);
-    // What it sent before it went is still to be read first.
-    if (gone && read_[i] == counters(p, rank_).written.load(std::memory_order_acquire)) fail_peer_locked(p);
+    // What it sent before it went is still to be read first (a slot it
+    // was writing as it died is not ready: its seq comes last).
+    if (gone && !slot_ready(slot(p, rank_, read_[i]), read_[i])) fail_peer_locked(p);
   }
 }
 

@@ -96,7 +96,7 @@ ShmP2pTransport::ShmP2pTransport(Segment segment, int rank, int size, const ShmP
   for (int r = 0; r < size; ++r) pids_.push_back(static_cast<pid_t>(area(r).pid));
   outbox_.resize(n);
   awaiting_.resize(n);
-  next_id_.assign(n, 0);
+  next_id_.assign(n, 1);  // 0: no id (shm_p2p_layout.h)
   written_.assign(n, 0);
   freed_.assign(n, 0);
   read_.assign(n, 0);
