@@ -334,31 +334,34 @@ size_t ShmP2pTransport::put_slot_locked(int p, SlotHeader header, const uint8_t*
   return n;
 }
 
-bool ShmP2pTransport::flush_locked(int p) {
-  const auto i = static_cast<size_t>(p);
-  auto& box = outbox_[i];
-  bool wrote = false;
-  while (!box.empty() && room_locked(p)) {
-    Outgoing& m = box.front();
+bool ShmP2pTransport::write_message_locked(int p, Outgoing& m) {
+  while (room_locked(p)) {
     SlotHeader header = m.header;
     if (m.started) header.kind = SlotKind::kMore;
     m.sent += put_slot_locked(p, header, m.data + m.sent, m.sent);
     m.started = true;
-    wrote = true;
     if (header.carry == Carry::kPeerRead || m.sent == header.total) {
       if (m.request) {
         // A read of this rank's memory completes at the receiver's
         // acknowledgement; bytes in the ring are sent.
         if (header.carry == Carry::kPeerRead) {
-          awaiting_[i].emplace(header.id, m.request);
+          awaiting_[static_cast<size_t>(p)].emplace(header.id, m.request);
         } else {
           completed(m.request, p, header.total);
         }
       }
-      box.pop_front();
+      return true;
     }
   }
-  return wrote;
+  return false;
+}
+
+bool ShmP2pTransport::flush_locked(int p) {
+  const auto i = static_cast<size_t>(p);
+  auto& box = outbox_[i];
+  const uint64_t before = written_[i];
+  while (!box.empty() && write_message_locked(p, box.front())) box.pop_front();
+  return written_[i] != before;
 }
 
 void ShmP2pTransport::buffer_waiting_reads_locked() {

@@ -193,17 +193,11 @@ void ShmP2pTransport::isend_into(const RequestPtr& request, const void* data, co
       const Carry carry = carry_for(nbytes, options_.peer_read);
       const SlotHeader header{
           SlotKind::kMessage, carry, tag, nbytes, 0, next_id_[d]++, reinterpret_cast<uintptr_t>(bytes), sig};
-      if (outbox_[d].empty() && carry == Carry::kSlots && nbytes <= kP2pSlotPayload && room_locked(dst)) {
-        // Nothing queued ahead and one slot free: written now, from this
-        // thread, without a pass through the queue.
-        (void)put_slot_locked(dst, header, bytes, 0);
-        completed(request, dst, nbytes);
-      } else {
-        outbox_[d].push_back(Outgoing{request, header, bytes});
-        // Nothing queued ahead: write now, from this thread (a small
-        // message then needs nobody else).
-        if (outbox_[d].size() == 1) flush_locked(dst);
-      }
+      // Nothing queued ahead: written now, from this thread, as far as the
+      // ring has room (a small message then needs nobody else, nor the
+      // queue); what is left waits in the queue.
+      Outgoing m{request, header, bytes};
+      if (!outbox_[d].empty() || !write_message_locked(dst, m)) outbox_[d].push_back(std::move(m));
     }
   }
   deliver_completions();

@@ -210,6 +210,10 @@ class ShmP2pTransport final : public Transport {
   void take_stream_locked(int p, const uint8_t* payload, size_t n);
   /// Writes what is queued for `p` as far as its ring has room; true if it wrote.
   bool flush_locked(int p);
+  /// Writes `m`'s next slots while `p`'s ring has room; true once all are
+  /// written (its send then completed, or awaits the receiver's
+  /// acknowledgement of a read of its bytes).
+  bool write_message_locked(int p, Outgoing& m);
   /// True if `p`'s ring has a free slot; if not, asks `p` to knock when it
   /// frees one.
   bool room_locked(int p);
