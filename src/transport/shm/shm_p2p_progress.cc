@@ -338,18 +338,17 @@ bool ShmP2pTransport::write_message_locked(int p, Outgoing& m) {
   while (room_locked(p)) {
     SlotHeader header = m.header;
     if (m.started) header.kind = SlotKind::kMore;
+    // A read of this rank's memory completes at the receiver's
+    // acknowledgement: the send is awaited before its header goes out, so
+    // that a failed allocation leaves nothing written (the receiver would
+    // otherwise read and acknowledge a send nobody waits for).
+    const bool read_by_peer = header.carry == Carry::kPeerRead && m.request;
+    if (read_by_peer) awaiting_[static_cast<size_t>(p)].emplace(header.id, m.request);
     m.sent += put_slot_locked(p, header, m.data + m.sent, m.sent);
     m.started = true;
     if (header.carry == Carry::kPeerRead || m.sent == header.total) {
-      if (m.request) {
-        // A read of this rank's memory completes at the receiver's
-        // acknowledgement; bytes in the ring are sent.
-        if (header.carry == Carry::kPeerRead) {
-          awaiting_[static_cast<size_t>(p)].emplace(header.id, m.request);
-        } else {
-          completed(m.request, p, header.total);
-        }
-      }
+      // Bytes in the ring are sent.
+      if (m.request && !read_by_peer) completed(m.request, p, header.total);
       return true;
     }
   }

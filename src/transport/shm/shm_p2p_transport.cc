@@ -197,7 +197,19 @@ void ShmP2pTransport::isend_into(const RequestPtr& request, const void* data, co
       // ring has room (a small message then needs nobody else, nor the
       // queue); what is left waits in the queue.
       Outgoing m{request, header, bytes};
-      if (!outbox_[d].empty() || !write_message_locked(dst, m)) outbox_[d].push_back(std::move(m));
+      if (!outbox_[d].empty()) {
+        outbox_[d].push_back(std::move(m));  // nothing written yet: a failure here fails the call alone
+      } else if (!write_message_locked(dst, m)) {
+        // Part of the message may be in the ring already: if its rest
+        // cannot be queued, the receiver would wait for it forever, so the
+        // transport fails instead (every peer is told).
+        try {
+          outbox_[d].push_back(std::move(m));
+        } catch (...) {
+          abort_locked(std::current_exception(), true);
+          failed(request, aborted_);
+        }
+      }
     }
   }
   deliver_completions();
