@@ -202,10 +202,13 @@ void ShmP2pTransport::isend_into(const RequestPtr& request, const void* data, co
       } else if (!write_message_locked(dst, m)) {
         // Part of the message may be in the ring already: if its rest
         // cannot be queued, the receiver would wait for it forever, so the
-        // transport fails instead (every peer is told).
+        // transport fails instead (every peer is told). With nothing
+        // written (a full ring) the call alone fails. (A failed push_back
+        // leaves `m` as it was.)
         try {
           outbox_[d].push_back(std::move(m));
         } catch (...) {
+          if (!m.started) throw;
           abort_locked(std::current_exception(), true);
           failed(request, aborted_);
         }
