@@ -79,6 +79,7 @@ class Future {
   std::exception_ptr error_;
   std::vector<Tensor> value_;
   std::vector<std::function<void()>> callbacks_;
+  int waiters_ = 0;  // threads asleep in wait_for: only then is done_cv_ notified
   const void* completer_ = nullptr;
   Progress progress_ = nullptr;
   void* progress_context_ = nullptr;

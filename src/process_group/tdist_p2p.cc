@@ -21,33 +21,44 @@ uint64_t p2p_tag(int tag) {
   return (uint64_t{1} << 63) | static_cast<uint32_t>(tag);
 }
 
-// A send's or a receive's work. It holds its transport request, so that a
-// thread waiting on it moves the transport along itself, and what its
-// completion records. Its request keeps it alive until its callback has
-// run (Request::on_complete's owner), and so the tensor whose bytes are
-// being sent. One allocation for the work and its future, and the callback
-// and the wait hold plain pointers: a message of 8 B costs a few hundred
-// nanoseconds of such bookkeeping, a third of its time (docs/performance.md).
-// The wait reaches the transport through the group's lease (p2p_lease.h),
-// as the work may outlive the transport.
+// A send's or a receive's work, with its transport request inside it:
+// one allocation for the work, its future and its request, and no
+// callback (the request's finished() finishes the work). The transport
+// holds the request through a pointer that shares the work's ownership,
+// so the work, and the tensor whose bytes are being sent, live until the
+// transport lets go of it. A message of 8 B costs a few hundred
+// nanoseconds of such bookkeeping (docs/performance.md). A thread waiting
+// on the work moves the transport along itself, through the group's lease
+// (p2p_lease.h), as the work may outlive the transport.
 class P2PWork final : public Work {
  public:
-  P2PWork(const char* op, const Tensor& tensor, transport::Transport* transport,
-          detail::FlightRecorder* recorder, std::shared_ptr<detail::P2pLease> lease, uint64_t generation)
+  P2PWork(const char* op, const Tensor& tensor, transport::Request::Kind kind, int peer, uint64_t tag,
+          transport::Transport* transport, detail::FlightRecorder* recorder,
+          std::shared_ptr<detail::P2pLease> lease, uint64_t generation, uint64_t trace_id)
       : Work(op, one_tensor(tensor), transport),
+        request_(*this, kind, peer, tag, tensor.nbytes()),
         transport_(transport),
         recorder_(recorder),
         lease_(std::move(lease)),
-        generation_(generation) {}
-
-  void start(transport::RequestPtr request, uint64_t trace_id) {
-    request_ = std::move(request);
-    trace_id_ = trace_id;
+        generation_(generation),
+        trace_id_(trace_id) {
     future().set_progress(&P2PWork::drive, this);
-    request_->on_complete([work = this](transport::Request& r) { work->completed(r); }, shared_from_this());
   }
 
+  /// The request as the transport takes it: sharing the work's ownership.
+  transport::RequestPtr request() { return {shared_from_this(), &request_}; }
+
  private:
+  class WorkRequest final : public transport::Request {
+   public:
+    WorkRequest(P2PWork& work, Kind kind, int peer, uint64_t tag, size_t nbytes)
+        : Request(kind, peer, tag, nbytes, /*notify=*/true), work_(work) {}
+
+   private:
+    void finished() override { work_.completed(*this); }
+    P2PWork& work_;
+  };
+
   static std::vector<Tensor> one_tensor(const Tensor& tensor) {
     std::vector<Tensor> tensors;
     tensors.reserve(1);
@@ -55,22 +66,21 @@ class P2PWork final : public Work {
     return tensors;
   }
 
-  // Future::set_progress: the waiting thread drives the transport, which runs
-  // the request's callback (which finishes the work) on this thread once it
-  // lets go, if it drove, else on the transport's own thread. If the
-  // transport is closed or closing, the thread waits for that callback
-  // instead (Future::wait_for).
+  // Future::set_progress: the waiting thread drives the transport, which
+  // finishes the work on this thread once it lets go, if it drove, else on
+  // the transport's own thread. If the transport is closed or closing, the
+  // thread waits for that instead (Future::wait_for).
   static void drive(void* context, std::chrono::steady_clock::time_point deadline) {
     auto* work = static_cast<P2PWork*>(context);
     const detail::P2pLease::Entry inside(*work->lease_, work->generation_);
     if (!inside) return;
     try {
-      work->transport_->wait(work->request_, deadline);
+      work->transport_->wait(work->request(), deadline);
     } catch (const std::exception& error) {
       // Only the request's outcome finishes the work: until the transport
       // completes or fails it, the tensor is the transport's to fill, and
       // the caller must not be told it may reuse it. The request's own
-      // error comes through its callback; the wait goes on in
+      // error finishes the work through finished(); the wait goes on in
       // Future::wait_for, bounded by the caller's deadline.
       TDIST_LOG(DEBUG) << work->op() << ": the transport's wait raised: " << error.what();
     } catch (...) {
@@ -92,12 +102,12 @@ class P2PWork final : public Work {
     finish(error, receive && !error ? r.source() : -1);
   }
 
+  WorkRequest request_;
   transport::Transport* const transport_;
   detail::FlightRecorder* const recorder_;
   const std::shared_ptr<detail::P2pLease> lease_;
   const uint64_t generation_;
-  transport::RequestPtr request_;
-  uint64_t trace_id_ = 0;
+  const uint64_t trace_id_;
 };
 
 }  // namespace
@@ -133,12 +143,23 @@ WorkPtr ProcessGroupTdist::post_p2p(bool send, const Tensor& tensor, int peer, i
   const detail::P2pLease::Entry posting(*p2p_lease_, generation);
   if (!posting) throw_links_closed(op);
   transport::Transport& transport = p2p_transport(op, tag);
-  auto work = std::make_shared<P2PWork>(op, tensor, &transport, &recorder_, p2p_lease_, generation);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
+  const auto kind = send ? transport::Request::Kind::kSend : transport::Request::Kind::kRecv;
+  // Traced before it is posted: the message may complete inside the post.
   const uint64_t trace_id = trace_begin(op, signature, -1, detail::TraceState::kStarted, peer, tag);
-  auto request = send ? transport.isend(peer, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature)
-                      : transport.irecv(peer, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature);
-  work->start(std::move(request), trace_id);
+  std::shared_ptr<P2PWork> work;
+  try {
+    work = std::make_shared<P2PWork>(op, tensor, kind, peer, p2p_tag(tag), &transport, &recorder_, p2p_lease_,
+                                     generation, trace_id);
+    if (send) {
+      transport.isend_into(work->request(), tensor.data(), signature);
+    } else {
+      transport.irecv_into(work->request(), tensor.data(), signature);
+    }
+  } catch (...) {
+    detail::end_trace(recorder_, trace_id, std::current_exception());
+    throw;
+  }
   return work;
 }
 

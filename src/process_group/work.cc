@@ -38,8 +38,11 @@ bool Future::wait_for(std::chrono::milliseconds timeout, const std::string& what
     if (done_.load(std::memory_order_acquire)) return outcome();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); }))
-    return false;
+  ++waiters_;
+  const bool done =
+      done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); });
+  --waiters_;
+  if (!done) return false;
   return outcome();
 }
 
@@ -97,6 +100,7 @@ void Future::set_error(std::exception_ptr error) {
 
 void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
   std::vector<std::function<void()>> callbacks;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_.load(std::memory_order_relaxed)) return;
@@ -104,8 +108,9 @@ void Future::finish(std::vector<Tensor> value, std::exception_ptr error) {
     error_ = std::move(error);
     done_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
+    wake = waiters_ != 0;  // a waiter that counts itself later finds done_ set
   }
-  done_cv_.notify_all();
+  if (wake) done_cv_.notify_all();
   for (auto& callback : callbacks) callback();
 }
 

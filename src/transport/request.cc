@@ -1,13 +1,19 @@
 #include "transport/transport.h"
 
 #include <stdexcept>
+#include <string>
+
+#include "tdist/errors.h"
 
 namespace tdist::transport {
 
 bool Request::wait_until(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); }))
-    return false;
+  ++waiters_;
+  const bool done =
+      done_cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); });
+  --waiters_;
+  if (!done) return false;
   if (error_) std::rethrow_exception(error_);
   return true;
 }
@@ -20,22 +26,27 @@ bool Request::done() const {
 // so a reader that sees it set (acquire) reads without the lock: the
 // completion callbacks read all three, once per message.
 template <typename T>
-T Request::outcome(const T& field) const {
+T Request::settled(const T& field) const {
   if (done_.load(std::memory_order_acquire)) return field;
   std::lock_guard<std::mutex> lock(mutex_);
   return field;
 }
 
+bool Request::outcome() const {
+  if (auto e = error()) std::rethrow_exception(e);
+  return true;
+}
+
 std::exception_ptr Request::error() const {
-  return outcome(error_);
+  return settled(error_);
 }
 
 int Request::source() const {
-  return outcome(source_);
+  return settled(source_);
 }
 
 size_t Request::received_bytes() const {
-  return outcome(received_bytes_);
+  return settled(received_bytes_);
 }
 
 void Request::on_complete(std::function<void(Request&)> callback) {
@@ -69,9 +80,11 @@ struct Request::Callbacks {
   std::shared_ptr<void> owner;
   std::function<void(Request&)> first;
   std::vector<std::function<void(Request&)>> rest;
+  bool finished = false;
   void run(Request& request) const {
     if (first) first(request);
     for (const auto& callback : rest) callback(request);
+    if (finished) request.finished();
   }
 };
 
@@ -80,6 +93,7 @@ Request::Callbacks Request::take_callbacks_locked() {
   taken.first.swap(first_callback_);
   taken.rest.swap(callbacks_);
   taken.owner.swap(owner_);
+  taken.finished = std::exchange(finished_due_, false);
   return taken;
 }
 
@@ -88,6 +102,7 @@ void Request::settle_locked(int source, size_t received_bytes, std::exception_pt
   source_ = source;
   received_bytes_ = received_bytes;
   error_ = std::move(error);
+  finished_due_ = notify_;
   done_.store(true, std::memory_order_release);
 }
 
@@ -111,25 +126,56 @@ void Request::fail(std::exception_ptr error) {
 void Request::finish(int source, size_t received_bytes, std::exception_ptr error) {
   // settle() and run_callbacks() in one hold of the lock: this runs once
   // per message.
+  // Most requests have no thread asleep on them (their waiter moves the
+  // transport itself and polls done()): no wake-up call then.
   Callbacks taken;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     settle_locked(source, received_bytes, std::move(error));
     taken = take_callbacks_locked();
+    wake = waiters_ != 0;
   }
-  done_cv_.notify_all();
+  if (wake) done_cv_.notify_all();
   taken.run(*this);
 }
 
 bool Request::settle(int source, size_t received_bytes, std::exception_ptr error) {
   bool callbacks_left = false;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     settle_locked(source, received_bytes, std::move(error));
-    callbacks_left = first_callback_ || !callbacks_.empty();
+    callbacks_left = first_callback_ || !callbacks_.empty() || finished_due_;
+    wake = waiters_ != 0;
   }
-  done_cv_.notify_all();
+  if (wake) done_cv_.notify_all();
   return callbacks_left;
+}
+
+namespace {
+
+[[noreturn]] void refuse_caller_request(const Transport& transport, const char* call) {
+  throw DistBackendError(std::string(call) + ": the " + transport.name() +
+                         " transport here is a view of some ranks of another (the hierarchy's); post "
+                         "point-to-point works on the group's own transport");
+}
+
+}  // namespace
+
+void Transport::isend_into(const RequestPtr& request, const void* data,
+                           const tdist::detail::CallSignature& sig) {
+  (void)request;
+  (void)data;
+  (void)sig;
+  refuse_caller_request(*this, "isend_into");
+}
+
+void Transport::irecv_into(const RequestPtr& request, void* data, const tdist::detail::CallSignature& sig) {
+  (void)request;
+  (void)data;
+  (void)sig;
+  refuse_caller_request(*this, "irecv_into");
 }
 
 }  // namespace tdist::transport

@@ -67,8 +67,7 @@ constexpr int kAnySource = -1;
 class Request {
  public:
   enum class Kind { kSend, kRecv };
-  Request(Kind kind, int peer, uint64_t tag, size_t nbytes)
-      : kind_(kind), peer_(peer), tag_(tag), nbytes_(nbytes) {}
+  Request(Kind kind, int peer, uint64_t tag, size_t nbytes) : Request(kind, peer, tag, nbytes, false) {}
   virtual ~Request() = default;
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
@@ -78,6 +77,9 @@ class Request {
   bool wait_until(Clock::time_point deadline);
   /// True once completed, successfully or not.
   bool done() const;
+  /// Once done(): rethrows the error, if any, else returns true; no lock
+  /// (the outcome never changes once done).
+  bool outcome() const;
   /// The error it failed with, or null.
   std::exception_ptr error() const;
 
@@ -114,6 +116,15 @@ class Request {
   /// this first (the rest find none).
   void run_callbacks();
 
+ protected:
+  /// For a request that is part of a larger object (a point-to-point
+  /// work, which the transport keeps alive through its RequestPtr): with
+  /// `notify`, finished() runs once it completes, after its callbacks and
+  /// on the same thread, in place of a callback and its owner.
+  Request(Kind kind, int peer, uint64_t tag, size_t nbytes, bool notify)
+      : kind_(kind), peer_(peer), tag_(tag), nbytes_(nbytes), notify_(notify) {}
+  virtual void finished() {}
+
  private:
   struct Callbacks;
   /// complete() and fail(): settle(), then run_callbacks().
@@ -124,12 +135,13 @@ class Request {
   Callbacks take_callbacks_locked();
   /// `field` of the outcome, under the lock only while not yet done.
   template <typename T>
-  T outcome(const T& field) const;
+  T settled(const T& field) const;
 
   const Kind kind_;
   const int peer_;
   const uint64_t tag_;
   const size_t nbytes_;
+  const bool notify_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   // Set under mutex_ once the rest is; read without it by done(), which
@@ -143,6 +155,8 @@ class Request {
   std::function<void(Request&)> first_callback_;
   std::vector<std::function<void(Request&)>> callbacks_;
   std::shared_ptr<void> owner_;  // released once the callbacks have run
+  bool finished_due_ = false;    // notify_ and settled: finished() is still to run
+  int waiters_ = 0;              // threads in wait_until: only then is done_cv_ notified
 };
 
 using RequestPtr = std::shared_ptr<Request>;
@@ -194,6 +208,15 @@ class Transport {
     (void)mine;
     return std::nullopt;
   }
+  /// isend() and irecv() into a request the caller made (Kind kSend or
+  /// kRecv, peer, tag and size as those calls take them), for a caller
+  /// that keeps its request inside an object of its own (a point-to-point
+  /// work, tdist_p2p.cc): an allocation and a callback fewer per message.
+  /// The default raises DistBackendError: SubsetTransport, a view for the
+  /// hierarchy's collectives, carries no such work.
+  virtual void isend_into(const RequestPtr& request, const void* data,
+                          const tdist::detail::CallSignature& sig);
+  virtual void irecv_into(const RequestPtr& request, void* data, const tdist::detail::CallSignature& sig);
   /// Receives a message whose size is not known in advance into `out`.
   virtual RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) = 0;
 

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include "transport/shm/shm_p2p_layout.h"
 
@@ -50,6 +52,62 @@ TEST(ShmP2pLayout, RingsShrinkOnLargeHostsAndNeverOverlap) {
   }
   EXPECT_EQ(P2pLayout(8).ring_slots, kP2pMaxSlots);
   EXPECT_EQ(P2pLayout(128).ring_slots, kP2pMinSlots);
+}
+
+// A slot written for message n is ready for n only (not for the lap
+// before or after), and gives back its header and bytes: small messages
+// beside the header, in its first two lines, others after the header.
+TEST(ShmP2pLayout, SlotsCarrySmallMessagesBesideTheirHeaderAndSayWhenReady) {
+  alignas(64) static uint8_t slot[kP2pSlotBytes];
+  std::vector<uint8_t> bytes(kP2pInlineBytes + 1);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(0xA0 + i);
+  const auto sig = tdist::detail::p2p_signature(DType::kFloat32, 2);
+  uint64_t n = 0;
+  for (const size_t size : {size_t{0}, size_t{1}, size_t{8}, kP2pInlineBytes, kP2pInlineBytes + 1}) {
+    std::memset(slot, 0xEE, sizeof(slot));
+    slot_detail::seq_of(slot).store(0);
+    n += 17;  // laps of a 16-slot ring: each write is another message of this slot
+    EXPECT_FALSE(slot_ready(slot, n));
+    const SlotHeader header{SlotKind::kMessage, Carry::kSlots, 77, size, size, 5, 0, sig};
+    const bool beside = size <= kP2pInlineBytes;
+    EXPECT_EQ(travels_inline(header), beside) << size;
+    if (!beside) std::memcpy(slot + kP2pSlotHeaderBytes, bytes.data(), size);
+    write_slot(slot, n, header, bytes.data());
+    EXPECT_TRUE(slot_ready(slot, n)) << size;
+    EXPECT_FALSE(slot_ready(slot, n - 1)) << size;
+    EXPECT_FALSE(slot_ready(slot, n + 16)) << size;
+    const uint8_t* at = nullptr;
+    const SlotHeader back = read_slot(slot, &at);
+    EXPECT_EQ(back.kind, SlotKind::kMessage);
+    EXPECT_EQ(back.carry, Carry::kSlots);
+    EXPECT_EQ(back.tag, 77U);
+    EXPECT_EQ(back.total, size);
+    EXPECT_EQ(back.chunk, size);
+    EXPECT_EQ(back.sig, sig);
+    EXPECT_EQ(at, slot + (beside ? kP2pInlineOffset : kP2pSlotHeaderBytes)) << size;
+    EXPECT_EQ(std::memcmp(at, bytes.data(), size), 0) << size;
+    if (beside) EXPECT_LE(kP2pInlineOffset + size, kP2pSlotHeaderBytes);
+  }
+  // Streamed and peer-read messages, acknowledgements and refusals keep
+  // their size, number and address in the header.
+  for (const SlotHeader& header :
+       {SlotHeader{SlotKind::kMessage, Carry::kPeerRead, 9, uint64_t{1} << 40, 0, 12, 0xDEADBEEF000, sig},
+        SlotHeader{SlotKind::kMessage, Carry::kSlots, 9, 3 * kP2pSlotPayload, kP2pSlotPayload, 13, 0, sig},
+        SlotHeader{SlotKind::kMore, Carry::kSlots, 9, 3 * kP2pSlotPayload, 40, 13, 0, sig},
+        SlotHeader{SlotKind::kAck, Carry::kSlots, 0, 0, 0, 12, 0, {}},
+        SlotHeader{SlotKind::kRefusal, Carry::kSlots, 0, 30, 30, 14, 0, {}}}) {
+    EXPECT_FALSE(travels_inline(header));
+    write_slot(slot, ++n, header, nullptr);
+    const uint8_t* at = nullptr;
+    const SlotHeader back = read_slot(slot, &at);
+    EXPECT_EQ(back.kind, header.kind);
+    EXPECT_EQ(back.carry, header.carry);
+    EXPECT_EQ(back.total, header.total);
+    EXPECT_EQ(back.chunk, header.chunk);
+    EXPECT_EQ(back.id, header.id);
+    EXPECT_EQ(back.address, header.address);
+    EXPECT_EQ(at, slot + kP2pSlotHeaderBytes);
+  }
 }
 
 TEST(ShmP2pLayout, ALargerMessageWaitsLongerForItsReceive) {

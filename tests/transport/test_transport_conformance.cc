@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -295,6 +296,88 @@ TEST_P(Conformance, DrivenWaitsDeliverEdgeSizesIntactAndInOrder) {
             "");
 }
 
+// A request made by the caller (isend_into, irecv_into), as a
+// point-to-point work keeps its own: it completes as a transport's own
+// would, and its finished() runs once, after it is done. A view of some
+// ranks (SubsetTransport) refuses such requests.
+class CountedRequest final : public transport::Request {
+ public:
+  CountedRequest(Kind kind, int peer, uint64_t tag, size_t nbytes) : Request(kind, peer, tag, nbytes, true) {}
+  std::atomic<int> finishes{0};
+  std::atomic<bool> done_when_finished{false};
+
+ private:
+  void finished() override {
+    done_when_finished = done();
+    ++finishes;
+  }
+};
+
+TEST_P(Conformance, CallerMadeRequestsCompleteAndFinishOnce) {
+  EXPECT_EQ(
+      run([&](Transport& t, int rank) {
+        const int next = (rank + 1) % n();
+        const int prev = (rank + n() - 1) % n();
+        auto probe = std::make_shared<CountedRequest>(transport::Request::Kind::kSend, next, 3, 8);
+        uint64_t word = 0;
+        if (kind() == Kind::kSubset) {
+          try {
+            t.isend_into(probe, &word, {});
+          } catch (const DistBackendError&) {
+            return;
+          }
+          throw std::runtime_error("the subset took a caller-made request");
+        }
+        try {
+          t.irecv_into(probe, &word, {});
+          throw std::runtime_error("irecv_into took a send's request");
+        } catch (const DistInvalidArgument&) {
+        }
+        for (const size_t bytes : {size_t{0}, size_t{1}, size_t{8}, size_t{1001}, size_t{100003}}) {
+          std::vector<uint8_t> out(bytes), in(bytes, 0);
+          for (size_t i = 0; i < bytes; ++i)
+            out[i] = static_cast<uint8_t>(static_cast<size_t>(rank) * 31 + i * 7);
+          auto r = std::make_shared<CountedRequest>(transport::Request::Kind::kRecv, prev, 4, bytes);
+          auto s = std::make_shared<CountedRequest>(transport::Request::Kind::kSend, next, 4, bytes);
+          t.irecv_into(r, in.data(), {});
+          t.isend_into(s, out.data(), {});
+          wait_ok(r);
+          wait_ok(s);
+          for (size_t i = 0; i < bytes; ++i) {
+            if (in[i] != static_cast<uint8_t>(static_cast<size_t>(prev) * 31 + i * 7))
+              throw std::runtime_error(std::to_string(bytes) + " B: byte " + std::to_string(i) + " is wrong");
+          }
+          if (r->source() != prev || r->received_bytes() != bytes)
+            throw std::runtime_error(std::to_string(bytes) +
+                                     " B: the receive names the wrong source or size");
+          // finished() runs on the completing thread after done(): wait
+          // for it there, bounded.
+          for (int i = 0; i < 100000 && (r->finishes == 0 || s->finishes == 0); ++i)
+            std::this_thread::yield();
+          if (r->finishes != 1 || s->finishes != 1 || !r->done_when_finished || !s->done_when_finished)
+            throw std::runtime_error(std::to_string(bytes) + " B: finished() ran " +
+                                     std::to_string(r->finishes) + " and " + std::to_string(s->finishes) +
+                                     " times, not once each after completion");
+        }
+        // A message longer than the receive fails it; finished() still runs once.
+        uint64_t big[2] = {1, 2};
+        uint64_t small = 0;
+        auto r = std::make_shared<CountedRequest>(transport::Request::Kind::kRecv, prev, 5, 8);
+        auto s = std::make_shared<CountedRequest>(transport::Request::Kind::kSend, next, 5, 16);
+        t.irecv_into(r, &small, {});
+        t.isend_into(s, big, {});
+        try {
+          wait_ok(r);
+          throw std::runtime_error("a 16 B message fit an 8 B receive");
+        } catch (const DistBackendError&) {
+        }
+        wait_ok(s);
+        for (int i = 0; i < 100000 && r->finishes == 0; ++i) std::this_thread::yield();
+        if (r->finishes != 1) throw std::runtime_error("a failed receive did not finish once");
+      }),
+      "");
+}
+
 // A call's message whose signature differs from the receiver's, waiting
 // for no receive, is found by conflicting_message (naming its sender by its
 // rank in the whole group); once received, last_call_from gives the
@@ -386,6 +469,50 @@ TEST_P(Conformance, ARefusedMessageReachesItsSenderOnce) {
                 if (got[0] != 0 || got[3] != 0) throw std::runtime_error("the refused message was written");
                 wait_ok(t.isend(1, after_tag, &after, 1, p2p_signature(DType::kUInt8, 1)));
                 if (t.take_rejection()) throw std::runtime_error("the receiver holds a refusal of its own");
+              }
+            }),
+            "");
+}
+
+// A refused small message fails nothing else of its sender's: not a large
+// send before it that is still waiting for its receive (which a refusal
+// naming the wrong message would fail), and the refusal reaches the
+// sender, once.
+TEST_P(Conformance, ARefusedSmallMessageLeavesAnEarlierLargeSendAlone) {
+  if (n() < 2) GTEST_SKIP();
+  using tdist::detail::p2p_signature;
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              const uint64_t large_tag = (uint64_t{1} << 63) | 8;
+              const uint64_t small_tag = large_tag + 1;
+              constexpr size_t kLarge = 64 << 10;
+              if (rank == 1) {
+                std::vector<uint8_t> large(kLarge);
+                for (size_t i = 0; i < kLarge; ++i) large[i] = static_cast<uint8_t>(i * 13);
+                int32_t small[4] = {1, 2, 3, 4};
+                auto large_send =
+                    t.isend(0, large_tag, large.data(), kLarge, p2p_signature(DType::kUInt8, kLarge));
+                wait_ok(t.isend(0, small_tag, small, sizeof(small), p2p_signature(DType::kInt32, 4)));
+                wait_ok(large_send);  // raises if the refusal failed it
+                // Rank 0 sends this after its refusal: the refusal is here by then.
+                uint8_t after = 0;
+                wait_ok(t.irecv(0, small_tag + 1, &after, 1, p2p_signature(DType::kUInt8, 1)));
+                if (!t.take_rejection()) throw std::runtime_error("the small message's refusal never came");
+                if (t.take_rejection()) throw std::runtime_error("the refusal was handed out twice");
+              } else if (rank == 0) {
+                float wrong[4] = {0, 0, 0, 0};
+                try {
+                  wait_ok(t.irecv(1, small_tag, wrong, sizeof(wrong), p2p_signature(DType::kFloat32, 4)));
+                  throw std::runtime_error("a receive of another dtype accepted the message");
+                } catch (const DistBackendError&) {
+                }
+                std::vector<uint8_t> got(kLarge, 0);
+                wait_ok(t.irecv(1, large_tag, got.data(), kLarge, p2p_signature(DType::kUInt8, kLarge)));
+                for (size_t i = 0; i < kLarge; ++i) {
+                  if (got[i] != static_cast<uint8_t>(i * 13))
+                    throw std::runtime_error("byte " + std::to_string(i) + " of the large message is wrong");
+                }
+                uint8_t after = 1;
+                wait_ok(t.isend(1, small_tag + 1, &after, 1, p2p_signature(DType::kUInt8, 1)));
               }
             }),
             "");

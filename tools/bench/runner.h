@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench_ops.h"
+#include "tdist/distributed.h"
 #include "tdist/reduce_op.h"
 #include "tdist/tensor.h"
 
@@ -54,6 +55,7 @@ class OpRunner {
   Tensor input_;                   // the only buffer of in-place ops
   Tensor output_;                  // out-of-place ops
   std::vector<Tensor> root_list_;  // gather's outputs / scatter's inputs, on the root
+  std::vector<P2POp> ring_ops_;    // sendrecv's receive from the previous rank and send to the next
 };
 
 }  // namespace tdist::bench

@@ -9,7 +9,8 @@
 //   [any_aborted line][rank areas, one per rank][ring counters, size x size]
 //   [slots: size x size rings of ring_slots slots of kP2pSlotBytes]
 //
-// A message takes one slot when its bytes fit beside the header; a larger
+// A message takes one slot when its bytes fit in it (up to kP2pInlineBytes
+// beside its header, in the lines the receiver polls); a larger
 // one goes either in a run of slots that follow each other in the ring
 // (Carry::kSlots: the receiver copies each out as it comes), or, when every
 // rank may read every other's memory, as a header alone that says where its
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/call_signature.h"
 #include "transport/shm/shm_sync.h"
@@ -76,7 +78,8 @@ enum class SlotKind : uint32_t {
 
 enum class Carry : uint32_t { kSlots = 0, kPeerRead = 1 };
 
-/// The start of every slot.
+/// What a slot says about its contents (write_slot and read_slot put it
+/// in the slot's first lines and take it out).
 struct SlotHeader {
   SlotKind kind;
   Carry carry;
@@ -87,12 +90,109 @@ struct SlotHeader {
   uint64_t address;  // kPeerRead: where the message lies in the sender's memory
   tdist::detail::CallSignature sig;
 };
-static_assert(sizeof(SlotHeader) <= kP2pSlotHeaderBytes);
 
-/// One ring's positions, each on its own cache line: slots written by the
-/// sender and read (freed) by the receiver, both counting up forever.
+/// A slot's first 128 bytes:
+///
+///   [0, 8)     seq: n + 1 once slot n of the ring (counted forever) is
+///              written, stored last (release); the receiver polls it
+///   [8, 16)    kind, carry, inline flag, chunk
+///   [16, 24)   tag
+///   [24, 56)   sig
+///   [56, 128)  an inline message's bytes, or total, id and address
+///
+/// An inline message carries no id (0): ids name the messages that wait
+/// for an answer (a peer read's acknowledgement, its refusal), and they
+/// count from 1.
+///
+/// A message of up to kP2pInlineBytes that travels in the ring lies beside
+/// its header, so its receiver reads one cache line (up to 8 B) or two,
+/// where a separate count, header and payload cost it four transfers
+/// between cores (the sender's writes as many). Open MPI's shared-memory
+/// transport does the same with its "fast boxes". A larger message's
+/// bytes start at kP2pSlotHeaderBytes.
+inline constexpr size_t kP2pInlineOffset = 56;
+inline constexpr size_t kP2pInlineBytes = kP2pSlotHeaderBytes - kP2pInlineOffset;
+
+/// True if `header`'s bytes go beside it.
+inline bool travels_inline(const SlotHeader& header) {
+  return header.kind == SlotKind::kMessage && header.carry == Carry::kSlots &&
+         header.total <= kP2pInlineBytes;
+}
+
+namespace slot_detail {
+inline std::atomic<uint64_t>& seq_of(uint8_t* slot) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(slot);
+}
+inline const std::atomic<uint64_t>& seq_of(const uint8_t* slot) {
+  return *reinterpret_cast<const std::atomic<uint64_t>*>(slot);
+}
+template <typename T>
+void put(uint8_t* slot, size_t offset, const T& value) {
+  std::memcpy(slot + offset, &value, sizeof(T));
+}
+template <typename T>
+T get(const uint8_t* slot, size_t offset) {
+  T value;
+  std::memcpy(&value, slot + offset, sizeof(T));
+  return value;
+}
+}  // namespace slot_detail
+
+/// Fills slot `n` (counted forever) with `header` and, if it travels
+/// inline, its chunk of bytes from `bytes`; else its bytes must be at
+/// kP2pSlotHeaderBytes already. Stores the seq last.
+inline void write_slot(uint8_t* slot, uint64_t n, const SlotHeader& header, const uint8_t* bytes) {
+  using namespace slot_detail;
+  const bool in_line = travels_inline(header);
+  put(slot, 8, static_cast<uint8_t>(header.kind));
+  put(slot, 9, static_cast<uint8_t>(header.carry));
+  put(slot, 10, static_cast<uint8_t>(in_line ? 1 : 0));
+  put(slot, 12, static_cast<uint32_t>(header.chunk));
+  put(slot, 16, header.tag);
+  put(slot, 24, header.sig);
+  if (in_line) {
+    if (header.chunk > 0) std::memcpy(slot + kP2pInlineOffset, bytes, header.chunk);
+  } else {
+    put(slot, 56, header.total);
+    put(slot, 64, header.id);
+    put(slot, 72, header.address);
+  }
+  seq_of(slot).store(n + 1, std::memory_order_release);
+}
+
+/// True once slot `n` is written (acquire: its contents are then visible).
+inline bool slot_ready(const uint8_t* slot, uint64_t n) {
+  return slot_detail::seq_of(slot).load(std::memory_order_acquire) == n + 1;
+}
+
+/// The header of a ready slot, and where its bytes are.
+inline SlotHeader read_slot(const uint8_t* slot, const uint8_t** bytes) {
+  using namespace slot_detail;
+  SlotHeader header{};
+  header.kind = static_cast<SlotKind>(get<uint8_t>(slot, 8));
+  header.carry = static_cast<Carry>(get<uint8_t>(slot, 9));
+  header.chunk = get<uint32_t>(slot, 12);
+  header.tag = get<uint64_t>(slot, 16);
+  header.sig = get<tdist::detail::CallSignature>(slot, 24);
+  if (get<uint8_t>(slot, 10) != 0) {
+    header.total = header.chunk;
+    *bytes = slot + kP2pInlineOffset;
+  } else {
+    header.total = get<uint64_t>(slot, 56);
+    header.id = get<uint64_t>(slot, 64);
+    header.address = get<uint64_t>(slot, 72);
+    *bytes = slot + kP2pSlotHeaderBytes;
+  }
+  return header;
+}
+static_assert(kP2pInlineOffset == 24 + sizeof(tdist::detail::CallSignature));
+static_assert(kP2pSlotPayload < (uint64_t{1} << 32));  // a chunk fits its 4 bytes
+
+/// One ring's lines beside its slots: slots read (freed) by the receiver,
+/// counting up forever, and the sender's request to be told when one is.
+/// How far the sender has written is in the slots themselves (their seq,
+/// write_slot): a count of its own would be one more line per message.
 struct alignas(kCacheLine) RingCounters {
-  std::atomic<uint64_t> written;
   /// Set by a sender that found the ring full: the receiver rings the
   /// sender's bell when it frees a slot.
   std::atomic<uint32_t> sender_waits;

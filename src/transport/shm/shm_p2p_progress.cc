@@ -35,7 +35,7 @@ constexpr auto kQuietAfterWait = std::chrono::milliseconds(1);
 // Thrown out of a wait's check to go back to moving data.
 struct StopWaiting {};
 
-// Polls of a ring's count before a waiter turns to the doorbell (a few
+// Polls of a ring's next slot before a waiter turns to the doorbell (a few
 // microseconds, as many as the doorbell's wait spins before it first
 // yields: an exchange's reply is usually there by then, and past them that
 // wait yields and sleeps). Ranks that outnumber their cores poll only as
@@ -46,22 +46,60 @@ int ring_polls(const WaitPolicy& policy) {
   return policy.spin_time.count() > 0 ? kRingPolls : std::min(kRingPolls, policy.spins);
 }
 
-// True once the ring's count is no longer `written` or the request is done,
-// within `polls` looks.
-bool ring_moved_soon(const RingCounters& ring, uint64_t written, const Request& request, int polls) {
-  for (int i = 0; i < polls; ++i) {
-    if (ring.written.load(std::memory_order_acquire) != written || request.done()) return true;
-    cpu_relax();
-  }
-  return false;
-}
-
 // The transport whose data this thread moves in wait(), if any.
 thread_local const ShmP2pTransport* t_driving = nullptr;
 
 }  // namespace
 
+uint64_t ShmP2pTransport::ring_end(int p) const {
+  // `read` is this rank's own count of the ring, moved under the lock.
+  const uint64_t first = counters(p, rank_).read.load(std::memory_order_acquire);
+  uint64_t n = first;
+  while (n - first < layout_.ring_slots && slot_ready(slot(p, rank_, n), n)) ++n;
+  return n;
+}
+
+bool ShmP2pTransport::unread_slots() const {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    // Acquire: a refusal read before the count moved is marked
+    // (take_rejection).
+    const uint64_t next = counters(p, rank_).read.load(std::memory_order_acquire);
+    if (slot_ready(slot(p, rank_, next), next)) return true;
+  }
+  return false;
+}
+
+bool ShmP2pTransport::ring_moved_soon(int p, uint64_t end, const Request& request, int polls) const {
+  for (int i = 0; i < polls; ++i) {
+    if (ring_end(p) != end || request.done()) return true;
+    cpu_relax();
+  }
+  return false;
+}
+
+bool ShmP2pTransport::quiet() const {
+  if (busy_.load(std::memory_order_acquire)) return false;
+  if (coarse_now().time_since_epoch().count() >= next_check_.load(std::memory_order_relaxed)) return false;
+  return !unread_slots();
+}
+
+void ShmP2pTransport::note_busy_locked() {
+  bool busy = !reads_.empty();
+  for (size_t i = 0; i < outbox_.size() && !busy; ++i) busy = !outbox_[i].empty();
+  for (auto it = unexpected_.begin(); it != unexpected_.end() && !busy; ++it) busy = it->in_peer;
+  busy_.store(busy, std::memory_order_relaxed);
+}
+
 bool ShmP2pTransport::progress() {
+  // Marked as the transport's completion thread, as TCP's loop and driving
+  // threads are: a callback that waits for another point-to-point
+  // operation raises "would deadlock" instead of waiting for itself.
+  detail::CompletionThreadScope completing(static_cast<const Transport*>(this));
+  if (quiet()) {
+    deliver_completions();
+    return false;
+  }
   bool moved = false;
   bool reads = false;
   {
@@ -74,11 +112,12 @@ bool ShmP2pTransport::progress() {
         if (p != rank_ && !outbox_[static_cast<size_t>(p)].empty()) moved = flush_locked(p) || moved;
       }
       buffer_waiting_reads_locked();
-      const auto now = coarse_now();
-      if (now >= next_check_) {
-        next_check_ = now + kCheckEvery;
+      const auto now = coarse_now().time_since_epoch().count();
+      if (now >= next_check_.load(std::memory_order_relaxed)) {
+        next_check_.store(now + Clock::duration(kCheckEvery).count(), std::memory_order_relaxed);
         check_failures_locked();
       }
+      note_busy_locked();
     }
     reads = !reads_.empty();
   }
@@ -93,10 +132,6 @@ bool ShmP2pTransport::progress() {
     run_peer_read(*read);
     moved = true;
   }
-  // Marked as the transport's completion thread, as TCP's loop and driving
-  // threads are: a callback that waits for another point-to-point
-  // operation raises "would deadlock" instead of waiting for itself.
-  detail::CompletionThreadScope completing(static_cast<const Transport*>(this));
   deliver_completions();
   return moved;
 }
@@ -104,13 +139,13 @@ bool ShmP2pTransport::progress() {
 void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
   RingCounters& c = counters(p, rank_);
   uint64_t& r = read_[static_cast<size_t>(p)];
-  uint64_t w = c.written.load(std::memory_order_acquire);
-  while (r < w) {
+  for (;;) {
     const uint8_t* s = slot(p, rank_, r);
-    SlotHeader header;
-    std::memcpy(&header, s, sizeof(header));
+    if (!slot_ready(s, r)) break;
+    const uint8_t* payload = nullptr;
+    const SlotHeader header = read_slot(s, &payload);
     if (waits_in_ring_locked(p, header)) break;
-    read_slot_locked(p, header, s + kP2pSlotHeaderBytes);
+    read_slot_locked(p, header, payload);
     ++r;
     // seq_cst: pairs with the sender's sender_waits store and re-read.
     c.read.store(r, std::memory_order_seq_cst);
@@ -119,7 +154,6 @@ void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
       knock(area(p));
     }
     moved = true;
-    if (r == w) w = c.written.load(std::memory_order_acquire);
   }
 }
 
@@ -199,6 +233,7 @@ void ShmP2pTransport::read_slot_locked(int p, const SlotHeader& header, const ui
       p, header.tag, header.sig, header.total,
       header.carry == Carry::kSlots && header.total > 0 ? detail::Scratch(header.total) : detail::Scratch()});
   if (header.carry == Carry::kPeerRead) {
+    busy_.store(true, std::memory_order_relaxed);  // buffer_waiting_reads_locked copies it in time
     m.in_peer = true;
     m.address = header.address;
     m.id = header.id;
@@ -252,66 +287,80 @@ void ShmP2pTransport::take_stream_locked(int p, const uint8_t* payload, size_t n
   }
 }
 
-bool ShmP2pTransport::flush_locked(int p) {
+bool ShmP2pTransport::room_locked(int p) {
   const auto i = static_cast<size_t>(p);
-  auto& box = outbox_[i];
-  RingCounters& c = counters(rank_, p);
-  uint64_t& w = written_[i];
+  const uint64_t w = written_[i];
   // The receiver's count as last read: looked up again only when the ring
   // seems full, so a send that fits costs no read of the receiver's line.
   uint64_t& r = freed_[i];
-  bool wrote = false;
-  while (!box.empty()) {
-    if (w - r >= layout_.ring_slots) {
-      r = c.read.load(std::memory_order_acquire);
-      if (w - r >= layout_.ring_slots) {
-        // Full: ask the receiver to knock when it frees a slot, then look
-        // again (it may have freed one before it saw the request).
-        c.sender_waits.store(1, std::memory_order_seq_cst);
-        r = c.read.load(std::memory_order_seq_cst);
-        if (w - r >= layout_.ring_slots) break;
-      }
-    }
-    Outgoing& m = box.front();
-    uint8_t* s = slot(rank_, p, w);
-    SlotHeader header = m.header;
-    if (m.started) header.kind = SlotKind::kMore;
-    size_t n = 0;
-    if (header.carry == Carry::kSlots) {
-      n = std::min(kP2pSlotPayload, static_cast<size_t>(header.total) - m.sent);
-      // The slots of a message that spans several go to memory with
-      // streaming stores: with ordinary ones every line of the slot was
-      // first fetched from the receiver's cache, which had just read it
-      // (2 ranks streaming 1 MiB: 3.8-4.3 ms with memcpy, 0.35-0.58 with
-      // stream_copy; 16 MiB 63-64 ms against 13-18, on a loaded 2-vCPU
-      // VM). A one-slot message stays cached for its reader.
-      if (n > 0 && header.total > kP2pSlotPayload) {
-        detail::stream_copy(s + kP2pSlotHeaderBytes, m.data + m.sent, n);
-      } else if (n > 0) {
-        std::memcpy(s + kP2pSlotHeaderBytes, m.data + m.sent, n);
-      }
-    }
-    header.chunk = n;
-    std::memcpy(s, &header, sizeof(header));
-    m.started = true;
-    m.sent += n;
-    c.written.store(++w, std::memory_order_release);
-    knock(area(p));
-    wrote = true;
-    if (header.carry == Carry::kPeerRead || m.sent == header.total) {
-      if (m.request) {
-        // A read of this rank's memory completes at the receiver's
-        // acknowledgement; bytes in the ring are sent.
-        if (header.carry == Carry::kPeerRead) {
-          awaiting_[i].emplace(header.id, m.request);
-        } else {
-          completed(m.request, p, header.total);
-        }
-      }
-      box.pop_front();
+  if (w - r < layout_.ring_slots) return true;
+  RingCounters& c = counters(rank_, p);
+  r = c.read.load(std::memory_order_acquire);
+  if (w - r < layout_.ring_slots) return true;
+  // Full: ask the receiver to knock when it frees a slot, then look again
+  // (it may have freed one before it saw the request). The thread its
+  // knock wakes must find the queue busy_.
+  busy_.store(true, std::memory_order_seq_cst);
+  c.sender_waits.store(1, std::memory_order_seq_cst);
+  r = c.read.load(std::memory_order_seq_cst);
+  return w - r < layout_.ring_slots;
+}
+
+size_t ShmP2pTransport::put_slot_locked(int p, SlotHeader header, const uint8_t* data, size_t sent) {
+  const auto i = static_cast<size_t>(p);
+  uint64_t& w = written_[i];
+  uint8_t* s = slot(rank_, p, w);
+  size_t n = 0;
+  if (travels_inline(header)) {
+    n = header.total;  // write_slot copies it beside the header
+  } else if (header.carry == Carry::kSlots) {
+    n = std::min(kP2pSlotPayload, static_cast<size_t>(header.total) - sent);
+    // The slots of a message that spans several go to memory with
+    // streaming stores: with ordinary ones every line of the slot was
+    // first fetched from the receiver's cache, which had just read it
+    // (2 ranks streaming 1 MiB: 3.8-4.3 ms with memcpy, 0.35-0.58 with
+    // stream_copy; 16 MiB 63-64 ms against 13-18, on a loaded 2-vCPU
+    // VM). A one-slot message stays cached for its reader.
+    if (n > 0 && header.total > kP2pSlotPayload) {
+      detail::stream_copy(s + kP2pSlotHeaderBytes, data, n);
+    } else if (n > 0) {
+      std::memcpy(s + kP2pSlotHeaderBytes, data, n);
     }
   }
-  return wrote;
+  header.chunk = n;
+  write_slot(s, w, header, data);
+  ++w;
+  knock(area(p));
+  return n;
+}
+
+bool ShmP2pTransport::write_message_locked(int p, Outgoing& m) {
+  while (room_locked(p)) {
+    SlotHeader header = m.header;
+    if (m.started) header.kind = SlotKind::kMore;
+    // A read of this rank's memory completes at the receiver's
+    // acknowledgement: the send is awaited before its header goes out, so
+    // that a failed allocation leaves nothing written (the receiver would
+    // otherwise read and acknowledge a send nobody waits for).
+    const bool read_by_peer = header.carry == Carry::kPeerRead && m.request;
+    if (read_by_peer) awaiting_[static_cast<size_t>(p)].emplace(header.id, m.request);
+    m.sent += put_slot_locked(p, header, m.data + m.sent, m.sent);
+    m.started = true;
+    if (header.carry == Carry::kPeerRead || m.sent == header.total) {
+      // Bytes in the ring are sent.
+      if (m.request && !read_by_peer) completed(m.request, p, header.total);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ShmP2pTransport::flush_locked(int p) {
+  const auto i = static_cast<size_t>(p);
+  auto& box = outbox_[i];
+  const uint64_t before = written_[i];
+  while (!box.empty() && write_message_locked(p, box.front())) box.pop_front();
+  return written_[i] != before;
 }
 
 void ShmP2pTransport::buffer_waiting_reads_locked() {
@@ -422,8 +471,9 @@ void ShmP2pTransport::check_failures_locked() {
     const bool gone = theirs.closed.seq.load(std::memory_order_acquire) != 0 ||
                       (options_.watch != nullptr && options_.watch->peer_failed(p)) ||
                       (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH);
-    // What it sent before it went is still to be read first.
-    if (gone && read_[i] == counters(p, rank_).written.load(std::memory_order_acquire)) fail_peer_locked(p);
+    // What it sent before it went is still to be read first (a slot it
+    // was writing as it died is not ready: its seq comes last).
+    if (gone && !slot_ready(slot(p, rank_, read_[i]), read_[i])) fail_peer_locked(p);
   }
 }
 
@@ -439,6 +489,8 @@ bool ShmP2pTransport::anything_pending_locked() const {
 }
 
 bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline) {
+  // A send that fit its ring completed as it was posted: nothing to drive.
+  if (request->done()) return request->outcome();
   P2pRankArea& own = area(rank_);
   drivers_.fetch_add(1);
   // News for this thread need not wake the background thread too. (Read
@@ -467,21 +519,21 @@ bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline
   auto next_pass = coarse_now() + kCheckEvery;
   // Whatever completes a request with one peer (its message, the
   // acknowledgement of a read of ours, a refusal) comes through that peer's
-  // ring: a waiter watches the ring's count first, and the doorbell only
-  // after a while. A doorbell read on every message would take its line
+  // ring: a waiter watches the ring's next slot first, and the doorbell
+  // only after a while. A doorbell read on every message would take its line
   // from the peer, whose atomic ring of it then waits for the line back.
   const int peer = request->peer();
-  const RingCounters* ring = peer >= 0 && peer < size_ && peer != rank_ ? &counters(peer, rank_) : nullptr;
+  const bool watch = peer >= 0 && peer < size_ && peer != rank_;
   const int polls = ring_polls(options_.policy);
   while (!request->done()) {
-    const uint64_t written = ring != nullptr ? ring->written.load(std::memory_order_acquire) : 0;
+    const uint64_t end = watch ? ring_end(peer) : 0;
     if (progress()) {
       next_pass = coarse_now() + kCheckEvery;
       continue;
     }
     if (request->done()) break;
     if (coarse_now() >= deadline && Clock::now() >= deadline) return false;
-    if (ring != nullptr && ring_moved_soon(*ring, written, *request, polls)) continue;
+    if (watch && ring_moved_soon(peer, end, *request, polls)) continue;
     const uint64_t seen = own.bell.seq.load(std::memory_order_acquire);
     if (progress()) {
       next_pass = coarse_now() + kCheckEvery;
@@ -497,7 +549,7 @@ bool ShmP2pTransport::wait(const RequestPtr& request, Clock::time_point deadline
       next_pass = coarse_now() + kCheckEvery;
     }
   }
-  return request->wait_until(deadline);
+  return request->outcome();
 }
 
 void ShmP2pTransport::run_background() {

@@ -96,7 +96,7 @@ ShmP2pTransport::ShmP2pTransport(Segment segment, int rank, int size, const ShmP
   for (int r = 0; r < size; ++r) pids_.push_back(static_cast<pid_t>(area(r).pid));
   outbox_.resize(n);
   awaiting_.resize(n);
-  next_id_.assign(n, 0);
+  next_id_.assign(n, 1);  // 0: no id (shm_p2p_layout.h)
   written_.assign(n, 0);
   freed_.assign(n, 0);
   read_.assign(n, 0);
@@ -151,11 +151,21 @@ uint8_t* ShmP2pTransport::slot(int from, int to, uint64_t n) const {
 
 RequestPtr ShmP2pTransport::isend(int dst, uint64_t tag, const void* data, size_t nbytes,
                                   const sig::CallSignature& sig) {
+  auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
+  isend_into(request, data, sig);
+  return request;
+}
+
+void ShmP2pTransport::isend_into(const RequestPtr& request, const void* data, const sig::CallSignature& sig) {
+  const int dst = request->peer();
+  const uint64_t tag = request->tag();
+  const size_t nbytes = request->nbytes();
+  if (request->kind() != Request::Kind::kSend)
+    throw DistInvalidArgument("isend_into: the request is a receive's");
   if (dst < 0 || dst >= size_) {
     throw DistInvalidArgument("send: destination rank " + std::to_string(dst) + " is not in [0, " +
                               std::to_string(size_) + ")");
   }
-  auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
   const auto* bytes = static_cast<const uint8_t*>(data);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -183,21 +193,43 @@ RequestPtr ShmP2pTransport::isend(int dst, uint64_t tag, const void* data, size_
       const Carry carry = carry_for(nbytes, options_.peer_read);
       const SlotHeader header{
           SlotKind::kMessage, carry, tag, nbytes, 0, next_id_[d]++, reinterpret_cast<uintptr_t>(bytes), sig};
-      outbox_[d].push_back(Outgoing{request, header, bytes});
-      // Nothing queued ahead: write now, from this thread (a small message
-      // then needs nobody else).
-      if (outbox_[d].size() == 1) flush_locked(dst);
+      // Nothing queued ahead: written now, from this thread, as far as the
+      // ring has room (a small message then needs nobody else, nor the
+      // queue); what is left waits in the queue.
+      Outgoing m{request, header, bytes};
+      if (!outbox_[d].empty()) {
+        outbox_[d].push_back(std::move(m));  // nothing written yet: a failure here fails the call alone
+      } else if (!write_message_locked(dst, m)) {
+        // Part of the message may be in the ring already: if its rest
+        // cannot be queued, the receiver would wait for it forever, so the
+        // transport fails instead (every peer is told). With nothing
+        // written (a full ring) the call alone fails. (A failed push_back
+        // leaves `m` as it was.)
+        try {
+          outbox_[d].push_back(std::move(m));
+        } catch (...) {
+          if (!m.started) throw;
+          abort_locked(std::current_exception(), true);
+          failed(request, aborted_);
+        }
+      }
     }
   }
   deliver_completions();
-  return request;
 }
 
 RequestPtr ShmP2pTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes,
                                   const sig::CallSignature& sig) {
   auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, nbytes);
-  post_recv(RecvOp{src, tag, static_cast<uint8_t*>(data), nbytes, nullptr, request, sig});
+  irecv_into(request, data, sig);
   return request;
+}
+
+void ShmP2pTransport::irecv_into(const RequestPtr& request, void* data, const sig::CallSignature& sig) {
+  if (request->kind() != Request::Kind::kRecv)
+    throw DistInvalidArgument("irecv_into: the request is a send's");
+  post_recv(RecvOp{request->peer(), request->tag(), static_cast<uint8_t*>(data), request->nbytes(), nullptr,
+                   request, sig});
 }
 
 RequestPtr ShmP2pTransport::irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) {
@@ -298,6 +330,7 @@ bool ShmP2pTransport::deliver(RecvOp& op, int src, const SlotHeader& header, con
   }
   if (header.carry == Carry::kPeerRead) {
     reads_.push_back(PeerRead{std::move(op), src, header.address, total, header.id});
+    busy_.store(true, std::memory_order_relaxed);
     return false;
   }
   if (got > 0) std::memcpy(op.data, data, got);
@@ -352,15 +385,10 @@ std::exception_ptr ShmP2pTransport::take_rejection() {
   // refusal waits and every ring is read to its end (each message then
   // paid two lock round trips and a pass over the rings for nothing). A
   // reader of a refusal marks it before it moves the ring's `read` count
-  // on (release), so a count seen at its end (acquire) shows the mark.
+  // on (release), so a count whose next slot is not ready (the count read
+  // with acquire) shows the mark.
   if (!rejection_pending_.load(std::memory_order_acquire)) {
-    bool unread = false;
-    for (int p = 0; p < size_ && !unread; ++p) {
-      if (p == rank_) continue;
-      const RingCounters& c = counters(p, rank_);
-      unread = c.written.load(std::memory_order_acquire) != c.read.load(std::memory_order_acquire);
-    }
-    if (!unread && !rejection_pending_.load(std::memory_order_acquire)) return nullptr;
+    if (!unread_slots() && !rejection_pending_.load(std::memory_order_acquire)) return nullptr;
   }
   std::exception_ptr rejection;
   {

@@ -87,6 +87,9 @@ class ShmP2pTransport final : public Transport {
                    const tdist::detail::CallSignature& sig) override;
   RequestPtr irecv(int src, uint64_t tag, void* data, size_t nbytes,
                    const tdist::detail::CallSignature& sig) override;
+  void isend_into(const RequestPtr& request, const void* data,
+                  const tdist::detail::CallSignature& sig) override;
+  void irecv_into(const RequestPtr& request, void* data, const tdist::detail::CallSignature& sig) override;
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override;
   std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
       const tdist::detail::CallSignature& mine) const override;
@@ -185,6 +188,20 @@ class ShmP2pTransport final : public Transport {
   /// the copies out of peers' memory and delivers completions. True if it
   /// did anything.
   bool progress();
+  /// True if a round of progress() would find nothing to do: no unread
+  /// slot in any ring to this rank, nothing busy_, no failure check due.
+  /// Without the lock: a wait's rounds mostly find nothing.
+  bool quiet() const;
+  /// The first slot of `p`'s ring to this rank not yet written, as far as
+  /// this rank has read it and the slots after are ready.
+  uint64_t ring_end(int p) const;
+  /// A slot is ready in some ring to this rank and not yet read.
+  bool unread_slots() const;
+  /// True once ring_end(p) is no longer `end` or the request is done,
+  /// within `polls` looks.
+  bool ring_moved_soon(int p, uint64_t end, const Request& request, int polls) const;
+  /// Recomputes busy_ at the end of a full round.
+  void note_busy_locked();
   void read_ring_locked(int p, bool& moved);
   /// True if the streamed message at the head of `p`'s ring stays there
   /// for now, waiting for its receive (see p2p_patience).
@@ -193,6 +210,17 @@ class ShmP2pTransport final : public Transport {
   void take_stream_locked(int p, const uint8_t* payload, size_t n);
   /// Writes what is queued for `p` as far as its ring has room; true if it wrote.
   bool flush_locked(int p);
+  /// Writes `m`'s next slots while `p`'s ring has room; true once all are
+  /// written (its send then completed, or awaits the receiver's
+  /// acknowledgement of a read of its bytes).
+  bool write_message_locked(int p, Outgoing& m);
+  /// True if `p`'s ring has a free slot; if not, asks `p` to knock when it
+  /// frees one.
+  bool room_locked(int p);
+  /// Writes the next slot of `p`'s ring: the part of a message (`header`)
+  /// that follows its first `sent` bytes, from `data`. Returns the bytes
+  /// it took.
+  size_t put_slot_locked(int p, SlotHeader header, const uint8_t* data, size_t sent);
   void buffer_waiting_reads_locked();
   void run_peer_read(PeerRead& read);
   void deliver_completions();
@@ -232,8 +260,16 @@ class ShmP2pTransport final : public Transport {
   std::exception_ptr rejection_;
   // rejection_ is set: take_rejection's look without the lock.
   std::atomic<bool> rejection_pending_{false};
-  Clock::time_point next_check_{};
   bool closing_ = false;
+  // progress() has work besides reading the rings: a queue for a peer, a
+  // copy out of a peer's memory, a message that waits in a peer's memory
+  // for its receive. Set under the lock where such work is added, before
+  // anything that could wake a thread for it; cleared only by progress(),
+  // under the lock, after a full round. Read without the lock by quiet().
+  std::atomic<bool> busy_{true};
+  // When progress() next looks for aborted and vanished peers (coarse
+  // clock ticks); written under the lock, read by quiet() without it.
+  std::atomic<Clock::rep> next_check_{0};
 
   // Threads reading the rings in wait(): while one does, the background
   // thread stays parked instead of being woken by every bell.

@@ -24,17 +24,25 @@ using tcp::SendOp;
 
 RequestPtr TcpTransport::isend(int dst, uint64_t tag, const void* data, size_t nbytes,
                                const tdist::detail::CallSignature& sig) {
+  auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
+  isend_into(request, data, sig);
+  return request;
+}
+
+void TcpTransport::isend_into(const RequestPtr& request, const void* data,
+                              const tdist::detail::CallSignature& sig) {
+  const int dst = request->peer();
+  if (request->kind() != Request::Kind::kSend)
+    throw DistInvalidArgument("isend_into: the request is a receive's");
   if (dst < 0 || dst >= size_) {
     throw DistInvalidArgument("send: destination rank " + std::to_string(dst) + " is not in [0, " +
                               std::to_string(size_) + ")");
   }
-  auto request = std::make_shared<Request>(Request::Kind::kSend, dst, tag, nbytes);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    post_send(request, dst, tag, static_cast<const uint8_t*>(data), nbytes, sig);
+    post_send(request, dst, request->tag(), static_cast<const uint8_t*>(data), request->nbytes(), sig);
   }
   flush();
-  return request;
 }
 
 void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, const uint8_t* data,
@@ -86,7 +94,15 @@ void TcpTransport::post_send(const RequestPtr& request, int dst, uint64_t tag, c
 RequestPtr TcpTransport::irecv(int src, uint64_t tag, void* data, size_t nbytes,
                                const tdist::detail::CallSignature& sig) {
   auto request = std::make_shared<Request>(Request::Kind::kRecv, src, tag, nbytes);
-  return post_recv(RecvOp{src, tag, data, nbytes, nullptr, request, sig});
+  irecv_into(request, data, sig);
+  return request;
+}
+
+void TcpTransport::irecv_into(const RequestPtr& request, void* data,
+                              const tdist::detail::CallSignature& sig) {
+  if (request->kind() != Request::Kind::kRecv)
+    throw DistInvalidArgument("irecv_into: the request is a send's");
+  (void)post_recv(RecvOp{request->peer(), request->tag(), data, request->nbytes(), nullptr, request, sig});
 }
 
 RequestPtr TcpTransport::irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) {

@@ -279,6 +279,9 @@ class TcpTransport final : public Transport {
                    const tdist::detail::CallSignature& sig) override;
   std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
       const tdist::detail::CallSignature& mine) const override;
+  void isend_into(const RequestPtr& request, const void* data,
+                  const tdist::detail::CallSignature& sig) override;
+  void irecv_into(const RequestPtr& request, void* data, const tdist::detail::CallSignature& sig) override;
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override;
   bool wait(const RequestPtr& request, Clock::time_point deadline) override;
   void begin_call() override;
