@@ -238,7 +238,7 @@ uint64_t FlightRecorder::begin(uint32_t group, std::string_view op, const CallSi
   slot->state.store(static_cast<uint64_t>(state), std::memory_order_relaxed);
   slot->queued_at.store(now, std::memory_order_relaxed);
   slot->started_at.store(state == TraceState::kQueued ? 0 : now, std::memory_order_relaxed);
-  slot->done_at.store(0, std::memory_order_relaxed);
+  slot->done_at.store(state == TraceState::kCompleted ? now : 0, std::memory_order_relaxed);
   slot->algorithm.store(0, std::memory_order_relaxed);
   unlock(*slot);
   return id;

@@ -94,7 +94,8 @@ class FlightRecorder {
   void forget_group(uint32_t group);
 
   /// A new entry (0 when disabled). `seq` is the group's call number (-1
-  /// for point-to-point, whose `peer` and `tag` are set instead).
+  /// for point-to-point, whose `peer` and `tag` are set instead). An entry
+  /// begun kCompleted (a send that went out at once) is done when it starts.
   uint64_t begin(uint32_t group, std::string_view op, const CallSignature& sig, int64_t seq, TraceState state,
                  int peer = -1, int64_t tag = 0, int64_t now = 0);
   /// The queued entry `id` starts as call `seq`.

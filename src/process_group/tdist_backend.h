@@ -332,6 +332,11 @@ class ProcessGroupTdist final : public ProcessGroup {
   transport::Transport& p2p_transport(const char* op, int tag) const;
   /// Posts a validated send (`send`) or recv of `tensor` with `peer`.
   WorkPtr post_p2p(bool send, const Tensor& tensor, int peer, int tag);
+  /// The finished work of a send or receive that moved inside its post
+  /// (Transport::try_send_now, try_recv_now); `source` is the sender's rank
+  /// for a receive, -1 for a send.
+  WorkPtr finished_p2p(const char* op, const Tensor& tensor, const transport::Transport* transport,
+                       const Signature& sig, int peer, int tag, int source);
   /// Raises why no send or recv can start: the connections are gone or going.
   [[noreturn]] void throw_links_closed(const char* op) const;
 

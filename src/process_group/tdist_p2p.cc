@@ -21,6 +21,14 @@ uint64_t p2p_tag(int tag) {
   return (uint64_t{1} << 63) | static_cast<uint32_t>(tag);
 }
 
+// A work's list of outputs: its one tensor.
+std::vector<Tensor> one_tensor(const Tensor& tensor) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(1);
+  tensors.push_back(tensor);
+  return tensors;
+}
+
 // A send's or a receive's work, with its transport request inside it:
 // one allocation for the work, its future and its request, and no
 // callback (the request's finished() finishes the work). The transport
@@ -58,13 +66,6 @@ class P2PWork final : public Work {
     void finished() override { work_.completed(*this); }
     P2PWork& work_;
   };
-
-  static std::vector<Tensor> one_tensor(const Tensor& tensor) {
-    std::vector<Tensor> tensors;
-    tensors.reserve(1);
-    tensors.push_back(tensor);
-    return tensors;
-  }
 
   // Future::set_progress: the waiting thread drives the transport, which
   // finishes the work on this thread once it lets go, if it drove, else on
@@ -134,6 +135,15 @@ transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) 
   return *transport;
 }
 
+WorkPtr ProcessGroupTdist::finished_p2p(const char* op, const Tensor& tensor,
+                                        const transport::Transport* transport, const Signature& sig, int peer,
+                                        int tag, int source) {
+  auto work = std::make_shared<Work>(op, one_tensor(tensor), transport);
+  work->finish(nullptr, source);
+  trace_begin(op, sig, -1, detail::TraceState::kCompleted, peer, tag);
+  return work;
+}
+
 WorkPtr ProcessGroupTdist::post_p2p(bool send, const Tensor& tensor, int peer, int tag) {
   const char* op = send ? "send" : "recv";
   check_usable(op);
@@ -142,8 +152,22 @@ WorkPtr ProcessGroupTdist::post_p2p(bool send, const Tensor& tensor, int peer, i
   const uint64_t generation = p2p_lease_->generation();
   const detail::P2pLease::Entry posting(*p2p_lease_, generation);
   if (!posting) throw_links_closed(op);
-  transport::Transport& transport = p2p_transport(op, tag);
   const auto signature = sig::p2p_signature(tensor.dtype(), count_of(tensor));
+  // A small message that can move at once does, with no request, and its
+  // work is handed back finished (traced once): a send into a ring with
+  // room, a receive of a message that is here. A receive looks before the
+  // refusals (p2p_transport): one that is on its way is raised at the next
+  // call, as one that comes a moment later would be.
+  if (!send && peer != transport::kAnySource) {
+    transport::Transport* now = p2p_transport_.load(std::memory_order_acquire);
+    if (now != nullptr && now->try_recv_now(peer, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature)) {
+      return finished_p2p(op, tensor, now, signature, peer, tag, peer);
+    }
+  }
+  transport::Transport& transport = p2p_transport(op, tag);
+  if (send && transport.try_send_now(peer, p2p_tag(tag), tensor.data(), tensor.nbytes(), signature)) {
+    return finished_p2p(op, tensor, &transport, signature, peer, tag, -1);
+  }
   const auto kind = send ? transport::Request::Kind::kSend : transport::Request::Kind::kRecv;
   // Traced before it is posted: the message may complete inside the post.
   const uint64_t trace_id = trace_begin(op, signature, -1, detail::TraceState::kStarted, peer, tag);

@@ -217,6 +217,26 @@ class Transport {
   virtual void isend_into(const RequestPtr& request, const void* data,
                           const tdist::detail::CallSignature& sig);
   virtual void irecv_into(const RequestPtr& request, void* data, const tdist::detail::CallSignature& sig);
+  /// Sends a message that can go out whole at once, with no request: true
+  /// if it is written (sent: `data` may be reused), false if the caller
+  /// must post it with isend_into(), which also raises or fails it. A
+  /// small send into a ring with room costs a request, a completion and
+  /// their locks less (the process group then hands back a finished work).
+  /// The default sends nothing this way.
+  virtual bool try_send_now(int /*dst*/, uint64_t /*tag*/, const void* /*data*/, size_t /*nbytes*/,
+                            const tdist::detail::CallSignature& /*sig*/) {
+    return false;
+  }
+  /// Receives, at once and with no request, the next message from `src`
+  /// if it has come whole already, is this receive's (tag, `nbytes`,
+  /// signature) and no earlier receive waits for it: true if `data` holds
+  /// it. False leaves everything as it was, for irecv_into(), which also
+  /// says what is wrong (a refusal to raise, a mismatch). The default
+  /// receives nothing this way.
+  virtual bool try_recv_now(int /*src*/, uint64_t /*tag*/, void* /*data*/, size_t /*nbytes*/,
+                            const tdist::detail::CallSignature& /*sig*/) {
+    return false;
+  }
   /// Receives a message whose size is not known in advance into `out`.
   virtual RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) = 0;
 

@@ -157,6 +157,53 @@ void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
   }
 }
 
+bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nbytes,
+                                   const sig::CallSignature& sig) {
+  if (src < 0 || src >= size_ || src == rank_ || nbytes > kP2pSlotPayload) return false;
+  // A refusal to raise goes the usual way (take_rejection).
+  if (rejection_pending_.load(std::memory_order_acquire)) return false;
+  const auto i = static_cast<size_t>(src);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_ || closing_) return false;
+  // The oldest message that came early and matches is this receive's; an
+  // earlier receive that matches the ring's next message is that one's.
+  auto early = std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Incoming& m) {
+    return !m.claimed && receive_matches(src, tag, m.src, m.tag);
+  });
+  if (early != unexpected_.end()) {
+    const Incoming& m = *early;
+    if (m.in_peer || m.got != m.size || m.size != nbytes || signatures_differ(sig, m.sig)) return false;
+    if (nbytes > 0) std::memcpy(data, m.data.get(), nbytes);
+    unexpected_.erase(early);
+    return true;
+  }
+  if (inbound_[i].into != Inbound::Into::kNothing) return false;
+  if (std::any_of(posted_.begin(), posted_.end(),
+                  [&](const RecvOp& op) { return receive_matches(op.src, op.tag, src, tag); })) {
+    return false;
+  }
+  uint64_t& r = read_[i];
+  const uint8_t* s = slot(src, rank_, r);
+  if (!slot_ready(s, r)) return false;
+  const uint8_t* payload = nullptr;
+  const SlotHeader header = read_slot(s, &payload);
+  if (header.kind != SlotKind::kMessage || header.carry != Carry::kSlots || header.total != nbytes ||
+      header.chunk != nbytes || !receive_matches(src, tag, src, header.tag) ||
+      signatures_differ(sig, header.sig)) {
+    return false;
+  }
+  if (nbytes > 0) std::memcpy(data, payload, nbytes);
+  ++r;
+  // As read_ring_locked moves the count on.
+  RingCounters& c = counters(src, rank_);
+  c.read.store(r, std::memory_order_seq_cst);
+  if (c.sender_waits.load(std::memory_order_seq_cst) != 0) {
+    c.sender_waits.store(0, std::memory_order_relaxed);
+    knock(area(src));
+  }
+  return true;
+}
+
 bool ShmP2pTransport::waits_in_ring_locked(int p, const SlotHeader& header) {
   const auto i = static_cast<size_t>(p);
   if (header.kind != SlotKind::kMessage || header.carry != Carry::kSlots || header.total <= kP2pSlotPayload) {
@@ -287,16 +334,22 @@ void ShmP2pTransport::take_stream_locked(int p, const uint8_t* payload, size_t n
   }
 }
 
-bool ShmP2pTransport::room_locked(int p) {
+bool ShmP2pTransport::room_now_locked(int p) {
   const auto i = static_cast<size_t>(p);
   const uint64_t w = written_[i];
   // The receiver's count as last read: looked up again only when the ring
   // seems full, so a send that fits costs no read of the receiver's line.
   uint64_t& r = freed_[i];
   if (w - r < layout_.ring_slots) return true;
+  r = counters(rank_, p).read.load(std::memory_order_acquire);
+  return w - r < layout_.ring_slots;
+}
+
+bool ShmP2pTransport::room_locked(int p) {
+  if (room_now_locked(p)) return true;
+  const uint64_t w = written_[static_cast<size_t>(p)];
+  uint64_t& r = freed_[static_cast<size_t>(p)];
   RingCounters& c = counters(rank_, p);
-  r = c.read.load(std::memory_order_acquire);
-  if (w - r < layout_.ring_slots) return true;
   // Full: ask the receiver to knock when it frees a slot, then look again
   // (it may have freed one before it saw the request). The thread its
   // knock wakes must find the queue busy_.

@@ -225,6 +225,24 @@ RequestPtr ShmP2pTransport::irecv(int src, uint64_t tag, void* data, size_t nbyt
   return request;
 }
 
+bool ShmP2pTransport::try_send_now(int dst, uint64_t tag, const void* data, size_t nbytes,
+                                   const sig::CallSignature& sig) {
+  // One slot, to another rank, with nothing queued ahead and room in the
+  // ring: what isend_into would write and complete at once. Anything else
+  // (an abort, a gone peer, a full ring, a longer message) goes the usual
+  // way, which says what is wrong.
+  if (nbytes > kP2pSlotPayload || carry_for(nbytes, options_.peer_read) != Carry::kSlots || dst == rank_ ||
+      dst < 0 || dst >= size_) {
+    return false;
+  }
+  const auto d = static_cast<size_t>(dst);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_ || gone_[d] || !outbox_[d].empty() || !room_now_locked(dst)) return false;
+  const SlotHeader header{SlotKind::kMessage, Carry::kSlots, tag, nbytes, 0, next_id_[d]++, 0, sig};
+  (void)put_slot_locked(dst, header, static_cast<const uint8_t*>(data), 0);
+  return true;
+}
+
 void ShmP2pTransport::irecv_into(const RequestPtr& request, void* data, const sig::CallSignature& sig) {
   if (request->kind() != Request::Kind::kRecv)
     throw DistInvalidArgument("irecv_into: the request is a send's");
