@@ -119,8 +119,11 @@ struct P2POp {
   Group group = nullptr;
   int tag = 0;
 };
-/// Posts every operation and returns their work handles, in order (every
-/// tag is checked before the first is posted).
+/// Posts every operation, the sends first and then the receives, and
+/// returns their work handles in the list's order (every tag is checked
+/// before the first is posted). Messages match per sender, receiver and
+/// tag, so posting a batch's sends first pairs nothing differently; a small
+/// receive posted after its peer's send has come finishes inside its post.
 std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list);
 
 namespace detail {

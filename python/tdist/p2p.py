@@ -119,7 +119,8 @@ class P2POp:
 
 
 def batch_isend_irecv(p2p_op_list):
-    """Posts every P2POp of the list and returns their Work handles, in order.
+    """Posts every P2POp of the list (its sends, then its receives) and returns
+    their Work handles, in the list's order.
 
     All operations must use the same group. Posting is non-blocking, so rings
     of sends and receives (each rank sending right and receiving left) work.
@@ -134,4 +135,14 @@ def batch_isend_irecv(p2p_op_list):
         raise DistInvalidArgument("batch_isend_irecv: all operations must use the same group")
     for p in p2p_op_list:  # every tag, before the first operation is posted
         _check_tag("batch_isend_irecv", p.tag)
-    return [p.op(p.tensor, p.peer, p.group, p.tag) for p in p2p_op_list]
+    # The sends first, then the receives, each in the list's order (as the
+    # C++ batch_isend_irecv): a receive posted after its peer's send of the
+    # same batch has come finishes inside its post. Messages match per
+    # sender, receiver and tag, so the order between the kinds pairs nothing
+    # differently. The works come back in the list's order.
+    works = [None] * len(p2p_op_list)
+    for kind in (isend, irecv):
+        for i, p in enumerate(p2p_op_list):
+            if p.op is kind:
+                works[i] = p.op(p.tensor, p.peer, p.group, p.tag)
+    return works

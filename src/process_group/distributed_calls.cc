@@ -112,11 +112,21 @@ WorkPtr irecv_reserved_tag(const Tensor& tensor, std::optional<int> src, const G
 std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& p2p_op_list) {
   // Every operation is checked before the first is posted.
   for (const auto& op : p2p_op_list) check_user_tag("batch_isend_irecv", op.tag);
-  std::vector<WorkPtr> works;
-  works.reserve(p2p_op_list.size());
-  for (const auto& op : p2p_op_list) {
-    works.push_back(op.op == P2POp::Kind::kIsend ? isend(op.tensor, op.peer, op.group, op.tag)
-                                                 : irecv(op.tensor, op.peer, op.group, op.tag));
+  // The sends first, then the receives, each in the list's order; the
+  // works come back in the list's order. A small send goes out inside its
+  // post, and a receive posted after the peer's send of the same batch has
+  // come finishes inside its own (tdist_p2p.cc), where one posted first
+  // waits with a request. Messages are matched per sender, receiver and
+  // tag, so no send of a rank pairs with its own receive: the order
+  // between the two kinds changes no pairing.
+  std::vector<WorkPtr> works(p2p_op_list.size());
+  for (size_t i = 0; i < p2p_op_list.size(); ++i) {
+    const auto& op = p2p_op_list[i];
+    if (op.op == P2POp::Kind::kIsend) works[i] = isend(op.tensor, op.peer, op.group, op.tag);
+  }
+  for (size_t i = 0; i < p2p_op_list.size(); ++i) {
+    const auto& op = p2p_op_list[i];
+    if (op.op != P2POp::Kind::kIsend) works[i] = irecv(op.tensor, op.peer, op.group, op.tag);
   }
   return works;
 }

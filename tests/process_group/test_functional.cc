@@ -156,6 +156,49 @@ TEST_P(SpecPrograms, ElevenPrimitivesPrintTheExpectedResults) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SpecPrograms, ::testing::Values(2, 4));
 
+// batch_isend_irecv posts a batch's sends before its receives: the works
+// still come back in the list's order, each receive holds its own message
+// (two on one sender and tag arrive in the order sent), and a receive
+// reports its sender, whether it finished inside its post or later.
+TEST(Functional, BatchIsendIrecvGivesEveryWorkItsOwnMessageInListOrder) {
+  for (int n : {2, 3, 5}) {
+    EXPECT_EQ(with_env_init(
+                  n,
+                  [&](int rank) {
+                    const int next = (rank + 1) % n;
+                    const int prev = (rank + n - 1) % n;
+                    auto filled = [](int64_t count, int64_t base) {
+                      return make_tensor(DType::kFloat32, count, [&](int64_t i) { return base + i % 1000; });
+                    };
+                    constexpr int64_t kLarge = 16384;  // 64 KiB: a request's way, not a ring slot's
+                    Tensor x = filled(3, rank * 100), y = filled(1, rank * 100 + 50),
+                           z = filled(kLarge, rank);
+                    Tensor a = Tensor::zeros(DType::kFloat32, {3}), b = Tensor::zeros(DType::kFloat32, {1});
+                    Tensor c = Tensor::zeros(DType::kFloat32, {kLarge});
+                    auto works = batch_isend_irecv({{P2POp::Kind::kIrecv, a, prev, nullptr, 1},
+                                                    {P2POp::Kind::kIsend, x, next, nullptr, 1},
+                                                    {P2POp::Kind::kIrecv, b, prev, nullptr, 1},
+                                                    {P2POp::Kind::kIsend, y, next, nullptr, 1},
+                                                    {P2POp::Kind::kIrecv, c, next, nullptr, 2},
+                                                    {P2POp::Kind::kIsend, z, prev, nullptr, 2}});
+                    check(works.size() == 6, "six works for six operations");
+                    for (auto& work : works) work->wait();
+                    check(works[0]->op() == "recv" && works[1]->op() == "send" && works[4]->op() == "recv",
+                          "works out of the list's order");
+                    check(real_at(a, 0) == prev * 100 && real_at(a, 2) == prev * 100 + 2,
+                          "first receive: " + fmt(a));
+                    check(real_at(b, 0) == prev * 100 + 50, "second receive: " + fmt(b));
+                    check(real_at(c, 0) == next && real_at(c, kLarge - 1) == next + (kLarge - 1) % 1000,
+                          "the 64 KiB receive");
+                    check(works[0]->source_rank() == prev && works[2]->source_rank() == prev &&
+                              works[4]->source_rank() == next && works[1]->source_rank() == -1,
+                          "source ranks");
+                  }),
+              "")
+        << "world size " << n;
+  }
+}
+
 TEST(Functional, GroupsOverlapAndNonMembersGetWhatTheSpecSays) {
   EXPECT_EQ(with_env_init(
                 5,
