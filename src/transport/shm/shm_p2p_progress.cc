@@ -70,6 +70,35 @@ bool ShmP2pTransport::unread_slots() const {
   return false;
 }
 
+bool ShmP2pTransport::note_heads_locked(int p) const {
+  const uint64_t next = read_[static_cast<size_t>(p)];
+  const uint8_t* s = slot(p, rank_, next);
+  if (!slot_ready(s, next)) return false;
+  const uint8_t* payload = nullptr;
+  const SlotKind kind = read_slot(s, &payload).kind;
+  return kind == SlotKind::kAck || kind == SlotKind::kRefusal;
+}
+
+void ShmP2pTransport::read_notes_locked(int p) {
+  while (note_heads_locked(p)) {
+    const uint8_t* payload = nullptr;
+    const SlotHeader header = read_slot(slot(p, rank_, read_[static_cast<size_t>(p)]), &payload);
+    read_slot_locked(p, header, payload);
+    slot_read_locked(p);
+  }
+}
+
+void ShmP2pTransport::slot_read_locked(int p) {
+  RingCounters& c = counters(p, rank_);
+  const uint64_t r = ++read_[static_cast<size_t>(p)];
+  // seq_cst: pairs with the sender's sender_waits store and re-read.
+  c.read.store(r, std::memory_order_seq_cst);
+  if (c.sender_waits.load(std::memory_order_seq_cst) != 0) {
+    c.sender_waits.store(0, std::memory_order_relaxed);
+    knock(area(p));
+  }
+}
+
 bool ShmP2pTransport::ring_moved_soon(int p, uint64_t end, const Request& request, int polls) const {
   for (int i = 0; i < polls; ++i) {
     if (ring_end(p) != end || request.done()) return true;
@@ -137,8 +166,7 @@ bool ShmP2pTransport::progress() {
 }
 
 void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
-  RingCounters& c = counters(p, rank_);
-  uint64_t& r = read_[static_cast<size_t>(p)];
+  const uint64_t& r = read_[static_cast<size_t>(p)];
   for (;;) {
     const uint8_t* s = slot(p, rank_, r);
     if (!slot_ready(s, r)) break;
@@ -146,13 +174,7 @@ void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
     const SlotHeader header = read_slot(s, &payload);
     if (waits_in_ring_locked(p, header)) break;
     read_slot_locked(p, header, payload);
-    ++r;
-    // seq_cst: pairs with the sender's sender_waits store and re-read.
-    c.read.store(r, std::memory_order_seq_cst);
-    if (c.sender_waits.load(std::memory_order_seq_cst) != 0) {
-      c.sender_waits.store(0, std::memory_order_relaxed);
-      knock(area(p));
-    }
+    slot_read_locked(p);
     moved = true;
   }
 }
@@ -182,7 +204,7 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
                   [&](const RecvOp& op) { return receive_matches(op.src, op.tag, src, tag); })) {
     return false;
   }
-  uint64_t& r = read_[i];
+  const uint64_t r = read_[i];
   const uint8_t* s = slot(src, rank_, r);
   if (!slot_ready(s, r)) return false;
   const uint8_t* payload = nullptr;
@@ -193,14 +215,7 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
     return false;
   }
   if (nbytes > 0) std::memcpy(data, payload, nbytes);
-  ++r;
-  // As read_ring_locked moves the count on.
-  RingCounters& c = counters(src, rank_);
-  c.read.store(r, std::memory_order_seq_cst);
-  if (c.sender_waits.load(std::memory_order_seq_cst) != 0) {
-    c.sender_waits.store(0, std::memory_order_relaxed);
-    knock(area(src));
-  }
+  slot_read_locked(src);
   return true;
 }
 

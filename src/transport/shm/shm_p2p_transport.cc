@@ -400,23 +400,23 @@ std::optional<std::pair<int, sig::CallSignature>> ShmP2pTransport::conflicting_m
 
 std::exception_ptr ShmP2pTransport::take_rejection() {
   // Called before every user send and recv: without the lock when no
-  // refusal waits and every ring is read to its end (each message then
-  // paid two lock round trips and a pass over the rings for nothing). A
-  // reader of a refusal marks it before it moves the ring's `read` count
-  // on (release), so a count whose next slot is not ready (the count read
-  // with acquire) shows the mark.
+  // refusal waits and every ring is read to its end. Under it, only the
+  // notes about this rank's own sends (refusals, acknowledgements) that
+  // head the rings are read: a message at a ring's head stays for its
+  // receive, which then takes it straight from the ring (try_recv_now)
+  // instead of from a buffer it was first copied into; a refusal behind
+  // it is raised once the message is read. A reader of a refusal marks it
+  // before it moves the ring's `read` count on (release), so a count whose
+  // next slot is not ready (the count read with acquire) shows the mark.
   if (!rejection_pending_.load(std::memory_order_acquire)) {
     if (!unread_slots() && !rejection_pending_.load(std::memory_order_acquire)) return nullptr;
   }
   std::exception_ptr rejection;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // A refusal already in a ring counts, whether or not a thread of this
-    // rank has read it yet: the caller's send or recv raises it now.
-    bool moved = false;
     if (!closing_) {
       for (int p = 0; p < size_; ++p) {
-        if (p != rank_) read_ring_locked(p, moved);
+        if (p != rank_) read_notes_locked(p);
       }
     }
     rejection = std::exchange(rejection_, nullptr);

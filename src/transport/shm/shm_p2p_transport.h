@@ -201,6 +201,14 @@ class ShmP2pTransport final : public Transport {
   uint64_t ring_end(int p) const;
   /// A slot is ready in some ring to this rank and not yet read.
   bool unread_slots() const;
+  /// The next unread slot of `p`'s ring to this rank is ready and is a note
+  /// about this rank's own sends (an acknowledgement or a refusal).
+  bool note_heads_locked(int p) const;
+  /// Reads the notes at the head of `p`'s ring, up to its first message.
+  void read_notes_locked(int p);
+  /// Moves this rank's count of `p`'s ring past the slot just read, and
+  /// knocks if `p` waits for room.
+  void slot_read_locked(int p);
   /// True once ring_end(p) is no longer `end` or the request is done,
   /// within `polls` looks.
   bool ring_moved_soon(int p, uint64_t end, const Request& request, int polls) const;
