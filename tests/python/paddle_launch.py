@@ -15,6 +15,8 @@ TIMEOUT = 180
 ATTEMPT_DEADLINE = 60
 # All attempts of one reference run together.
 REFERENCE_BUDGET = 240
+# What marks a failure of paddle's own machinery in a reference run (below).
+PADDLE_OWN_FAILURES = ("gloo/transport/tcp/", "uv__finish_close")
 
 
 def launch(source, nprocs, library, tmp_path, swap, env):
@@ -43,11 +45,14 @@ def launch(source, nprocs, library, tmp_path, swap, env):
     # gloo's pair.cc after about 7 s, or a gloo TIMEOUT after about 150 s
     # (12 of 39 runs of fleet_train.py at 4 ranks with one core busy, four
     # of them in a row; FLAGS_tcp_store_using_libuv=0 fails more often).
-    # Only such a failure of the reference is run again: one inside gloo's
-    # TCP transport, or one that passes its deadline, which is far above a
-    # reference run's 7-13 s. Every attempt's gloo error is reported if all
-    # fail.
-    gloo_errors = []
+    # paddle's TCPStore also aborts now and then as rank 0 starts its
+    # server ("uv__finish_close: Assertion `handle->flags &
+    # UV_HANDLE_CLOSING' failed" in its libuv, seen once in a full run on a
+    # loaded 2-vCPU VM, 2026-12-02). Only such failures of the reference are
+    # run again: one inside gloo's TCP transport or paddle's store, or one
+    # that passes its deadline, which is far above a reference run's 7-13 s.
+    # Every attempt's error is reported if all fail.
+    own_errors = []
     attempts = 8 if library == "paddle" else 1
     deadline = ATTEMPT_DEADLINE if library == "paddle" else TIMEOUT
     started = time.monotonic()
@@ -60,17 +65,20 @@ def launch(source, nprocs, library, tmp_path, swap, env):
             if returncode != 0:
                 shutil.rmtree(log_dir)  # the next attempt's logs alone
         output += logs
-        if returncode == 0 or not ("gloo/transport/tcp/" in output or returncode is None):
+        if returncode == 0 or not (any(mark in output for mark in PADDLE_OWN_FAILURES) or returncode is None):
             break
-        errors = [line.strip() for line in output.splitlines() if "gloo/transport/tcp/" in line][:2]
-        gloo_errors += [f"attempt {attempt}: {line}" for line in errors or [f"no exit within {deadline} s"]]
+        errors = [line.strip() for line in output.splitlines()
+                  if any(mark in line for mark in PADDLE_OWN_FAILURES)][:2]
+        own_errors += [f"attempt {attempt}: {line}" for line in errors or [f"no exit within {deadline} s"]]
         if time.monotonic() - started + deadline > REFERENCE_BUDGET:
             break  # two such runs fit the test entry's ctest deadline (tests/python/CMakeLists.txt)
         if attempt < attempts:
             # In the warnings summary of a passing run too: how often it happens.
-            warnings.warn(f"paddle's own reference run failed inside gloo (attempt {attempt}); running it again")
+            warnings.warn(f"paddle's own reference run failed inside gloo or its store (attempt {attempt}); "
+                          "running it again")
     assert returncode == 0, (f"exit status {returncode}\n" + output[-6000:]
-                             + ("\n".join(["", "paddle's gloo errors:"] + gloo_errors) if gloo_errors else ""))
+                             + ("\n".join(["", "paddle's own errors (gloo, its store):"] + own_errors)
+                                if own_errors else ""))
     return logs
 
 
