@@ -70,19 +70,14 @@ bool ShmP2pTransport::unread_slots() const {
   return false;
 }
 
-bool ShmP2pTransport::note_heads_locked(int p) const {
-  const uint64_t next = read_[static_cast<size_t>(p)];
-  const uint8_t* s = slot(p, rank_, next);
-  if (!slot_ready(s, next)) return false;
-  const uint8_t* payload = nullptr;
-  const SlotKind kind = read_slot(s, &payload).kind;
-  return kind == SlotKind::kAck || kind == SlotKind::kRefusal;
-}
-
 void ShmP2pTransport::read_notes_locked(int p) {
-  while (note_heads_locked(p)) {
+  for (;;) {
+    const uint64_t r = read_[static_cast<size_t>(p)];
+    const uint8_t* s = slot(p, rank_, r);
+    if (!slot_ready(s, r)) return;
     const uint8_t* payload = nullptr;
-    const SlotHeader header = read_slot(slot(p, rank_, read_[static_cast<size_t>(p)]), &payload);
+    const SlotHeader header = read_slot(s, &payload);
+    if (header.kind != SlotKind::kAck && header.kind != SlotKind::kRefusal) return;
     read_slot_locked(p, header, payload);
     slot_read_locked(p);
   }
@@ -189,9 +184,7 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
   if (aborted_ || closing_) return false;
   // The oldest message that came early and matches is this receive's; an
   // earlier receive that matches the ring's next message is that one's.
-  auto early = std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Incoming& m) {
-    return !m.claimed && receive_matches(src, tag, m.src, m.tag);
-  });
+  auto early = early_message_locked(src, tag);
   if (early != unexpected_.end()) {
     const Incoming& m = *early;
     if (m.in_peer || m.got != m.size || m.size != nbytes || signatures_differ(sig, m.sig)) return false;
@@ -199,11 +192,7 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
     unexpected_.erase(early);
     return true;
   }
-  if (inbound_[i].into != Inbound::Into::kNothing) return false;
-  if (std::any_of(posted_.begin(), posted_.end(),
-                  [&](const RecvOp& op) { return receive_matches(op.src, op.tag, src, tag); })) {
-    return false;
-  }
+  if (inbound_[i].into != Inbound::Into::kNothing || posted_for_locked(src, tag)) return false;
   const uint64_t r = read_[i];
   const uint8_t* s = slot(src, rank_, r);
   if (!slot_ready(s, r)) return false;
@@ -219,15 +208,23 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
   return true;
 }
 
+bool ShmP2pTransport::posted_for_locked(int src, uint64_t tag) const {
+  return std::any_of(posted_.begin(), posted_.end(),
+                     [&](const RecvOp& op) { return receive_matches(op.src, op.tag, src, tag); });
+}
+
+ShmP2pTransport::Early ShmP2pTransport::early_message_locked(int src, uint64_t tag) {
+  return std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Incoming& m) {
+    return !m.claimed && receive_matches(src, tag, m.src, m.tag);
+  });
+}
+
 bool ShmP2pTransport::waits_in_ring_locked(int p, const SlotHeader& header) {
   const auto i = static_cast<size_t>(p);
   if (header.kind != SlotKind::kMessage || header.carry != Carry::kSlots || header.total <= kP2pSlotPayload) {
     return false;
   }
-  const bool taken = std::any_of(posted_.begin(), posted_.end(), [&](const RecvOp& op) {
-    return receive_matches(op.src, op.tag, p, header.tag);
-  });
-  if (taken) {
+  if (posted_for_locked(p, header.tag)) {
     held_since_[i] = {};
     return false;
   }

@@ -231,10 +231,8 @@ bool ShmP2pTransport::try_send_now(int dst, uint64_t tag, const void* data, size
   // ring: what isend_into would write and complete at once. Anything else
   // (an abort, a gone peer, a full ring, a longer message) goes the usual
   // way, which says what is wrong.
-  if (nbytes > kP2pSlotPayload || carry_for(nbytes, options_.peer_read) != Carry::kSlots || dst == rank_ ||
-      dst < 0 || dst >= size_) {
-    return false;
-  }
+  static_assert(kP2pSlotPayload < kP2pPeerReadMinBytes, "a one-slot message is never read from its sender");
+  if (nbytes > kP2pSlotPayload || dst == rank_ || dst < 0 || dst >= size_) return false;
   const auto d = static_cast<size_t>(dst);
   const std::lock_guard<std::mutex> lock(mutex_);
   if (aborted_ || gone_[d] || !outbox_[d].empty() || !room_now_locked(dst)) return false;
@@ -268,9 +266,7 @@ void ShmP2pTransport::post_recv(RecvOp op) {
       failed(op.request, aborted_);
     } else {
       // The oldest matching message that came early wins.
-      auto it = std::find_if(unexpected_.begin(), unexpected_.end(), [&](const Incoming& m) {
-        return !m.claimed && receive_matches(op.src, op.tag, m.src, m.tag);
-      });
+      auto it = early_message_locked(op.src, op.tag);
       if (it != unexpected_.end()) {
         Incoming& m = *it;
         const SlotHeader header{SlotKind::kMessage,

@@ -201,10 +201,8 @@ class ShmP2pTransport final : public Transport {
   uint64_t ring_end(int p) const;
   /// A slot is ready in some ring to this rank and not yet read.
   bool unread_slots() const;
-  /// The next unread slot of `p`'s ring to this rank is ready and is a note
-  /// about this rank's own sends (an acknowledgement or a refusal).
-  bool note_heads_locked(int p) const;
-  /// Reads the notes at the head of `p`'s ring, up to its first message.
+  /// Reads the notes about this rank's own sends (acknowledgements,
+  /// refusals) at the head of `p`'s ring, up to its first message.
   void read_notes_locked(int p);
   /// Moves this rank's count of `p`'s ring past the slot just read, and
   /// knocks if `p` waits for room.
@@ -215,6 +213,12 @@ class ShmP2pTransport final : public Transport {
   /// Recomputes busy_ at the end of a full round.
   void note_busy_locked();
   void read_ring_locked(int p, bool& moved);
+  /// A posted receive takes a message from `src` with `tag`.
+  bool posted_for_locked(int src, uint64_t tag) const;
+  /// The oldest unclaimed early message a receive of (`src`, `tag`) takes,
+  /// or unexpected_.end().
+  using Early = UnexpectedMessages<Incoming>::iterator;
+  Early early_message_locked(int src, uint64_t tag);
   /// True if the streamed message at the head of `p`'s ring stays there
   /// for now, waiting for its receive (see p2p_patience).
   bool waits_in_ring_locked(int p, const SlotHeader& header);
