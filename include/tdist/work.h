@@ -48,6 +48,9 @@ class Future {
   /// thread, after waiters are woken.
   void set_value(std::vector<Tensor> value);
   void set_error(std::exception_ptr error);
+  /// Internal: completes a future that no other thread can reach yet (its
+  /// work is being made): no lock, no wake-up, no callbacks to run.
+  void set_value_unshared(std::vector<Tensor> value);
   /// Internal: what completes this future (a process group, a transport).
   /// wait() on the thread that completes it, from a then() callback, raises
   /// DistError instead of waiting forever. Set before the future is shared.
@@ -119,6 +122,10 @@ class Work : public std::enable_shared_from_this<Work> {
 
   /// Called by the process group when the operation finishes.
   void finish(std::exception_ptr error, int source_rank = -1);
+  /// A work that finished as it was made (a point-to-point message that
+  /// moved inside its post): what finish() would leave, without its lock.
+  static std::shared_ptr<Work> finished(std::string op, std::vector<Tensor> outputs, const void* completer,
+                                        int source_rank = -1);
 
  protected:
   /// The future, for the process group that runs the operation.

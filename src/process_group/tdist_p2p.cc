@@ -138,8 +138,7 @@ transport::Transport& ProcessGroupTdist::p2p_transport(const char* op, int tag) 
 WorkPtr ProcessGroupTdist::finished_p2p(const char* op, const Tensor& tensor,
                                         const transport::Transport* transport, const Signature& sig, int peer,
                                         int tag, int source) {
-  auto work = std::make_shared<Work>(op, one_tensor(tensor), transport);
-  work->finish(nullptr, source);
+  auto work = Work::finished(op, one_tensor(tensor), transport, source);
   trace_begin(op, sig, -1, detail::TraceState::kCompleted, peer, tag);
   return work;
 }

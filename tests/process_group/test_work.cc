@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -36,6 +37,36 @@ TEST(Work, ItsFutureKeepsItAliveAndCompletesWithItsOutputs) {
   EXPECT_EQ(values[0].data(), storage.data());
   future.reset();
   EXPECT_TRUE(weak.expired());
+}
+
+TEST(Work, AWorkMadeFinishedIsWhatFinishLeaves) {
+  // Work::finished: a message that moved inside its post. Everything a
+  // caller can ask must read as after finish(): done, its outputs, its
+  // source, callbacks run at once, a later finish() ignored.
+  std::vector<float> storage{5.0F, 6.0F};
+  auto work = Work::finished("recv", std::vector<Tensor>{small_tensor(storage)}, nullptr, 3);
+  EXPECT_EQ(work->op(), "recv");
+  EXPECT_TRUE(work->is_completed());
+  EXPECT_TRUE(work->is_success());
+  EXPECT_EQ(work->exception(), nullptr);
+  EXPECT_EQ(work->source_rank(), 3);
+  EXPECT_TRUE(work->wait(std::chrono::milliseconds(1)));
+  auto future = work->get_future();
+  const auto values = future->value();
+  ASSERT_EQ(values.size(), 1U);
+  EXPECT_EQ(values[0].data(), storage.data());
+  EXPECT_EQ(values[0].numel(), 2);
+  int ran = 0;
+  auto next = future->then([&](Future& f) {
+    ++ran;
+    EXPECT_EQ(f.error(), nullptr);
+    return f.value();
+  });
+  EXPECT_EQ(ran, 1);
+  EXPECT_TRUE(next->completed());
+  work->finish(std::make_exception_ptr(std::runtime_error("late")), 7);
+  EXPECT_TRUE(work->is_success());
+  EXPECT_EQ(work->source_rank(), 3);
 }
 
 TEST(Work, ThenCallbacksSeeTheOutcomeWhetherAddedBeforeOrAfterIt) {
