@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tdist/dtype.h"
+#include "tdist/shape.h"
 
 namespace tdist {
 
@@ -33,7 +34,7 @@ namespace detail {
 [[noreturn]] void throw_dtype_mismatch(const char* function, DType requested, DType actual);
 /// Raises DistInvalidArgument unless `numel` equals the element count of
 /// `shape` (which must have no negative dimension).
-void check_wrap_size(size_t numel, const std::vector<int64_t>& shape);
+void check_wrap_size(size_t numel, const Shape& shape);
 }  // namespace detail
 
 /// A contiguous, typed, shaped buffer; see the file comment.
@@ -46,10 +47,10 @@ class Tensor {
   /// for the element type, and may be null only if the shape has no elements.
   /// Raises DistInvalidArgument for a negative dimension, a null or misaligned
   /// pointer, or a size that overflows.
-  static Tensor wrap(void* data, DType dtype, std::vector<int64_t> shape);
+  static Tensor wrap(void* data, DType dtype, Shape shape);
   /// Wraps `data` as wrap() does, keeping `owner` (whatever owns the
   /// memory) alive as long as this tensor or a copy of it lives.
-  static Tensor wrap(void* data, DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner);
+  static Tensor wrap(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner);
 
   /// Wraps a span as a one-dimensional tensor, without copying.
   template <ElementType T>
@@ -59,7 +60,7 @@ class Tensor {
 
   /// Wraps a span with the given shape, which must hold data.size() elements.
   template <ElementType T>
-  static Tensor wrap(std::span<T> data, std::vector<int64_t> shape) {
+  static Tensor wrap(std::span<T> data, Shape shape) {
     detail::check_wrap_size(data.size(), shape);
     return wrap(static_cast<void*>(data.data()), dtype_of<T>(), std::move(shape));
   }
@@ -74,16 +75,16 @@ class Tensor {
 
   /// Wraps a vector's elements with the given shape, without copying.
   template <ElementType T>
-  static Tensor wrap(std::vector<T>& data, std::vector<int64_t> shape) {
+  static Tensor wrap(std::vector<T>& data, Shape shape) {
     static_assert(!std::is_same_v<T, bool>, "std::vector<bool> is not contiguous");
     return wrap(std::span<T>(data), std::move(shape));
   }
 
   /// A tensor owning new, uninitialised memory (64-byte aligned).
-  static Tensor empty(DType dtype, std::vector<int64_t> shape);
+  static Tensor empty(DType dtype, Shape shape);
 
   /// A tensor owning new memory filled with zeros.
-  static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  static Tensor zeros(DType dtype, Shape shape);
 
   /// A one-dimensional tensor owning a copy of `values`.
   template <ElementType T>
@@ -94,7 +95,7 @@ class Tensor {
   /// A tensor of the given shape owning a copy of `values`, which must hold
   /// exactly as many elements as the shape.
   template <ElementType T>
-  static Tensor from_vector(const std::vector<T>& values, const std::vector<int64_t>& shape) {
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
     detail::check_wrap_size(values.size(), shape);
     Tensor tensor = empty(dtype_of<T>(), shape);
     T* out = static_cast<T*>(tensor.data());
@@ -109,7 +110,7 @@ class Tensor {
   /// The element type.
   DType dtype() const { return dtype_; }
   /// The size of each dimension; empty for a zero-dimensional (scalar) tensor.
-  const std::vector<int64_t>& shape() const { return shape_; }
+  const Shape& shape() const { return shape_; }
   /// The number of dimensions.
   int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
   /// The number of elements (1 for a scalar, 0 if any dimension is 0).
@@ -156,7 +157,7 @@ class Tensor {
   /// A view with another shape holding the same number of elements; one
   /// dimension may be -1 and is then inferred. Raises DistInvalidArgument
   /// otherwise.
-  Tensor reshape(std::vector<int64_t> shape) const;
+  Tensor reshape(Shape shape) const;
 
   /// A one-dimensional view of all elements.
   Tensor flatten() const;
@@ -176,12 +177,12 @@ class Tensor {
   std::string describe() const;
 
  private:
-  Tensor(std::shared_ptr<void> storage, void* data, DType dtype, std::vector<int64_t> shape, int64_t numel);
+  Tensor(std::shared_ptr<void> storage, void* data, DType dtype, Shape shape, int64_t numel);
 
   std::shared_ptr<void> storage_;  // owned allocation; null for wrapped memory
   void* data_ = nullptr;
   DType dtype_ = DType::kFloat32;
-  std::vector<int64_t> shape_;
+  Shape shape_;  // inline: a copy of the tensor allocates nothing
   int64_t numel_ = 0;
 };
 

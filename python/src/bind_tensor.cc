@@ -108,8 +108,8 @@ Tensor from_numpy(py::handle obj, const char* op, const char* arg, Access access
     throw DistInvalidArgument(where(op, arg) +
                               " is read-only, but this operation writes into it; pass a writable array");
   }
-  std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
-  return Tensor::wrap(const_cast<void*>(array.data()), dtype, std::move(shape));
+  const std::vector<int64_t> shape(array.shape(), array.shape() + array.ndim());
+  return Tensor::wrap(const_cast<void*>(array.data()), dtype, shape);
 }
 
 Tensor from_torch(py::handle obj, const TorchClasses& torch, const char* op, const char* arg) {
@@ -142,7 +142,7 @@ Tensor from_torch(py::handle obj, const TorchClasses& torch, const char* op, con
   std::vector<int64_t> shape;
   for (py::handle d : obj.attr("shape")) shape.push_back(d.cast<int64_t>());
   auto address = obj.attr("data_ptr")().cast<uintptr_t>();
-  return Tensor::wrap(reinterpret_cast<void*>(address), dtype, std::move(shape));
+  return Tensor::wrap(reinterpret_cast<void*>(address), dtype, shape);
 }
 
 }  // namespace
@@ -208,7 +208,7 @@ void bind_tensor(py::module_& m) {
                      "A tensor as tdist sees it: dtype, shape and memory of a NumPy array or torch "
                      "tensor. Backends written in Python receive these; numpy() shares the memory.")
       .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
-      .def_property_readonly("shape", [](const Tensor& t) { return t.shape(); })
+      .def_property_readonly("shape", [](const Tensor& t) { return t.shape().to_vector(); })
       .def("numel", &Tensor::numel)
       .def_property_readonly("nbytes", &Tensor::nbytes)
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); })

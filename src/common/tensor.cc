@@ -15,7 +15,7 @@ namespace {
 // aligned vector loads and two tensors never share a line.
 constexpr std::align_val_t kAlignment{64};
 
-std::string shape_string(const std::vector<int64_t>& shape) {
+std::string shape_string(const Shape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i > 0) out += ", ";
@@ -26,7 +26,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 // The element count of `shape`, refusing negative dimensions and any size
 // whose byte count would not fit in int64 (so later arithmetic cannot wrap).
-int64_t checked_numel(const char* function, DType dtype, const std::vector<int64_t>& shape) {
+int64_t checked_numel(const char* function, DType dtype, const Shape& shape) {
   for (int64_t size : shape) {
     if (size < 0) {
       throw DistInvalidArgument(std::string(function) + ": negative dimension in shape " +
@@ -62,7 +62,7 @@ void throw_dtype_mismatch(const char* function, DType requested, DType actual) {
                             " from a tensor of dtype " + dtype_name(actual));
 }
 
-void check_wrap_size(size_t numel, const std::vector<int64_t>& shape) {
+void check_wrap_size(size_t numel, const Shape& shape) {
   int64_t expected = checked_numel("Tensor::wrap", DType::kUInt8, shape);
   if (static_cast<uint64_t>(expected) != numel) {
     throw DistInvalidArgument("Tensor: shape " + shape_string(shape) + " holds " + std::to_string(expected) +
@@ -74,11 +74,10 @@ void check_wrap_size(size_t numel, const std::vector<int64_t>& shape) {
 
 Tensor::Tensor() : shape_{0} {}
 
-Tensor::Tensor(std::shared_ptr<void> storage, void* data, DType dtype, std::vector<int64_t> shape,
-               int64_t numel)
+Tensor::Tensor(std::shared_ptr<void> storage, void* data, DType dtype, Shape shape, int64_t numel)
     : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)), numel_(numel) {}
 
-Tensor Tensor::wrap(void* data, DType dtype, std::vector<int64_t> shape) {
+Tensor Tensor::wrap(void* data, DType dtype, Shape shape) {
   const int64_t numel = checked_numel("Tensor::wrap", dtype, shape);
   if (data == nullptr && numel > 0) {
     throw DistInvalidArgument("Tensor::wrap: null data for a tensor of " + std::to_string(numel) +
@@ -92,13 +91,13 @@ Tensor Tensor::wrap(void* data, DType dtype, std::vector<int64_t> shape) {
   return Tensor(nullptr, data, dtype, std::move(shape), numel);
 }
 
-Tensor Tensor::wrap(void* data, DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner) {
+Tensor Tensor::wrap(void* data, DType dtype, Shape shape, std::shared_ptr<void> owner) {
   Tensor t = wrap(data, dtype, std::move(shape));
   t.storage_ = std::move(owner);
   return t;
 }
 
-Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
+Tensor Tensor::empty(DType dtype, Shape shape) {
   const int64_t numel = checked_numel("Tensor::empty", dtype, shape);
   const size_t nbytes = static_cast<size_t>(numel) * tdist::element_size(dtype);
   if (nbytes == 0) return Tensor(nullptr, nullptr, dtype, std::move(shape), numel);
@@ -107,7 +106,7 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
   return Tensor(std::move(storage), memory, dtype, std::move(shape), numel);
 }
 
-Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
+Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor tensor = empty(dtype, std::move(shape));
   // All-zero bytes are zero (or false) for every dtype, half and complex too.
   if (tensor.nbytes() > 0) std::memset(tensor.data(), 0, tensor.nbytes());
@@ -136,7 +135,7 @@ Tensor Tensor::narrow(int64_t start, int64_t length) const {
   }
   int64_t row_numel = 1;
   for (size_t i = 1; i < shape_.size(); ++i) row_numel *= shape_[i];
-  std::vector<int64_t> shape = shape_;
+  Shape shape = shape_;
   shape[0] = length;
   void* first = data_ == nullptr
                     ? nullptr
@@ -144,7 +143,7 @@ Tensor Tensor::narrow(int64_t start, int64_t length) const {
   return Tensor(storage_, first, dtype_, std::move(shape), length * row_numel);
 }
 
-Tensor Tensor::reshape(std::vector<int64_t> shape) const {
+Tensor Tensor::reshape(Shape shape) const {
   int64_t inferred = -1;
   bool has_zero = false;
   for (size_t i = 0; i < shape.size(); ++i) {

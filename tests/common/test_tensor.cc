@@ -284,5 +284,51 @@ TEST(Tensor, ZeroElementTensorsWorkEverywhere) {
   EXPECT_EQ(Tensor::empty(DType::kFloat64, {int64_t{1} << 62, 0}).numel(), 0);
 }
 
+// A shape beyond the inline dimensions goes to the heap; either way it reads
+// and compares as the vector it was made from, and copies stay independent.
+TEST(Tensor, ShapesOfEveryRankReadAsTheirVectors) {
+  for (size_t dims = 0; dims <= Shape::kInlineDims + 3; ++dims) {
+    std::vector<int64_t> sizes;
+    for (size_t d = 0; d < dims; ++d) sizes.push_back(static_cast<int64_t>(d % 3 + 1));
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    Tensor t = Tensor::zeros(DType::kFloat32, sizes);
+    SCOPED_TRACE(t.describe());
+    EXPECT_EQ(t.numel(), numel);
+    EXPECT_EQ(t.dim(), static_cast<int64_t>(dims));
+    EXPECT_EQ(t.shape(), sizes);
+    EXPECT_EQ(t.shape().to_vector(), sizes);
+    const std::vector<int64_t> back = t.shape();
+    EXPECT_EQ(back, sizes);
+    EXPECT_EQ(std::vector<int64_t>(t.shape().begin(), t.shape().end()), sizes);
+    for (size_t d = 0; d < dims; ++d) EXPECT_EQ(t.shape()[d], sizes[d]);
+
+    Tensor copy = t;               // shares the bytes, copies the shape
+    copy = copy.reshape({numel});  // so reshaping the copy leaves the original
+    EXPECT_EQ(copy.shape(), std::vector<int64_t>{numel});
+    EXPECT_EQ(copy.data(), t.data());
+    EXPECT_EQ(t.shape(), sizes);
+    EXPECT_EQ(t.clone().shape(), t.shape());
+    if (dims > 0) {
+      Tensor first = t.narrow(0, 1);
+      std::vector<int64_t> narrowed = sizes;
+      narrowed[0] = 1;
+      EXPECT_EQ(first.shape(), narrowed);
+      EXPECT_EQ(t.shape(), sizes);  // narrowing a copy leaves the original
+    }
+  }
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{2, 3}, std::vector<int64_t>(9, 2)}) {
+    Shape a = sizes;
+    Shape b = a;
+    b[1] = 4;
+    EXPECT_EQ(a, sizes);
+    EXPECT_FALSE(a == b);
+    std::vector<int64_t> longer = sizes;
+    longer.push_back(1);
+    EXPECT_FALSE(a == longer);
+  }
+  EXPECT_TRUE(Shape{}.empty());
+}
+
 }  // namespace
 }  // namespace tdist
