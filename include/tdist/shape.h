@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace tdist {
@@ -48,6 +49,24 @@ class Shape {
       heap_.assign(dims.begin(), dims.end());
     }
   }
+
+  Shape(const Shape&) = default;
+  Shape& operator=(const Shape&) = default;
+  // A moved-from shape is a scalar's, as a moved-from vector is empty: its
+  // heap part moved out, its count must not outlive it.
+  Shape(Shape&& other) noexcept : inline_(other.inline_), size_(other.size_), heap_(std::move(other.heap_)) {
+    other.size_ = 0;
+  }
+  Shape& operator=(Shape&& other) noexcept {
+    if (this != &other) {
+      inline_ = other.inline_;
+      size_ = other.size_;
+      heap_ = std::move(other.heap_);
+      other.size_ = 0;
+    }
+    return *this;
+  }
+  ~Shape() = default;
 
   /// The number of dimensions.
   size_t size() const { return size_; }

@@ -72,11 +72,11 @@ BufferCache& cache() {
 
 }  // namespace
 
-Tensor receive_buffer(DType dtype, std::vector<int64_t> shape, size_t nbytes) {
-  if (nbytes < kCachedMinBytes) return Tensor::empty(dtype, std::move(shape));
+Tensor receive_buffer(DType dtype, const Shape& shape, size_t nbytes) {
+  if (nbytes < kCachedMinBytes) return Tensor::empty(dtype, shape);
   std::shared_ptr<void> block = cache().take(nbytes);
   void* data = block.get();
-  return Tensor::wrap(data, dtype, std::move(shape), std::move(block));
+  return Tensor::wrap(data, dtype, shape, std::move(block));
 }
 
 size_t cached_buffer_bytes() {

@@ -18,7 +18,7 @@ namespace tdist::rpc::detail {
 inline constexpr size_t kCachedMinBytes = size_t{1} << 20;
 
 /// An uninitialised tensor, from the cache when one fits.
-Tensor receive_buffer(DType dtype, std::vector<int64_t> shape, size_t nbytes);
+Tensor receive_buffer(DType dtype, const Shape& shape, size_t nbytes);
 
 /// Bytes the cache holds now (for tests).
 size_t cached_buffer_bytes();

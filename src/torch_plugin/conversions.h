@@ -15,6 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include <exception>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -162,9 +163,10 @@ inline Tensor to_tdist(const at::Tensor& tensor, const char* op, const char* wha
          "); the tdist backend reads and writes tensors in place: pass tensor.contiguous()");
   }
   DType dtype = to_tdist_dtype(tensor.scalar_type(), op);
-  std::vector<int64_t> shape(tensor.sizes().begin(), tensor.sizes().end());
+  // Straight into the tensor's inline shape: no vector on every call.
+  const Shape shape(std::span<const int64_t>(tensor.sizes().data(), tensor.sizes().size()));
   void* data = tensor.numel() == 0 ? nullptr : tensor.data_ptr();
-  return translate_errors([&] { return Tensor::wrap(data, dtype, std::move(shape)); });
+  return translate_errors([&] { return Tensor::wrap(data, dtype, shape); });
 }
 
 inline std::vector<Tensor> to_tdist(const std::vector<at::Tensor>& tensors, const char* op,

@@ -330,5 +330,21 @@ TEST(Tensor, ShapesOfEveryRankReadAsTheirVectors) {
   EXPECT_TRUE(Shape{}.empty());
 }
 
+// A moved-from shape reads as a scalar's (a moved-from vector is empty),
+// whether its sizes were inline or on the heap; the moved-to one has them.
+TEST(Tensor, AMovedFromShapeIsEmpty) {
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{2, 3}, std::vector<int64_t>(9, 2)}) {
+    Shape from = sizes;
+    Shape to = std::move(from);
+    EXPECT_EQ(to, sizes);
+    EXPECT_TRUE(from.empty());  // NOLINT(bugprone-use-after-move): what a moved-from shape reads as
+    EXPECT_EQ(from.begin(), from.end());
+    Shape assigned;
+    assigned = std::move(to);
+    EXPECT_EQ(assigned, sizes);
+    EXPECT_TRUE(to.empty());  // NOLINT(bugprone-use-after-move)
+  }
+}
+
 }  // namespace
 }  // namespace tdist
