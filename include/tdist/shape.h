@@ -6,8 +6,8 @@
 /// Up to Shape::kInlineDims sizes live inside the object, so copying a
 /// Tensor (every work, tensor list and view does) allocates nothing for its
 /// shape; a shape with more dimensions keeps them on the heap. A Shape is
-/// made from a braced list or a std::vector<int64_t>, reads like a
-/// read-only vector (size, [], begin/end, ==) and converts back to one:
+/// made from a braced list or a std::vector<int64_t>, reads like a vector
+/// of fixed length (size, [], begin/end, ==) and converts back to one:
 ///
 ///     Tensor m = Tensor::zeros(DType::kFloat32, {4, 3});
 ///     int64_t rows = m.shape()[0];                    // 4
