@@ -106,6 +106,13 @@ void send(const Tensor& tensor, int dst, const Group& group = nullptr, int tag =
 /// sender's global rank (-1 for a non-member).
 int recv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr,
          int tag = 0);
+/// Sends `send_tensor` to `dst` while receiving into `recv_tensor` from
+/// `src` (nullopt: any source), as MPI_Sendrecv; returns once both are
+/// done, with the sender's global rank (-1 for a non-member). Both use
+/// `tag`. A ring of ranks that each send to the next and receive from the
+/// previous cannot deadlock, whatever the sizes.
+int sendrecv(const Tensor& send_tensor, int dst, const Tensor& recv_tensor,
+             std::optional<int> src = std::nullopt, const Group& group = nullptr, int tag = 0);
 WorkPtr isend(const Tensor& tensor, int dst, const Group& group = nullptr, int tag = 0);
 WorkPtr irecv(const Tensor& tensor, std::optional<int> src = std::nullopt, const Group& group = nullptr,
               int tag = 0);

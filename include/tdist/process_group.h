@@ -152,6 +152,15 @@ class ProcessGroup {
   // Point to point. `src` may be -1 (any source) for recv.
   virtual WorkPtr send(const Tensor& tensor, int dst, int tag);
   virtual WorkPtr recv(const Tensor& tensor, int src, int tag);
+  /// Blocking point to point (the functional send, recv and sendrecv):
+  /// sends `*send_tensor` to `dst` if `send_tensor` is not null while it
+  /// receives into `*recv_tensor` from `src` (-1: any source) if
+  /// `recv_tensor` is not null, as MPI_Sendrecv does, and returns once both
+  /// are done: the receive's source (-1 without a receive). If one part
+  /// fails, the other is still waited for, then the first error raises.
+  /// The base posts send() and recv() and waits for their works; tdist
+  /// moves a small message that can go at once without making either.
+  virtual int sendrecv(const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src, int tag);
 
  protected:
   /// Raises DistBackendError "backend X does not support Y".

@@ -109,6 +109,17 @@ void bind_point_to_point(py::module_& m) {
         return recv(t, src, group, tag);
       },
       py::arg("tensor"), py::arg("src").none(true), py::arg("group").none(true), py::arg("tag"));
+  m.def(
+      "sendrecv",
+      [](py::handle send_tensor, int dst, py::handle recv_tensor, std::optional<int> src, const Group& group,
+         int tag) {
+        Tensor s = to_tensor(send_tensor, "sendrecv", "send_tensor", R);
+        Tensor r = to_tensor(recv_tensor, "sendrecv", "recv_tensor", W);
+        py::gil_scoped_release release;
+        return sendrecv(s, dst, r, src, group, tag);
+      },
+      py::arg("send_tensor"), py::arg("dst"), py::arg("recv_tensor"), py::arg("src").none(true),
+      py::arg("group").none(true), py::arg("tag"));
 }
 
 void bind_collectives(py::module_& m) {

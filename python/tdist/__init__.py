@@ -100,7 +100,7 @@ from tdist import tensor
 from tdist.fault_tolerance import agree, revoke, shrink
 from tdist.monitored import monitored_barrier
 from tdist.objects import all_gather_object, broadcast_object_list, gather_object, scatter_object_list
-from tdist.p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
+from tdist.p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send, sendrecv
 from tdist.trace import dump_trace, trace_calls
 
 __version__ = getattr(_C, "__version__", "0")
@@ -128,7 +128,7 @@ __all__ = [
     "is_available", "is_gloo_available", "is_initialized", "is_mpi_available", "is_nccl_available",
     "is_tdist_available", "is_torchelastic_launched", "is_ucc_available", "isend", "monitored_barrier", "new_group",
     "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_uneven",
-    "reinit_process_group", "scatter", "scatter_object_list", "send", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
+    "reinit_process_group", "scatter", "scatter_object_list", "send", "sendrecv", "set_debug_level", "set_debug_level_from_env", "spawn", "start_processes",
     "tensor", "trace_calls",
     "agree", "revoke", "shrink",
 ]

@@ -1,5 +1,5 @@
-"""Point-to-point communication: send, recv, isend, irecv, P2POp and
-batch_isend_irecv. Ranks (dst, src, peer) are global ranks, as in torch.
+"""Point-to-point communication: send, recv, sendrecv, isend, irecv, P2POp
+and batch_isend_irecv. Ranks (dst, src, peer) are global ranks, as in torch.
 
 Messages match by (source, tag) in the order they were sent. Each carries
 its dtype and element count: the receiving tensor must have the sender's
@@ -60,6 +60,22 @@ def recv(tensor, src=None, group=None, tag=0, group_src=None):
     if group_src is not None:
         src = peer_rank("recv", g, src, group_src, "src")
     return _C.recv(tensor, src, g, tag)
+
+
+def sendrecv(send_tensor, dst, recv_tensor, src=None, group=None, tag=0):
+    """Sends `send_tensor` to global rank `dst` while receiving into
+    `recv_tensor` from global rank `src` (None: any rank), as MPI_Sendrecv;
+    returns the sender's global rank once both are done (-1 on a rank
+    outside `group`). A ring of ranks that each send to the next and receive
+    from the previous cannot deadlock, whatever the sizes. tdist's own:
+    torch.distributed has no sendrecv (there, ``batch_isend_irecv`` of the
+    two and a wait for both).
+    """
+    tag = _check_tag("sendrecv", tag)
+    g = resolve_group(group, "sendrecv")
+    if g is NOT_MEMBER:
+        return -1
+    return _C.sendrecv(send_tensor, dst, recv_tensor, src, g, tag)
 
 
 def isend(tensor, dst=None, group=None, tag=0, group_dst=None):

@@ -71,21 +71,35 @@ WorkPtr irecv(const Tensor& tensor, std::optional<int> src, const Group& group, 
 // The blocking ones are a call until their wait ends, as the blocking
 // collectives are: destroy_process_group() meanwhile aborts the group
 // (the wait raises) and waits for them, instead of freeing the transport
-// their wait is driving.
+// their wait is driving. They make no work for a message that moves at
+// once (ProcessGroup::sendrecv).
 void send(const Tensor& tensor, int dst, const Group& group, int tag) {
   check_user_tag("send", tag);
   const GroupCall call(group, "send");
-  if (auto work = post_send(*call, "send", tensor, dst, tag)) work->wait();
+  ProcessGroup& g = *call;
+  if (g.rank() < 0) return;
+  g.sendrecv(&tensor, to_group_rank(g, dst, "send", "dst"), nullptr, -1, tag);
 }
 
 int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
   check_user_tag("recv", tag);
   const GroupCall call(group, "recv");
   ProcessGroup& g = *call;
-  auto work = post_recv(g, "recv", tensor, src, tag);
-  if (!work) return -1;
-  work->wait();
-  return g.global_ranks().at(static_cast<size_t>(work->source_rank()));
+  if (g.rank() < 0) return -1;
+  const int from = g.sendrecv(nullptr, -1, &tensor, src ? to_group_rank(g, *src, "recv", "src") : -1, tag);
+  return g.global_ranks().at(static_cast<size_t>(from));
+}
+
+int sendrecv(const Tensor& send_tensor, int dst, const Tensor& recv_tensor, std::optional<int> src,
+             const Group& group, int tag) {
+  check_user_tag("sendrecv", tag);
+  const GroupCall call(group, "sendrecv");
+  ProcessGroup& g = *call;
+  if (g.rank() < 0) return -1;
+  const int to = to_group_rank(g, dst, "sendrecv", "dst");
+  const int from =
+      g.sendrecv(&send_tensor, to, &recv_tensor, src ? to_group_rank(g, *src, "sendrecv", "src") : -1, tag);
+  return g.global_ranks().at(static_cast<size_t>(from));
 }
 
 namespace detail {

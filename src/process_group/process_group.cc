@@ -135,6 +135,29 @@ WorkPtr ProcessGroup::recv(const Tensor&, int, int) {
   unsupported("recv");
 }
 
+int ProcessGroup::sendrecv(const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src, int tag) {
+  // The send is posted first: a receive alone could wait for a message
+  // that the peer sends only once this rank's has come. A post that raises
+  // (bad arguments) raises at once; the works own their tensors' storage.
+  const WorkPtr sent = send_tensor != nullptr ? send(*send_tensor, dst, tag) : nullptr;
+  const WorkPtr got = recv_tensor != nullptr ? recv(*recv_tensor, src, tag) : nullptr;
+  std::exception_ptr first;
+  try {
+    if (got) got->wait();
+  } catch (...) {
+    first = std::current_exception();
+  }
+  // The send is waited for even after the receive failed: the caller may
+  // reuse its tensor once this returns.
+  try {
+    if (sent) sent->wait();
+  } catch (...) {
+    if (!first) first = std::current_exception();
+  }
+  if (first) std::rethrow_exception(first);
+  return got ? got->source_rank() : -1;
+}
+
 void register_backend(const std::string& name, BackendFactory factory) {
   std::string key = lower(name);
   if (key.empty()) throw DistInvalidArgument("register_backend: the name is empty");

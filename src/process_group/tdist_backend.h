@@ -124,6 +124,7 @@ class ProcessGroupTdist final : public ProcessGroup {
   WorkPtr barrier() override;
   WorkPtr send(const Tensor& tensor, int dst, int tag) override;
   WorkPtr recv(const Tensor& tensor, int src, int tag) override;
+  int sendrecv(const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src, int tag) override;
 
  private:
   // ---- Creation and links (tdist_backend.cc) ----
@@ -337,6 +338,16 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// for a receive, -1 for a send.
   WorkPtr finished_p2p(const char* op, const Tensor& tensor, const transport::Transport* transport,
                        const Signature& sig, int peer, int tag, int source);
+  /// Raises DistInvalidArgument unless `dst` may be sent to / `src`
+  /// received from (-1: any source) by this rank of the group.
+  void check_send_peer(const char* op, int dst) const;
+  void check_recv_peer(const char* op, int src) const;
+  /// sendrecv's parts that move at once: a small send into a ring with
+  /// room, then (only if the send went) a receive of a small message that
+  /// is here or comes within a few microseconds. Sets `sent` and `got` for
+  /// the parts that are done (the receive's source into `got`); true if both.
+  bool sendrecv_now(const char* op, const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src,
+                    int tag, bool& sent, std::optional<int>& got);
   /// Raises why no send or recv can start: the connections are gone or going.
   [[noreturn]] void throw_links_closed(const char* op) const;
 

@@ -186,24 +186,79 @@ WorkPtr ProcessGroupTdist::post_p2p(bool send, const Tensor& tensor, int peer, i
   return work;
 }
 
-WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
-  validate::rank_in_group("send", "dst", dst, size());
+void ProcessGroupTdist::check_send_peer(const char* op, int dst) const {
+  validate::rank_in_group(op, "dst", dst, size());
   if (dst == rank()) {
-    throw DistInvalidArgument("send: dst " + std::to_string(dst) +
+    throw DistInvalidArgument(std::string(op) + ": dst " + std::to_string(dst) +
                               " is this rank; a rank cannot send to itself");
   }
+}
+
+void ProcessGroupTdist::check_recv_peer(const char* op, int src) const {
+  if (src != transport::kAnySource) validate::rank_in_group(op, "src", src, size());
+  if (src == rank()) {
+    // Nothing could ever arrive: fail now, as torch does, instead of waiting
+    // out the group's timeout.
+    throw DistInvalidArgument(std::string(op) + ": src " + std::to_string(src) +
+                              " is this rank; a rank cannot receive from itself");
+  }
+}
+
+WorkPtr ProcessGroupTdist::send(const Tensor& tensor, int dst, int tag) {
+  check_send_peer("send", dst);
   return post_p2p(true, tensor, dst, tag);
 }
 
 WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
-  if (src != transport::kAnySource) validate::rank_in_group("recv", "src", src, size());
-  if (src == rank()) {
-    // Nothing could ever arrive: fail now, as torch does, instead of waiting
-    // out the group's timeout.
-    throw DistInvalidArgument("recv: src " + std::to_string(src) +
-                              " is this rank; a rank cannot receive from itself");
-  }
+  check_recv_peer("recv", src);
   return post_p2p(false, tensor, src, tag);
+}
+
+bool ProcessGroupTdist::sendrecv_now(const char* op, const Tensor* send_tensor, int dst,
+                                     const Tensor* recv_tensor, int src, int tag, bool& sent,
+                                     std::optional<int>& got) {
+  check_usable(op);
+  const uint64_t generation = p2p_lease_->generation();
+  const detail::P2pLease::Entry posting(*p2p_lease_, generation);
+  if (!posting) throw_links_closed(op);
+  transport::Transport& transport = p2p_transport(op, tag);
+  Signature send_sig;
+  if (send_tensor != nullptr) {
+    send_sig = sig::p2p_signature(send_tensor->dtype(), count_of(*send_tensor));
+    sent = transport.try_send_now(dst, p2p_tag(tag), send_tensor->data(), send_tensor->nbytes(), send_sig);
+    if (!sent) return false;
+  }
+  // Only once the send went: a receive that spun while this rank's own
+  // message waited to be posted could keep the peer from sending its own.
+  if (recv_tensor != nullptr && src != transport::kAnySource) {
+    const auto recv_sig = sig::p2p_signature(recv_tensor->dtype(), count_of(*recv_tensor));
+    if (transport.try_recv_soon(src, p2p_tag(tag), recv_tensor->data(), recv_tensor->nbytes(), recv_sig)) {
+      got = src;
+      // Both parts in one entry of the flight recorder, named after the call.
+      trace_begin(op, recv_sig, -1, detail::TraceState::kCompleted, send_tensor != nullptr ? dst : src, tag);
+      return true;
+    }
+  }
+  if (recv_tensor == nullptr) {
+    trace_begin(op, send_sig, -1, detail::TraceState::kCompleted, dst, tag);
+    return true;
+  }
+  // The receive goes the usual way; the send is recorded as done.
+  if (sent) trace_begin("send", send_sig, -1, detail::TraceState::kCompleted, dst, tag);
+  return false;
+}
+
+int ProcessGroupTdist::sendrecv(const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src,
+                                int tag) {
+  const char* op = send_tensor == nullptr ? "recv" : recv_tensor == nullptr ? "send" : "sendrecv";
+  if (send_tensor != nullptr) check_send_peer(op, dst);
+  if (recv_tensor != nullptr) check_recv_peer(op, src);
+  // A blocking call needs no work for what moves at once: an 8 B exchange
+  // then costs about what its two messages do (docs/performance.md).
+  bool sent = false;
+  std::optional<int> got;
+  if (sendrecv_now(op, send_tensor, dst, recv_tensor, src, tag, sent, got)) return got.value_or(-1);
+  return ProcessGroup::sendrecv(sent ? nullptr : send_tensor, dst, got ? nullptr : recv_tensor, src, tag);
 }
 
 bool ProcessGroupTdist::end_p2p_uses(const char* how) {

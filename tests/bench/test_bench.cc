@@ -102,6 +102,9 @@ TEST(ParseOptions, DefaultsAndValues) {
   EXPECT_EQ(o.warmup, 0);
   EXPECT_TRUE(o.check);
   EXPECT_TRUE(o.json);
+  EXPECT_FALSE(o.batch_p2p);  // sendrecv is the blocking call unless --p2p batch
+  a = args({"--op", "sendrecv", "--p2p", "batch"});
+  EXPECT_TRUE(parse_options(static_cast<int>(a.size()), a.data()).options.batch_p2p);
 }
 
 TEST(ParseOptions, AcceptsTheLaunchersLocalRank) {
@@ -118,7 +121,7 @@ TEST(ParseOptions, RejectsInconsistentCommandLines) {
                  args({"--iters", "0"}), args({"--step-factor", "1"}), args({"--bogus"}),
                  args({"--op", "all_reduce", "--reduce-op", "band"}),  // float32 has no bitwise ops
                  args({"--op", "reduce", "--dtype", "complex64", "--reduce-op", "max"}),
-                 args({"--max-bytes", "12Q"})}) {
+                 args({"--max-bytes", "12Q"}), args({"--p2p", "isend"})}) {
     EXPECT_THROW(parse_options(static_cast<int>(a.size()), a.data()), OptionsError) << a[1];
   }
   // A reduce op the dtype lacks is fine when no op reduces.
@@ -330,7 +333,8 @@ TEST(BenchBinary, OtherDtypesAndReduceOpsCheckClean) {
         "--check --json",
         "--nproc 2 --op all_reduce,reduce_scatter --dtype bool --reduce-op prod -b 2 -e 2K -n 2 -w 0 --check "
         "--json",
-        "--nproc 2 --op all_reduce,all_to_all --dtype complex128 -b 16 -e 16K -n 2 -w 0 --check --json"}) {
+        "--nproc 2 --op all_reduce,all_to_all --dtype complex128 -b 16 -e 16K -n 2 -w 0 --check --json",
+        "--nproc 3 --op sendrecv --p2p batch -b 8 -e 64K -f 8 -n 2 -w 0 --check --json"}) {
     const RunResult r = run_bench(arguments);
     ASSERT_EQ(r.exit_code, 0) << arguments << "\n" << joined(r.lines);
     ASSERT_FALSE(r.lines.empty()) << arguments;

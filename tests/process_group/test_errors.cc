@@ -317,6 +317,30 @@ TEST(PgErrors, AKilledRankInALargeSendRecvIsReportedByItsPeer) {
   EXPECT_EQ(kill_one_rank_in(exchange_op(), 2, "kill_p2p_large", size_t{4} << 20 /* 16 MiB */, 1), "");
 }
 
+// The same exchange with the blocking sendrecv, whose small messages move
+// with no work: rank 0's call fails naming the dead rank, never hangs.
+KillTestOp blocking_exchange_op() {
+  return {"sendrecv", [](int) { return 3.0f; },
+          [](ProcessGroup& pg, Tensor& t) {
+            Tensor copy = Tensor::zeros(DType::kFloat32, {static_cast<int64_t>(t.numel())});
+            std::memcpy(copy.data(), t.data(), t.nbytes());
+            const int peer = 1 - pg.rank();
+            const int from = pg.sendrecv(&copy, peer, &t, peer, 5);
+            return Work::finished("sendrecv", {}, nullptr, from);
+          },
+          [](int) { return 3.0f; }};
+}
+
+TEST(PgErrors, AKilledRankInASmallBlockingSendrecvIsReportedByItsPeer) {
+  EXPECT_EQ(kill_one_rank_in(blocking_exchange_op(), 2, "kill_sendrecv_small", 2, 1), "");
+}
+
+TEST(PgErrors, AKilledRankInALargeBlockingSendrecvIsReportedByItsPeer) {
+  EXPECT_EQ(
+      kill_one_rank_in(blocking_exchange_op(), 2, "kill_sendrecv_large", size_t{4} << 20 /* 16 MiB */, 1),
+      "");
+}
+
 // Three ranks broadcast 64 MiB from rank 0 through a ring of slots (its
 // waits for a reader's release or a writer's chunk); rank 2 dies in it.
 TEST(PgErrors, AKilledRankInARingBroadcastIsReportedByEveryOtherRank) {

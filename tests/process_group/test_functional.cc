@@ -241,6 +241,15 @@ TEST(Functional, GroupsOverlapAndNonMembersGetWhatTheSpecSays) {
                       check(std::string(e.what()).find("not a member") != std::string::npos, e.what());
                     }
                   }
+                  // sendrecv takes and returns global ranks; a non-member gets -1.
+                  {
+                    Tensor out = Tensor::from_vector<int32_t>({rank});
+                    Tensor in = Tensor::zeros(DType::kInt32, {1});
+                    const int next = (rank + 2) % 6, prev = (rank + 4) % 6;  // 0 -> 2 -> 4 -> 0
+                    const int from = sendrecv(out, next, in, prev, evens, 9);
+                    check(from == (in_evens ? prev : -1), "sendrecv's source: " + std::to_string(from));
+                    check(real_at(in, 0) == (in_evens ? prev : 0), "sendrecv in evens: " + fmt(in));
+                  }
                   // Subgroup point to point with any-source receive returns the global rank.
                   if (rank == 4) send(Tensor::from_vector<int32_t>({7}), 0, evens);
                   if (rank == 0) {

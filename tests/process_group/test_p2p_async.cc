@@ -114,6 +114,114 @@ TEST_P(P2P, ASizeMismatchOnRecvIsAnError) {
       "");
 }
 
+// The blocking sendrecv in a ring, every rank sending first: an 8 B message
+// moves with no work (the message is in the ring, or comes while the
+// receive watches it), longer ones through works (one spanning two ring
+// slots, one read from its sender's memory), and none deadlocks. Each size
+// runs three times on its own tag, so the two ways meet on one ring; the
+// receive names its sender, and a receive of nothing leaves nothing written.
+TEST_P(P2P, SendrecvInARingMovesEverySize) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          if (p == 1) return;
+                          const int next = (rank + 1) % p;
+                          const int prev = (rank + p - 1) % p;
+                          // 2500 int32: 10,000 B, two ring slots; 7000: four, the most that
+                          // move at once; 8100: five, streamed; 100003: odd, read from the sender.
+                          for (int64_t count : {0, 1, 17, 2500, 7000, 8100, 100003}) {
+                            for (int round = 0; round < 3; ++round) {
+                              auto value = [&](int from) {
+                                return [from, round](int64_t i) { return from * 1000 + round * 7 + i % 101; };
+                              };
+                              Tensor out = make_tensor(DType::kInt32, count, value(rank));
+                              Tensor in = make_tensor(DType::kInt32, count, [](int64_t) { return -1; });
+                              const int from = pg.sendrecv(&out, next, &in, prev, round);
+                              const std::string what = "sendrecv of " + std::to_string(count) +
+                                                       " elements, round " + std::to_string(round);
+                              check(from == prev, what + ": reported source " + std::to_string(from));
+                              check_elements(in, 0, count, value(prev), what);
+                              check_elements(out, 0, count, value(rank), what + " (its send tensor)");
+                            }
+                          }
+                        }),
+            "");
+}
+
+// sendrecv with one part left out is the blocking send or recv: rank 0
+// takes every other rank's message from any source and learns who sent it.
+TEST_P(P2P, SendrecvWithOnePartIsABlockingSendOrRecv) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          if (rank != 0) {
+                            Tensor t =
+                                make_tensor(DType::kFloat64, 3, [&](int64_t i) { return rank * 10 + i; });
+                            check(pg.sendrecv(&t, 0, nullptr, -1, 4) == -1, "a send alone reports no source");
+                            return;
+                          }
+                          std::vector<int> seen(static_cast<size_t>(pg.size()), 0);
+                          for (int i = 1; i < pg.size(); ++i) {
+                            Tensor t = Tensor::zeros(DType::kFloat64, {3});
+                            const int src = pg.sendrecv(nullptr, -1, &t, -1, 4);
+                            check(src > 0 && src < pg.size(), "source " + std::to_string(src));
+                            check_elements(
+                                t, 0, 3, [&](int64_t j) { return src * 10 + j; }, "any-source recv");
+                            seen[static_cast<size_t>(src)]++;
+                          }
+                          for (int r = 1; r < pg.size(); ++r)
+                            check(seen[static_cast<size_t>(r)] == 1, "sender seen twice");
+                        }),
+            "");
+}
+
+// Bad peers raise before anything moves, naming the call.
+TEST_P(P2P, SendrecvRejectsItselfAndOutOfRangeRanks) {
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          const int p = pg.size();
+                          Tensor a = Tensor::zeros(DType::kFloat32, {2});
+                          Tensor b = Tensor::zeros(DType::kFloat32, {2});
+                          const int other = (rank + 1) % p;
+                          expect_in(error_of<DistInvalidArgument>(
+                                        [&] { pg.sendrecv(&a, rank, &b, other, 0); }, "sendrecv to itself"),
+                                    "sendrecv: dst " + std::to_string(rank) + " is this rank");
+                          expect_in(error_of<DistInvalidArgument>([&] { pg.sendrecv(&a, p, &b, other, 0); },
+                                                                  "sendrecv past the group"),
+                                    "sendrecv");
+                          if (p > 1) {
+                            expect_in(
+                                error_of<DistInvalidArgument>([&] { pg.sendrecv(&a, other, &b, rank, 0); },
+                                                              "sendrecv from itself"),
+                                "sendrecv: src " + std::to_string(rank) + " is this rank");
+                          }
+                        }),
+            "");
+}
+
+// A receive whose tensor has another count than the message fails naming
+// both; the rank whose exchange matched gets its message.
+TEST_P(P2P, ASendrecvOfAnotherCountFailsNamingBothSides) {
+  if (n() < 2) GTEST_SKIP();
+  EXPECT_EQ(with_groups(mode(), n(),
+                        [&](ProcessGroup& pg, int rank) {
+                          if (rank > 1) return;
+                          const int peer = 1 - rank;
+                          Tensor out = make_tensor(DType::kFloat32, 4, [&](int64_t i) { return rank + i; });
+                          Tensor in = Tensor::zeros(DType::kFloat32, {rank == 1 ? 8 : 4});
+                          if (rank == 0) {
+                            check(pg.sendrecv(&out, peer, &in, peer, 3) == 1, "rank 0's source");
+                            check_elements(
+                                in, 0, 4, [](int64_t i) { return 1.0 + static_cast<double>(i); },
+                                "rank 0's receive");
+                            return;
+                          }
+                          expect_in(error_of<DistError>([&] { pg.sendrecv(&out, peer, &in, peer, 3); },
+                                                        "a receive of 8 elements for a message of 4"),
+                                    "rank 0 sent 4 float32 elements but rank 1 receives 8 float32 elements");
+                        }),
+            "");
+}
+
 // A then() callback runs on the thread that completes operations; waiting
 // there for an operation that thread must finish would never end, so the
 // wait raises instead. The receive is held open until the callback is in

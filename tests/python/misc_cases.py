@@ -54,6 +54,24 @@ def case_batch_isend_irecv(lib, count):
     return fn
 
 
+def case_sendrecv_ring(lib, count):
+    # Every rank sends first: no deadlock at any size (the largest is read
+    # from the sender's memory); the receive names its sender.
+    def fn(rank, world):
+        right, left = (rank + 1) % world, (rank - 1) % world
+        out = zeros(lib, "int32", count)
+        got = dist.sendrecv(make(lib, "int32", values(rank, count)), right, out, left, tag=5)
+        assert got == left, got
+        expect_equal(out, values(left, count), "sendrecv")
+        if rank == 0:
+            src = dist.sendrecv(make(lib, "int32", values(rank, 1)), right, zeros(lib, "int32", 1))
+            assert src == left, src  # src=None: from any rank
+        else:
+            dist.sendrecv(make(lib, "int32", values(rank, 1)), right, zeros(lib, "int32", 1), left)
+        expect_raises(dist.DistInvalidArgument, lambda: dist.sendrecv(out, rank, out, left), "sendrecv to itself")
+    return fn
+
+
 def case_recv_any_source(rank, world):
     if rank == 0:
         senders = []
@@ -263,6 +281,8 @@ def build(world_size):
         cases.append((f"isend_irecv-{lib}", case_isend_irecv(lib)))
         for count in (0, 1, 7):
             cases.append((f"batch_isend_irecv-{lib}-n{count}", case_batch_isend_irecv(lib, count)))
+        for count in (0, 1, 7, 100003):
+            cases.append((f"sendrecv_ring-{lib}-n{count}", case_sendrecv_ring(lib, count)))
         cases.append((f"inputs_adopt_output_dtype-{lib}", case_inputs_adopt_output_dtype(lib)))
         cases.append((f"argument_errors-{lib}", case_errors(lib)))
     cases += [

@@ -521,7 +521,7 @@ TEST_P(Conformance, ARefusedSmallMessageLeavesAnEarlierLargeSendAlone) {
 // try_send_now and try_recv_now: on shared memory a small message to a
 // ring with room goes out at once, and one that has come is taken at once
 // unless an earlier receive is waiting for it (4 bytes beside the slot's
-// header, 1000 in its payload); what they decline (a large message,
+// header, 1000 in its payload, 20,000 in three slots); what they decline (a large message,
 // another size or dtype, a message to oneself) is left whole for isend and
 // irecv. TCP declines everything.
 TEST_P(Conformance, MessagesThatMoveAtOnceKeepTheirOrderAndLeaveTheRestAlone) {
@@ -536,6 +536,8 @@ TEST_P(Conformance, MessagesThatMoveAtOnceKeepTheirOrderAndLeaveTheRestAlone) {
         const auto large_sig = p2p_signature(DType::kUInt8, kLarge);
         constexpr size_t kMedium = 1000;
         const auto medium_sig = p2p_signature(DType::kUInt8, kMedium);
+        constexpr size_t kThreeSlots = 20000;
+        const auto three_sig = p2p_signature(DType::kUInt8, kThreeSlots);
         int32_t go = 0;
         if (rank == 1) {
           wait_ok(t.irecv(0, tag + 1, &go, 4, one));  // rank 0's first receive is posted
@@ -552,6 +554,12 @@ TEST_P(Conformance, MessagesThatMoveAtOnceKeepTheirOrderAndLeaveTheRestAlone) {
           const bool now = t.try_send_now(0, tag, medium.data(), kMedium, medium_sig);
           if (now != shm) throw std::runtime_error("try_send_now of 1000 bytes gave " + std::to_string(now));
           if (!now) wait_ok(t.isend(0, tag, medium.data(), kMedium, medium_sig));
+          std::vector<uint8_t> three(kThreeSlots);
+          for (size_t i = 0; i < kThreeSlots; ++i) three[i] = static_cast<uint8_t>(i * 5 + 2);
+          const bool all_now = t.try_send_now(0, tag, three.data(), kThreeSlots, three_sig);
+          if (all_now != shm)
+            throw std::runtime_error("try_send_now of 20000 bytes gave " + std::to_string(all_now));
+          if (!all_now) wait_ok(t.isend(0, tag, three.data(), kThreeSlots, three_sig));
           std::vector<uint8_t> large(kLarge);
           for (size_t i = 0; i < kLarge; ++i) large[i] = static_cast<uint8_t>(i * 7);
           if (t.try_send_now(0, tag, large.data(), kLarge, large_sig))
@@ -595,6 +603,18 @@ TEST_P(Conformance, MessagesThatMoveAtOnceKeepTheirOrderAndLeaveTheRestAlone) {
           for (size_t i = 0; i < kMedium; ++i) {
             if (medium[i] != static_cast<uint8_t>(i * 3 + 1))
               throw std::runtime_error("byte " + std::to_string(i) + " of the 1000-byte message is wrong");
+          }
+          std::vector<uint8_t> three(kThreeSlots, 0);
+          bool three_taken = false;
+          while (shm && !three_taken) {
+            three_taken = t.try_recv_now(1, tag, three.data(), kThreeSlots, three_sig);
+            if (!three_taken && std::chrono::steady_clock::now() > deadline())
+              throw std::runtime_error("the 20000-byte message never came");
+          }
+          if (!three_taken) wait_ok(t.irecv(1, tag, three.data(), kThreeSlots, three_sig));
+          for (size_t i = 0; i < kThreeSlots; ++i) {
+            if (three[i] != static_cast<uint8_t>(i * 5 + 2))
+              throw std::runtime_error("byte " + std::to_string(i) + " of the 20000-byte message is wrong");
           }
           std::vector<uint8_t> got(kLarge, 0);
           if (t.try_recv_now(1, tag, got.data(), kLarge, large_sig))

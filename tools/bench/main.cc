@@ -91,7 +91,7 @@ Row measure(BenchOp op, const Layout& layout, const BenchOptions& o) {
   row.world_size = get_world_size();
   row.layout = layout;
 
-  OpRunner runner(op, o.dtype, o.reduce_op, layout);
+  OpRunner runner(op, o.dtype, o.reduce_op, layout, o.batch_p2p);
   if (o.check) {
     // A separate run before the timed ones, so checking costs no timed time
     // and its values cannot drift through repeated in-place reductions.

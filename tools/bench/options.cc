@@ -157,6 +157,12 @@ ParseResult parse_options(int argc, const char* const* argv) {
   app.add_option("--local-rank,--local_rank", local_rank,
                  "set by legacy launchers; ignored (LOCAL_RANK is read)")
       ->group("");
+  std::string p2p = "sendrecv";
+  app.add_option("--p2p", p2p,
+                 "how sendrecv exchanges: sendrecv (the blocking call, as MPI_Sendrecv) or batch "
+                 "(batch_isend_irecv of the receive and the send, then a wait for both works)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sendrecv", "batch"}));
   app.add_option("--timeout", o.timeout_s, "seconds to wait for rendezvous or a peer before failing")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
@@ -172,6 +178,7 @@ ParseResult parse_options(int argc, const char* const* argv) {
   }
 
   o.ops = parse_ops(ops);
+  o.batch_p2p = p2p == "batch";
   try {
     o.dtype = parse_dtype(dtype);
   } catch (const DistInvalidArgument& e) {

@@ -36,6 +36,9 @@ struct BenchOptions {
   int nproc = 0;
   /// Seconds a rank waits for rendezvous or a peer before giving up.
   int timeout_s = 300;
+  /// sendrecv through batch_isend_irecv and its works (--p2p batch)
+  /// instead of the blocking sendrecv.
+  bool batch_p2p = false;
 };
 
 /// Parses a byte count: a whole number with an optional K, M or G suffix

@@ -82,13 +82,14 @@ std::string show(T v) {
 
 }  // namespace
 
-OpRunner::OpRunner(BenchOp op, DType dtype, const ReduceOp& reduce_op, const Layout& layout)
+OpRunner::OpRunner(BenchOp op, DType dtype, const ReduceOp& reduce_op, const Layout& layout, bool batch_p2p)
     : op_(op),
       dtype_(dtype),
       reduce_op_(reduce_op),
       layout_(layout),
       rank_(get_rank()),
-      world_size_(get_world_size()) {
+      world_size_(get_world_size()),
+      batch_p2p_(batch_p2p) {
   const int64_t c = layout.count;
   const bool root = rank_ == kRoot;
   switch (op) {
@@ -113,12 +114,12 @@ OpRunner::OpRunner(BenchOp op, DType dtype, const ReduceOp& reduce_op, const Lay
   }
   if (op == BenchOp::kSendRecv) {
     // A ring: everyone sends to the next rank and receives from the
-    // previous one at the same time, as nccl-tests' sendrecv does. The list
-    // is made once, as the MPIs' benchmarks post from fixed arguments: its
-    // tensor copies are the caller's cost, not the library's.
-    const int next = (rank_ + 1) % world_size_;
-    const int prev = (rank_ + world_size_ - 1) % world_size_;
-    ring_ops_ = {{P2POp::Kind::kIrecv, output_, prev}, {P2POp::Kind::kIsend, input_, next}};
+    // previous one at the same time, as nccl-tests' sendrecv does. The
+    // batch's list is made once, as the MPIs' benchmarks post from fixed
+    // arguments: its tensor copies are the caller's cost, not the library's.
+    next_ = (rank_ + 1) % world_size_;
+    prev_ = (rank_ + world_size_ - 1) % world_size_;
+    if (batch_p2p_) ring_ops_ = {{P2POp::Kind::kIrecv, output_, prev_}, {P2POp::Kind::kIsend, input_, next_}};
   }
 }
 
@@ -149,6 +150,10 @@ void OpRunner::run() {
       scatter(output_, root_list_, kRoot);
       break;
     case BenchOp::kSendRecv: {
+      if (!batch_p2p_) {
+        (void)sendrecv(input_, next_, output_, prev_);
+        break;
+      }
       auto works = batch_isend_irecv(ring_ops_);
       for (auto& work : works) work->wait();
       break;

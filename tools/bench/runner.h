@@ -19,7 +19,9 @@ class OpRunner {
   /// Allocates the buffers `layout` asks for (zeroed, so that page faults
   /// happen here and not in the timed loop). Needs an initialised default
   /// process group; the root of rooted ops is rank 0.
-  OpRunner(BenchOp op, DType dtype, const ReduceOp& reduce_op, const Layout& layout);
+  /// `batch_p2p`: sendrecv posts batch_isend_irecv and waits for its two
+  /// works, instead of the blocking sendrecv.
+  OpRunner(BenchOp op, DType dtype, const ReduceOp& reduce_op, const Layout& layout, bool batch_p2p = false);
 
   /// Runs the collective once and waits for it.
   void run();
@@ -49,13 +51,16 @@ class OpRunner {
   Layout layout_;
   int rank_;
   int world_size_;
+  bool batch_p2p_;
+  int next_ = 0;  // sendrecv: the rank sent to, and the one received from
+  int prev_ = 0;
   /// The buffer this rank verifies after the op, or nullptr if none.
   const Tensor* checked_buffer() const;
 
   Tensor input_;                   // the only buffer of in-place ops
   Tensor output_;                  // out-of-place ops
   std::vector<Tensor> root_list_;  // gather's outputs / scatter's inputs, on the root
-  std::vector<P2POp> ring_ops_;    // sendrecv's receive from the previous rank and send to the next
+  std::vector<P2POp> ring_ops_;    // batch_p2p_: the receive from prev_ and the send to next_
 };
 
 }  // namespace tdist::bench

@@ -176,7 +176,8 @@ void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
 
 bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nbytes,
                                    const sig::CallSignature& sig) {
-  if (src < 0 || src >= size_ || src == rank_ || nbytes > kP2pSlotPayload) return false;
+  if (src < 0 || src >= size_ || src == rank_ || slots_for(nbytes, Carry::kSlots) > at_once_slots())
+    return false;
   // A refusal to raise goes the usual way (take_rejection).
   if (rejection_pending_.load(std::memory_order_acquire)) return false;
   const auto i = static_cast<size_t>(src);
@@ -199,13 +200,52 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
   const uint8_t* payload = nullptr;
   const SlotHeader header = read_slot(s, &payload);
   if (header.kind != SlotKind::kMessage || header.carry != Carry::kSlots || header.total != nbytes ||
-      header.chunk != nbytes || !receive_matches(src, tag, src, header.tag) ||
-      signatures_differ(sig, header.sig)) {
+      !receive_matches(src, tag, src, header.tag) || signatures_differ(sig, header.sig)) {
     return false;
   }
-  if (nbytes > 0) std::memcpy(data, payload, nbytes);
+  // A message's slots follow each other in the ring (its sender writes
+  // nothing else to this rank between them): all must be here.
+  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
+  for (uint64_t k = 1; k < slots; ++k) {
+    if (!slot_ready(slot(src, rank_, r + k), r + k)) return false;
+  }
+  auto* out = static_cast<uint8_t*>(data);
+  size_t got = header.chunk;
+  if (got > 0) std::memcpy(out, payload, got);
   slot_read_locked(src);
+  for (uint64_t k = 1; k < slots; ++k) {
+    const SlotHeader more = read_slot(slot(src, rank_, r + k), &payload);
+    std::memcpy(out + got, payload, more.chunk);
+    got += more.chunk;
+    slot_read_locked(src);
+  }
   return true;
+}
+
+bool ShmP2pTransport::try_recv_soon(int src, uint64_t tag, void* data, size_t nbytes,
+                                    const sig::CallSignature& sig) {
+  // This thread reads the ring as a wait would: the background thread
+  // keeps from listening (run_background), or every message to this rank
+  // would wake it, at the cost of a context switch on the core this
+  // thread needs. Also when the message is here already: a rank whose
+  // receives all find their message would otherwise never say it reads.
+  last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
+  if (try_recv_now(src, tag, data, nbytes, sig)) return true;
+  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
+  if (src < 0 || src >= size_ || src == rank_ || slots > at_once_slots()) return false;
+  // Lock-free polls of the ring's slot that completes such a message, as
+  // wait() polls before it turns to the doorbell; then the usual look,
+  // under the lock, at what came (whether it is this receive's). A slot
+  // read meanwhile by another thread leaves this one ready for a while,
+  // and try_recv_now finds it taken.
+  const uint64_t last = counters(src, rank_).read.load(std::memory_order_acquire) + slots - 1;
+  const uint8_t* s = slot(src, rank_, last);
+  const int polls = ring_polls(options_.policy);
+  for (int i = 0; i < polls; ++i) {
+    if (slot_ready(s, last)) return try_recv_now(src, tag, data, nbytes, sig);
+    cpu_relax();
+  }
+  return false;
 }
 
 bool ShmP2pTransport::posted_for_locked(int src, uint64_t tag) const {
@@ -346,15 +386,15 @@ void ShmP2pTransport::take_stream_locked(int p, const uint8_t* payload, size_t n
   }
 }
 
-bool ShmP2pTransport::room_now_locked(int p) {
+bool ShmP2pTransport::room_now_locked(int p, uint64_t slots) {
   const auto i = static_cast<size_t>(p);
   const uint64_t w = written_[i];
   // The receiver's count as last read: looked up again only when the ring
   // seems full, so a send that fits costs no read of the receiver's line.
   uint64_t& r = freed_[i];
-  if (w - r < layout_.ring_slots) return true;
+  if (w - r + slots <= layout_.ring_slots) return true;
   r = counters(rank_, p).read.load(std::memory_order_acquire);
-  return w - r < layout_.ring_slots;
+  return w - r + slots <= layout_.ring_slots;
 }
 
 bool ShmP2pTransport::room_locked(int p) {
@@ -380,13 +420,9 @@ size_t ShmP2pTransport::put_slot_locked(int p, SlotHeader header, const uint8_t*
     n = header.total;  // write_slot copies it beside the header
   } else if (header.carry == Carry::kSlots) {
     n = std::min(kP2pSlotPayload, static_cast<size_t>(header.total) - sent);
-    // The slots of a message that spans several go to memory with
-    // streaming stores: with ordinary ones every line of the slot was
-    // first fetched from the receiver's cache, which had just read it
-    // (2 ranks streaming 1 MiB: 3.8-4.3 ms with memcpy, 0.35-0.58 with
-    // stream_copy; 16 MiB 63-64 ms against 13-18, on a loaded 2-vCPU
-    // VM). A one-slot message stays cached for its reader.
-    if (n > 0 && header.total > kP2pSlotPayload) {
+    // A large message's slots go to memory, a smaller one's stay cached
+    // for its reader (kP2pStreamStoreMinBytes).
+    if (n > 0 && header.total > kP2pStreamStoreMinBytes) {
       detail::stream_copy(s + kP2pSlotHeaderBytes, data, n);
     } else if (n > 0) {
       std::memcpy(s + kP2pSlotHeaderBytes, data, n);

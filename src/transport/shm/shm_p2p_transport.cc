@@ -227,18 +227,25 @@ RequestPtr ShmP2pTransport::irecv(int src, uint64_t tag, void* data, size_t nbyt
 
 bool ShmP2pTransport::try_send_now(int dst, uint64_t tag, const void* data, size_t nbytes,
                                    const sig::CallSignature& sig) {
-  // One slot, to another rank, with nothing queued ahead and room in the
-  // ring: what isend_into would write and complete at once. Anything else
-  // (an abort, a gone peer, a full ring, a longer message) goes the usual
-  // way, which says what is wrong.
-  static_assert(kP2pSlotPayload < kP2pPeerReadMinBytes, "a one-slot message is never read from its sender");
-  if (nbytes > kP2pSlotPayload || dst == rank_ || dst < 0 || dst >= size_) return false;
+  // A few slots, to another rank, with nothing queued ahead and room in
+  // the ring for all of them: what isend_into would write and complete at
+  // once. Anything else (an abort, a gone peer, a full ring, a longer
+  // message) goes the usual way, which says what is wrong.
+  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
+  if (slots > at_once_slots() || dst == rank_ || dst < 0 || dst >= size_) return false;
   const auto d = static_cast<size_t>(dst);
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (aborted_ || gone_[d] || !outbox_[d].empty() || !room_now_locked(dst)) return false;
-  const SlotHeader header{SlotKind::kMessage, Carry::kSlots, tag, nbytes, 0, next_id_[d]++, 0, sig};
-  (void)put_slot_locked(dst, header, static_cast<const uint8_t*>(data), 0);
+  if (aborted_ || gone_[d] || !outbox_[d].empty() || !room_now_locked(dst, slots)) return false;
+  SlotHeader header{SlotKind::kMessage, Carry::kSlots, tag, nbytes, 0, next_id_[d]++, 0, sig};
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  size_t sent = put_slot_locked(dst, header, bytes, 0);
+  header.kind = SlotKind::kMore;
+  while (sent < nbytes) sent += put_slot_locked(dst, header, bytes + sent, sent);
   return true;
+}
+
+uint64_t ShmP2pTransport::at_once_slots() const {
+  return std::min(kP2pAtOnceSlots, layout_.ring_slots);
 }
 
 void ShmP2pTransport::irecv_into(const RequestPtr& request, void* data, const sig::CallSignature& sig) {

@@ -94,6 +94,8 @@ class ShmP2pTransport final : public Transport {
                     const tdist::detail::CallSignature& sig) override;
   bool try_recv_now(int src, uint64_t tag, void* data, size_t nbytes,
                     const tdist::detail::CallSignature& sig) override;
+  bool try_recv_soon(int src, uint64_t tag, void* data, size_t nbytes,
+                     const tdist::detail::CallSignature& sig) override;
   RequestPtr irecv_bytes(int src, uint64_t tag, std::shared_ptr<std::vector<uint8_t>> out) override;
   std::optional<std::pair<int, tdist::detail::CallSignature>> conflicting_message(
       const tdist::detail::CallSignature& mine) const override;
@@ -233,8 +235,10 @@ class ShmP2pTransport final : public Transport {
   /// True if `p`'s ring has a free slot; if not, asks `p` to knock when it
   /// frees one.
   bool room_locked(int p);
-  /// True if `p`'s ring has a free slot, asking nothing of `p`.
-  bool room_now_locked(int p);
+  /// True if `p`'s ring has `slots` free slots, asking nothing of `p`.
+  bool room_now_locked(int p, uint64_t slots = 1);
+  /// The most slots a message that moves at once may take (kP2pAtOnceSlots).
+  uint64_t at_once_slots() const;
   /// Writes the next slot of `p`'s ring: the part of a message (`header`)
   /// that follows its first `sent` bytes, from `data`. Returns the bytes
   /// it took.
