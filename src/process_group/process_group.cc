@@ -137,12 +137,14 @@ WorkPtr ProcessGroup::recv(const Tensor&, int, int) {
 
 int ProcessGroup::sendrecv(const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src, int tag) {
   // The send is posted first: a receive alone could wait for a message
-  // that the peer sends only once this rank's has come. A post that raises
-  // (bad arguments) raises at once; the works own their tensors' storage.
+  // that the peer sends only once this rank's has come.
   const WorkPtr sent = send_tensor != nullptr ? send(*send_tensor, dst, tag) : nullptr;
-  const WorkPtr got = recv_tensor != nullptr ? recv(*recv_tensor, src, tag) : nullptr;
+  WorkPtr got;
   std::exception_ptr first;
   try {
+    // Its post may raise too (the group was aborted meanwhile, a refusal
+    // of an earlier send): the send is still waited for below.
+    if (recv_tensor != nullptr) got = recv(*recv_tensor, src, tag);
     if (got) got->wait();
   } catch (...) {
     first = std::current_exception();

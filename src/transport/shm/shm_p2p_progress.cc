@@ -204,31 +204,40 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
     return false;
   }
   // A message's slots follow each other in the ring (its sender writes
-  // nothing else to this rank between them): all must be here.
+  // nothing else to this rank between them): all must be here, and carry
+  // all of its bytes (a message cut short by its sender's abort does not).
   const uint64_t slots = slots_for(nbytes, Carry::kSlots);
+  size_t whole = header.chunk;
   for (uint64_t k = 1; k < slots; ++k) {
-    if (!slot_ready(slot(src, rank_, r + k), r + k)) return false;
+    const uint8_t* next = slot(src, rank_, r + k);
+    if (!slot_ready(next, r + k)) return false;
+    const SlotHeader more = read_slot(next, &payload);
+    if (more.kind != SlotKind::kMore) return false;
+    whole += more.chunk;
   }
+  if (whole != nbytes) return false;
   auto* out = static_cast<uint8_t*>(data);
-  size_t got = header.chunk;
-  if (got > 0) std::memcpy(out, payload, got);
-  slot_read_locked(src);
-  for (uint64_t k = 1; k < slots; ++k) {
-    const SlotHeader more = read_slot(slot(src, rank_, r + k), &payload);
-    std::memcpy(out + got, payload, more.chunk);
-    got += more.chunk;
+  size_t got = 0;
+  for (uint64_t k = 0; k < slots; ++k) {
+    const SlotHeader part = read_slot(slot(src, rank_, r + k), &payload);
+    if (part.chunk > 0) std::memcpy(out + got, payload, part.chunk);
+    got += part.chunk;
     slot_read_locked(src);
   }
+  // A streamed message held in the ring for its receive (waits_in_ring_locked)
+  // was taken: the next one gets its own patience.
+  held_since_[i] = {};
   return true;
 }
 
 bool ShmP2pTransport::try_recv_soon(int src, uint64_t tag, void* data, size_t nbytes,
                                     const sig::CallSignature& sig) {
   // This thread reads the ring as a wait would: the background thread
-  // keeps from listening (run_background), or every message to this rank
-  // would wake it, at the cost of a context switch on the core this
-  // thread needs. Also when the message is here already: a rank whose
-  // receives all find their message would otherwise never say it reads.
+  // stops listening (run_background) once a knock has woken it, instead
+  // of being woken by every message to this rank, at the cost of a
+  // context switch on the core this thread needs. Also when the message is
+  // here already: a rank whose receives all find their message would
+  // otherwise never say it reads.
   last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
   if (try_recv_now(src, tag, data, nbytes, sig)) return true;
   const uint64_t slots = slots_for(nbytes, Carry::kSlots);

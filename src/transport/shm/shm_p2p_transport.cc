@@ -375,7 +375,9 @@ void ShmP2pTransport::refuse(RecvOp& op, int src, const sig::CallSignature& thei
 
 void ShmP2pTransport::send_control(int dst, SlotKind kind, uint64_t id, std::shared_ptr<std::string> text) {
   const auto d = static_cast<size_t>(dst);
-  if (gone_[d]) return;
+  // After an abort nothing more goes out: a note written behind a message
+  // cut short by the abort would make its slots look complete.
+  if (gone_[d] || aborted_) return;
   const size_t bytes = text ? text->size() : 0;
   const SlotHeader header{kind, Carry::kSlots, 0, bytes, 0, id, 0, {}};
   const auto* data = text ? reinterpret_cast<const uint8_t*>(text->data()) : nullptr;
