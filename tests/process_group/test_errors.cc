@@ -300,8 +300,7 @@ KillTestOp exchange_op() {
   return {"send/recv", [](int) { return 3.0f; },
           [](ProcessGroup& pg, Tensor& t) {
             // Sends a copy: the peer may read it while t is being received into.
-            Tensor copy = Tensor::zeros(DType::kFloat32, {static_cast<int64_t>(t.numel())});
-            std::memcpy(copy.data(), t.data(), t.nbytes());
+            const Tensor copy = t.clone();
             const int peer = 1 - pg.rank();
             (void)pg.send(copy, peer, 5);
             return pg.recv(t, peer, 5);
@@ -322,8 +321,7 @@ TEST(PgErrors, AKilledRankInALargeSendRecvIsReportedByItsPeer) {
 KillTestOp blocking_exchange_op() {
   return {"sendrecv", [](int) { return 3.0f; },
           [](ProcessGroup& pg, Tensor& t) {
-            Tensor copy = Tensor::zeros(DType::kFloat32, {static_cast<int64_t>(t.numel())});
-            std::memcpy(copy.data(), t.data(), t.nbytes());
+            const Tensor copy = t.clone();
             const int peer = 1 - pg.rank();
             const int from = pg.sendrecv(&copy, peer, &t, peer, 5);
             return Work::finished("sendrecv", {}, nullptr, from);

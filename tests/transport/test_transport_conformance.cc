@@ -528,105 +528,102 @@ TEST_P(Conformance, MessagesThatMoveAtOnceKeepTheirOrderAndLeaveTheRestAlone) {
   if (n() < 2) GTEST_SKIP();
   using tdist::detail::p2p_signature;
   const bool shm = kind() == Kind::kShm || kind() == Kind::kShmStreamed;
-  EXPECT_EQ(
-      run([&](Transport& t, int rank) {
-        const uint64_t tag = (uint64_t{1} << 63) | 21;
-        const auto one = p2p_signature(DType::kInt32, 1);
-        constexpr size_t kLarge = 64 << 10;
-        const auto large_sig = p2p_signature(DType::kUInt8, kLarge);
-        constexpr size_t kMedium = 1000;
-        const auto medium_sig = p2p_signature(DType::kUInt8, kMedium);
-        constexpr size_t kThreeSlots = 20000;
-        const auto three_sig = p2p_signature(DType::kUInt8, kThreeSlots);
-        int32_t go = 0;
-        if (rank == 1) {
-          wait_ok(t.irecv(0, tag + 1, &go, 4, one));  // rank 0's first receive is posted
-          if (t.try_send_now(1, tag, &go, 4, one)) throw std::runtime_error("a message to itself went out");
-          const int32_t values[3] = {10, 11, 12};
-          for (const int32_t& v : values) {
-            const bool now = t.try_send_now(0, tag, &v, 4, one);
-            if (now != shm) throw std::runtime_error("try_send_now of 4 bytes gave " + std::to_string(now));
-            if (!now) wait_ok(t.isend(0, tag, &v, 4, one));
-          }
-          // One slot, past the bytes that lie beside the header.
-          std::vector<uint8_t> medium(kMedium);
-          for (size_t i = 0; i < kMedium; ++i) medium[i] = static_cast<uint8_t>(i * 3 + 1);
-          const bool now = t.try_send_now(0, tag, medium.data(), kMedium, medium_sig);
-          if (now != shm) throw std::runtime_error("try_send_now of 1000 bytes gave " + std::to_string(now));
-          if (!now) wait_ok(t.isend(0, tag, medium.data(), kMedium, medium_sig));
-          std::vector<uint8_t> three(kThreeSlots);
-          for (size_t i = 0; i < kThreeSlots; ++i) three[i] = static_cast<uint8_t>(i * 5 + 2);
-          const bool all_now = t.try_send_now(0, tag, three.data(), kThreeSlots, three_sig);
-          if (all_now != shm)
-            throw std::runtime_error("try_send_now of 20000 bytes gave " + std::to_string(all_now));
-          if (!all_now) wait_ok(t.isend(0, tag, three.data(), kThreeSlots, three_sig));
-          std::vector<uint8_t> large(kLarge);
-          for (size_t i = 0; i < kLarge; ++i) large[i] = static_cast<uint8_t>(i * 7);
-          if (t.try_send_now(0, tag, large.data(), kLarge, large_sig))
-            throw std::runtime_error("a 64 KiB message went out at once");
-          wait_ok(t.isend(0, tag, large.data(), kLarge, large_sig));
-        } else if (rank == 0) {
-          int32_t first = -1;
-          auto waiting = t.irecv(1, tag, &first, 4, one);
-          wait_ok(t.isend(1, tag + 1, &go, 4, one));
-          // Message 10 is the waiting receive's, whatever try_recv_now sees.
-          int32_t second = -1;
-          bool taken = false;
-          while (shm && !taken) {
-            taken = t.try_recv_now(1, tag, &second, 4, one);
-            if (!taken && std::chrono::steady_clock::now() > deadline())
-              throw std::runtime_error("message 11 never came");
-          }
-          if (!shm && t.try_recv_now(1, tag, &second, 4, one)) throw std::runtime_error("tcp took one");
-          if (!taken) wait_ok(t.irecv(1, tag, &second, 4, one));
-          wait_ok(waiting);
-          if (first != 10 || second != 11)
-            throw std::runtime_error("got " + std::to_string(first) + ", " + std::to_string(second));
-          // Message 12, asked for with another size, then another dtype:
-          // declined, and irecv still gets it whole.
-          int64_t wide = -1;
-          float other = -1;
-          if (t.try_recv_now(1, tag, &wide, 8, p2p_signature(DType::kInt64, 1)) ||
-              t.try_recv_now(1, tag, &other, 4, p2p_signature(DType::kFloat32, 1)))
-            throw std::runtime_error("a receive of another size or dtype took message 12");
-          int32_t third = -1;
-          wait_ok(t.irecv(1, tag, &third, 4, one));
-          if (third != 12) throw std::runtime_error("message 12 is " + std::to_string(third));
-          std::vector<uint8_t> medium(kMedium, 0);
-          bool medium_taken = false;
-          while (shm && !medium_taken) {
-            medium_taken = t.try_recv_now(1, tag, medium.data(), kMedium, medium_sig);
-            if (!medium_taken && std::chrono::steady_clock::now() > deadline())
-              throw std::runtime_error("the 1000-byte message never came");
-          }
-          if (!medium_taken) wait_ok(t.irecv(1, tag, medium.data(), kMedium, medium_sig));
-          for (size_t i = 0; i < kMedium; ++i) {
-            if (medium[i] != static_cast<uint8_t>(i * 3 + 1))
-              throw std::runtime_error("byte " + std::to_string(i) + " of the 1000-byte message is wrong");
-          }
-          std::vector<uint8_t> three(kThreeSlots, 0);
-          bool three_taken = false;
-          while (shm && !three_taken) {
-            three_taken = t.try_recv_now(1, tag, three.data(), kThreeSlots, three_sig);
-            if (!three_taken && std::chrono::steady_clock::now() > deadline())
-              throw std::runtime_error("the 20000-byte message never came");
-          }
-          if (!three_taken) wait_ok(t.irecv(1, tag, three.data(), kThreeSlots, three_sig));
-          for (size_t i = 0; i < kThreeSlots; ++i) {
-            if (three[i] != static_cast<uint8_t>(i * 5 + 2))
-              throw std::runtime_error("byte " + std::to_string(i) + " of the 20000-byte message is wrong");
-          }
-          std::vector<uint8_t> got(kLarge, 0);
-          if (t.try_recv_now(1, tag, got.data(), kLarge, large_sig))
-            throw std::runtime_error("a 64 KiB message was taken at once");
-          wait_ok(t.irecv(1, tag, got.data(), kLarge, large_sig));
-          for (size_t i = 0; i < kLarge; ++i) {
-            if (got[i] != static_cast<uint8_t>(i * 7))
-              throw std::runtime_error("byte " + std::to_string(i) + " of the large message is wrong");
-          }
-        }
-      }),
-      "");
+  EXPECT_EQ(run([&](Transport& t, int rank) {
+              const uint64_t tag = (uint64_t{1} << 63) | 21;
+              const auto one = p2p_signature(DType::kInt32, 1);
+              constexpr size_t kLarge = 64 << 10;
+              const auto large_sig = p2p_signature(DType::kUInt8, kLarge);
+              constexpr size_t kMedium = 1000;
+              const auto medium_sig = p2p_signature(DType::kUInt8, kMedium);
+              constexpr size_t kThreeSlots = 20000;
+              const auto three_sig = p2p_signature(DType::kUInt8, kThreeSlots);
+              int32_t go = 0;
+              if (rank == 1) {
+                wait_ok(t.irecv(0, tag + 1, &go, 4, one));  // rank 0's first receive is posted
+                if (t.try_send_now(1, tag, &go, 4, one))
+                  throw std::runtime_error("a message to itself went out");
+                const int32_t values[3] = {10, 11, 12};
+                for (const int32_t& v : values) {
+                  const bool now = t.try_send_now(0, tag, &v, 4, one);
+                  if (now != shm)
+                    throw std::runtime_error("try_send_now of 4 bytes gave " + std::to_string(now));
+                  if (!now) wait_ok(t.isend(0, tag, &v, 4, one));
+                }
+                // Byte i is i * mul + add; it goes out at once on shared memory.
+                auto send_whole = [&](size_t bytes, const tdist::detail::CallSignature& s, int mul, int add) {
+                  std::vector<uint8_t> out(bytes);
+                  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * mul + add);
+                  const bool now = t.try_send_now(0, tag, out.data(), bytes, s);
+                  if (now != shm) {
+                    throw std::runtime_error("try_send_now of " + std::to_string(bytes) + " bytes gave " +
+                                             std::to_string(now));
+                  }
+                  if (!now) wait_ok(t.isend(0, tag, out.data(), bytes, s));
+                };
+                send_whole(kMedium, medium_sig, 3, 1);     // one slot, past the bytes beside the header
+                send_whole(kThreeSlots, three_sig, 5, 2);  // three slots
+                std::vector<uint8_t> large(kLarge);
+                for (size_t i = 0; i < kLarge; ++i) large[i] = static_cast<uint8_t>(i * 7);
+                if (t.try_send_now(0, tag, large.data(), kLarge, large_sig))
+                  throw std::runtime_error("a 64 KiB message went out at once");
+                wait_ok(t.isend(0, tag, large.data(), kLarge, large_sig));
+              } else if (rank == 0) {
+                int32_t first = -1;
+                auto waiting = t.irecv(1, tag, &first, 4, one);
+                wait_ok(t.isend(1, tag + 1, &go, 4, one));
+                // Message 10 is the waiting receive's, whatever try_recv_now sees.
+                int32_t second = -1;
+                bool taken = false;
+                while (shm && !taken) {
+                  taken = t.try_recv_now(1, tag, &second, 4, one);
+                  if (!taken && std::chrono::steady_clock::now() > deadline())
+                    throw std::runtime_error("message 11 never came");
+                }
+                if (!shm && t.try_recv_now(1, tag, &second, 4, one)) throw std::runtime_error("tcp took one");
+                if (!taken) wait_ok(t.irecv(1, tag, &second, 4, one));
+                wait_ok(waiting);
+                if (first != 10 || second != 11)
+                  throw std::runtime_error("got " + std::to_string(first) + ", " + std::to_string(second));
+                // Message 12, asked for with another size, then another dtype:
+                // declined, and irecv still gets it whole.
+                int64_t wide = -1;
+                float other = -1;
+                if (t.try_recv_now(1, tag, &wide, 8, p2p_signature(DType::kInt64, 1)) ||
+                    t.try_recv_now(1, tag, &other, 4, p2p_signature(DType::kFloat32, 1)))
+                  throw std::runtime_error("a receive of another size or dtype took message 12");
+                int32_t third = -1;
+                wait_ok(t.irecv(1, tag, &third, 4, one));
+                if (third != 12) throw std::runtime_error("message 12 is " + std::to_string(third));
+                // Taken at once on shared memory (once it has come), by irecv
+                // over TCP; byte i must be i * mul + add.
+                auto take_whole = [&](size_t bytes, const tdist::detail::CallSignature& s, int mul, int add) {
+                  const std::string what = "the " + std::to_string(bytes) + "-byte message";
+                  std::vector<uint8_t> into(bytes, 0);
+                  bool taken = false;
+                  while (shm && !taken) {
+                    taken = t.try_recv_now(1, tag, into.data(), bytes, s);
+                    if (!taken && std::chrono::steady_clock::now() > deadline())
+                      throw std::runtime_error(what + " never came");
+                  }
+                  if (!taken) wait_ok(t.irecv(1, tag, into.data(), bytes, s));
+                  for (size_t i = 0; i < bytes; ++i) {
+                    if (into[i] != static_cast<uint8_t>(i * mul + add))
+                      throw std::runtime_error("byte " + std::to_string(i) + " of " + what + " is wrong");
+                  }
+                };
+                take_whole(kMedium, medium_sig, 3, 1);
+                take_whole(kThreeSlots, three_sig, 5, 2);
+                std::vector<uint8_t> got(kLarge, 0);
+                if (t.try_recv_now(1, tag, got.data(), kLarge, large_sig))
+                  throw std::runtime_error("a 64 KiB message was taken at once");
+                wait_ok(t.irecv(1, tag, got.data(), kLarge, large_sig));
+                for (size_t i = 0; i < kLarge; ++i) {
+                  if (got[i] != static_cast<uint8_t>(i * 7))
+                    throw std::runtime_error("byte " + std::to_string(i) + " of the large message is wrong");
+                }
+              }
+            }),
+            "");
 }
 
 // abort fails this rank's pending and later requests with its error, says
