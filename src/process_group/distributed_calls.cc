@@ -73,33 +73,35 @@ WorkPtr irecv(const Tensor& tensor, std::optional<int> src, const Group& group, 
 // (the wait raises) and waits for them, instead of freeing the transport
 // their wait is driving. They make no work for a message that moves at
 // once (ProcessGroup::sendrecv).
-void send(const Tensor& tensor, int dst, const Group& group, int tag) {
-  check_user_tag("send", tag);
-  const GroupCall call(group, "send");
+namespace {
+
+// send, recv and sendrecv (either tensor may be null): global ranks in
+// and out, -1 for a non-member or without a receive.
+int blocking_p2p(const char* op, const Tensor* send_tensor, int dst, const Tensor* recv_tensor,
+                 std::optional<int> src, const Group& group, int tag) {
+  check_user_tag(op, tag);
+  const GroupCall call(group, op);
   ProcessGroup& g = *call;
-  if (g.rank() < 0) return;
-  g.sendrecv(&tensor, to_group_rank(g, dst, "send", "dst"), nullptr, -1, tag);
+  if (g.rank() < 0) return -1;
+  const int to = send_tensor != nullptr ? to_group_rank(g, dst, op, "dst") : -1;
+  const int from =
+      g.sendrecv(send_tensor, to, recv_tensor, src ? to_group_rank(g, *src, op, "src") : -1, tag);
+  return from < 0 ? -1 : g.global_ranks().at(static_cast<size_t>(from));
+}
+
+}  // namespace
+
+void send(const Tensor& tensor, int dst, const Group& group, int tag) {
+  (void)blocking_p2p("send", &tensor, dst, nullptr, std::nullopt, group, tag);
 }
 
 int recv(const Tensor& tensor, std::optional<int> src, const Group& group, int tag) {
-  check_user_tag("recv", tag);
-  const GroupCall call(group, "recv");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return -1;
-  const int from = g.sendrecv(nullptr, -1, &tensor, src ? to_group_rank(g, *src, "recv", "src") : -1, tag);
-  return g.global_ranks().at(static_cast<size_t>(from));
+  return blocking_p2p("recv", nullptr, -1, &tensor, src, group, tag);
 }
 
 int sendrecv(const Tensor& send_tensor, int dst, const Tensor& recv_tensor, std::optional<int> src,
              const Group& group, int tag) {
-  check_user_tag("sendrecv", tag);
-  const GroupCall call(group, "sendrecv");
-  ProcessGroup& g = *call;
-  if (g.rank() < 0) return -1;
-  const int to = to_group_rank(g, dst, "sendrecv", "dst");
-  const int from =
-      g.sendrecv(&send_tensor, to, &recv_tensor, src ? to_group_rank(g, *src, "sendrecv", "src") : -1, tag);
-  return g.global_ranks().at(static_cast<size_t>(from));
+  return blocking_p2p("sendrecv", &send_tensor, dst, &recv_tensor, src, group, tag);
 }
 
 namespace detail {

@@ -342,12 +342,15 @@ class ProcessGroupTdist final : public ProcessGroup {
   /// received from (-1: any source) by this rank of the group.
   void check_send_peer(const char* op, int dst) const;
   void check_recv_peer(const char* op, int src) const;
-  /// sendrecv's parts that move at once: a small send into a ring with
-  /// room, then (only if the send went) a receive of a small message that
-  /// is here or comes within a few microseconds. Sets `sent` and `got` for
-  /// the parts that are done (the receive's source into `got`); true if both.
-  bool sendrecv_now(const char* op, const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src,
-                    int tag, bool& sent, std::optional<int>& got);
+  /// sendrecv's parts that moved at once: a small send into a ring with
+  /// room, then (only if the send went) a receive from `src` of a small
+  /// message that is here or comes within a few microseconds.
+  struct AtOnce {
+    bool sent = false;
+    bool got = false;
+  };
+  AtOnce sendrecv_now(const char* op, const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src,
+                      int tag);
   /// Raises why no send or recv can start: the connections are gone or going.
   [[noreturn]] void throw_links_closed(const char* op) const;
 

@@ -214,38 +214,37 @@ WorkPtr ProcessGroupTdist::recv(const Tensor& tensor, int src, int tag) {
   return post_p2p(false, tensor, src, tag);
 }
 
-bool ProcessGroupTdist::sendrecv_now(const char* op, const Tensor* send_tensor, int dst,
-                                     const Tensor* recv_tensor, int src, int tag, bool& sent,
-                                     std::optional<int>& got) {
+ProcessGroupTdist::AtOnce ProcessGroupTdist::sendrecv_now(const char* op, const Tensor* send_tensor, int dst,
+                                                          const Tensor* recv_tensor, int src, int tag) {
   check_usable(op);
   const uint64_t generation = p2p_lease_->generation();
   const detail::P2pLease::Entry posting(*p2p_lease_, generation);
   if (!posting) throw_links_closed(op);
   transport::Transport& transport = p2p_transport(op, tag);
+  AtOnce done;
   Signature send_sig;
+  Signature recv_sig;
   if (send_tensor != nullptr) {
     send_sig = sig::p2p_signature(send_tensor->dtype(), count_of(*send_tensor));
-    sent = transport.try_send_now(dst, p2p_tag(tag), send_tensor->data(), send_tensor->nbytes(), send_sig);
-    if (!sent) return false;
+    done.sent =
+        transport.try_send_now(dst, p2p_tag(tag), send_tensor->data(), send_tensor->nbytes(), send_sig);
+    if (!done.sent) return done;
   }
   // Only once the send went: a receive that spun while this rank's own
   // message waited to be posted could keep the peer from sending its own.
   if (recv_tensor != nullptr && src != transport::kAnySource) {
-    const auto recv_sig = sig::p2p_signature(recv_tensor->dtype(), count_of(*recv_tensor));
-    if (transport.try_recv_soon(src, p2p_tag(tag), recv_tensor->data(), recv_tensor->nbytes(), recv_sig)) {
-      got = src;
-      // Both parts in one entry of the flight recorder, named after the call.
-      trace_begin(op, recv_sig, -1, detail::TraceState::kCompleted, send_tensor != nullptr ? dst : src, tag);
-      return true;
-    }
+    recv_sig = sig::p2p_signature(recv_tensor->dtype(), count_of(*recv_tensor));
+    done.got =
+        transport.try_recv_soon(src, p2p_tag(tag), recv_tensor->data(), recv_tensor->nbytes(), recv_sig);
   }
-  if (recv_tensor == nullptr) {
-    trace_begin(op, send_sig, -1, detail::TraceState::kCompleted, dst, tag);
-    return true;
+  // One entry of the flight recorder for what moved: the whole call, or
+  // its send when the receive goes the usual way (which records it).
+  const bool whole = done.got || recv_tensor == nullptr;
+  if (whole || done.sent) {
+    trace_begin(whole ? op : "send", done.got ? recv_sig : send_sig, -1, detail::TraceState::kCompleted,
+                send_tensor != nullptr ? dst : src, tag);
   }
-  // The receive goes the usual way; the send is recorded as done.
-  if (sent) trace_begin("send", send_sig, -1, detail::TraceState::kCompleted, dst, tag);
-  return false;
+  return done;
 }
 
 int ProcessGroupTdist::sendrecv(const Tensor* send_tensor, int dst, const Tensor* recv_tensor, int src,
@@ -255,10 +254,11 @@ int ProcessGroupTdist::sendrecv(const Tensor* send_tensor, int dst, const Tensor
   if (recv_tensor != nullptr) check_recv_peer(op, src);
   // A blocking call needs no work for what moves at once: an 8 B exchange
   // then costs about what its two messages do (docs/performance.md).
-  bool sent = false;
-  std::optional<int> got;
-  if (sendrecv_now(op, send_tensor, dst, recv_tensor, src, tag, sent, got)) return got.value_or(-1);
-  return ProcessGroup::sendrecv(sent ? nullptr : send_tensor, dst, got ? nullptr : recv_tensor, src, tag);
+  const AtOnce done = sendrecv_now(op, send_tensor, dst, recv_tensor, src, tag);
+  if (done.sent) send_tensor = nullptr;
+  if (done.got) recv_tensor = nullptr;
+  if (send_tensor == nullptr && recv_tensor == nullptr) return done.got ? src : -1;
+  return ProcessGroup::sendrecv(send_tensor, dst, recv_tensor, src, tag);
 }
 
 bool ProcessGroupTdist::end_p2p_uses(const char* how) {

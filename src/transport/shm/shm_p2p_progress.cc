@@ -176,8 +176,8 @@ void ShmP2pTransport::read_ring_locked(int p, bool& moved) {
 
 bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nbytes,
                                    const sig::CallSignature& sig) {
-  if (src < 0 || src >= size_ || src == rank_ || slots_for(nbytes, Carry::kSlots) > at_once_slots())
-    return false;
+  const uint64_t slots = at_once_slots_for(src, nbytes);
+  if (slots == 0) return false;
   // A refusal to raise goes the usual way (take_rejection).
   if (rejection_pending_.load(std::memory_order_acquire)) return false;
   const auto i = static_cast<size_t>(src);
@@ -206,7 +206,6 @@ bool ShmP2pTransport::try_recv_now(int src, uint64_t tag, void* data, size_t nby
   // A message's slots follow each other in the ring (its sender writes
   // nothing else to this rank between them): all must be here, and carry
   // all of its bytes (a message cut short by its sender's abort does not).
-  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
   size_t whole = header.chunk;
   for (uint64_t k = 1; k < slots; ++k) {
     const uint8_t* next = slot(src, rank_, r + k);
@@ -238,10 +237,10 @@ bool ShmP2pTransport::try_recv_soon(int src, uint64_t tag, void* data, size_t nb
   // context switch on the core this thread needs. Also when the message is
   // here already: a rank whose receives all find their message would
   // otherwise never say it reads.
+  const uint64_t slots = at_once_slots_for(src, nbytes);
+  if (slots == 0) return false;
   last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
   if (try_recv_now(src, tag, data, nbytes, sig)) return true;
-  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
-  if (src < 0 || src >= size_ || src == rank_ || slots > at_once_slots()) return false;
   // Lock-free polls of the ring's slot that completes such a message, as
   // wait() polls before it turns to the doorbell; then the usual look,
   // under the lock, at what came (whether it is this receive's). A slot

@@ -231,8 +231,8 @@ bool ShmP2pTransport::try_send_now(int dst, uint64_t tag, const void* data, size
   // the ring for all of them: what isend_into would write and complete at
   // once. Anything else (an abort, a gone peer, a full ring, a longer
   // message) goes the usual way, which says what is wrong.
-  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
-  if (slots > at_once_slots() || dst == rank_ || dst < 0 || dst >= size_) return false;
+  const uint64_t slots = at_once_slots_for(dst, nbytes);
+  if (slots == 0) return false;
   const auto d = static_cast<size_t>(dst);
   const std::lock_guard<std::mutex> lock(mutex_);
   if (aborted_ || gone_[d] || !outbox_[d].empty() || !room_now_locked(dst, slots)) return false;
@@ -244,8 +244,11 @@ bool ShmP2pTransport::try_send_now(int dst, uint64_t tag, const void* data, size
   return true;
 }
 
-uint64_t ShmP2pTransport::at_once_slots() const {
-  return std::min(kP2pAtOnceSlots, layout_.ring_slots);
+uint64_t ShmP2pTransport::at_once_slots_for(int peer, size_t nbytes) const {
+  const uint64_t slots = slots_for(nbytes, Carry::kSlots);
+  if (peer < 0 || peer >= size_ || peer == rank_ || slots > std::min(kP2pAtOnceSlots, layout_.ring_slots))
+    return 0;
+  return slots;
 }
 
 void ShmP2pTransport::irecv_into(const RequestPtr& request, void* data, const sig::CallSignature& sig) {

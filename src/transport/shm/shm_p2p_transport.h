@@ -237,8 +237,9 @@ class ShmP2pTransport final : public Transport {
   bool room_locked(int p);
   /// True if `p`'s ring has `slots` free slots, asking nothing of `p`.
   bool room_now_locked(int p, uint64_t slots = 1);
-  /// The most slots a message that moves at once may take (kP2pAtOnceSlots).
-  uint64_t at_once_slots() const;
+  /// The slots a message of `nbytes` to or from `peer` takes if it may
+  /// move at once (another rank; at most kP2pAtOnceSlots), else 0.
+  uint64_t at_once_slots_for(int peer, size_t nbytes) const;
   /// Writes the next slot of `p`'s ring: the part of a message (`header`)
   /// that follows its first `sent` bytes, from `data`. Returns the bytes
   /// it took.
