@@ -3,11 +3,13 @@
 // of threads that move data themselves, the background thread, and the
 // checks that find aborted and vanished peers.
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "common/completion_thread.h"
@@ -252,6 +254,19 @@ bool ShmP2pTransport::try_recv_soon(int src, uint64_t tag, void* data, size_t nb
   for (int i = 0; i < polls; ++i) {
     if (slot_ready(s, last)) return try_recv_now(src, tag, data, nbytes, sig);
     cpu_relax();
+  }
+  // Ranks that outnumber their CPUs poll only a few times: the sender may
+  // be waiting for this very core. Yield it as a wait would before it
+  // sleeps (wait_at_least), looking after each yield: a message that comes
+  // then is taken with no work, and its sender wakes no sleeper. A yield
+  // that kept this thread off its core for long gave it to some other
+  // computation: then the receive goes the usual way, and sleeps.
+  if (options_.policy.spin_time.count() > 0) return false;
+  for (int i = 0; i < options_.policy.yields; ++i) {
+    const auto before = std::chrono::steady_clock::now();
+    sched_yield();
+    if (slot_ready(s, last)) return try_recv_now(src, tag, data, nbytes, sig);
+    if (std::chrono::steady_clock::now() - before >= kYieldGaveCoreAway) break;
   }
   return false;
 }
