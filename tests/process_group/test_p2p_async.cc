@@ -127,9 +127,10 @@ TEST_P(P2P, SendrecvInARingMovesEverySize) {
                           if (p == 1) return;
                           const int next = (rank + 1) % p;
                           const int prev = (rank + p - 1) % p;
-                          // 2500 int32: 10,000 B, two ring slots; 7000: four, the most that
-                          // move at once; 8100: five, streamed; 100003: odd, read from the sender.
-                          for (int64_t count : {0, 1, 17, 2500, 7000, 8100, 100003}) {
+                          // 2500 int32: 10,000 B, two ring slots; 8192: 32 KiB, five; 10080:
+                          // five full slots, the most that move at once; 10100: six, streamed
+                          // (below the size read from the sender); 100003: odd, read from it.
+                          for (int64_t count : {0, 1, 17, 2500, 8192, 10080, 10100, 100003}) {
                             for (int round = 0; round < 3; ++round) {
                               auto value = [&](int from) {
                                 return [from, round](int64_t i) { return from * 1000 + round * 7 + i % 101; };

@@ -51,9 +51,12 @@ inline constexpr uint64_t kP2pMinSlots = 2;
 inline constexpr size_t kP2pRingBudget = size_t{32} << 20;
 
 /// Messages from this size up go by a read of the sender's memory when the
-/// ranks allow it (docs/tuning.md has the measurement); smaller ones stream
-/// through the ring, which costs two copies but no system call.
-inline constexpr size_t kP2pPeerReadMinBytes = size_t{32} << 10;
+/// ranks allow it; smaller ones stream through the ring, which costs two
+/// copies but no system call. Just above what moves at once
+/// (kP2pAtOnceSlots): a 2-rank 32 KiB sendrecv, the largest such message
+/// of a power of two, took 6.6-8.2 us at once against 7.7-8.8 read from
+/// the sender (Xeon VM, 2026-12-02, six runs each, alternating).
+inline constexpr size_t kP2pPeerReadMinBytes = size_t{40} << 10;
 
 /// How long a large message may wait for its receive before the receiver
 /// copies it into a buffer of its own: a send must not depend on the
@@ -234,8 +237,9 @@ inline uint64_t slots_for(size_t bytes, Carry carry) {
 
 /// A message of up to this many slots moves at once, with no request
 /// (try_send_now, try_recv_now), when the ring has room for all of them
-/// (rings of fewer slots: that many). Below the size read from the sender.
-inline constexpr uint64_t kP2pAtOnceSlots = 4;
+/// (rings of fewer slots: that many): 40,320 bytes, so 32 KiB fits. Below
+/// the size read from the sender.
+inline constexpr uint64_t kP2pAtOnceSlots = 5;
 static_assert(kP2pAtOnceSlots * kP2pSlotPayload < kP2pPeerReadMinBytes);
 
 /// Messages larger than this are written into the ring with streaming
