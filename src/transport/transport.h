@@ -237,10 +237,10 @@ class Transport {
                             const tdist::detail::CallSignature& /*sig*/) {
     return false;
   }
-  /// try_recv_now(), also watching for a few microseconds for the message
-  /// to come (as a wait would spin, or yield its core, before it sleeps):
-  /// for a blocking receive, which has nothing else to do meanwhile. The
-  /// default looks once.
+  /// try_recv_now(), also watching for the message to come as a wait would
+  /// spin, or yield its core, before it sleeps (microseconds; at most a
+  /// millisecond on shared memory): for a blocking receive, which has
+  /// nothing else to do meanwhile. The default looks once.
   virtual bool try_recv_soon(int src, uint64_t tag, void* data, size_t nbytes,
                              const tdist::detail::CallSignature& sig) {
     return try_recv_now(src, tag, data, nbytes, sig);

@@ -41,14 +41,18 @@ inline std::string with_transport(Mode mode, int n, const std::function<void(Tra
 
 // Sizes around the transports' edges: empty, one byte, TCP's 48-byte
 // header and 4 KiB read stage, a shared-memory slot's 8064 bytes, the
-// multi-slot messages copied through the cache (to 64 KiB) and streamed
-// past the cache, and large; several small messages then share one read,
-// and a large one starts inside the stage and ends outside it.
+// most that moves at once (five slots, 40,320 bytes) and one byte more,
+// the first size read from the sender (40 KiB), the multi-slot messages
+// copied through the cache (to 64 KiB) and streamed past the cache, and
+// large; several small messages then share one read, and a large one
+// starts inside the stage and ends outside it.
 inline std::vector<size_t> edge_sizes() {
-  return {0,    1,    15,    16,   17,    47,    48,
-          49,   3,    4079,  4080, 4095,  4096,  4097,
-          8064, 8065, 8191,  2,    20000, 65536, (size_t{1} << 20) + 5,
-          0,    7,    65537, 1};
+  return {0,     1,     15,    16,    17,
+          47,    48,    49,    3,     4079,
+          4080,  4095,  4096,  4097,  8064,
+          8065,  8191,  2,     20000, 32768,
+          40320, 40321, 40960, 65536, (size_t{1} << 20) + 5,
+          0,     7,     65537, 1};
 }
 
 inline uint8_t pattern_byte(int sender, size_t message, size_t i) {

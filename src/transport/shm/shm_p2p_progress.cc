@@ -261,12 +261,21 @@ bool ShmP2pTransport::try_recv_soon(int src, uint64_t tag, void* data, size_t nb
   // then is taken with no work, and its sender wakes no sleeper. A yield
   // that kept this thread off its core for long gave it to some other
   // computation: then the receive goes the usual way, and sleeps.
+  // At most kQuietAfterWait in all, and saying each time that this thread
+  // reads the ring: the background thread keeps out meanwhile (it would
+  // copy the message aside, and take the core), and a peer that never
+  // sends (dead, or sending something else) costs one such look before the
+  // usual wait, which watches for failures.
   if (options_.policy.spin_time.count() > 0) return false;
+  using SteadyClock = std::chrono::steady_clock;
+  const auto give_up = SteadyClock::now() + kQuietAfterWait;
   for (int i = 0; i < options_.policy.yields; ++i) {
-    const auto before = std::chrono::steady_clock::now();
+    const auto before = SteadyClock::now();
     sched_yield();
+    last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
     if (slot_ready(s, last)) return try_recv_now(src, tag, data, nbytes, sig);
-    if (std::chrono::steady_clock::now() - before >= kYieldGaveCoreAway) break;
+    const auto after = SteadyClock::now();
+    if (after - before >= kYieldGaveCoreAway || after >= give_up) break;
   }
   return false;
 }
