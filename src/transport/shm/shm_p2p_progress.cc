@@ -268,14 +268,15 @@ bool ShmP2pTransport::try_recv_soon(int src, uint64_t tag, void* data, size_t nb
   // usual wait, which watches for failures.
   if (options_.policy.spin_time.count() > 0) return false;
   using SteadyClock = std::chrono::steady_clock;
-  const auto give_up = SteadyClock::now() + kQuietAfterWait;
+  auto before = SteadyClock::now();
+  const auto give_up = before + kQuietAfterWait;
   for (int i = 0; i < options_.policy.yields; ++i) {
-    const auto before = SteadyClock::now();
     sched_yield();
     last_drive_end_.store(coarse_now().time_since_epoch().count(), std::memory_order_relaxed);
     if (slot_ready(s, last)) return try_recv_now(src, tag, data, nbytes, sig);
     const auto after = SteadyClock::now();
     if (after - before >= kYieldGaveCoreAway || after >= give_up) break;
+    before = after;
   }
   return false;
 }
